@@ -1,0 +1,15 @@
+#pragma once
+// CUDA runtime error checks that name the failing call (MLX style). Only for LIVEFUSE_HAS_CUDA.
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "livefuse/error.hpp"
+
+#define LF_CUDA_CHECK(call)                                                                 \
+  do {                                                                                      \
+    cudaError_t lf_err_ = (call);                                                           \
+    if (lf_err_ != cudaSuccess)                                                             \
+      throw ::livefuse::Error(::livefuse::detail::concat("[cuda] ", #call, " failed: ",     \
+                                                         cudaGetErrorString(lf_err_)));     \
+  } while (0)
+#endif

@@ -1,0 +1,25 @@
+#pragma once
+// Executor: the single dispatch path of every op call (DESIGN.md "The walk").
+//   submit(call): validate (infer_outputs) -> views need no kernel -> allocate outputs ->
+//   record for the monitor -> eager kernel on the call's stream.
+// Later stages (matcher, plan replay) hook in here, never around it.
+#include "runtime/op_call.hpp"
+
+namespace livefuse {
+
+class Executor {
+ public:
+  // Runs (or, with a plan, defers) `call`; returns its outputs.
+  static TensorList submit(OpCall& call);
+  static Tensor submit1(OpCall& call) { return submit(call).front(); }
+
+  // Sync points: make `t`'s value observable (flushes deferred work producing it).
+  static void materialize(const TensorImpl& t);
+  // Flushes every deferred call of the current thread on `stream_id` (all streams when ~0u).
+  static void flush_all();
+};
+
+// Storage of a fresh dense output on `device` for the current stream.
+Tensor new_dense(const Shape& shape, DType dtype, Device device);
+
+}  // namespace livefuse

@@ -1,0 +1,41 @@
+#pragma once
+// The one place where LIVEFUSE_* variables are read (once, at first use). A bad value gives one
+// warning naming the variable and the accepted values; the default is used.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace livefuse {
+
+enum class Mode : uint8_t { off, trace, shadow, on };
+enum class LogLevel : uint8_t { error, warn, info, debug };
+
+struct Config {
+  Mode mode = Mode::on;
+  int hot = 3;                 // repeats before a sequence is hot (see config.cpp for why)
+  int max_segment = 64;        // longest sequence considered
+  bool graphs = true;          // LIVEFUSE_GRAPHS
+  bool fusion = true;          // LIVEFUSE_FUSION
+  int compile_threads = 2;
+  std::string cache_dir;       // empty: memory-only ("off")
+  int verify = 0;              // first N replays of each plan also run eagerly and compared
+  std::string report_path;
+  int report_ms = 1000;
+  std::string trace_path;
+  LogLevel log = LogLevel::warn;
+  bool fma = true;
+  std::string device;          // "", "cpu" or "cuda"
+
+  // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
+  std::vector<std::pair<std::string, std::string>> sources;
+};
+
+const Config& config();
+// Parses a configuration from an environment lookup (tests use this with a fake environment).
+Config parse_config(const char* (*getenv_fn)(const char*), std::vector<std::string>* warnings);
+// Test hook: replaces the process configuration. Not thread-safe against running ops.
+void set_config_for_testing(const Config& c);
+
+std::string_view mode_name(Mode m);
+
+}  // namespace livefuse

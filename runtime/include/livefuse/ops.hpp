@@ -1,0 +1,82 @@
+#pragma once
+// The op API. Every function here builds one OpCall and hands it to Executor::submit, the
+// single dispatch path (tracing, plan matching and eager execution all hang off it).
+// Binary ops broadcast like NumPy and require both operands to have one dtype (cast first).
+#include <initializer_list>
+#include <vector>
+
+#include "livefuse/tensor.hpp"
+
+namespace livefuse {
+
+// ---- elementwise ---------------------------------------------------------------------
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);       // erf form
+Tensor gelu_tanh(const Tensor& x);  // tanh approximation
+Tensor silu(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor cast(const Tensor& x, DType to);
+Tensor clamp(const Tensor& x, double lo, double hi);
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+// Scalar variants: the scalar is the right-hand operand.
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor maximum(const Tensor& a, double b);
+Tensor minimum(const Tensor& a, double b);
+Tensor pow(const Tensor& a, double b);
+// cond: bool (or any dtype, nonzero = true); a and b share a dtype; all three broadcast.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- reductions (over one dim) ---------------------------------------------------------
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // i64 result
+
+// ---- normalisation (over the last dim) --------------------------------------------------
+// softmax(x * scale + mask); mask (optional) is additive, same dtype, broadcastable to x.
+Tensor softmax(const Tensor& x, double scale = 1.0, const Tensor& mask = {});
+// weight / bias optional (undefined Tensor = absent), of shape [x.dim(-1)].
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+
+// ---- matrix products ---------------------------------------------------------------------
+// 2-D or batched with broadcast batch dims; transposed (view) operands are used without copies.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x[..., in] @ W[out, in]^T + b[out]  (b optional).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = {});
+// f32 matmul/linear on CUDA may use TF32 tensor cores when allowed (off by default).
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
+// ---- layout (views where possible) ---------------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);  // one dim may be -1
+Tensor permute(const Tensor& x, std::initializer_list<int64_t> dims);
+Tensor permute(const Tensor& x, const Dims& dims);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor contiguous(const Tensor& x);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+
+// ---- gather --------------------------------------------------------------------------
+// Rows of weight[num, dim] picked by ids (i32 or i64, any shape): result ids.shape + [dim].
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+}  // namespace livefuse

@@ -1,0 +1,159 @@
+// [ Note -- configuration table ]
+// Every LIVEFUSE_* variable is read here, once. Each row: name, how to parse it, where it goes.
+// A bad value is reported once on stderr (naming the variable and the accepted values) and the
+// default stays in force; Config::sources records which values came from the environment.
+#include "livefuse/config.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <mutex>
+
+#include "livefuse/error.hpp"
+
+namespace livefuse {
+
+std::string_view mode_name(Mode m) {
+  switch (m) {
+    case Mode::off: return "off";
+    case Mode::trace: return "trace";
+    case Mode::shadow: return "shadow";
+    case Mode::on: return "on";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string default_cache_dir(const char* (*getenv_fn)(const char*)) {
+  if (const char* x = getenv_fn("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/livefuse";
+  if (const char* h = getenv_fn("HOME"); h && *h) return std::string(h) + "/.cache/livefuse";
+  return "";
+}
+
+bool parse_int(const std::string& s, int lo, int hi, int* out) {
+  try {
+    size_t pos = 0;
+    const long v = std::stol(s, &pos);
+    if (pos != s.size() || v < lo || v > hi) return false;
+    *out = static_cast<int>(v);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool parse_bool01(const std::string& s, bool* out) {
+  if (s == "0" || s == "false" || s == "off") return *out = false, true;
+  if (s == "1" || s == "true" || s == "on") return *out = true, true;
+  return false;
+}
+
+struct Row {
+  const char* name;
+  const char* accepted;
+  std::function<bool(const std::string&, Config&)> apply;
+};
+
+std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
+  auto int_row = [](const char* name, const char* acc, int lo, int hi, int Config::*field) {
+    return Row{name, acc, [=](const std::string& s, Config& c) { return parse_int(s, lo, hi, &(c.*field)); }};
+  };
+  auto bool_row = [](const char* name, bool Config::*field) {
+    return Row{name, "0 or 1", [=](const std::string& s, Config& c) { return parse_bool01(s, &(c.*field)); }};
+  };
+  (void)getenv_fn;
+  return {
+      {"LIVEFUSE", "off, trace, shadow or on",
+       [](const std::string& s, Config& c) {
+         if (s == "off" || s == "0") return c.mode = Mode::off, true;
+         if (s == "trace") return c.mode = Mode::trace, true;
+         if (s == "shadow") return c.mode = Mode::shadow, true;
+         if (s == "on" || s == "1") return c.mode = Mode::on, true;
+         return false;
+       }},
+      int_row("LIVEFUSE_HOT", "an integer 2..1000000", 2, 1000000, &Config::hot),
+      int_row("LIVEFUSE_MAX_SEGMENT", "an integer 2..1024", 2, 1024, &Config::max_segment),
+      bool_row("LIVEFUSE_GRAPHS", &Config::graphs),
+      bool_row("LIVEFUSE_FUSION", &Config::fusion),
+      int_row("LIVEFUSE_COMPILE_THREADS", "an integer 1..64", 1, 64, &Config::compile_threads),
+      {"LIVEFUSE_CACHE_DIR", "a directory path or off",
+       [](const std::string& s, Config& c) {
+         c.cache_dir = (s == "off") ? std::string() : s;
+         return !s.empty();
+       }},
+      int_row("LIVEFUSE_VERIFY", "an integer 0..1000000", 0, 1000000, &Config::verify),
+      {"LIVEFUSE_REPORT", "a file path", [](const std::string& s, Config& c) { return c.report_path = s, !s.empty(); }},
+      int_row("LIVEFUSE_REPORT_MS", "an integer 10..3600000", 10, 3600000, &Config::report_ms),
+      {"LIVEFUSE_TRACE", "a file path", [](const std::string& s, Config& c) { return c.trace_path = s, !s.empty(); }},
+      {"LIVEFUSE_LOG", "error, warn, info or debug",
+       [](const std::string& s, Config& c) {
+         if (s == "error") return c.log = LogLevel::error, true;
+         if (s == "warn") return c.log = LogLevel::warn, true;
+         if (s == "info") return c.log = LogLevel::info, true;
+         if (s == "debug") return c.log = LogLevel::debug, true;
+         return false;
+       }},
+      bool_row("LIVEFUSE_FMA", &Config::fma),
+      {"LIVEFUSE_DEVICE", "cpu or cuda",
+       [](const std::string& s, Config& c) {
+         if (s != "cpu" && s != "cuda") return false;
+         return c.device = s, true;
+       }},
+  };
+}
+
+}  // namespace
+
+Config parse_config(const char* (*getenv_fn)(const char*), std::vector<std::string>* warnings) {
+  Config c;
+  c.cache_dir = default_cache_dir(getenv_fn);
+  // Why 2 compile threads by default: compilation must never starve the user's own threads;
+  // NVRTC jobs are short (~50 ms) and few per model.
+  for (const Row& r : rows(getenv_fn)) {
+    const char* v = getenv_fn(r.name);
+    if (!v) {
+      c.sources.emplace_back(r.name, "default");
+      continue;
+    }
+    Config trial = c;
+    if (r.apply(v, trial)) {
+      c = std::move(trial);
+      c.sources.emplace_back(r.name, "env");
+    } else {
+      c.sources.emplace_back(r.name, "env (invalid, default used)");
+      if (warnings)
+        warnings->push_back(detail::concat("[config] ", r.name, "='", v, "' is not valid (expected ",
+                                           r.accepted, "); using the default"));
+    }
+  }
+  return c;
+}
+
+namespace {
+Config*& config_slot() {
+  static Config* c = nullptr;
+  return c;
+}
+const char* real_getenv(const char* n) { return std::getenv(n); }
+}  // namespace
+
+const Config& config() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (config_slot()) return;  // a test installed one first
+    std::vector<std::string> warnings;
+    // Leaked on purpose: the monitor and compile threads may read it during static destruction.
+    config_slot() = new Config(parse_config(real_getenv, &warnings));
+    for (const auto& w : warnings) std::cerr << "livefuse: " << w << "\n";
+  });
+  return *config_slot();
+}
+
+void set_config_for_testing(const Config& c) {
+  (void)config();
+  *config_slot() = c;
+}
+
+}  // namespace livefuse

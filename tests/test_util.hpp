@@ -1,0 +1,50 @@
+#pragma once
+// Shared helpers for the doctest suites.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "livefuse/livefuse.hpp"
+
+// A test case that needs a GPU: reported as skipped (not passed) on machines without one.
+#define LF_CUDA_TEST_CASE(name) TEST_CASE(name * doctest::skip(!::livefuse::cuda_available()))
+
+namespace lftest {
+
+// Devices to run a device-parametrised check on: always the CPU, plus cuda:0 when present.
+inline std::vector<livefuse::Device> devices() {
+  std::vector<livefuse::Device> d{livefuse::Device::cpu()};
+  if (livefuse::cuda_available()) d.push_back(livefuse::Device::cuda(0));
+  return d;
+}
+
+// Relative tolerance per dtype for results computed in f32 from inputs of that dtype.
+inline double tolerance(livefuse::DType t) {
+  switch (t) {
+    case livefuse::DType::f16: return 2e-3;
+    case livefuse::DType::bf16: return 1.6e-2;
+    default: return 2e-5;
+  }
+}
+
+// max |a-b| / (atol + rtol*|b|) style check; NaN must match NaN.
+inline bool allclose(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                     double atol, size_t* bad_index = nullptr) {
+  if (got.size() != want.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(w) || std::isnan(g)) {
+      if (std::isnan(w) != std::isnan(g)) { if (bad_index) *bad_index = i; return false; }
+      continue;
+    }
+    if (std::isinf(w) || std::isinf(g)) {
+      if (g != w) { if (bad_index) *bad_index = i; return false; }
+      continue;
+    }
+    if (std::abs(g - w) > atol + rtol * std::abs(w)) { if (bad_index) *bad_index = i; return false; }
+  }
+  return true;
+}
+
+}  // namespace lftest
