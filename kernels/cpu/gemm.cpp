@@ -1,0 +1,152 @@
+// Blocked GEMM driver. The output is cut into (batch, MC x NC) tiles, one TBB task each. A task
+// accumulates its tile in an f32 scratch block while K streams through in KC slices: for each
+// slice it packs A[MC x KC] into kMR-row panels and B[KC x NC] into kNR-column panels (reading
+// any strides and dtype, zero-padding the edges) and runs the micro-kernel over the panel grid.
+// Then the epilogue adds the bias and converts into the dense output. Padding never leaks:
+// a padded row or column only touches its own padded outputs.
+//
+// Tile sizes: a KC x kNR B panel (16 KiB) stays in L1 while the A panels stream past it, and
+// the packed A block (MC x KC, 120 KiB) stays in L2.
+#include "kernels/cpu/gemm.hpp"
+
+#include <vector>
+
+#include "kernels/cpu/gemm_microkernel.hpp"
+
+namespace livefuse::cpu {
+namespace {
+
+constexpr int64_t kMC = 120, kNC = 256, kKC = 256;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// dst: ceil(mc / kMR) panels, each kc x kMR (row r of the panel at dst[k * kMR + r]).
+template <DType D>
+void pack_a(const GemmOperand& a, int64_t off, int64_t m0, int64_t mc, int64_t k0, int64_t kc,
+            float* dst) {
+  using T = typename DT<D>::T;
+  const T* base = reinterpret_cast<const T*>(a.base) + off;
+  for (int64_t p = 0; p < mc; p += kMR) {
+    float* d = dst + p * kc;
+    const int rows = static_cast<int>(std::min<int64_t>(kMR, mc - p));
+    if (a.cs == 1 || a.rs != 1) {  // walk along k for each row
+      for (int r = 0; r < kMR; ++r) {
+        if (r >= rows) {
+          for (int64_t k = 0; k < kc; ++k) d[k * kMR + r] = 0.0f;
+          continue;
+        }
+        const T* src = base + (m0 + p + r) * a.rs + k0 * a.cs;
+        for (int64_t k = 0; k < kc; ++k) d[k * kMR + r] = load_as<D, float>(src + k * a.cs);
+      }
+    } else {  // A is column-major (a transposed view): walk along m for each k
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = base + (m0 + p) + (k0 + k) * a.cs;
+        for (int r = 0; r < kMR; ++r) d[k * kMR + r] = r < rows ? load_as<D, float>(src + r) : 0.0f;
+      }
+    }
+  }
+}
+
+// dst: ceil(nc / kNR) panels, each kc x kNR (column j of the panel at dst[k * kNR + j]).
+template <DType D>
+void pack_b(const GemmOperand& b, int64_t off, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+            float* dst) {
+  using T = typename DT<D>::T;
+  const T* base = reinterpret_cast<const T*>(b.base) + off;
+  for (int64_t q = 0; q < nc; q += kNR) {
+    float* d = dst + q * kc;
+    const int cols = static_cast<int>(std::min<int64_t>(kNR, nc - q));
+    if (b.cs == 1) {  // rows of B are contiguous along n
+      for (int64_t k = 0; k < kc; ++k) {
+        const T* src = base + (k0 + k) * b.rs + (n0 + q);
+        for (int j = 0; j < kNR; ++j) d[k * kNR + j] = j < cols ? load_as<D, float>(src + j) : 0.0f;
+      }
+    } else {  // e.g. linear's W[out, in]: walk along k for each column
+      for (int j = 0; j < kNR; ++j) {
+        if (j >= cols) {
+          for (int64_t k = 0; k < kc; ++k) d[k * kNR + j] = 0.0f;
+          continue;
+        }
+        const T* src = base + k0 * b.rs + (n0 + q + j) * b.cs;
+        for (int64_t k = 0; k < kc; ++k) d[k * kNR + j] = load_as<D, float>(src + k * b.rs);
+      }
+    }
+  }
+}
+
+using PackA = void (*)(const GemmOperand&, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
+using PackB = PackA;
+
+template <class Fn>
+Fn pick_pack(DType d, Fn f32, Fn f16, Fn bf16) {
+  switch (d) {
+    case DType::f32: return f32;
+    case DType::f16: return f16;
+    case DType::bf16: return bf16;
+    default: break;
+  }
+  LF_ASSERT(false, "gemm got operand dtype ", dtype_name(d));
+  return f32;
+}
+
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+void run_tile(const GemmProblem& p, PackA pa, PackB pb, MicroKernel mk, int64_t bi, int64_t m0,
+              int64_t n0) {
+  const int64_t mc = std::min(kMC, p.M - m0), nc = std::min(kNC, p.N - n0);
+  const int64_t mcp = round_up(mc, kMR), ncp = round_up(nc, kNR);
+  Scratch& s = scratch();
+  if (s.c.size() < static_cast<size_t>(mcp * ncp)) s.c.resize(mcp * ncp);
+  if (s.a.size() < static_cast<size_t>(mcp * kKC)) s.a.resize(mcp * kKC);
+  if (s.b.size() < static_cast<size_t>(ncp * kKC)) s.b.resize(ncp * kKC);
+  float* c = s.c.data();
+  std::fill_n(c, mcp * ncp, 0.0f);
+  const int64_t aoff = p.a.batch.offset(bi), boff = p.b.batch.offset(bi);
+  for (int64_t k0 = 0; k0 < p.K; k0 += kKC) {
+    const int64_t kc = std::min(kKC, p.K - k0);
+    pa(p.a, aoff, m0, mc, k0, kc, s.a.data());
+    pb(p.b, boff, k0, kc, n0, nc, s.b.data());
+    for (int64_t q = 0; q < ncp; q += kNR)
+      for (int64_t r = 0; r < mcp; r += kMR) mk(kc, s.a.data() + r * kc, s.b.data() + q * kc, c + r * ncp + q, ncp);
+  }
+  // Epilogue: bias, conversion, dense store.
+  float bias[kNC];
+  for (int64_t j = 0; j < nc; ++j) bias[j] = 0.0f;
+  if (p.bias) load_floats(p.bias, p.bias_dtype, n0 * p.bias_stride, nc, p.bias_stride, bias);
+  const int64_t out0 = bi * p.M * p.N + m0 * p.N + n0;
+  for (int64_t i = 0; i < mc; ++i) {
+    float* row = c + i * ncp;
+    for (int64_t j = 0; j < nc; ++j) row[j] += bias[j];
+    store_floats(p.out, p.out_dtype, out0 + i * p.N, nc, row);
+  }
+}
+
+}  // namespace
+
+void gemm(const GemmProblem& p) {
+  if (p.M == 0 || p.N == 0 || p.batch == 0) return;
+  const PackA pa = pick_pack<PackA>(p.a.dtype, pack_a<DType::f32>, pack_a<DType::f16>,
+                                    pack_a<DType::bf16>);
+  const PackB pb = pick_pack<PackB>(p.b.dtype, pack_b<DType::f32>, pack_b<DType::f16>,
+                                    pack_b<DType::bf16>);
+  const MicroKernel mk = microkernel();
+  const int64_t mt = (p.M + kMC - 1) / kMC, nt = (p.N + kNC - 1) / kNC;
+  const int64_t tiles = p.batch * mt * nt;
+  // Work in multiply-adds, padded the way the micro-kernel sees it; at least one per output.
+  const int64_t work = p.batch * round_up(p.M, kMR) * round_up(p.N, kNR) * std::max<int64_t>(p.K, 1) / 4;
+  parallel_range(tiles, work, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t bi = t / (mt * nt), rem = t % (mt * nt);
+      run_tile(p, pa, pb, mk, bi, (rem / nt) * kMC, (rem % nt) * kNC);
+    }
+  });
+}
+
+}  // namespace livefuse::cpu

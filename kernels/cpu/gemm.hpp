@@ -1,0 +1,32 @@
+#pragma once
+// Cache-blocked GEMM for matmul and linear:
+//   out[b, m, n] = sum_k A_b[m, k] * B_b[k, n] (+ bias[n]),  out dense [batch, M, N].
+// A and B are read through strides (transposed or sliced views need no copy) in any floating
+// dtype; they are packed into f32 panels block by block, and accumulation is f32.
+#include "kernels/cpu/cpu_common.hpp"
+
+namespace livefuse::cpu {
+
+struct GemmOperand {
+  const std::byte* base = nullptr;
+  DType dtype = DType::f32;
+  int64_t rs = 0, cs = 0;  // element strides of rows and columns
+  StridedIndex batch;      // batch index -> element offset (strides 0 where broadcast)
+};
+
+struct GemmProblem {
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  GemmOperand a, b;
+  std::byte* out = nullptr;
+  DType out_dtype = DType::f32;
+  const std::byte* bias = nullptr;  // optional, [N] with bias_stride
+  DType bias_dtype = DType::f32;
+  int64_t bias_stride = 1;
+};
+
+void gemm(const GemmProblem& p);
+
+// Name of the micro-kernel in use ("avx512", "avx2", "generic"), for benchmarks and logs.
+const char* gemm_kernel_name();
+
+}  // namespace livefuse::cpu
