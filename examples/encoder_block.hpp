@@ -1,6 +1,8 @@
 #pragma once
 // A small transformer encoder block written as plain eager code with livefuse ops -- exactly
 // how existing code looks before livefuse: no fusion hints, no graphs.
+#include <cmath>
+
 #include "livefuse/livefuse.hpp"
 
 namespace demo {

@@ -3,6 +3,7 @@
 //   submit(call): validate (infer_outputs) -> views need no kernel -> allocate outputs ->
 //   record for the monitor -> eager kernel on the call's stream.
 // Later stages (matcher, plan replay) hook in here, never around it.
+#include "livefuse/stream.hpp"
 #include "runtime/op_call.hpp"
 
 namespace livefuse {
@@ -15,8 +16,15 @@ class Executor {
 
   // Sync points: make `t`'s value observable (flushes deferred work producing it).
   static void materialize(const TensorImpl& t);
-  // Flushes every deferred call of the current thread on `stream_id` (all streams when ~0u).
+  // Flushes every deferred call of the current thread, eagerly and in order.
   static void flush_all();
+
+  // Runs `call` eagerly into `outs` (made by make_outputs; pending ones get storage here).
+  // Never consults the matcher: plans use it for their unfused steps and the eager fallback.
+  static void run_eager_into(const OpCall& call, const TensorList& outs, const Stream& stream);
+  // Output handles for `call`: real storage, or pending (no storage, `pending_tag` set).
+  static TensorList make_outputs(const OpCall& call, const OutputInfos& infos, Device device,
+                                 void* pending_tag);
 };
 
 // Storage of a fresh dense output on `device` for the current stream.

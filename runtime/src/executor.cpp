@@ -5,6 +5,8 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "kernels/backend.hpp"
+#include "runtime/matcher.hpp"
+#include "runtime/memory_pool.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/trace_sink.hpp"
 
@@ -15,11 +17,6 @@ std::atomic<TraceSink*> g_trace_sink{nullptr};
 }
 
 namespace {
-
-Tensor make_view(const Tensor& x, const Shape& shape, const Strides& strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(x.impl()->storage, offset, shape, strides, x.dtype(),
-                                             x.device()));
-}
 
 void run_backend(const OpCall& call, std::span<const Tensor> outs, const Stream& stream) {
   if (call.inputs.empty() || call.inputs[0].device().is_cpu()) {
@@ -43,30 +40,6 @@ Tensor dense_copy(const Tensor& x, const Stream& stream) {
   Tensor out = new_dense(x.shape(), x.dtype(), x.device());
   run_backend(c, std::span<const Tensor>(&out, 1), stream);
   return out;
-}
-
-// Views need no kernel: reshape (of a dense tensor), permute and slice only change metadata.
-Tensor view_for(const OpCall& call, const OutputInfo& out, const Stream& stream) {
-  const Tensor& x = call.inputs[0];
-  const Attrs& a = call.attrs;
-  switch (call.op) {
-    case OpId::reshape: {
-      const Tensor src = x.is_contiguous() ? x : dense_copy(x, stream);
-      return make_view(src, out.shape, contiguous_strides(out.shape), src.impl()->offset);
-    }
-    case OpId::permute: {
-      Strides st;
-      for (int k = 0; k < a.ni; ++k) st.push_back(x.strides()[static_cast<int>(a.i[k])]);
-      return make_view(x, out.shape, st, x.impl()->offset);
-    }
-    case OpId::slice: {
-      const int d = static_cast<int>(a.i[0]);
-      Strides st = x.strides();
-      st[d] *= a.i[3];
-      return make_view(x, out.shape, st, x.impl()->offset + a.i[1] * x.strides()[d]);
-    }
-    default: LF_ASSERT(false, "not a view op: ", op_name(call.op));
-  }
 }
 
 void run_opaque(const OpCall& call, const TensorList& outs, const Stream& stream) {
@@ -93,38 +66,118 @@ void run_opaque(const OpCall& call, const TensorList& outs, const Stream& stream
 
 }  // namespace
 
+namespace {
+bool is_view_op(const OpCall& call) {
+  return call.category() == OpCategory::Layout && call.op != OpId::concat && call.op != OpId::contiguous;
+}
+
+// Strides (and offset) a view will have, from its source's metadata only: pending sources
+// have no storage yet, but their layout is already fixed.
+void view_layout(const OpCall& call, const Shape& shape, Strides* st, int64_t* offset, bool* dense) {
+  const TensorImpl& x = *call.inputs[0].impl();
+  const Attrs& a = call.attrs;
+  *dense = false;
+  *offset = x.offset;
+  switch (call.op) {
+    case OpId::reshape:
+      *st = contiguous_strides(shape);
+      *dense = !x.is_contiguous();  // needs its own dense copy
+      if (*dense) *offset = 0;
+      break;
+    case OpId::permute:
+      *st = Strides();
+      for (int k = 0; k < a.ni; ++k) st->push_back(x.strides[static_cast<int>(a.i[k])]);
+      break;
+    case OpId::slice: {
+      const int d = static_cast<int>(a.i[0]);
+      *st = x.strides;
+      (*st)[d] *= a.i[3];
+      *offset = x.offset + a.i[1] * x.strides[d];
+      break;
+    }
+    default: LF_ASSERT(false, "not a view op: ", op_name(call.op));
+  }
+}
+}  // namespace
+
+TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, Device device,
+                                  void* pending_tag) {
+  TensorList outs;
+  if (is_view_op(call)) {
+    Strides st;
+    int64_t offset = 0;
+    bool dense = false;
+    view_layout(call, infos[0].shape, &st, &offset, &dense);
+    std::shared_ptr<Storage> storage = pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
+    auto impl = std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype, device);
+    impl->pending = pending_tag;
+    outs.push_back(Tensor(std::move(impl)));
+    return outs;
+  }
+  for (const OutputInfo& o : infos) {
+    if (pending_tag) {
+      auto impl = std::make_shared<TensorImpl>(nullptr, 0, o.shape, contiguous_strides(o.shape), o.dtype, device);
+      impl->pending = pending_tag;
+      outs.push_back(Tensor(std::move(impl)));
+    } else {
+      outs.push_back(new_dense(o.shape, o.dtype, device));
+    }
+  }
+  return outs;
+}
+
+void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const Stream& stream) {
+  if (is_view_op(call)) {
+    TensorImpl& out = *outs[0].impl();
+    if (out.storage) return;
+    const Tensor& x = call.inputs[0];
+    LF_ASSERT(x.impl()->storage || x.numel() == 0, "view source without storage");
+    if (call.op == OpId::reshape && !x.is_contiguous()) {
+      out.storage = dense_copy(x, stream).impl()->storage;
+      out.offset = 0;
+    } else {
+      out.storage = x.impl()->storage;
+    }
+    return;
+  }
+  bool empty = false;
+  for (const Tensor& t : outs) {
+    TensorImpl& o = *t.impl();
+    if (!o.storage) {
+      const size_t bytes = o.nbytes();
+      o.storage = allocate_storage(o.device, bytes, o.device.is_cuda() ? stream.handle() : nullptr);
+    }
+    empty |= t.numel() == 0;
+  }
+  if (call.op == OpId::opaque) return run_opaque(call, outs, stream);
+  if (!empty) run_backend(call, std::span<const Tensor>(outs.data(), outs.size()), stream);
+}
+
 TensorList Executor::submit(OpCall& call) {
   const OutputInfos infos = infer_outputs(call);
   const Device device = call.inputs.empty() ? default_device() : call.inputs[0].device();
   const Stream stream = Stream::current(device);
-  for (const Tensor& t : call.inputs)
-    if (t.impl()->pending) materialize(*t.impl());
-
+  const Config& cfg = config();
+  std::optional<TensorList> deferred;
+  if (cfg.mode == Mode::on) deferred = matcher::try_defer(call, infos, stream);
   TensorList outs;
-  const bool is_view = call.category() == OpCategory::Layout && call.op != OpId::concat &&
-                       call.op != OpId::contiguous;
-  if (is_view) {
-    outs.push_back(view_for(call, infos[0], stream));
+  if (deferred) {
+    outs = std::move(*deferred);
   } else {
-    for (const OutputInfo& o : infos) outs.push_back(new_dense(o.shape, o.dtype, device));
-    if (call.op == OpId::opaque) {
-      run_opaque(call, outs, stream);
-    } else {
-      bool empty = false;
-      for (const Tensor& t : outs) empty |= t.numel() == 0;
-      if (!empty) run_backend(call, std::span<const Tensor>(outs.data(), outs.size()), stream);
-    }
+    for (const Tensor& t : call.inputs)
+      if (t.impl()->pending) materialize(*t.impl());
+    outs = make_outputs(call, infos, device, nullptr);
+    run_eager_into(call, outs, stream);
   }
-  if (config().mode != Mode::off)
+  if (cfg.mode != Mode::off)
     if (TraceSink* sink = trace_sink()) sink->on_call(call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   return outs;
 }
 
 void Executor::materialize(const TensorImpl& t) {
-  // Deferred plan windows (runtime/matcher) bind storage here; without them nothing is pending.
-  if (t.pending) flush_all();
+  if (t.pending) matcher::flush_for(t);
 }
 
-void Executor::flush_all() {}
+void Executor::flush_all() { matcher::flush_all(); }
 
 }  // namespace livefuse

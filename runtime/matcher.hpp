@@ -1,0 +1,23 @@
+#pragma once
+// The Matcher: per thread and stream, follows installed plans call by call (DESIGN.md "The
+// walk"). A call that extends a plan's prefix is deferred (its outputs are pending handles);
+// the call that completes the plan binds buffers and runs it; a divergent call or a sync point
+// flushes the deferred calls eagerly, in order.
+#include <optional>
+
+#include "runtime/op_call.hpp"
+
+namespace livefuse {
+
+class Stream;
+
+namespace matcher {
+// Returns the (pending or finished) outputs when the call was taken by a plan window; nullopt
+// when it must run eagerly now (any window it broke has been flushed first).
+std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream);
+// Flushes the window holding `t` (if any) / every window of this thread.
+void flush_for(const TensorImpl& t);
+void flush_all();
+}  // namespace matcher
+
+}  // namespace livefuse

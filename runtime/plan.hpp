@@ -1,0 +1,106 @@
+#pragma once
+// A Plan as the hot path sees it: the op sequence it replaces (a structural pattern) and a way
+// to run a completed window of deferred calls. What runs inside (fused kernels, GEMMs, a CUDA
+// graph, the CPU interpreter) belongs to planner/ and graphs/; the matcher only matches and binds.
+//
+// [ Note -- what a PlanOp matches ]
+//   op id, Attrs::hash() (which includes custom/opaque ids and scalars), the dtypes and ranks
+//   of the inputs, and the wiring: each input is either "output k of op j of this window"
+//   (must be that very pending value) or "external slot e" (any value that is not one of this
+//   window's outputs; the same slot used twice must be the same value). Concrete shapes are
+//   not part of the match: a plan accepts every shape its kernels support (can_run decides).
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/op_call.hpp"
+
+namespace livefuse {
+
+struct PlanInput {
+  int op = -1;    // >= 0: output `out` of window op `op`
+  int out = 0;
+  int slot = -1;  // >= 0: external slot
+  bool internal() const { return op >= 0; }
+};
+
+struct PlanOp {
+  OpId op = OpId::kCount;
+  uint64_t attrs_hash = 0;
+  boost::container::small_vector<DType, 4> in_dtypes;
+  boost::container::small_vector<int8_t, 4> in_ranks;
+  boost::container::small_vector<PlanInput, 4> inputs;
+};
+
+// The deferred calls of one stream that (so far) follow a plan.
+struct Window {
+  std::vector<OpCall> calls;            // inputs are the real values (pending ones included)
+  std::vector<TensorList> outputs;      // pending values handed to the user
+  std::vector<Tensor> externals;        // by slot
+  uint32_t stream_id = 0;
+  Device device;
+};
+
+enum class PlanState : uint8_t { sampling, active, rejected, retired, failed };
+std::string_view plan_state_name(PlanState s);
+
+class Plan {
+ public:
+  virtual ~Plan() = default;
+
+  // Executes a complete window: every value in `values_needed` (window outputs the user can
+  // still observe) must have storage afterwards, with eager-equal contents. Returns false when
+  // this window cannot be served (the matcher then runs it eagerly; nothing is lost).
+  virtual bool run(Window& w, const std::vector<std::pair<int, int>>& values_needed) = 0;
+  // Which window outputs the plan writes; others are intermediates kept in registers/tiles.
+  virtual bool writes(int op, int out) const = 0;
+  virtual std::string describe() const { return name; }
+
+  uint64_t id = 0;
+  std::string name;
+  DeviceKind device_kind = DeviceKind::cpu;
+  std::vector<PlanOp> ops;
+  int n_external = 0;
+  uint64_t signature = 0;
+
+  std::atomic<PlanState> state{PlanState::sampling};
+  std::atomic<uint64_t> hits{0}, eager_fallbacks{0};
+  // Live sampling: alternate plan and eager on the first completions, keep the faster.
+  std::mutex sample_mu;
+  std::vector<double> sampled_plan_us, sampled_eager_us;
+  std::string last_reason;
+};
+
+// Read-mostly table of installed plans. Publishing swaps an immutable snapshot; the hot path
+// reads a version counter (one relaxed load) and refreshes its thread-local copy only when it
+// changed, so no lock is taken per op.
+class PlanTable {
+ public:
+  struct Snapshot {
+    std::vector<std::shared_ptr<Plan>> plans;
+  };
+  static PlanTable& get();
+  void publish(std::shared_ptr<Plan> p);   // adds; evicts the oldest inactive beyond the cap
+  void retire(uint64_t plan_id, const std::string& reason);
+  std::shared_ptr<const Snapshot> snapshot() const;
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void clear_for_testing();
+  static constexpr size_t kMaxPlans = 256;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const Snapshot> snap_ = std::make_shared<Snapshot>();
+  std::atomic<uint64_t> version_{0};
+};
+
+// Counters the matcher keeps (inspect() reports them).
+struct MatcherCounters {
+  std::atomic<uint64_t> calls{0}, deferred{0}, served{0}, completions{0}, flush_divergent{0},
+      flush_sync{0}, flush_escaped{0}, flush_error{0}, plan_declined{0}, shadow_would_serve{0};
+};
+MatcherCounters& matcher_counters();
+
+}  // namespace livefuse

@@ -1,0 +1,281 @@
+// The Matcher (runtime/matcher.hpp). State is thread-local: one window per stream the thread
+// uses, so the hot path takes no lock; the PlanTable is read through a version counter.
+#include "runtime/matcher.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "livefuse/config.hpp"
+#include "livefuse/error.hpp"
+#include "livefuse/stream.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/plan.hpp"
+
+namespace livefuse::matcher {
+
+namespace {
+
+// Completions of a new plan run alternately eagerly and through the plan, timed, before the
+// plan is kept (active) or rejected. Five pairs: enough for a median that ignores the first,
+// cold run, short enough that a slower plan costs little.
+constexpr size_t kSamplePairs = 5;
+
+struct Candidate {
+  Plan* plan;
+  std::vector<Tensor> externals;  // bound slots (undefined = not yet bound)
+};
+
+struct StreamWindow {
+  Stream stream;
+  std::vector<Candidate> candidates;
+  Window w;
+  bool active = false;
+  std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
+};
+
+struct ThreadState {
+  uint64_t version = ~0ull;
+  std::shared_ptr<const PlanTable::Snapshot> snap;
+  std::vector<std::unique_ptr<StreamWindow>> windows;
+};
+thread_local ThreadState t_state;
+
+StreamWindow& window_for(const Stream& s) {
+  for (auto& w : t_state.windows)
+    if (w->stream.id() == s.id()) return *w;
+  t_state.windows.push_back(std::make_unique<StreamWindow>());
+  t_state.windows.back()->stream = s;
+  return *t_state.windows.back();
+}
+
+bool op_matches(const PlanOp& p, const OpCall& c, uint64_t attrs_hash) {
+  if (p.op != c.op || p.attrs_hash != attrs_hash || p.inputs.size() != c.inputs.size()) return false;
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (p.in_dtypes[i] != c.inputs[i].dtype() || p.in_ranks[i] != c.inputs[i].rank()) return false;
+  return true;
+}
+
+bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Candidate& cand) {
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const PlanInput& in = p.inputs[i];
+    const TensorImpl* t = c.inputs[i].impl();
+    if (in.internal()) {
+      if (static_cast<size_t>(in.op) >= sw.w.outputs.size() ||
+          sw.w.outputs[in.op][in.out].impl() != t)
+        return false;
+    } else {
+      if (t->pending == &sw) return false;  // an internal value where the plan expects an input
+      Tensor& slot = cand.externals[in.slot];
+      if (slot.defined() && slot.impl() != t) return false;
+    }
+  }
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (!p.inputs[i].internal()) cand.externals[p.inputs[i].slot] = c.inputs[i];
+  return true;
+}
+
+void clear(StreamWindow& sw) {
+  for (auto& outs : sw.w.outputs)
+    for (auto& t : outs) t.impl()->pending = nullptr;
+  sw.w.calls.clear();
+  sw.w.outputs.clear();
+  sw.w.externals.clear();
+  sw.candidates.clear();
+  sw.keep.reset();
+  sw.active = false;
+}
+
+// Runs every deferred call eagerly, in order, into the handles the user already holds.
+void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
+  if (!sw.active) return;
+  reason.fetch_add(1, std::memory_order_relaxed);
+  sw.active = false;  // a sync point reached from inside the flush must not re-enter it
+  try {
+    for (size_t j = 0; j < sw.w.calls.size(); ++j)
+      Executor::run_eager_into(sw.w.calls[j], sw.w.outputs[j], sw.stream);
+  } catch (...) {
+    clear(sw);
+    throw;
+  }
+  clear(sw);
+}
+
+void device_sync(const Stream& s) {
+#if LIVEFUSE_HAS_CUDA
+  if (s.device().is_cuda()) LF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle())));
+#else
+  (void)s;
+#endif
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Live sampling: returns true when this completion should run through the plan.
+bool sample_choice(Plan& p) {
+  std::lock_guard<std::mutex> g(p.sample_mu);
+  return p.sampled_plan_us.size() <= p.sampled_eager_us.size();
+}
+
+void record_sample(Plan& p, bool via_plan, double us) {
+  std::lock_guard<std::mutex> g(p.sample_mu);
+  (via_plan ? p.sampled_plan_us : p.sampled_eager_us).push_back(us);
+  if (p.sampled_plan_us.size() < kSamplePairs || p.sampled_eager_us.size() < kSamplePairs) return;
+  if (p.state.load() != PlanState::sampling) return;
+  const double fused = median(p.sampled_plan_us), eager = median(p.sampled_eager_us);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused, eager,
+                kSamplePairs);
+  p.last_reason = buf;
+  p.state = fused < eager ? PlanState::active : PlanState::rejected;
+}
+
+void complete(StreamWindow& sw, Candidate& cand) {
+  Plan& plan = *cand.plan;
+  auto& ctr = matcher_counters();
+  ctr.completions.fetch_add(1, std::memory_order_relaxed);
+  // Which outputs can the user still observe? Everything the user holds beyond the window's
+  // own references, and the last call's outputs (about to be returned).
+  std::vector<int> refs_in_window(0);
+  std::vector<std::pair<int, int>> needed;
+  const size_t n = sw.w.calls.size();
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t k = 0; k < sw.w.outputs[j].size(); ++k) {
+      const Tensor& t = sw.w.outputs[j][k];
+      long window_refs = 1;
+      for (size_t q = j + 1; q < n; ++q)
+        for (const Tensor& in : sw.w.calls[q].inputs) window_refs += in.impl() == t.impl();
+      const bool held = j + 1 == n || t.impl_ptr().use_count() > window_refs;
+      if (!held) continue;
+      if (!plan.writes(static_cast<int>(j), static_cast<int>(k))) {
+        // An intermediate the plan keeps in registers is still reachable: serve eagerly.
+        flush(sw, ctr.flush_escaped);
+        return;
+      }
+      needed.emplace_back(static_cast<int>(j), static_cast<int>(k));
+    }
+  }
+  sw.w.externals = cand.externals;
+  const bool sampling = plan.state.load() == PlanState::sampling;
+  const bool via_plan = !sampling || sample_choice(plan);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!via_plan) {
+    flush(sw, ctr.plan_declined);
+    ctr.plan_declined.fetch_sub(1);  // a sampling run, not a decline
+  } else {
+    bool ok = false;
+    try {
+      ok = plan.run(sw.w, needed);
+    } catch (const std::exception& e) {
+      plan.state = PlanState::failed;
+      plan.last_reason = std::string("failed while running: ") + e.what();
+      flush(sw, ctr.flush_error);
+      return;
+    }
+    if (!ok) {
+      plan.eager_fallbacks.fetch_add(1, std::memory_order_relaxed);
+      flush(sw, ctr.plan_declined);
+      return;
+    }
+    plan.hits.fetch_add(1, std::memory_order_relaxed);
+    ctr.served.fetch_add(n, std::memory_order_relaxed);
+    clear(sw);
+  }
+  if (sampling) {
+    device_sync(sw.stream);
+    record_sample(plan, via_plan,
+                  std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
+bool usable(const Plan& p, DeviceKind kind) {
+  const PlanState s = p.state.load(std::memory_order_relaxed);
+  return p.device_kind == kind && (s == PlanState::active || s == PlanState::sampling) && !p.ops.empty();
+}
+
+// Starts a window when `call` can be op 0 of some plan.
+bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
+  const DeviceKind kind = sw.stream.device().kind;
+  for (const auto& p : t_state.snap->plans) {
+    if (!usable(*p, kind) || !op_matches(p->ops[0], call, h)) continue;
+    Candidate c{p.get(), std::vector<Tensor>(p->n_external)};
+    bool internal = false;
+    for (const PlanInput& in : p->ops[0].inputs) internal |= in.internal();
+    if (internal || !wiring_matches(p->ops[0], call, sw, c)) continue;
+    sw.candidates.push_back(std::move(c));
+  }
+  if (sw.candidates.empty()) return false;
+  sw.active = true;
+  sw.keep = t_state.snap;
+  sw.w.stream_id = sw.stream.id();
+  sw.w.device = sw.stream.device();
+  return true;
+}
+
+}  // namespace
+
+std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream) {
+  PlanTable& table = PlanTable::get();
+  const uint64_t v = table.version();
+  if (v != t_state.version) {
+    t_state.snap = table.snapshot();
+    t_state.version = v;
+  }
+  auto& ctr = matcher_counters();
+  ctr.calls.fetch_add(1, std::memory_order_relaxed);
+  const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
+  if (!any_plan && t_state.windows.empty()) return std::nullopt;
+  StreamWindow& sw = window_for(stream);
+  for (const Tensor& in : call.inputs)
+    if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
+  const uint64_t h = call.attrs.hash();
+  if (sw.active) {
+    const size_t pos = sw.w.calls.size();
+    std::vector<Candidate> next;
+    for (Candidate& c : sw.candidates) {
+      if (pos >= c.plan->ops.size() || !usable(*c.plan, stream.device().kind)) continue;
+      Candidate trial = c;
+      if (op_matches(c.plan->ops[pos], call, h) && wiring_matches(c.plan->ops[pos], call, sw, trial))
+        next.push_back(std::move(trial));
+    }
+    if (next.empty()) {
+      flush(sw, ctr.flush_divergent);
+    } else {
+      sw.candidates = std::move(next);
+    }
+  }
+  if (!sw.active) {
+    if (!any_plan) return std::nullopt;
+    // Values pending in another window of this thread are made real before a new window
+    // takes them as inputs.
+    if (!start(sw, call, h)) return std::nullopt;
+  }
+  TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw);
+  sw.w.calls.push_back(call);
+  sw.w.outputs.push_back(outs);
+  ctr.deferred.fetch_add(1, std::memory_order_relaxed);
+  const size_t len = sw.w.calls.size();
+  for (Candidate& c : sw.candidates) {
+    if (c.plan->ops.size() == len) {
+      Candidate done = c;
+      complete(sw, done);
+      break;
+    }
+  }
+  return outs;
+}
+
+void flush_for(const TensorImpl& t) {
+  for (auto& w : t_state.windows)
+    if (t.pending == w.get()) flush(*w, matcher_counters().flush_sync);
+}
+
+void flush_all() {
+  for (auto& w : t_state.windows)
+    if (w->active) flush(*w, matcher_counters().flush_sync);
+}
+
+}  // namespace livefuse::matcher

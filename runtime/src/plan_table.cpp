@@ -1,0 +1,75 @@
+#include "livefuse/error.hpp"
+#include "runtime/plan.hpp"
+
+namespace livefuse {
+
+std::string_view plan_state_name(PlanState s) {
+  switch (s) {
+    case PlanState::sampling: return "sampling";
+    case PlanState::active: return "active";
+    case PlanState::rejected: return "rejected";
+    case PlanState::retired: return "retired";
+    case PlanState::failed: return "failed";
+  }
+  return "?";
+}
+
+MatcherCounters& matcher_counters() {
+  static MatcherCounters* c = new MatcherCounters;  // leaked: read by the report thread at exit
+  return *c;
+}
+
+PlanTable& PlanTable::get() {
+  // Leaked on purpose: plans hold compiled modules and graphs that user threads may still be
+  // replaying while static destructors run.
+  static PlanTable* t = new PlanTable;
+  return *t;
+}
+
+void PlanTable::publish(std::shared_ptr<Plan> p) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto next = std::make_shared<Snapshot>(*snap_);
+  next->plans.push_back(std::move(p));
+  // Bounded: drop the oldest plans that no longer serve (rejected, retired, failed) first,
+  // then the oldest of any state.
+  while (next->plans.size() > kMaxPlans) {
+    auto victim = next->plans.begin();
+    for (auto it = next->plans.begin(); it != next->plans.end(); ++it) {
+      const PlanState s = (*it)->state.load();
+      if (s != PlanState::active && s != PlanState::sampling) {
+        victim = it;
+        break;
+      }
+    }
+    next->plans.erase(victim);
+  }
+  snap_ = std::move(next);
+  version_.fetch_add(1, std::memory_order_release);
+}
+
+void PlanTable::retire(uint64_t plan_id, const std::string& reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto next = std::make_shared<Snapshot>();
+  for (const auto& p : snap_->plans) {
+    if (p->id == plan_id) {
+      p->state = PlanState::retired;
+      p->last_reason = reason;
+    }
+    next->plans.push_back(p);
+  }
+  snap_ = std::move(next);
+  version_.fetch_add(1, std::memory_order_release);
+}
+
+std::shared_ptr<const PlanTable::Snapshot> PlanTable::snapshot() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return snap_;
+}
+
+void PlanTable::clear_for_testing() {
+  std::lock_guard<std::mutex> g(mu_);
+  snap_ = std::make_shared<Snapshot>();
+  version_.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace livefuse
