@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
@@ -31,13 +32,23 @@ struct StreamWindow {
   std::vector<Candidate> candidates;
   Window w;
   bool active = false;
+  // Set when the last call of a plan was deferred. The plan runs at the next call or sync
+  // point, not inside the completing call: only then have the caller's argument temporaries
+  // died, so reference counts tell which intermediates the user really still holds.
+  std::optional<Candidate> ready;
   std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
 };
+
+void settle_quietly(StreamWindow& sw);
 
 struct ThreadState {
   uint64_t version = ~0ull;
   std::shared_ptr<const PlanTable::Snapshot> snap;
   std::vector<std::unique_ptr<StreamWindow>> windows;
+  // A thread that ends with deferred work (handed to another thread, say) completes it first.
+  ~ThreadState() {
+    for (auto& w : windows) settle_quietly(*w);
+  }
 };
 thread_local ThreadState t_state;
 
@@ -82,6 +93,7 @@ void clear(StreamWindow& sw) {
   sw.w.outputs.clear();
   sw.w.externals.clear();
   sw.candidates.clear();
+  sw.ready.reset();
   sw.keep.reset();
   sw.active = false;
 }
@@ -133,13 +145,14 @@ void record_sample(Plan& p, bool via_plan, double us) {
   p.state = fused < eager ? PlanState::active : PlanState::rejected;
 }
 
-void complete(StreamWindow& sw, Candidate& cand) {
+void complete(StreamWindow& sw) {
+  Candidate cand = std::move(*sw.ready);
+  sw.ready.reset();
   Plan& plan = *cand.plan;
   auto& ctr = matcher_counters();
   ctr.completions.fetch_add(1, std::memory_order_relaxed);
   // Which outputs can the user still observe? Everything the user holds beyond the window's
-  // own references, and the last call's outputs (about to be returned).
-  std::vector<int> refs_in_window(0);
+  // own references, and the last call's outputs (the sequence's results).
   std::vector<std::pair<int, int>> needed;
   const size_t n = sw.w.calls.size();
   for (size_t j = 0; j < n; ++j) {
@@ -229,6 +242,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
   if (!any_plan && t_state.windows.empty()) return std::nullopt;
   StreamWindow& sw = window_for(stream);
+  if (sw.ready) complete(sw);
   for (const Tensor& in : call.inputs)
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
   const uint64_t h = call.attrs.hash();
@@ -260,22 +274,37 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   const size_t len = sw.w.calls.size();
   for (Candidate& c : sw.candidates) {
     if (c.plan->ops.size() == len) {
-      Candidate done = c;
-      complete(sw, done);
+      sw.ready = c;
       break;
     }
   }
   return outs;
 }
 
+// A sync point: a complete window runs its plan; an incomplete one is flushed eagerly.
+void settle(StreamWindow& sw) {
+  if (sw.ready) complete(sw);
+  if (sw.active) flush(sw, matcher_counters().flush_sync);
+}
+
+namespace {
+void settle_quietly(StreamWindow& sw) {
+  try {
+    settle(sw);
+  } catch (...) {
+    // Thread exit: nowhere to report; the values stay without storage and any later use
+    // of them fails loudly instead of reading garbage.
+  }
+}
+}  // namespace
+
 void flush_for(const TensorImpl& t) {
   for (auto& w : t_state.windows)
-    if (t.pending == w.get()) flush(*w, matcher_counters().flush_sync);
+    if (t.pending == w.get()) settle(*w);
 }
 
 void flush_all() {
-  for (auto& w : t_state.windows)
-    if (w->active) flush(*w, matcher_counters().flush_sync);
+  for (auto& w : t_state.windows) settle(*w);
 }
 
 }  // namespace livefuse::matcher

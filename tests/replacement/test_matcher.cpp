@@ -1,0 +1,173 @@
+// Matcher mechanics with a hand-made plan (fusion itself is tested elsewhere).
+#include "runtime/plan.hpp"
+#include "test_plan_util.hpp"
+
+namespace lf = livefuse;
+
+namespace {
+const lf::Device cpu = lf::Device::cpu();
+
+// Temporaries die as soon as the next op has them: nothing but the result escapes.
+lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) { return lf::add(lf::tanh(lf::mul(x, w)), x); }
+
+struct Fixture {
+  Fixture() {
+    lf::Config c = lf::config();
+    c.mode = lf::Mode::on;
+    lf::set_config_for_testing(c);
+    lf::PlanTable::get().clear_for_testing();
+  }
+  ~Fixture() { lf::PlanTable::get().clear_for_testing(); }
+};
+
+std::vector<double> eager_block(const lf::Tensor& x, const lf::Tensor& w) {
+  std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), out(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) out[i] = std::tanh(float(xs[i] * ws[i % ws.size()])) + xs[i];
+  return out;
+}
+}  // namespace
+
+TEST_CASE("matcher: a matching sequence is deferred, then served by the plan") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({4, 8}, 1, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({8}, 2, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  REQUIRE(plan->ops.size() == 3);
+  CHECK(plan->n_external == 2);
+  plan->state = lf::PlanState::active;
+  lf::PlanTable::get().publish(plan);
+  const uint64_t served0 = lf::matcher_counters().served;
+  for (int it = 0; it < 3; ++it) {
+    lf::Tensor x2 = lf::rand_uniform({4, 8}, 10 + it, -1, 1, lf::DType::f32, cpu);
+    lf::Tensor y = block(x2, w);
+    CHECK(lftest::allclose(y.to_doubles(), eager_block(x2, w), 1e-5, 1e-6));
+  }
+  CHECK(plan->runs == 3);
+  CHECK(plan->hits == 3);
+  CHECK(lf::matcher_counters().served - served0 == 9);
+}
+
+TEST_CASE("matcher: divergence and sync points flush deferred calls eagerly, in order") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({16}, 3, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({16}, 4, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::active;
+  lf::PlanTable::get().publish(plan);
+
+  // Diverges after two ops: mul, tanh, then sub instead of add.
+  const uint64_t div0 = lf::matcher_counters().flush_divergent;
+  lf::Tensor a = lf::mul(x, w);
+  lf::Tensor b = lf::tanh(a);
+  CHECK(b.impl()->pending != nullptr);
+  lf::Tensor c = lf::sub(b, x);
+  CHECK(lf::matcher_counters().flush_divergent - div0 == 1);
+  std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), cs = c.to_doubles(), as = a.to_doubles();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CHECK(as[i] == doctest::Approx(float(xs[i] * ws[i])));
+    CHECK(cs[i] == doctest::Approx(std::tanh(float(xs[i] * ws[i])) - xs[i]).epsilon(1e-5));
+  }
+  CHECK(plan->runs == 0);
+
+  // data_ptr() in the middle of the window is a sync point.
+  const uint64_t sync0 = lf::matcher_counters().flush_sync;
+  lf::Tensor a2 = lf::mul(x, w);
+  CHECK(a2.impl()->pending != nullptr);
+  const float* p = static_cast<const float*>(a2.data_ptr());
+  CHECK(p[3] == doctest::Approx(float(xs[3] * ws[3])));
+  CHECK(lf::matcher_counters().flush_sync - sync0 == 1);
+  CHECK(a2.impl()->pending == nullptr);
+}
+
+TEST_CASE("matcher: an escaping intermediate the plan does not write is never lost") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({32}, 5, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({32}, 6, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::active;
+  plan->hidden_op = 1;  // the tanh output lives only in "registers"
+  lf::PlanTable::get().publish(plan);
+  const uint64_t esc0 = lf::matcher_counters().flush_escaped;
+  // Held by the user: must be served eagerly.
+  lf::Tensor a = lf::mul(x, w);
+  lf::Tensor b = lf::tanh(a);
+  lf::Tensor c = lf::add(b, x);
+  lf::synchronize(cpu);  // plans run at the next call or sync point, once temporaries died
+  CHECK(lf::matcher_counters().flush_escaped - esc0 == 1);
+  CHECK(plan->runs == 0);
+  std::vector<double> bs = b.to_doubles(), as = a.to_doubles();
+  for (size_t i = 0; i < bs.size(); ++i) CHECK(bs[i] == doctest::Approx(std::tanh(float(as[i]))));
+  // Not held: served by the plan.
+  lf::Tensor y = block(x, w);
+  lf::synchronize(cpu);
+  CHECK(plan->runs == 1);
+  CHECK(lftest::allclose(y.to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+}
+
+TEST_CASE("matcher: a failing plan is marked failed and the window runs eagerly") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({8}, 7, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({8}, 8, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::active;
+  plan->fail_next = true;
+  lf::PlanTable::get().publish(plan);
+  lf::Tensor y = block(x, w);
+  lf::synchronize(cpu);
+  CHECK(plan->state == lf::PlanState::failed);
+  CHECK(plan->last_reason.find("injected failure") != std::string::npos);
+  CHECK(lftest::allclose(y.to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+  lf::Tensor y2 = block(x, w);  // a failed plan no longer matches
+  CHECK(plan->runs == 1);
+  CHECK(lftest::allclose(y2.to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+}
+
+TEST_CASE("matcher: an error in the middle of a deferred window loses nothing") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({8}, 9, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({8}, 10, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::active;
+  lf::PlanTable::get().publish(plan);
+  lf::Tensor a = lf::mul(x, w);
+  lf::Tensor b = lf::tanh(a);
+  CHECK_THROWS_AS((void)lf::add(b, lf::rand_uniform({3}, 1, -1, 1, lf::DType::f32, cpu)), lf::Error);
+  lf::Tensor c = lf::add(b, x);  // the window goes on after the bad call
+  lf::synchronize(cpu);
+  CHECK(plan->runs == 1);
+  CHECK(lftest::allclose(c.to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+  std::vector<double> as = a.to_doubles(), xs = x.to_doubles(), ws = w.to_doubles();
+  for (size_t i = 0; i < as.size(); ++i) CHECK(as[i] == doctest::Approx(float(xs[i] * ws[i])));
+}
+
+TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one with numbers") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({64}, 11, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({64}, 12, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::sampling;
+  lf::PlanTable::get().publish(plan);
+  for (int i = 0; i < 12; ++i) (void)block(x, w).to_doubles();
+  // The recording plan does the same work as eager, so either verdict is possible, but one
+  // must have been reached with the timings in the reason.
+  CHECK(plan->state != lf::PlanState::sampling);
+  CHECK(plan->last_reason.find("sampled: plan") != std::string::npos);
+  CHECK(plan->sampled_plan_us.size() >= 5);
+  CHECK(plan->sampled_eager_us.size() >= 5);
+}
+
+TEST_CASE("matcher: LIVEFUSE=off never defers") {
+  Fixture f;
+  lf::Tensor x = lf::rand_uniform({8}, 13, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({8}, 14, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::active;
+  lf::PlanTable::get().publish(plan);
+  lf::Config c = lf::config();
+  c.mode = lf::Mode::off;
+  lf::set_config_for_testing(c);
+  lf::Tensor a = lf::mul(x, w);
+  CHECK(a.impl()->pending == nullptr);
+  (void)block(x, w);
+  CHECK(plan->runs == 0);
+}

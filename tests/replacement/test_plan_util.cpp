@@ -1,0 +1,57 @@
+#include "test_plan_util.hpp"
+
+#include <map>
+
+#include "runtime/trace_sink.hpp"
+
+namespace lftest {
+
+namespace {
+// Captures the wiring of the calls `body` makes through a temporary trace sink.
+class Recorder : public livefuse::TraceSink {
+ public:
+  void on_call(const livefuse::OpCall& c, std::span<const livefuse::Tensor> outs, uint32_t) override {
+    livefuse::PlanOp op;
+    op.op = c.op;
+    op.attrs_hash = c.attrs.hash();
+    for (const livefuse::Tensor& t : c.inputs) {
+      op.in_dtypes.push_back(t.dtype());
+      op.in_ranks.push_back(static_cast<int8_t>(t.rank()));
+      livefuse::PlanInput in;
+      auto it = produced.find(t.id());
+      if (it != produced.end()) {
+        in.op = it->second.first;
+        in.out = it->second.second;
+      } else {
+        auto [e, fresh] = slots.emplace(t.id(), static_cast<int>(slots.size()));
+        in.slot = e->second;
+      }
+      op.inputs.push_back(in);
+    }
+    for (size_t k = 0; k < outs.size(); ++k) produced[outs[k].id()] = {static_cast<int>(ops.size()), static_cast<int>(k)};
+    ops.push_back(op);
+  }
+  void on_release(livefuse::ValueId) override {}
+  void on_sync(uint32_t) override {}
+  std::vector<livefuse::PlanOp> ops;
+  std::map<livefuse::ValueId, std::pair<int, int>> produced;
+  std::map<livefuse::ValueId, int> slots;
+};
+}  // namespace
+
+std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body) {
+  Recorder rec;
+  livefuse::TraceSink* prev = livefuse::trace_sink();
+  livefuse::set_trace_sink(&rec);
+  body();
+  livefuse::set_trace_sink(prev);
+  auto p = std::make_shared<RecordingPlan>();
+  static uint64_t next_id = 1000;
+  p->id = next_id++;
+  p->name = "recorded";
+  p->ops = rec.ops;
+  p->n_external = static_cast<int>(rec.slots.size());
+  return p;
+}
+
+}  // namespace lftest
