@@ -1,0 +1,19 @@
+#pragma once
+// OpCall -> plan translation for each op family (host code, g++): the .cu launchers only see
+// plain plans, so nvcc never parses the runtime's headers.
+#include <cuda_runtime_api.h>
+
+#include <span>
+
+#include "livefuse/error.hpp"
+#include "runtime/op_call.hpp"
+
+namespace livefuse::cuda {
+
+void run_elementwise(const OpCall& call, const Tensor& out, cudaStream_t s);
+void run_reduction(const OpCall& call, const Tensor& out, cudaStream_t s);
+void run_normalization(const OpCall& call, const Tensor& out, cudaStream_t s);
+void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s);
+void run_embedding(const OpCall& call, const Tensor& out, cudaStream_t s);
+
+}  // namespace livefuse::cuda

@@ -1,0 +1,189 @@
+// Reductions over one dim. Two shapes of work:
+//  * row: the reduced dim is contiguous (stride 1) and long enough: a warp (or, for long rows,
+//    a whole block) per output, coalesced reads, shuffle reduction.
+//  * col: anything else (typically reducing a leading dim): 32 consecutive outputs per block
+//    along x, the reduced dim split over 8 y-threads, combined through shared memory.
+// Reducers are templated on accumulator type only; storage dtypes are a runtime switch.
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/launch_util.hpp"
+#include "kernels/cuda/offset_calc.cuh"
+#include "kernels/cuda/reduce.hpp"
+#include "kernels/cuda/warp.cuh"
+
+namespace livefuse::cuda {
+namespace {
+
+template <class Acc>
+__device__ __forceinline__ Acc lowest() {
+  if constexpr (sizeof(Acc) == 4) {
+    return -__int_as_float(0x7f800000);  // -inf
+  } else {
+    return static_cast<Acc>(INT64_MIN);
+  }
+}
+
+template <class Acc>
+struct SumR {
+  using State = Acc;
+  __device__ static State init() { return Acc(0); }
+  __device__ static State make(Acc v, int64_t) { return v; }
+  __device__ static State combine(State a, State b) { return a + b; }
+  __device__ static State shfl(State a, int o) { return __shfl_xor_sync(kFullMask, a, o); }
+};
+
+template <class Acc>
+struct MaxR {
+  using State = Acc;
+  __device__ static State init() { return lowest<Acc>(); }
+  __device__ static State make(Acc v, int64_t) { return v; }
+  __device__ static State combine(State a, State b) { return lf_max(a, b); }  // NaN wins
+  __device__ static State shfl(State a, int o) { return __shfl_xor_sync(kFullMask, a, o); }
+};
+
+// First index of the maximum; a NaN counts as the maximum (as in torch.argmax).
+template <class Acc>
+struct ArgMaxR {
+  struct State {
+    Acc v;
+    int64_t i;
+  };
+  __device__ static State init() { return {lowest<Acc>(), INT64_MAX}; }
+  __device__ static State make(Acc v, int64_t i) { return {v, i}; }
+  __device__ static State combine(State a, State b) {
+    const bool an = a.v != a.v, bn = b.v != b.v;
+    bool take_a;
+    if (an || bn) {
+      take_a = an && (!bn || a.i < b.i);
+    } else {
+      take_a = a.v > b.v || (a.v == b.v && a.i < b.i);
+    }
+    return take_a ? a : b;
+  }
+  __device__ static State shfl(State a, int o) {
+    return {__shfl_xor_sync(kFullMask, a.v, o), __shfl_xor_sync(kFullMask, a.i, o)};
+  }
+};
+
+struct ReduceArgs {
+  const void* in;
+  void* out;
+  DType in_dt, out_dt;
+  bool mean;
+  int64_t n_out, r, r_stride;
+  OffsetCalc<int64_t, 1> oc;
+};
+
+template <class R, class Acc>
+__device__ __forceinline__ void store_result(const ReduceArgs& a, int64_t o, typename R::State st) {
+  if constexpr (sizeof(typename R::State) > sizeof(Acc)) {  // argmax: the index
+    store_as<int64_t>(a.out, o, a.out_dt, st.i);
+  } else if (a.mean) {
+    store_as<Acc>(a.out, o, a.out_dt, st / static_cast<Acc>(a.r));
+  } else {
+    store_as<Acc>(a.out, o, a.out_dt, st);
+  }
+}
+
+// `group` threads (32, or blockDim.x for long rows) per output.
+template <class R, class Acc>
+__global__ void __launch_bounds__(256) reduce_row_kernel(const ReduceArgs a, int group) {
+  using State = typename R::State;
+  __shared__ State smem[32];
+  const int lane = threadIdx.x % group;
+  const int groups = blockDim.x / group;
+  for (int64_t o = int64_t{blockIdx.x} * groups + threadIdx.x / group; o < a.n_out;
+       o += int64_t{gridDim.x} * groups) {
+    int64_t base[1];
+    a.oc.get(o, base);
+    State st = R::init();
+    for (int64_t j = lane; j < a.r; j += group)
+      st = R::combine(st, R::make(load_as<Acc>(a.in, base[0] + j, a.in_dt), j));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) st = R::combine(st, R::shfl(st, off));
+    if (group > 32) {  // block mode: one output per block, combine the warps
+      const int warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+      if (threadIdx.x % 32 == 0) smem[warp] = st;
+      __syncthreads();
+      if (warp == 0) {
+        st = threadIdx.x < nwarps ? smem[threadIdx.x] : R::init();
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) st = R::combine(st, R::shfl(st, off));
+      }
+      __syncthreads();
+    }
+    if (lane == 0) store_result<R, Acc>(a, o, st);
+  }
+}
+
+constexpr int kColX = 32, kColY = 8;
+
+template <class R, class Acc>
+__global__ void __launch_bounds__(kColX * kColY) reduce_col_kernel(const ReduceArgs a) {
+  using State = typename R::State;
+  __shared__ State smem[kColY][kColX];
+  const int64_t o = int64_t{blockIdx.x} * kColX + threadIdx.x;
+  State st = R::init();
+  if (o < a.n_out) {
+    int64_t base[1];
+    a.oc.get(o, base);
+    for (int64_t j = threadIdx.y; j < a.r; j += kColY)
+      st = R::combine(st, R::make(load_as<Acc>(a.in, base[0] + j * a.r_stride, a.in_dt), j));
+  }
+  smem[threadIdx.y][threadIdx.x] = st;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < a.n_out) {
+#pragma unroll
+    for (int y = 1; y < kColY; ++y) st = R::combine(st, smem[y][threadIdx.x]);
+    store_result<R, Acc>(a, o, st);
+  }
+}
+
+template <class R, class Acc>
+void launch(const ReducePlan& p, const ReduceArgs& a, cudaStream_t s) {
+  if (p.r_stride == 1 && p.r >= 32) {
+    // Long rows with few outputs get a block each; otherwise a warp each.
+    const bool block_mode = p.r >= 4096 && p.n_out < int64_t{current_device_info().sm_count} * 8;
+    const int group = block_mode ? 256 : 32;
+    const int64_t blocks = (p.n_out + (256 / group) - 1) / (256 / group);
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, 1 << 30));
+    reduce_row_kernel<R, Acc><<<grid, 256, 0, s>>>(a, group);
+    LF_CUDA_LAUNCH_CHECK("reduce_row_kernel");
+  } else {
+    const int64_t blocks = (p.n_out + kColX - 1) / kColX;
+    LF_ASSERT(blocks < (int64_t{1} << 31), "too many outputs for reduce_col_kernel");
+    reduce_col_kernel<R, Acc><<<static_cast<unsigned>(blocks), dim3(kColX, kColY), 0, s>>>(a);
+    LF_CUDA_LAUNCH_CHECK("reduce_col_kernel");
+  }
+}
+
+}  // namespace
+
+void launch_reduce(const ReducePlan& p, cudaStream_t s) {
+  if (p.n_out == 0) return;
+  ReduceArgs a{};
+  a.in = p.in;
+  a.out = p.out;
+  a.in_dt = p.in_dtype;
+  a.out_dt = p.out_dtype;
+  a.mean = p.kind == ReduceKind::mean;
+  a.n_out = p.n_out;
+  a.r = p.r;
+  a.r_stride = p.r_stride;
+  a.oc = OffsetCalc<int64_t, 1>::make(p.outer, 0);
+  switch (p.kind) {
+    case ReduceKind::sum:
+    case ReduceKind::mean:
+      return p.int_acc ? launch<SumR<int64_t>, int64_t>(p, a, s) : launch<SumR<float>, float>(p, a, s);
+    case ReduceKind::max:
+      return p.int_acc ? launch<MaxR<int64_t>, int64_t>(p, a, s) : launch<MaxR<float>, float>(p, a, s);
+    case ReduceKind::argmax:
+      return p.int_acc ? launch<ArgMaxR<int64_t>, int64_t>(p, a, s)
+                       : launch<ArgMaxR<float>, float>(p, a, s);
+  }
+}
+
+}  // namespace livefuse::cuda

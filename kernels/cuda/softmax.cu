@@ -1,0 +1,104 @@
+// softmax(x * scale + mask) over the last dim, numerically stable.
+// One read pass computes the row's max and sum together (online softmax: the running sum is
+// rescaled when the max grows), a second pass writes exp(z - max) / sum. The second read
+// usually hits L2/L1. Rows that are entirely -inf give NaN, as in PyTorch.
+#include "kernels/cuda/rowwise.cuh"
+
+namespace livefuse::cuda {
+namespace {
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ void ms_add(MaxSum& a, float z) {
+  if (z > a.m) {
+    a.s = a.s * lf_exp(a.m - z) + 1.0f;
+    a.m = z;
+  } else if (!(z == kNegInf && a.m == kNegInf)) {  // NaN falls through and poisons s
+    a.s += lf_exp(z - a.m);
+  }
+}
+
+__device__ __forceinline__ MaxSum ms_combine(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == kNegInf) return {m, a.s + b.s};
+  return {m, a.s * lf_exp(a.m - m) + b.s * lf_exp(b.m - m)};
+}
+
+__device__ __forceinline__ MaxSum group_max_sum(MaxSum v, int group, MaxSum* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = ms_combine(v, {__shfl_xor_sync(kFullMask, v.m, o), __shfl_xor_sync(kFullMask, v.s, o)});
+  if (group == 32) return v;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? smem[lane] : MaxSum{kNegInf, 0.0f};
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = ms_combine(v, {__shfl_xor_sync(kFullMask, v.m, o), __shfl_xor_sync(kFullMask, v.s, o)});
+  __syncthreads();
+  return v;
+}
+
+template <class S, int V>
+__global__ void __launch_bounds__(kRowThreads) softmax_kernel(const RowArgs a) {
+  __shared__ MaxSum smem[32];
+  const int lane = threadIdx.x % a.group;
+  const int per_block = blockDim.x / a.group;
+  const int64_t chunks = a.n / V;
+  for (int64_t row = int64_t{blockIdx.x} * per_block + threadIdx.x / a.group; row < a.rows;
+       row += int64_t{gridDim.x} * per_block) {
+    int64_t off[2];
+    a.oc.get(row, off);
+    const void* x = elem_ptr<S>(a.x, off[0]);
+    const void* mask = a.mask ? elem_ptr<S>(a.mask, off[1]) : nullptr;
+    MaxSum ms{kNegInf, 0.0f};
+    for (int64_t j = lane; j < chunks; j += a.group) {
+      float v[V], m[V];
+      load_chunk<S, V>(x, a.x_cs, j, v);
+      if (mask) load_chunk<S, V>(mask, a.mask_cs, j, m);
+#pragma unroll
+      for (int t = 0; t < V; ++t) ms_add(ms, v[t] * a.scale + (mask ? m[t] : 0.0f));
+    }
+    ms = group_max_sum(ms, a.group, smem);
+    const float inv = 1.0f / ms.s;
+    void* out = static_cast<typename S::Bits*>(a.out) + row * a.n;
+    for (int64_t j = lane; j < chunks; j += a.group) {
+      float v[V], m[V];
+      load_chunk<S, V>(x, a.x_cs, j, v);
+      if (mask) load_chunk<S, V>(mask, a.mask_cs, j, m);
+#pragma unroll
+      for (int t = 0; t < V; ++t) v[t] = lf_exp(v[t] * a.scale + (mask ? m[t] : 0.0f) - ms.m) * inv;
+      store_chunk<S, V>(out, j, v);
+    }
+  }
+}
+
+template <class S>
+void launch(const RowPlan& p, cudaStream_t s) {
+  constexpr int kV = Vec16<typename S::Bits>::kN;
+  bool vec = false;
+  RowArgs a = make_row_args(p, kV, &vec);
+  if (vec) {
+    const unsigned grid = row_grid(a, p.n / kV);
+    softmax_kernel<S, kV><<<grid, kRowThreads, 0, s>>>(a);
+  } else {
+    const unsigned grid = row_grid(a, p.n);
+    softmax_kernel<S, 1><<<grid, kRowThreads, 0, s>>>(a);
+  }
+  LF_CUDA_LAUNCH_CHECK("softmax_kernel");
+}
+
+}  // namespace
+
+void launch_softmax(const RowPlan& p, cudaStream_t s) {
+  if (p.rows == 0 || p.n == 0) return;
+  LF_ASSERT(!p.mask.ptr || p.mask.dtype == p.dtype, "softmax mask dtype differs from x");
+  with_float_storage(p.dtype, [&](auto st) { launch<decltype(st)>(p, s); });
+}
+
+}  // namespace livefuse::cuda
