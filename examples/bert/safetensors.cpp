@@ -100,7 +100,9 @@ File File::open(const std::string& path) {
   f.read(reinterpret_cast<char*>(len_bytes), 8);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n > kMaxHeader) fail(path, detail::concat("header length ", n, " exceeds the 100 MiB limit"));
+  if (n > kMaxHeader)
+    fail(path, detail::concat("header length ", n,
+                              " exceeds the 100 MiB limit (not a safetensors file?)"));
   if (n > file_size - 8)
     fail(path, detail::concat("header length ", n, " is past the end of the file (", file_size,
                               " bytes): truncated or not safetensors"));

@@ -52,6 +52,12 @@ int run(const lfb::BertArgs& args) {
   LF_CHECK(!device.is_cuda() || cuda_available(), "livefuse-bert",
            "--device ", args.device, ": no usable CUDA device (CPU-only build, or no GPU)");
   const DType dtype = parse_dtype(args.dtype);
+  // Fail before minutes of loading and timing, not after, when an output cannot be written.
+  for (const std::string& path : {args.out, args.json}) {
+    if (path.empty()) continue;
+    std::ofstream probe(path, std::ios::app);
+    LF_CHECK(probe.good(), "livefuse-bert", path, ": cannot open for writing");
+  }
 
   // Model.
   const auto t_load = std::chrono::steady_clock::now();
