@@ -1,0 +1,101 @@
+#if LIVEFUSE_HAS_CUDA
+#include "graphs/cuda_graph.hpp"
+
+#include "runtime/cuda_check.hpp"
+
+namespace livefuse::graphs {
+
+CudaGraph::~CudaGraph() {
+  if (g_) (void)cudaGraphDestroy(g_);
+}
+CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
+  if (this != &o) {
+    if (g_) (void)cudaGraphDestroy(g_);
+    g_ = o.g_;
+    o.g_ = nullptr;
+  }
+  return *this;
+}
+size_t CudaGraph::node_count() const {
+  size_t n = 0;
+  LF_CUDA_CHECK(cudaGraphGetNodes(g_, nullptr, &n));
+  return n;
+}
+
+CudaGraphExec::CudaGraphExec(const CudaGraph& g) {
+  LF_CUDA_CHECK(cudaGraphInstantiate(&e_, g.get(), 0));
+}
+CudaGraphExec::~CudaGraphExec() {
+  if (e_) (void)cudaGraphExecDestroy(e_);
+}
+CudaGraphExec& CudaGraphExec::operator=(CudaGraphExec&& o) noexcept {
+  if (this != &o) {
+    if (e_) (void)cudaGraphExecDestroy(e_);
+    e_ = o.e_;
+    o.e_ = nullptr;
+  }
+  return *this;
+}
+bool CudaGraphExec::update(const CudaGraph& g) {
+  cudaGraphExecUpdateResultInfo info{};
+  const cudaError_t e = cudaGraphExecUpdate(e_, g.get(), &info);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return info.result == cudaGraphExecUpdateSuccess;
+}
+void CudaGraphExec::launch(cudaStream_t s) const { LF_CUDA_CHECK(cudaGraphLaunch(e_, s)); }
+
+CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
+  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    enqueue();
+  } catch (...) {
+    cudaGraph_t g = nullptr;
+    (void)cudaStreamEndCapture(stream, &g);
+    if (g) (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t g = nullptr;
+  LF_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  return CudaGraph(g);
+}
+
+const CudaGraphExec& GraphCache::get_or_build(uint64_t key, cudaStream_t stream,
+                                              const std::function<void()>& enqueue, size_t* nodes) {
+  if (auto it = map_.find(key); it != map_.end()) {
+    ++ctr_.hits;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    if (nodes) *nodes = it->second->nodes;
+    return it->second->exec;
+  }
+  ++ctr_.misses;
+  CudaGraph g = capture(stream, enqueue);
+  const size_t n = g.node_count();
+  if (map_.size() >= cap_) {
+    // Full: recycle the least recently used exec for the new key.
+    auto victim = std::prev(lru_.end());
+    map_.erase(victim->key);
+    ++ctr_.evictions;
+    if (victim->exec.update(g)) {
+      ++ctr_.updates;
+    } else {
+      victim->exec = CudaGraphExec(g);
+      ++ctr_.instantiations;
+    }
+    victim->key = key;
+    victim->nodes = n;
+    lru_.splice(lru_.begin(), lru_, victim);
+  } else {
+    lru_.push_front(Entry{key, CudaGraphExec(g), n});
+    ++ctr_.instantiations;
+  }
+  map_[key] = lru_.begin();
+  if (nodes) *nodes = n;
+  return lru_.front().exec;
+}
+
+}  // namespace livefuse::graphs
+#endif

@@ -1,0 +1,82 @@
+#pragma once
+// Thin RAII wrappers over CUDA Graphs, and a bounded cache of instantiated graphs.
+// Only built with CUDA; plans without CUDA replay their step lists directly.
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <unordered_map>
+
+namespace livefuse::graphs {
+
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  explicit CudaGraph(cudaGraph_t g) : g_(g) {}
+  ~CudaGraph();
+  CudaGraph(CudaGraph&& o) noexcept : g_(o.g_) { o.g_ = nullptr; }
+  CudaGraph& operator=(CudaGraph&& o) noexcept;
+  CudaGraph(const CudaGraph&) = delete;
+  cudaGraph_t get() const { return g_; }
+  size_t node_count() const;
+
+ private:
+  cudaGraph_t g_ = nullptr;
+};
+
+class CudaGraphExec {
+ public:
+  CudaGraphExec() = default;
+  explicit CudaGraphExec(const CudaGraph& g);  // instantiate
+  ~CudaGraphExec();
+  CudaGraphExec(CudaGraphExec&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  CudaGraphExec& operator=(CudaGraphExec&& o) noexcept;
+  CudaGraphExec(const CudaGraphExec&) = delete;
+  // In-place update to a graph of the same topology (new kernel arguments / pointers).
+  // Returns false when CUDA refuses (topology changed): re-instantiate then.
+  bool update(const CudaGraph& g);
+  void launch(cudaStream_t s) const;
+  cudaGraphExec_t get() const { return e_; }
+
+ private:
+  cudaGraphExec_t e_ = nullptr;
+};
+
+// Captures the work `enqueue` puts on `stream` (thread-local capture mode, so other threads'
+// CUDA calls are not affected). On an exception the capture is ended and the error rethrown.
+CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue);
+
+struct GraphCacheCounters {
+  uint64_t hits = 0, misses = 0, updates = 0, instantiations = 0, evictions = 0;
+};
+
+// Instantiated graphs of one plan, keyed by what their nodes baked in (shapes, pointers).
+// LRU with a hard cap: a workload that never repeats a key costs updates, never unbounded
+// memory. A miss reuses the least recently used exec through cudaGraphExecUpdate when the
+// cache is full (cheaper than instantiating), else instantiates.
+class GraphCache {
+ public:
+  explicit GraphCache(size_t cap = 16) : cap_(cap) {}
+  // The exec for `key`, building it (capture via `enqueue`, then update or instantiate) on a miss.
+  const CudaGraphExec& get_or_build(uint64_t key, cudaStream_t capture_stream,
+                                    const std::function<void()>& enqueue, size_t* nodes);
+  const GraphCacheCounters& counters() const { return ctr_; }
+  size_t size() const { return map_.size(); }
+
+ private:
+  struct Entry {
+    uint64_t key;
+    CudaGraphExec exec;
+    size_t nodes;
+  };
+  size_t cap_;
+  std::list<Entry> lru_;  // front = most recent
+  std::unordered_map<uint64_t, std::list<Entry>::iterator> map_;
+  GraphCacheCounters ctr_;
+};
+
+}  // namespace livefuse::graphs
+#endif
