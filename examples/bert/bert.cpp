@@ -11,9 +11,12 @@ namespace livefuse::bert {
 
 double dtype_min(DType dtype) {
   switch (dtype) {
-    case DType::f16: return -65504.0;
-    case DType::bf16: return -3.3895313892515355e38;  // -(2 - 2^-7) * 2^127
-    default: return static_cast<double>(std::numeric_limits<float>::lowest());
+    case DType::f16:
+      return -65504.0;
+    case DType::bf16:
+      return -3.3895313892515355e38;  // -(2 - 2^-7) * 2^127
+    default:
+      return static_cast<double>(std::numeric_limits<float>::lowest());
   }
 }
 
@@ -33,9 +36,9 @@ std::vector<std::pair<std::string, Tensor*>> BertModel::slots() {
   for (Tensor* t : {&emb_.word, &emb_.position, &emb_.token_type, &emb_.ln_w, &emb_.ln_b})
     s.emplace_back(specs[k++].name, t);
   for (BertLayer& l : layers_) {
-    for (Tensor* t : {&l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.attn_out_w,
-                      &l.attn_out_b, &l.attn_ln_w, &l.attn_ln_b, &l.inter_w, &l.inter_b,
-                      &l.out_w, &l.out_b, &l.out_ln_w, &l.out_ln_b})
+    for (Tensor* t : {&l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.attn_out_w, &l.attn_out_b,
+                      &l.attn_ln_w, &l.attn_ln_b, &l.inter_w, &l.inter_b, &l.out_w, &l.out_b,
+                      &l.out_ln_w, &l.out_ln_b})
       s.emplace_back(specs[k++].name, t);
   }
   LF_ASSERT(k == specs.size(), "bert parameter slots out of step with param_specs");
@@ -72,8 +75,8 @@ BertModel BertModel::random(const BertConfig& cfg, uint64_t seed, DType dtype, D
   return m;
 }
 
-BertModel BertModel::from_safetensors(const BertConfig& cfg, const std::string& path,
-                                      DType dtype, Device device) {
+BertModel BertModel::from_safetensors(const BertConfig& cfg, const std::string& path, DType dtype,
+                                      Device device) {
   BertModel m(cfg, dtype, device);
   const safetensors::File f = safetensors::File::open(path);
   const std::vector<ParamSpec> specs = param_specs(m.cfg_);
@@ -108,7 +111,7 @@ Tensor BertModel::embed(const Tensor& ids, const Tensor& token_type_ids) const {
   const int64_t seq = ids.dim(1);
   Tensor words = embedding(emb_.word, ids);  // [b, s, h]
   Tensor types = token_type_ids.defined()
-                     ? embedding(emb_.token_type, token_type_ids)                    // [b, s, h]
+                     ? embedding(emb_.token_type, token_type_ids)                      // [b, s, h]
                      : embedding(emb_.token_type, slice(token_type_ids_, 0, 0, seq));  // [s, h]
   Tensor positions = embedding(emb_.position, slice(position_ids_, 0, 0, seq));        // [s, h]
   Tensor e = add(add(words, types), positions);

@@ -50,11 +50,11 @@ struct BertEmbeddings {
 };
 
 struct BertLayer {
-  Tensor q_w, q_b, k_w, k_b, v_w, v_b;         // attention.self.{query,key,value}
-  Tensor attn_out_w, attn_out_b;               // attention.output.dense
-  Tensor attn_ln_w, attn_ln_b;                 // attention.output.LayerNorm
-  Tensor inter_w, inter_b;                     // intermediate.dense
-  Tensor out_w, out_b, out_ln_w, out_ln_b;     // output.dense, output.LayerNorm
+  Tensor q_w, q_b, k_w, k_b, v_w, v_b;      // attention.self.{query,key,value}
+  Tensor attn_out_w, attn_out_b;            // attention.output.dense
+  Tensor attn_ln_w, attn_ln_b;              // attention.output.LayerNorm
+  Tensor inter_w, inter_b;                  // intermediate.dense
+  Tensor out_w, out_b, out_ln_w, out_ln_b;  // output.dense, output.LayerNorm
 };
 
 class BertModel {

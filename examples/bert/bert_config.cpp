@@ -77,9 +77,8 @@ BertConfig BertConfig::from_json_text(const std::string& text, const std::string
              " is not \"bert\"");
   }
   if (j.contains("position_embedding_type")) {
-    LF_CHECK(j["position_embedding_type"] == "absolute", "bert", what,
-             ": position_embedding_type ", j["position_embedding_type"].dump(),
-             " is not supported (absolute only)");
+    LF_CHECK(j["position_embedding_type"] == "absolute", "bert", what, ": position_embedding_type ",
+             j["position_embedding_type"].dump(), " is not supported (absolute only)");
   }
   if (j.contains("is_decoder")) {
     LF_CHECK(j["is_decoder"] == false, "bert", what, ": is_decoder must be false (encoder only)");
@@ -94,7 +93,8 @@ BertConfig BertConfig::from_json_text(const std::string& text, const std::string
       get_int(j, "max_position_embeddings", c.max_position_embeddings, what);
   c.type_vocab_size = get_int(j, "type_vocab_size", c.type_vocab_size, what);
   if (j.contains("layer_norm_eps")) {
-    LF_CHECK(j["layer_norm_eps"].is_number(), "bert", what, ": \"layer_norm_eps\" must be a number");
+    LF_CHECK(j["layer_norm_eps"].is_number(), "bert", what,
+             ": \"layer_norm_eps\" must be a number");
     c.layer_norm_eps = j["layer_norm_eps"].get<double>();
   }
   if (j.contains("hidden_act")) {

@@ -74,8 +74,14 @@ class HeaderParser {
   }
   bool boolean() {
     skip_ws();
-    if (s_.substr(pos_, 4) == "True") { pos_ += 4; return true; }
-    if (s_.substr(pos_, 5) == "False") { pos_ += 5; return false; }
+    if (s_.substr(pos_, 4) == "True") {
+      pos_ += 4;
+      return true;
+    }
+    if (s_.substr(pos_, 5) == "False") {
+      pos_ += 5;
+      return false;
+    }
     fail(what_, "header: fortran_order must be True or False");
   }
   std::vector<int64_t> tuple() {
@@ -83,7 +89,10 @@ class HeaderParser {
     expect('(');
     while (true) {
       skip_ws();
-      if (peek() == ')') { ++pos_; break; }
+      if (peek() == ')') {
+        ++pos_;
+        break;
+      }
       if (peek() < '0' || peek() > '9') fail(what_, "header: shape must be a tuple of integers");
       int64_t v = 0;
       while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
@@ -141,12 +150,28 @@ std::vector<int64_t> Array::to_int64s() const {
   for (int64_t i = 0; i < n; ++i, p += itemsize) {
     int64_t v = 0;
     switch (itemsize) {
-      case 1: v = kind == 'i' ? int64_t{static_cast<int8_t>(*p)} : int64_t{*p}; break;
-      case 2: { int16_t s; uint16_t u; std::memcpy(&s, p, 2); std::memcpy(&u, p, 2);
-                v = kind == 'i' ? s : u; break; }
-      case 4: { int32_t s; uint32_t u; std::memcpy(&s, p, 4); std::memcpy(&u, p, 4);
-                v = kind == 'i' ? s : u; break; }
-      default: std::memcpy(&v, p, 8); break;
+      case 1:
+        v = kind == 'i' ? int64_t{static_cast<int8_t>(*p)} : int64_t{*p};
+        break;
+      case 2: {
+        int16_t s;
+        uint16_t u;
+        std::memcpy(&s, p, 2);
+        std::memcpy(&u, p, 2);
+        v = kind == 'i' ? s : u;
+        break;
+      }
+      case 4: {
+        int32_t s;
+        uint32_t u;
+        std::memcpy(&s, p, 4);
+        std::memcpy(&u, p, 4);
+        v = kind == 'i' ? s : u;
+        break;
+      }
+      default:
+        std::memcpy(&v, p, 8);
+        break;
     }
     out[i] = v;
   }
@@ -204,7 +229,8 @@ Array parse(const std::vector<uint8_t>& b, const std::string& what) {
   for (int64_t d : a.shape) {
     if (d != 0 && count > b.size() / static_cast<size_t>(d)) {
       count = b.size() + 1;
-      for (int64_t z : a.shape) if (z == 0) count = 0;
+      for (int64_t z : a.shape)
+        if (z == 0) count = 0;
       break;
     }
     count *= static_cast<size_t>(d);
@@ -227,8 +253,8 @@ Array read(const std::string& path) {
   return parse(bytes, path);
 }
 
-void write(const std::string& path, const void* data, const std::vector<int64_t>& shape,
-           char kind, int itemsize) {
+void write(const std::string& path, const void* data, const std::vector<int64_t>& shape, char kind,
+           int itemsize) {
   Array probe;
   probe.kind = kind;
   probe.itemsize = itemsize;
@@ -236,8 +262,8 @@ void write(const std::string& path, const void* data, const std::vector<int64_t>
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
   if (shape.size() > 1) dims.resize(dims.size() - 2);  // "(2, 3)"; a 1-tuple keeps "(2,)"
   if (shape.size() == 1) dims.resize(dims.size() - 1);
-  std::string header = "{'descr': '" + probe.descr() + "', 'fortran_order': False, 'shape': (" +
-                       dims + "), }";
+  std::string header =
+      "{'descr': '" + probe.descr() + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Pad so the data starts at a multiple of 64 (what NumPy itself does), ending in '\n'.
   const size_t unpadded = kMagicLen + 2 + 2 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
@@ -269,7 +295,9 @@ void write_tensor(const std::string& path, const Tensor& t) {
   switch (t.dtype()) {
     case DType::f32:
     case DType::f16:
-    case DType::bf16: write_f32(path, t.to_floats(), shape); return;
+    case DType::bf16:
+      write_f32(path, t.to_floats(), shape);
+      return;
     case DType::i32:
     case DType::i64:
     case DType::boolean: {

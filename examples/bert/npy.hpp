@@ -30,8 +30,8 @@ Array read(const std::string& path);
 Array parse(const std::vector<uint8_t>& bytes, const std::string& what);
 
 // Writes `data` (numel * itemsize bytes, C order) with the given element type.
-void write(const std::string& path, const void* data, const std::vector<int64_t>& shape,
-           char kind, int itemsize);
+void write(const std::string& path, const void* data, const std::vector<int64_t>& shape, char kind,
+           int itemsize);
 void write_f32(const std::string& path, const std::vector<float>& v,
                const std::vector<int64_t>& shape);
 // Any Tensor: f32/f16/bf16 are written as float32 (what .npy consumers expect of a model's

@@ -39,12 +39,12 @@ double one_forward_ms(const BertModel& model, const Tensor& ids, const Tensor& m
 
 }  // namespace
 
-Tensor random_input_ids(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed,
-                        Device device) {
+Tensor random_input_ids(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed, Device device) {
   LF_CHECK(batch > 0 && seq > 0 && vocab > 0, "bert", "random ids need positive batch, seq, vocab");
   std::vector<int64_t> ids(static_cast<size_t>(batch * seq));
   uint64_t state = seed;
-  for (int64_t& id : ids) id = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(vocab));
+  for (int64_t& id : ids)
+    id = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(vocab));
   return from_int64s(ids, {batch, seq}, DType::i64, device);
 }
 
@@ -112,14 +112,15 @@ Timing time_forward(const BertModel& model, const Tensor& ids, const Tensor& mas
 }
 
 DemoResult run_bert_demo(const DemoOptions& opt, std::ostream* log) {
-  const std::string preset = !opt.preset.empty() ? opt.preset
+  const std::string preset = !opt.preset.empty()    ? opt.preset
                              : opt.device.is_cuda() ? "base"
                                                     : "tiny";
   DemoResult r;
   r.config = BertConfig::preset(preset);
   const BertModel model = BertModel::random(r.config, opt.seed, opt.dtype, opt.device);
   const int64_t seq = std::min(opt.seq, r.config.max_position_embeddings);
-  const Tensor ids = random_input_ids(opt.batch, seq, r.config.vocab_size, opt.seed + 1, opt.device);
+  const Tensor ids =
+      random_input_ids(opt.batch, seq, r.config.vocab_size, opt.seed + 1, opt.device);
   const Tensor mask = padding_mask(opt.batch, seq, opt.device);
 
   const Tensor out = model.forward(ids, mask);

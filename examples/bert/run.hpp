@@ -18,10 +18,10 @@ Tensor random_input_ids(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed
 Tensor padding_mask(int64_t batch, int64_t seq, Device device);
 
 struct TimingOptions {
-  int warmup = 10;             // at least this many untimed iterations ...
-  double warmup_ms = 1000;     // ... and at least this long (fusion compiles in the background)
+  int warmup = 10;               // at least this many untimed iterations ...
+  double warmup_ms = 1000;       // ... and at least this long (fusion compiles in the background)
   double max_warmup_ms = 30000;  // then until latency stops improving, at most this long
-  int iters = 20;              // timed iterations
+  int iters = 20;                // timed iterations
 };
 
 // Every iteration is forward + synchronize, so a time is the latency of one forward pass.

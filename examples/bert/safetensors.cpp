@@ -51,7 +51,8 @@ TensorInfo parse_entry(const std::string& path, const std::string& key, const js
     bad("\"data_offsets\" must be [begin, end] of non-negative integers");
   t.begin = (*off)[0].get<uint64_t>();
   t.end = (*off)[1].get<uint64_t>();
-  if (t.begin > t.end) bad(detail::concat("data_offsets [", t.begin, ", ", t.end, "] are reversed"));
+  if (t.begin > t.end)
+    bad(detail::concat("data_offsets [", t.begin, ", ", t.end, "] are reversed"));
   if (t.end > data_size)
     bad(detail::concat("data_offsets end ", t.end, " is past the data section (", data_size,
                        " bytes): file truncated?"));
@@ -94,7 +95,8 @@ File File::open(const std::string& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) fail(path, "cannot open file");
   const uint64_t file_size = static_cast<uint64_t>(f.tellg());
-  if (file_size < 8) fail(path, detail::concat("file is ", file_size, " bytes, too short for a header"));
+  if (file_size < 8)
+    fail(path, detail::concat("file is ", file_size, " bytes, too short for a header"));
   f.seekg(0);
   uint8_t len_bytes[8];
   f.read(reinterpret_cast<char*>(len_bytes), 8);
@@ -156,7 +158,10 @@ const TensorInfo& File::info(const std::string& key) const {
   size_t best_len = 0;
   for (const auto& [k, t] : tensors_) {
     const size_t l = std::mismatch(k.begin(), k.end(), key.begin(), key.end()).first - k.begin();
-    if (l > best_len) { best_len = l; best = k; }
+    if (l > best_len) {
+      best_len = l;
+      best = k;
+    }
   }
   fail(path_, detail::concat("missing tensor '", key, "' (", tensors_.size(), " tensors stored",
                              best.empty() ? "" : "; closest: '" + best + "'", ")"));
@@ -179,15 +184,14 @@ std::vector<uint8_t> File::read_bytes(const std::string& key) const {
   return out;
 }
 
-Tensor File::load(const std::string& key, const Shape& expected, DType dtype,
-                  Device device) const {
+Tensor File::load(const std::string& key, const Shape& expected, DType dtype, Device device) const {
   const TensorInfo& t = info(key);
   const std::vector<int64_t> want(expected.begin(), expected.end());
   if (t.shape != want)
-    fail(path_, "tensor '" + key + "' has shape " + shape_str(t.shape) + ", expected " +
-                    shape_str(want));
-  const bool float_src = t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" ||
-                         t.dtype == "F64";
+    fail(path_,
+         "tensor '" + key + "' has shape " + shape_str(t.shape) + ", expected " + shape_str(want));
+  const bool float_src =
+      t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64";
   const bool int_src = t.dtype == "I32" || t.dtype == "I64";
   if (is_floating(dtype) && !float_src)
     fail(path_, "tensor '" + key + "' is " + t.dtype + ", expected a floating dtype");
@@ -226,15 +230,28 @@ void write(const std::string& path, const std::vector<std::pair<std::string, Ten
     LF_CHECK(name != "__metadata__", "safetensors", "a tensor may not be named __metadata__");
     const char* dt = nullptr;
     switch (t.dtype()) {
-      case DType::f32: dt = "F32"; break;
-      case DType::f16: dt = "F16"; break;
-      case DType::bf16: dt = "BF16"; break;
-      case DType::i32: dt = "I32"; break;
-      case DType::i64: dt = "I64"; break;
-      case DType::boolean: dt = "BOOL"; break;
+      case DType::f32:
+        dt = "F32";
+        break;
+      case DType::f16:
+        dt = "F16";
+        break;
+      case DType::bf16:
+        dt = "BF16";
+        break;
+      case DType::i32:
+        dt = "I32";
+        break;
+      case DType::i64:
+        dt = "I64";
+        break;
+      case DType::boolean:
+        dt = "BOOL";
+        break;
     }
     std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    header[name] = {{"dtype", dt}, {"shape", shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
+    header[name] = {
+        {"dtype", dt}, {"shape", shape}, {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
   std::string h = header.dump();

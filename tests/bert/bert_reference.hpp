@@ -56,9 +56,10 @@ inline Vec forward(const livefuse::bert::BertConfig& c, const Params& p,
   Vec h(static_cast<size_t>(n * H));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < H; ++i)
-      h[t * H + i] = P("embeddings.word_embeddings.weight")[ids[t] * H + i] +
-                     P("embeddings.token_type_embeddings.weight")[(types.empty() ? 0 : types[t]) * H + i] +
-                     P("embeddings.position_embeddings.weight")[(t % s) * H + i];
+      h[t * H + i] =
+          P("embeddings.word_embeddings.weight")[ids[t] * H + i] +
+          P("embeddings.token_type_embeddings.weight")[(types.empty() ? 0 : types[t]) * H + i] +
+          P("embeddings.position_embeddings.weight")[(t % s) * H + i];
   layer_norm(h, n, H, P("embeddings.LayerNorm.weight"), P("embeddings.LayerNorm.bias"),
              c.layer_norm_eps);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));

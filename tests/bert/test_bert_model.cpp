@@ -98,8 +98,8 @@ TEST_CASE("bert tiny f32 matches a float64 reference, LIVEFUSE=off") {
   // Explicit token types select rows of token_type_embeddings.
   std::vector<int64_t> types(c.ids.size());
   for (size_t i = 0; i < types.size(); ++i) types[i] = (i / 5) % 2;
-  const auto want_types = bert_ref::forward(c.cfg, bert_ref::params_of(m), c.ids, c.mask, c.b,
-                                            c.s, lf::bert::dtype_min(lf::DType::f32), types);
+  const auto want_types = bert_ref::forward(c.cfg, bert_ref::params_of(m), c.ids, c.mask, c.b, c.s,
+                                            lf::bert::dtype_min(lf::DType::f32), types);
   const lf::Tensor tt = lf::from_int64s(types, {c.b, c.s}, lf::DType::i64, m.device());
   check_close(m.forward(c.ids_t(m.device()), c.mask_t(m.device()), tt).to_doubles(), want_types,
               2e-4, "token types");
@@ -141,19 +141,24 @@ TEST_CASE("bert attention mask: padded tokens do not change the kept ones") {
   std::vector<int64_t> other = c.ids;
   int64_t changed = 0;
   for (size_t i = 0; i < other.size(); ++i)
-    if (c.mask[i] == 0) { other[i] = (other[i] + 17) % c.cfg.vocab_size; ++changed; }
+    if (c.mask[i] == 0) {
+      other[i] = (other[i] + 17) % c.cfg.vocab_size;
+      ++changed;
+    }
   REQUIRE(changed > 0);
   const lf::Tensor mask = c.mask_t(m.device());
   const auto a = m.forward(c.ids_t(m.device()), mask).to_doubles();
-  const auto b = m.forward(lf::from_int64s(other, {c.b, c.s}, lf::DType::i64, m.device()), mask)
-                     .to_doubles();
+  const auto b =
+      m.forward(lf::from_int64s(other, {c.b, c.s}, lf::DType::i64, m.device()), mask).to_doubles();
   const int64_t H = c.cfg.hidden_size;
   bool kept_same = true, padded_differ = false;
   for (size_t t = 0; t < c.mask.size(); ++t)
     for (int64_t i = 0; i < H; ++i) {
       const double d = std::abs(a[t * H + i] - b[t * H + i]);
-      if (c.mask[t]) kept_same = kept_same && d < 1e-5;
-      else padded_differ = padded_differ || d > 1e-3;
+      if (c.mask[t])
+        kept_same = kept_same && d < 1e-5;
+      else
+        padded_differ = padded_differ || d > 1e-3;
     }
   CHECK(kept_same);
   CHECK(padded_differ);
@@ -171,7 +176,8 @@ TEST_CASE("bert weights: safetensors round trip, 'bert.' prefix, missing key, wr
     named.emplace_back("bert." + name, lf::cast(t, lf::DType::f16));
   named.emplace_back("bert.pooler.dense.weight", lf::rand_normal({64, 64}, 3));
   lf::safetensors::write(path, named, {{"format", "pt"}});
-  const BertModel loaded = BertModel::from_safetensors(c.cfg, path, lf::DType::f32, lf::Device::cpu());
+  const BertModel loaded =
+      BertModel::from_safetensors(c.cfg, path, lf::DType::f32, lf::Device::cpu());
   const auto orig = m.named_parameters();
   const auto back = loaded.named_parameters();
   REQUIRE(orig.size() == back.size());
@@ -200,7 +206,8 @@ TEST_CASE("bert weights: safetensors round trip, 'bert.' prefix, missing key, wr
   CHECK_THROWS_WITH_AS(BertModel::from_safetensors(wider, path, lf::DType::f32, lf::Device::cpu()),
                        doctest::Contains("has shape [256, 64], expected [128, 64]"), lf::Error);
   // Unprefixed names load too, exactly.
-  const BertModel exact = BertModel::from_safetensors(c.cfg, path, lf::DType::f32, lf::Device::cpu());
+  const BertModel exact =
+      BertModel::from_safetensors(c.cfg, path, lf::DType::f32, lf::Device::cpu());
   CHECK(exact.forward(c.ids_t(lf::Device::cpu())).to_doubles() ==
         m.forward(c.ids_t(lf::Device::cpu())).to_doubles());
   std::remove(path.c_str());
@@ -218,7 +225,8 @@ TEST_CASE("bert forward rejects malformed inputs") {
                        doctest::Contains("attention_mask"), lf::Error);
   const lf::Tensor long_ids = lf::bert::random_input_ids(1, c.cfg.max_position_embeddings + 1,
                                                          c.cfg.vocab_size, 1, m.device());
-  CHECK_THROWS_WITH_AS(m.forward(long_ids), doctest::Contains("max_position_embeddings"), lf::Error);
+  CHECK_THROWS_WITH_AS(m.forward(long_ids), doctest::Contains("max_position_embeddings"),
+                       lf::Error);
 }
 
 TEST_CASE("bert demo runs the tiny preset on the CPU") {

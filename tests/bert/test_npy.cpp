@@ -62,8 +62,8 @@ TEST_CASE("npy: float32 and integer tensors round trip through files") {
   CHECK(a.to_doubles()[2] == 3.25);
   CHECK(a.to_doubles()[5] == doctest::Approx(-1e-3));
 
-  const lf::Tensor ids = lf::from_int64s({3, 1, 4, 1, 5, 9, 2, 6}, {2, 4}, lf::DType::i32,
-                                         lf::Device::cpu());
+  const lf::Tensor ids =
+      lf::from_int64s({3, 1, 4, 1, 5, 9, 2, 6}, {2, 4}, lf::DType::i32, lf::Device::cpu());
   npy::write_tensor(p, ids);
   const npy::Array b = npy::read(p);
   CHECK(b.descr() == "<i4");
@@ -93,16 +93,16 @@ TEST_CASE("npy: headers as NumPy writes them") {
   CHECK(b.shape == std::vector<int64_t>{3});
   CHECK(b.to_int64s() == std::vector<int64_t>{1, 0, 1});
   // Booleans and a scalar shape ().
-  const npy::Array c = npy::parse(
-      npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (), }", {1}), "c");
+  const npy::Array c =
+      npy::parse(npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (), }", {1}), "c");
   CHECK(c.numel() == 1);
   CHECK(c.to_int64s() == std::vector<int64_t>{1});
   // float16 data goes through livefuse's conversion.
   const std::vector<uint16_t> h = {0x3c00, 0xc000};  // 1.0, -2.0
-  CHECK(npy::parse(npy_bytes("{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }",
-                             bytes_of(h)),
-                   "h")
-            .to_doubles() == std::vector<double>{1.0, -2.0});
+  CHECK(
+      npy::parse(
+          npy_bytes("{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", bytes_of(h)), "h")
+          .to_doubles() == std::vector<double>{1.0, -2.0});
 }
 
 TEST_CASE("npy: malformed and unsupported files fail clearly") {
@@ -123,19 +123,15 @@ TEST_CASE("npy: malformed and unsupported files fail clearly") {
   std::vector<uint8_t> longer = four;
   longer.push_back(0);
   expect_parse_error(npy_bytes(ok_dict, longer), "trailing data");
-  expect_parse_error(
-      npy_bytes("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 2), }", four),
-      "fortran_order");
-  expect_parse_error(
-      npy_bytes("{'descr': '>i8', 'fortran_order': False, 'shape': (2, 2), }", four),
-      "big-endian");
-  expect_parse_error(
-      npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", four),
-      "unsupported dtype '<c8'");
+  expect_parse_error(npy_bytes("{'descr': '<i8', 'fortran_order': True, 'shape': (2, 2), }", four),
+                     "fortran_order");
+  expect_parse_error(npy_bytes("{'descr': '>i8', 'fortran_order': False, 'shape': (2, 2), }", four),
+                     "big-endian");
+  expect_parse_error(npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", four),
+                     "unsupported dtype '<c8'");
   expect_parse_error(npy_bytes("{'descr': '<i8', 'shape': (2, 2), }", four), "lacks one of");
-  expect_parse_error(
-      npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': (2, x), }", four),
-      "tuple of integers");
+  expect_parse_error(npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': (2, x), }", four),
+                     "tuple of integers");
   expect_parse_error(
       npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
                 four),

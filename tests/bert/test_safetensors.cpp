@@ -53,8 +53,7 @@ TEST_CASE("safetensors: writer and reader round trip every dtype") {
   const lf::Tensor i64 = lf::from_int64s({-5, 7, 1ll << 40}, {3}, lf::DType::i64, cpu);
   const lf::Tensor i32 = lf::from_int64s({9, -9}, {1, 2}, lf::DType::i32, cpu);
   const std::string path = tmp_path("roundtrip");
-  st::write(path, {{"a", a}, {"h", h}, {"bf", bf}, {"i64", i64}, {"i32", i32}},
-            {{"format", "pt"}});
+  st::write(path, {{"a", a}, {"h", h}, {"bf", bf}, {"i64", i64}, {"i32", i32}}, {{"format", "pt"}});
 
   const st::File f = st::File::open(path);
   CHECK(f.keys() == std::vector<std::string>{"a", "bf", "h", "i32", "i64"});
@@ -117,23 +116,28 @@ TEST_CASE("safetensors: malformed files fail at open, naming the problem") {
     std::ofstream(p, std::ios::binary) << "abc";
     expect_open_error(p, "too short for a header");
   }
-  expect_open_error(write_raw("len_past_end", entry(good_w), six, 4096), "past the end of the file");
+  expect_open_error(write_raw("len_past_end", entry(good_w), six, 4096),
+                    "past the end of the file");
   expect_open_error(write_raw("len_huge", entry(good_w), six, int64_t{1} << 40), "100 MiB");
   expect_open_error(write_raw("bad_json", "{\"w\": {\"dtype\": ", six), "not valid JSON");
   expect_open_error(write_raw("not_object", "[1, 2, 3]", six), "not a JSON object");
   expect_open_error(
-      write_raw("bad_dtype", entry("\"dtype\": \"F128\", \"shape\": [2, 3], \"data_offsets\": [0, 24]"), six),
+      write_raw("bad_dtype",
+                entry("\"dtype\": \"F128\", \"shape\": [2, 3], \"data_offsets\": [0, 24]"), six),
       "unknown dtype \"F128\"");
   expect_open_error(
-      write_raw("neg_dim", entry("\"dtype\": \"F32\", \"shape\": [-2, 3], \"data_offsets\": [0, 24]"), six),
+      write_raw("neg_dim",
+                entry("\"dtype\": \"F32\", \"shape\": [-2, 3], \"data_offsets\": [0, 24]"), six),
       "negative dimension");
   expect_open_error(write_raw("no_offsets", entry("\"dtype\": \"F32\", \"shape\": [2, 3]"), six),
                     "data_offsets");
   expect_open_error(
-      write_raw("span", entry("\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 24]"), six),
+      write_raw("span", entry("\"dtype\": \"F32\", \"shape\": [2, 2], \"data_offsets\": [0, 24]"),
+                six),
       "span 24 bytes but F32[2, 2] needs 16");
   expect_open_error(
-      write_raw("reversed", entry("\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 4]"), six),
+      write_raw("reversed", entry("\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 4]"),
+                six),
       "reversed");
   // Truncated: the header promises 24 bytes, the file holds 12.
   expect_open_error(write_raw("truncated", entry(good_w), f32_bytes({1, 2, 3})), "file truncated?");
@@ -142,10 +146,11 @@ TEST_CASE("safetensors: malformed files fail at open, naming the problem") {
                 f32_bytes({1, 2, 3})),
       "end 24 is past the data section (12 bytes)");
   // A shape whose byte count would wrap around 2^64 is still caught.
-  expect_open_error(
-      write_raw("wrap", entry("\"dtype\": \"F32\", \"shape\": [4611686018427387904, 4], "
-                              "\"data_offsets\": [0, 0]"), six),
-      "needs more bytes than the data section");
+  expect_open_error(write_raw("wrap",
+                              entry("\"dtype\": \"F32\", \"shape\": [4611686018427387904, 4], "
+                                    "\"data_offsets\": [0, 0]"),
+                              six),
+                    "needs more bytes than the data section");
   expect_open_error(
       write_raw("overlap",
                 "{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]},"

@@ -64,7 +64,9 @@ BertArgs parse_bert_args(const std::vector<std::string>& argv) {
       {"--weights", [&](const std::string& v) { a.weights = v; }},
       {"--config", [&](const std::string& v) { a.config = v; }},
       {"--random",
-       [&](const std::string& v) { a.random_seed = parse_number<uint64_t>("--random", v, 0, UINT64_MAX); }},
+       [&](const std::string& v) {
+         a.random_seed = parse_number<uint64_t>("--random", v, 0, UINT64_MAX);
+       }},
       {"--preset",
        [&](const std::string& v) {
          if (v != "tiny" && v != "base" && v != "large")
@@ -72,8 +74,10 @@ BertArgs parse_bert_args(const std::vector<std::string>& argv) {
          a.preset = v;
          a.preset_given = true;
        }},
-      {"--batch", [&](const std::string& v) { a.batch = parse_number<int64_t>("--batch", v, 1, 1 << 20); }},
-      {"--seq", [&](const std::string& v) { a.seq = parse_number<int64_t>("--seq", v, 1, 1 << 20); }},
+      {"--batch",
+       [&](const std::string& v) { a.batch = parse_number<int64_t>("--batch", v, 1, 1 << 20); }},
+      {"--seq",
+       [&](const std::string& v) { a.seq = parse_number<int64_t>("--seq", v, 1, 1 << 20); }},
       {"--dtype",
        [&](const std::string& v) {
          if (v != "f32" && v != "f16" && v != "bf16")
@@ -83,12 +87,17 @@ BertArgs parse_bert_args(const std::vector<std::string>& argv) {
       {"--ids", [&](const std::string& v) { a.ids = v; }},
       {"--mask", [&](const std::string& v) { a.mask = v; }},
       {"--input-seed",
-       [&](const std::string& v) { a.input_seed = parse_number<uint64_t>("--input-seed", v, 0, UINT64_MAX); }},
+       [&](const std::string& v) {
+         a.input_seed = parse_number<uint64_t>("--input-seed", v, 0, UINT64_MAX);
+       }},
       {"--out", [&](const std::string& v) { a.out = v; }},
-      {"--iters", [&](const std::string& v) { a.iters = parse_number<int>("--iters", v, 0, 10000000); }},
-      {"--warmup", [&](const std::string& v) { a.warmup = parse_number<int>("--warmup", v, 0, 10000000); }},
+      {"--iters",
+       [&](const std::string& v) { a.iters = parse_number<int>("--iters", v, 0, 10000000); }},
+      {"--warmup",
+       [&](const std::string& v) { a.warmup = parse_number<int>("--warmup", v, 0, 10000000); }},
       {"--warmup-ms", [&](const std::string& v) { a.warmup_ms = parse_ms("--warmup-ms", v); }},
-      {"--max-warmup-ms", [&](const std::string& v) { a.max_warmup_ms = parse_ms("--max-warmup-ms", v); }},
+      {"--max-warmup-ms",
+       [&](const std::string& v) { a.max_warmup_ms = parse_ms("--max-warmup-ms", v); }},
       {"--json", [&](const std::string& v) { a.json = v; }},
       {"--device",
        [&](const std::string& v) {
@@ -106,8 +115,14 @@ BertArgs parse_bert_args(const std::vector<std::string>& argv) {
       flag = flag.substr(0, eq);
       inline_value = true;
     }
-    if (flag == "--help" || flag == "-h") { a.help = true; continue; }
-    if (flag == "--quiet") { a.quiet = true; continue; }
+    if (flag == "--help" || flag == "-h") {
+      a.help = true;
+      continue;
+    }
+    if (flag == "--quiet") {
+      a.quiet = true;
+      continue;
+    }
     const auto it = with_value.find(flag);
     if (it == with_value.end()) throw UsageError("unknown argument '" + argv[i] + "'");
     if (++seen[flag] > 1) throw UsageError(flag + " given more than once");

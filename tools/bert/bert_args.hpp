@@ -14,22 +14,22 @@ struct UsageError : std::runtime_error {
 };
 
 struct BertArgs {
-  std::string weights;  // --weights FILE.safetensors (with --config)
-  std::string config;   // --config config.json
+  std::string weights;                  // --weights FILE.safetensors (with --config)
+  std::string config;                   // --config config.json
   std::optional<uint64_t> random_seed;  // --random SEED
   std::string preset = "base";          // --preset tiny|base|large (with --random)
   bool preset_given = false;
-  std::optional<int64_t> batch, seq;    // defaults 1 and 128 unless --ids sets them
+  std::optional<int64_t> batch, seq;  // defaults 1 and 128 unless --ids sets them
   std::string dtype = "f32";
-  std::string ids, mask;                // --ids / --mask FILE.npy
-  uint64_t input_seed = 1;              // random ids when --ids is absent
-  std::string out;                      // --out FILE.npy
-  int iters = 0;                        // --iters N: timed steady-state iterations
-  int warmup = 10;                      // --warmup N
-  double warmup_ms = 2000;              // --warmup-ms MS
-  double max_warmup_ms = 60000;         // --max-warmup-ms MS
-  std::string json;                     // --json PATH
-  std::string device;                   // --device cpu|cuda (empty: livefuse's default)
+  std::string ids, mask;         // --ids / --mask FILE.npy
+  uint64_t input_seed = 1;       // random ids when --ids is absent
+  std::string out;               // --out FILE.npy
+  int iters = 0;                 // --iters N: timed steady-state iterations
+  int warmup = 10;               // --warmup N
+  double warmup_ms = 2000;       // --warmup-ms MS
+  double max_warmup_ms = 60000;  // --max-warmup-ms MS
+  std::string json;              // --json PATH
+  std::string device;            // --device cpu|cuda (empty: livefuse's default)
   bool quiet = false;
   bool help = false;
 };

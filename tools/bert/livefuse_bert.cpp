@@ -28,8 +28,8 @@ std::vector<int64_t> read_int_matrix(const std::string& path, const char* flag,
   const livefuse::npy::Array a = livefuse::npy::read(path);
   LF_CHECK(a.kind == 'i' || a.kind == 'u' || a.kind == 'b', "livefuse-bert", flag, " ", path,
            ": dtype ", a.descr(), " is not an integer type (int32/int64 expected)");
-  LF_CHECK(a.shape.size() == 2, "livefuse-bert", flag, " ", path, ": expected rank 2 [batch, seq], got rank ",
-           a.shape.size());
+  LF_CHECK(a.shape.size() == 2, "livefuse-bert", flag, " ", path,
+           ": expected rank 2 [batch, seq], got rank ", a.shape.size());
   LF_CHECK(a.shape[0] > 0 && a.shape[1] > 0, "livefuse-bert", flag, " ", path, ": empty array");
   shape = a.shape;
   return a.to_int64s();
@@ -38,19 +38,24 @@ std::vector<int64_t> read_int_matrix(const std::string& path, const char* flag,
 json config_json(const lfb::BertConfig& c) { return json::parse(c.to_json()); }
 
 json timing_json(const lfb::Timing& t) {
-  return {{"iters", t.iter_ms.size()},     {"warmup_iters", t.warmup_ms.size()},
-          {"mean_ms", t.mean_ms},          {"median_ms", t.median_ms},
-          {"min_ms", t.min_ms},            {"p90_ms", t.p90_ms},
-          {"first_ms", t.first_ms},        {"iters_to_steady", t.iters_to_steady},
+  return {{"iters", t.iter_ms.size()},
+          {"warmup_iters", t.warmup_ms.size()},
+          {"mean_ms", t.mean_ms},
+          {"median_ms", t.median_ms},
+          {"min_ms", t.min_ms},
+          {"p90_ms", t.p90_ms},
+          {"first_ms", t.first_ms},
+          {"iters_to_steady", t.iters_to_steady},
           {"time_to_steady_ms", t.time_to_steady_ms},
-          {"iter_ms", t.iter_ms},          {"warmup_ms", t.warmup_ms}};
+          {"iter_ms", t.iter_ms},
+          {"warmup_ms", t.warmup_ms}};
 }
 
 int run(const lfb::BertArgs& args) {
   using namespace livefuse;
   const Device device = args.device.empty() ? default_device() : parse_device(args.device);
-  LF_CHECK(!device.is_cuda() || cuda_available(), "livefuse-bert",
-           "--device ", args.device, ": no usable CUDA device (CPU-only build, or no GPU)");
+  LF_CHECK(!device.is_cuda() || cuda_available(), "livefuse-bert", "--device ", args.device,
+           ": no usable CUDA device (CPU-only build, or no GPU)");
   const DType dtype = parse_dtype(args.dtype);
   // Fail before minutes of loading and timing, not after, when an output cannot be written.
   for (const std::string& path : {args.out, args.json}) {
@@ -89,7 +94,8 @@ int run(const lfb::BertArgs& args) {
   }
   LF_CHECK(seq <= cfg.max_position_embeddings, "livefuse-bert", "sequence length ", seq,
            " exceeds the model's max_position_embeddings ", cfg.max_position_embeddings);
-  if (!ids.defined()) ids = lfb::random_input_ids(batch, seq, cfg.vocab_size, args.input_seed, device);
+  if (!ids.defined())
+    ids = lfb::random_input_ids(batch, seq, cfg.vocab_size, args.input_seed, device);
   if (!args.mask.empty()) {
     std::vector<int64_t> shape;
     const std::vector<int64_t> v = read_int_matrix(args.mask, "--mask", shape);
@@ -164,8 +170,8 @@ int run(const lfb::BertArgs& args) {
     std::cout << std::fixed << std::setprecision(2) << "bert (" << cfg.num_hidden_layers
               << " layers, hidden " << cfg.hidden_size << ", " << model.num_parameters()
               << " parameters) " << args.dtype << " on " << device.str() << ", mode "
-              << mode_name(config().mode) << ": batch " << batch << ", seq " << seq
-              << "; load " << load_ms << " ms, first forward " << first_ms << " ms"
+              << mode_name(config().mode) << ": batch " << batch << ", seq " << seq << "; load "
+              << load_ms << " ms, first forward " << first_ms << " ms"
               << (finite ? "" : "; WARNING: non-finite values in the output") << "\n";
   }
   return finite ? 0 : 1;
