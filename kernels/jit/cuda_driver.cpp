@@ -1,0 +1,186 @@
+#include "kernels/jit/cuda_driver.hpp"
+
+#include <mutex>
+
+#if LIVEFUSE_HAS_CUDA
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+#endif
+
+namespace livefuse::jit {
+
+#if LIVEFUSE_HAS_CUDA
+namespace {
+
+struct DriverApi {
+  PFN_cuModuleLoadData_v2000 module_load = nullptr;
+  PFN_cuModuleGetFunction_v2000 get_function = nullptr;
+  PFN_cuFuncGetAttribute_v2020 get_attribute = nullptr;
+  PFN_cuFuncSetAttribute_v9000 set_attribute = nullptr;
+  PFN_cuLaunchKernel_v4000 launch = nullptr;
+  PFN_cuGetErrorString_v6000 error_string = nullptr;
+  std::string why;  // empty when usable
+};
+
+template <class F>
+bool entry(const char* name, F* out, std::string& why) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    if (why.empty())
+      why = std::string("[jit] no CUDA driver entry point ") + name + ": " + cudaGetErrorString(e);
+    cudaGetLastError();  // the failed query must not poison later runtime calls
+    return false;
+  }
+  *out = reinterpret_cast<F>(fn);
+  return true;
+}
+
+const DriverApi& api() {
+  static DriverApi a = [] {
+    DriverApi d;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      cudaGetLastError();
+      d.why = "[jit] no CUDA device or driver";
+      return d;
+    }
+    entry("cuModuleLoadData", &d.module_load, d.why);
+    entry("cuModuleGetFunction", &d.get_function, d.why);
+    entry("cuFuncGetAttribute", &d.get_attribute, d.why);
+    entry("cuFuncSetAttribute", &d.set_attribute, d.why);
+    entry("cuLaunchKernel", &d.launch, d.why);
+    entry("cuGetErrorString", &d.error_string, d.why);
+    return d;
+  }();
+  return a;
+}
+
+std::string cu_error(CUresult r) {
+  const char* s = nullptr;
+  if (api().error_string) api().error_string(r, &s);
+  return s ? s : ("CUresult " + std::to_string(static_cast<int>(r)));
+}
+
+}  // namespace
+
+bool driver_available(std::string* why) {
+  const DriverApi& a = api();
+  if (why) *why = a.why;
+  return a.why.empty();
+}
+
+std::shared_ptr<LoadedModule> load_module(const std::string& cubin, const std::vector<std::string>& entries,
+                                          std::string* error) {
+  if (!driver_available(error)) return nullptr;
+  // The runtime creates (or binds) the primary context; the driver calls below use it.
+  if (cudaFree(nullptr) != cudaSuccess) {
+    cudaGetLastError();
+    *error = "[jit] cannot initialise the CUDA context";
+    return nullptr;
+  }
+  const DriverApi& a = api();
+  auto m = std::make_shared<LoadedModule>();
+  CUmodule mod = nullptr;
+  if (CUresult r = a.module_load(&mod, cubin.data()); r != CUDA_SUCCESS) {
+    *error = "[jit] cuModuleLoadData: " + cu_error(r);
+    return nullptr;
+  }
+  m->module = mod;
+  m->device = current_device_index();
+  for (const auto& name : entries) {
+    LoadedFunction f;
+    CUfunction fn = nullptr;
+    if (CUresult r = a.get_function(&fn, mod, name.c_str()); r != CUDA_SUCCESS) {
+      *error = "[jit] cuModuleGetFunction(" + name + "): " + cu_error(r);
+      return nullptr;
+    }
+    f.fn = fn;
+    a.get_attribute(&f.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    a.get_attribute(&f.local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn);
+    a.get_attribute(&f.max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn);
+    m->functions.push_back(f);
+  }
+  return m;
+}
+
+bool set_dynamic_smem(LoadedFunction& f, int bytes, std::string* error) {
+  if (bytes <= 48 * 1024 || bytes <= f.smem_optin_set) return true;
+  const CUresult r = api().set_attribute(static_cast<CUfunction>(f.fn),
+                                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+  if (r != CUDA_SUCCESS) {
+    *error = "[jit] cuFuncSetAttribute(max dynamic smem " + std::to_string(bytes) + "): " + cu_error(r);
+    return false;
+  }
+  f.smem_optin_set = bytes;
+  return true;
+}
+
+bool launch_function(const LoadedFunction& f, unsigned grid_x, unsigned block_x, unsigned block_y,
+                     unsigned smem, void* stream, void** params, std::string* error) {
+  const CUresult r = api().launch(static_cast<CUfunction>(f.fn), grid_x, 1, 1, block_x, block_y, 1, smem,
+                                  static_cast<CUstream>(stream), params, nullptr);
+  if (r != CUDA_SUCCESS) {
+    *error = "[jit] cuLaunchKernel: " + cu_error(r);
+    return false;
+  }
+  return true;
+}
+
+int current_device_index() {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+int current_device_arch() {
+  const int d = current_device_index();
+  int major = 0, minor = 0;
+  if (d < 0 || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
+int current_device_smem_optin() {
+  const int d = current_device_index();
+  int v = 0;
+  if (d < 0 || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) != cudaSuccess) {
+    cudaGetLastError();
+    return 48 * 1024;
+  }
+  return v;
+}
+
+#else  // CPU-only build
+
+bool driver_available(std::string* why) {
+  if (why) *why = "[jit] built without CUDA";
+  return false;
+}
+std::shared_ptr<LoadedModule> load_module(const std::string&, const std::vector<std::string>&, std::string* error) {
+  *error = "[jit] built without CUDA";
+  return nullptr;
+}
+bool set_dynamic_smem(LoadedFunction&, int, std::string* error) {
+  *error = "[jit] built without CUDA";
+  return false;
+}
+bool launch_function(const LoadedFunction&, unsigned, unsigned, unsigned, unsigned, void*, void**, std::string* error) {
+  *error = "[jit] built without CUDA";
+  return false;
+}
+int current_device_arch() { return 0; }
+int current_device_smem_optin() { return 48 * 1024; }
+int current_device_index() { return -1; }
+
+#endif
+
+}  // namespace livefuse::jit

@@ -1,0 +1,42 @@
+#pragma once
+// The few driver API calls fused kernels need (module load, function lookup and attributes,
+// launch), reached through the runtime's cudaGetDriverEntryPointByVersion at first use. The
+// library never links libcuda: binaries must start on machines without a driver (CI), where
+// every call here reports "no driver" as data.
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace livefuse::jit {
+
+struct LoadedFunction {
+  void* fn = nullptr;       // CUfunction
+  int registers = 0;
+  int local_bytes = 0;      // > 0: the variant spills (or uses a stack frame)
+  int max_threads = 0;
+  int smem_optin_set = 0;   // dynamic shared memory already allowed for this function
+};
+
+// A cubin loaded into the current device's primary context. Never unloaded: a kernel may still
+// be referenced by a captured graph when its cache entry goes away.
+struct LoadedModule {
+  void* module = nullptr;   // CUmodule
+  int device = -1;
+  std::vector<LoadedFunction> functions;  // in the order of the names asked for
+};
+
+bool driver_available(std::string* why = nullptr);
+// Loads `cubin` on the current device and looks up `entries`. nullptr + *error on failure.
+std::shared_ptr<LoadedModule> load_module(const std::string& cubin, const std::vector<std::string>& entries,
+                                          std::string* error);
+// Allows `bytes` of dynamic shared memory for `f` (above the 48 KiB default).
+bool set_dynamic_smem(LoadedFunction& f, int bytes, std::string* error);
+bool launch_function(const LoadedFunction& f, unsigned grid_x, unsigned block_x, unsigned block_y,
+                     unsigned smem, void* stream, void** params, std::string* error);
+
+// Facts of the current device (runtime API): SM version (major*10+minor), opt-in shared memory.
+int current_device_arch();
+int current_device_smem_optin();
+int current_device_index();
+
+}  // namespace livefuse::jit

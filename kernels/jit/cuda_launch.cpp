@@ -1,0 +1,149 @@
+#include "kernels/jit/cuda_launch.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/jit/cuda_driver.hpp"
+#include "livefuse/error.hpp"
+
+namespace livefuse::jit {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+// Row launch shape: threads per row (power of two, 32..1024, ~4 columns each) and rows per block.
+void row_shape(int64_t cols, unsigned& tpr, unsigned& rpb) {
+  int64_t t = 32;
+  while (t < 1024 && t * 4 < cols) t *= 2;
+  tpr = static_cast<unsigned>(t);
+  rpb = std::max<unsigned>(1, 256 / tpr);
+}
+
+int variant_index(const CompiledKernel& k, Variant v) {
+  for (size_t i = 0; i < k.rendered.variants.size(); ++i)
+    if (k.rendered.variants[i] == v) return static_cast<int>(i);
+  return -1;
+}
+
+}  // namespace
+
+LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
+                           int smem_optin, std::string* error) {
+  LaunchChoice c;
+  bool i32 = true;
+  for (const auto& g : geos) i32 &= g.fits_i32;
+  if (spec.kind == SpecKind::Pointwise) {
+    const int vec = k.rendered.vec;
+    bool dense = true;
+    for (size_t p = 0; p < geos.size(); ++p) {
+      dense &= geos[p].dense;
+      for (size_t j = 0; j < geos[p].inputs.size(); ++j)
+        dense &= aligned(geos[p].inputs[j].data, std::min<size_t>(16, vec * dtype_size(spec.parts[p].inputs[j].dtype)));
+      for (size_t j = 0; j < geos[p].outputs.size(); ++j)
+        dense &= aligned(geos[p].outputs[j].data, std::min<size_t>(16, vec * dtype_size(spec.parts[p].outputs[j].dtype)));
+    }
+    const Variant order[] = {Variant::VecI32, Variant::VecI64, Variant::StridedI32, Variant::StridedI64};
+    bool found = false;
+    for (Variant v : order) {
+      const bool is_vec = v == Variant::VecI32 || v == Variant::VecI64;
+      const bool is_i32 = v == Variant::VecI32 || v == Variant::StridedI32;
+      if ((is_vec && !dense) || (is_i32 && !i32) || !k.usable(v)) continue;
+      c.variant = v;
+      found = true;
+      break;
+    }
+    if (!found) {
+      *error = "[jit] " + spec.name + ": no usable variant (all spill)";
+      return c;
+    }
+    const bool is_vec = c.variant == Variant::VecI32 || c.variant == Variant::VecI64;
+    int64_t blocks = 0;
+    for (const auto& g : geos) {
+      const int64_t work = is_vec ? std::max(g.numel / vec, g.numel - (g.numel / vec) * vec) : g.numel;
+      blocks += g.numel == 0 ? 0 : ceil_div(work, kPointwiseBlock);
+    }
+    c.grid = static_cast<unsigned>(blocks);
+    c.block_x = kPointwiseBlock;
+    return c;
+  }
+  const PartGeometry& g = geos[0];
+  row_shape(g.cols, c.block_x, c.block_y);
+  const int ncache = k.rendered.ncache;
+  Variant v = i32 ? Variant::RecomputeI32 : Variant::RecomputeI64;
+  if (ncache > 0) {
+    int64_t smem = static_cast<int64_t>(c.block_y) * ncache * g.cols * 4;
+    if (smem > smem_optin) {
+      c.block_y = 1;
+      smem = static_cast<int64_t>(ncache) * g.cols * 4;
+    }
+    const Variant cv = i32 ? Variant::CacheI32 : Variant::CacheI64;
+    if (smem <= smem_optin && k.usable(cv)) {
+      v = cv;
+      c.smem = static_cast<unsigned>(smem);
+    }
+  }
+  if (!k.usable(v)) v = i32 ? Variant::RecomputeI64 : v;
+  if (!k.usable(v)) {
+    *error = "[jit] " + spec.name + ": no usable row variant (all spill)";
+    return c;
+  }
+  c.variant = v;
+  c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
+  return c;
+}
+
+std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
+                             void* stream) {
+  LF_ASSERT(parts.size() == spec.parts.size(), "launch of ", spec.name, " with ", parts.size(), " bindings");
+  std::string err;
+  auto mod = k.module(&err);
+  if (!mod) return err;
+  std::vector<PartGeometry> geos;
+  for (size_t p = 0; p < parts.size(); ++p) geos.push_back(make_geometry(spec.parts[p], spec.kind, parts[p]));
+  static const int optin = current_device_smem_optin();
+  const LaunchChoice c = choose_launch(spec, k, geos, optin, &err);
+  if (!err.empty()) return err;
+  if (c.grid == 0) return "";
+
+  const ArgLayout& L = k.rendered.layout;
+  std::vector<long long> w(L.words, 0);
+  auto put_io = [&](int word, const IoGeometry& io, bool row) {
+    w[word] = static_cast<long long>(reinterpret_cast<uintptr_t>(io.data));
+    for (int d = 0; d < kMaxDims; ++d) w[word + 1 + d] = d < io.strides.rank ? io.strides.v[d] : 0;
+    if (row) w[word + 9] = io.col_stride;
+  };
+  const bool is_vec = c.variant == Variant::VecI32 || c.variant == Variant::VecI64;
+  long long block_begin = 0;
+  for (size_t p = 0; p < geos.size(); ++p) {
+    const PartGeometry& g = geos[p];
+    const int b = L.parts[p].base;
+    const bool row = spec.kind == SpecKind::Row;
+    w[b + 0] = g.numel;
+    w[b + 1] = g.shape.rank;
+    for (int d = 0; d < kMaxDims; ++d) w[b + 2 + d] = d < g.shape.rank ? g.shape.v[d] : 1;
+    if (row) {
+      w[b + 10] = g.cols;
+    } else {
+      const int vec = k.rendered.vec;
+      const long long nvec = is_vec ? g.numel / vec : 0;
+      const long long work = is_vec ? std::max<long long>(nvec, g.numel - nvec * vec) : g.numel;
+      w[b + 10] = block_begin;
+      w[b + 11] = nvec;
+      block_begin += g.numel == 0 ? 0 : ceil_div(work, kPointwiseBlock);
+    }
+    for (size_t j = 0; j < g.inputs.size(); ++j) put_io(L.parts[p].in[j], g.inputs[j], row);
+    for (size_t j = 0; j < g.outputs.size(); ++j) put_io(L.parts[p].out[j], g.outputs[j], row);
+  }
+  const int vi = variant_index(k, c.variant);
+  LF_ASSERT(vi >= 0, "variant not rendered");
+  LoadedFunction& f = mod->functions[vi];
+  if (c.smem > 48 * 1024 && !set_dynamic_smem(f, static_cast<int>(c.smem), &err)) return err;
+  void* params[] = {w.data()};
+  if (!launch_function(f, c.grid, c.block_x, c.block_y, c.smem, stream, params, &err)) return err;
+  return "";
+}
+
+}  // namespace livefuse::jit

@@ -1,0 +1,25 @@
+#pragma once
+// Launching a compiled KernelSpec on a CUDA stream: binds tensors (geometry.hpp), picks the
+// variant (vec when every operand is dense and aligned, 64-bit indexing only when needed, the
+// shared-memory row cache when it fits) and fills the parameter block.
+#include <span>
+#include <string>
+
+#include "kernels/jit/geometry.hpp"
+#include "kernels/jit/kernel_cache.hpp"
+
+namespace livefuse::jit {
+
+// Returns "" on success, else the reason (nothing was launched).
+std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
+                             void* stream);
+
+// Which variant a launch would use, and its launch shape (for tests and logs).
+struct LaunchChoice {
+  Variant variant = Variant::StridedI32;
+  unsigned grid = 0, block_x = 0, block_y = 1, smem = 0;
+};
+LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
+                           int smem_optin, std::string* error);
+
+}  // namespace livefuse::jit

@@ -1,0 +1,122 @@
+#pragma once
+// Compiled fused kernels, cached in memory and on disk.
+//
+// [ Note -- kernel cache key ]
+// A key is the text
+//   lfk2|spec=<structure_hash>|kind=<pointwise|row>|io=<dtypes and spaces of every input and
+//   output>|spec_dims=<specialised dims, "-" when none>|arch=sm_<XX>|nvrtc=<major.minor>|
+//   opts=<every NVRTC flag>|src=<FNV-1a 64 of the rendered source>|helpers=<FNV-1a of the
+//   embedded lf_math.cuh + lf_fused.cuh>
+// structure_hash covers every instruction (op, attrs and scalars, dtypes, compute types,
+// spaces, wiring) and the io descriptions; the source hash makes any change of the renderer
+// or of an op's expr a different key even when the structure is equal. Concrete shapes,
+// strides and pointers are never in a key: they are kernel parameters. A disk entry's file name
+// is a 64-bit hash of the key, and the entry stores the whole key text, so a collision or an
+// entry written by another version/arch/NVRTC is detected and ignored (then overwritten).
+//
+// Disk entry: "LFKC" | u32 format | u32 key_len | u64 payload_len | u64 checksum (FNV-1a over
+// key and payload) | key | payload (cubin and compile stats). Written to a unique temp file in
+// the same directory and renamed over the final name (atomic on POSIX), so a reader sees the
+// old entry, the new one, or none -- never half of one; concurrent writers of one key both
+// rename whole files. A truncated, corrupt or foreign file is ignored and rebuilt. An
+// unwritable directory turns disk caching off for the process with one warning.
+//
+// Bounds: the memory cache keeps at most `memory_cap` kernels (LRU; evictions counted; a
+// kernel in use stays alive through its shared_ptr); the disk directory at most `disk_cap`
+// entries (oldest by modification time removed after a write; counted).
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/jit/cuda_driver.hpp"
+#include "kernels/jit/nvrtc_compiler.hpp"
+#include "kernels/jit/render.hpp"
+
+namespace livefuse::jit {
+
+struct KernelKey {
+  std::string text;
+  uint64_t hash = 0;
+};
+KernelKey make_key(const KernelSpec& spec, const RenderedKernel& rk, const CompileOptions& opts);
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
+
+// A compiled kernel: the rendered module, its cubin and stats; loaded lazily per device.
+struct CompiledKernel {
+  KernelKey key;
+  RenderedKernel rendered;
+  std::string cubin;
+  std::string log;
+  double compile_ms = 0;   // NVRTC time when it was built (0 for a disk hit)
+  bool from_disk = false;
+  std::vector<EntryStats> stats;       // per variant, from ptxas
+  std::vector<bool> variant_ok;        // per rendered.variants entry: false when it spills
+
+  // The module for the current device (loaded at first use). nullptr + error on failure.
+  std::shared_ptr<LoadedModule> module(std::string* error);
+  bool usable(Variant v) const;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::shared_ptr<LoadedModule>> modules_;  // by device index
+};
+
+struct CacheCounters {
+  uint64_t memory_hits = 0, memory_misses = 0, memory_evictions = 0;
+  uint64_t disk_hits = 0, disk_misses = 0, disk_writes = 0, disk_rejected = 0, disk_evictions = 0,
+           disk_write_failures = 0;
+};
+
+class DiskCache {
+ public:
+  explicit DiskCache(std::string dir, size_t cap = 4096);
+  bool enabled() const { return enabled_; }
+  const std::string& dir() const { return dir_; }
+  // The stored payload for `key`, or nullopt (absent, corrupt or foreign: counted as rejected).
+  std::optional<std::string> get(const KernelKey& key, CacheCounters& c);
+  void put(const KernelKey& key, const std::string& payload, CacheCounters& c);
+  std::string path_for(const KernelKey& key) const;
+
+ private:
+  void evict_over_cap(CacheCounters& c);
+  std::string dir_;
+  size_t cap_;
+  bool enabled_ = false;
+};
+
+class KernelCache {
+ public:
+  KernelCache(std::string disk_dir, size_t memory_cap = 1024, size_t disk_cap = 4096);
+  // Memory, then disk (a disk hit is rebuilt around `rk` and kept in memory). nullptr: miss.
+  std::shared_ptr<CompiledKernel> find(const KernelKey& key, const RenderedKernel& rk);
+  void insert(const std::shared_ptr<CompiledKernel>& k);  // memory and disk
+  void clear_memory();
+  CacheCounters counters() const;
+  size_t size() const;
+  bool disk_enabled() const { return disk_.enabled(); }
+  DiskCache& disk() { return disk_; }
+
+ private:
+  mutable std::mutex mu_;
+  size_t cap_;
+  std::list<std::string> lru_;  // most recent first
+  struct Entry {
+    std::shared_ptr<CompiledKernel> k;
+    std::list<std::string>::iterator pos;
+  };
+  std::unordered_map<std::string, Entry> map_;
+  void insert_memory_locked(const std::shared_ptr<CompiledKernel>& k);
+  DiskCache disk_;
+  CacheCounters c_;
+};
+
+// Payload (de)serialisation: cubin + stats, without the rendered source (rebuilt from the spec).
+std::string encode_payload(const CompiledKernel& k);
+bool decode_payload(const std::string& payload, CompiledKernel& k);
+
+}  // namespace livefuse::jit

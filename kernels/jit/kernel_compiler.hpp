@@ -1,0 +1,67 @@
+#pragma once
+// The compile service: spec -> rendered source -> cache lookup -> NVRTC, as jobs on a TBB arena
+// of config().compile_threads. Callers get a shared_future; nothing is compiled on the
+// caller's thread, and every failure (render limits, NVRTC errors, spilling) comes back as a
+// CompileResult with the reason and log, never as an exception.
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/jit/kernel_cache.hpp"
+
+namespace livefuse::jit {
+
+struct CompileResult {
+  std::shared_ptr<CompiledKernel> kernel;  // null on failure
+  std::string error;                       // why, when !ok()
+  std::string log;                         // NVRTC log (kept on failure)
+  bool cache_hit = false;                  // served from memory or disk
+  std::thread::id worker;                  // the arena thread that ran the job
+  bool ok() const { return kernel != nullptr; }
+};
+
+// Options for the current device: its own SM version (sm_90 when there is no GPU), and
+// LIVEFUSE_FMA.
+CompileOptions default_compile_options();
+
+struct CompilerStats {
+  uint64_t submitted = 0, compiled = 0, failed = 0, cache_hits = 0, deduplicated = 0;
+  std::vector<double> compile_ms;  // most recent NVRTC times (bounded)
+};
+
+class KernelCompiler {
+ public:
+  KernelCompiler(int threads, std::string cache_dir, size_t memory_cap = 1024, size_t disk_cap = 4096);
+  ~KernelCompiler();
+  KernelCompiler(const KernelCompiler&) = delete;
+  KernelCompiler& operator=(const KernelCompiler&) = delete;
+
+  // The process-wide compiler (config().compile_threads, config().cache_dir). Never destroyed:
+  // compile jobs and loaded modules may outlive static destruction order.
+  static KernelCompiler& global();
+
+  std::shared_future<CompileResult> submit(std::shared_ptr<const KernelSpec> spec, const CompileOptions& opts);
+  // submit(...).get(): still compiled on the arena; the caller only waits.
+  CompileResult compile(std::shared_ptr<const KernelSpec> spec, const CompileOptions& opts) {
+    return submit(std::move(spec), opts).get();
+  }
+
+  KernelCache& cache() { return cache_; }
+  CompilerStats stats() const;
+
+ private:
+  CompileResult run_job(const KernelSpec& spec, const CompileOptions& opts);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  KernelCache cache_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_future<CompileResult>> inflight_;
+  CompilerStats stats_;
+};
+
+}  // namespace livefuse::jit

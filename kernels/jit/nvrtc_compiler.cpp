@@ -1,0 +1,128 @@
+#include "kernels/jit/nvrtc_compiler.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#if LIVEFUSE_HAS_CUDA
+#include <nvrtc.h>
+#endif
+
+namespace livefuse::jit {
+
+std::vector<std::string> CompileOptions::flags() const {
+  std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17",
+                                "--ptxas-options=-v", "-default-device"};
+  if (!fma) f.push_back("--fmad=false");
+  return f;
+}
+
+std::string CompileOptions::str() const {
+  std::string s;
+  for (const auto& f : flags()) s += (s.empty() ? "" : " ") + f;
+  return s;
+}
+
+std::vector<EntryStats> parse_ptxas_log(const std::string& log) {
+  std::vector<EntryStats> out;
+  std::istringstream is(log);
+  std::string line;
+  EntryStats* cur = nullptr;
+  auto number_before = [](const std::string& l, const std::string& word) -> int {
+    const size_t p = l.find(word);
+    if (p == std::string::npos || p == 0) return -1;
+    size_t e = p;
+    while (e > 0 && l[e - 1] == ' ') --e;
+    size_t b = e;
+    while (b > 0 && std::isdigit(static_cast<unsigned char>(l[b - 1]))) --b;
+    return b < e ? std::stoi(l.substr(b, e - b)) : -1;
+  };
+  while (std::getline(is, line)) {
+    const std::string fp = "Function properties for ";
+    if (size_t p = line.find(fp); p != std::string::npos) {
+      out.push_back({line.substr(p + fp.size()), 0, 0});
+      cur = &out.back();
+      continue;
+    }
+    if (!cur) continue;
+    if (int s = number_before(line, "bytes spill stores"); s > 0) cur->spill_bytes += s;
+    if (int s = number_before(line, "bytes spill loads"); s > 0) cur->spill_bytes += s;
+    if (int r = number_before(line, "registers"); r >= 0 && line.find("Used") != std::string::npos) cur->registers = r;
+  }
+  for (auto& e : out) {  // names may carry trailing blanks or quotes
+    while (!e.name.empty() && (e.name.back() == ' ' || e.name.back() == '\r')) e.name.pop_back();
+  }
+  return out;
+}
+
+#if LIVEFUSE_HAS_CUDA
+
+bool nvrtc_available() { return true; }
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+bool nvrtc_supports_arch(int arch) {
+  int n = 0;
+  if (nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0) return false;
+  std::vector<int> archs(n);
+  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return false;
+  return std::find(archs.begin(), archs.end(), arch) != archs.end();
+}
+
+NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, const CompileOptions& opts) {
+  NvrtcOutput out;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!nvrtc_supports_arch(opts.arch)) {
+    out.error = "NVRTC " + nvrtc_version() + " cannot compile for sm_" + std::to_string(opts.arch);
+    return out;
+  }
+  nvrtcProgram prog = nullptr;
+  nvrtcResult r = nvrtcCreateProgram(&prog, source.c_str(), (name + ".cu").c_str(), 0, nullptr, nullptr);
+  if (r != NVRTC_SUCCESS) {
+    out.error = std::string("nvrtcCreateProgram: ") + nvrtcGetErrorString(r);
+    return out;
+  }
+  const std::vector<std::string> flags = opts.flags();
+  std::vector<const char*> cflags;
+  for (const auto& f : flags) cflags.push_back(f.c_str());
+  r = nvrtcCompileProgram(prog, static_cast<int>(cflags.size()), cflags.data());
+  size_t log_size = 0;
+  if (nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+    out.log.resize(log_size);
+    nvrtcGetProgramLog(prog, out.log.data());
+    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
+  }
+  if (r != NVRTC_SUCCESS) {
+    out.error = std::string("nvrtcCompileProgram: ") + nvrtcGetErrorString(r);
+  } else {
+    size_t n = 0;
+    if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+      out.cubin.resize(n);
+      if (nvrtcGetCUBIN(prog, out.cubin.data()) == NVRTC_SUCCESS) out.ok = true;
+    }
+    if (!out.ok) out.error = "NVRTC produced no cubin";
+  }
+  nvrtcDestroyProgram(&prog);
+  out.entries = parse_ptxas_log(out.log);
+  out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+#else  // CPU-only build
+
+bool nvrtc_available() { return false; }
+std::string nvrtc_version() { return "none"; }
+bool nvrtc_supports_arch(int) { return false; }
+NvrtcOutput nvrtc_compile(const std::string&, const std::string&, const CompileOptions&) {
+  NvrtcOutput out;
+  out.error = "livefuse was built without CUDA: no NVRTC";
+  return out;
+}
+
+#endif
+
+}  // namespace livefuse::jit

@@ -1,0 +1,57 @@
+#pragma once
+// The CUDA renderer: KernelSpec -> CUDA C++ source for NVRTC. The source is the embedded
+// device helpers (kernels/device/lf_math.cuh, kernels/jit/lf_fused.cuh) followed by the
+// generated kernels; the elementwise math is each op's `expr` from LF_OP_TABLE (or a custom
+// op's cuda_expr), pasted, never re-typed.
+//
+// Every spec renders to one module with several entry points (variants), picked per launch:
+//   pointwise: vec (16-byte loads/stores, dense operands)  | strided (any strides, broadcast)
+//   row:       cache (Full values reused from shared mem)  | recompute (re-reads inputs)
+// each with 32-bit and 64-bit indexing. Sizes, strides and pointers are kernel parameters
+// (one struct of 64-bit words, see ArgLayout), so a kernel is independent of concrete shapes.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/jit/kernel_spec.hpp"
+
+namespace livefuse::jit {
+
+extern const std::string_view kLfMathSource;   // kernels/device/lf_math.cuh
+extern const std::string_view kLfFusedSource;  // kernels/jit/lf_fused.cuh
+
+// Word offsets into the kernel's parameter block (an array of 64-bit words).
+//  pointwise part at `base`: numel, rank, shape[8], block_begin, nvec, then per io
+//    (inputs, then outputs) at io[k]: pointer, strides[8]
+//  row (one part, base 0): rows, rank, lead_shape[8], cols, -, then per io: pointer,
+//    lead_strides[8], col_stride
+struct ArgLayout {
+  struct Part {
+    int base = 0;
+    std::vector<int> in, out;
+  };
+  std::vector<Part> parts;
+  int words = 0;
+};
+ArgLayout arg_layout(const KernelSpec& spec);
+inline constexpr int kMaxArgWords = 500;  // 4000 bytes: under the classic 4 KiB parameter limit
+
+enum class Variant : uint8_t { VecI32, VecI64, StridedI32, StridedI64, CacheI32, CacheI64, RecomputeI32, RecomputeI64 };
+std::string_view variant_suffix(Variant v);
+
+struct RenderedKernel {
+  std::string source;
+  std::string prefix;   // entry point names are prefix + "_" + variant_suffix
+  int vec = 1;          // pointwise: elements per thread of the vec variants
+  int ncache = 0;       // row: Full values cached per column (floats)
+  ArgLayout layout;
+  std::vector<Variant> variants;
+
+  std::string entry(Variant v) const { return prefix + "_" + std::string(variant_suffix(v)); }
+};
+
+inline constexpr int kPointwiseBlock = 256;
+
+RenderedKernel render_cuda(const KernelSpec& spec);
+
+}  // namespace livefuse::jit

@@ -1,0 +1,25 @@
+#pragma once
+// Pieces shared by the pointwise and row renderers (internal to kernels/jit).
+#include <string>
+
+#include "kernels/jit/render.hpp"
+
+namespace livefuse::jit::render_detail {
+
+std::string nat_type(DType d);      // register type of a value: float, int or lf_i64
+std::string compute_ctype(DType c); // f32 -> float, i32 -> int, i64 -> lf_i64
+// Natural value of dtype d at element `off` of the pointer stored in parameter word `word`.
+std::string load_expr(DType d, int word, const std::string& off);
+std::string store_stmt(DType d, int word, const std::string& off, const std::string& val);
+// A scalar attribute as a literal of compute type c (converted like the eager backend does).
+std::string literal(double v, DType c);
+// "const T vI = ...;" for Op, Custom, Const and ColCount instructions; operands are vK.
+std::string value_stmt(const Instr& in, int i, const std::string& cols_expr);
+// The helpers every generated module starts with (embedded sources + reductions, packs).
+std::string preamble();
+// Offsets of every io from a linear index (unrolled over the runtime rank, outermost dim
+// without a division). `off` names one I variable per io; `shape_word` the part's shape[0].
+std::string decompose(const std::string& index, int rank_word, int shape_word,
+                      const std::vector<std::pair<std::string, int>>& offsets_and_stride_words);
+
+}  // namespace livefuse::jit::render_detail

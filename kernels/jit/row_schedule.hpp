@@ -1,0 +1,41 @@
+#pragma once
+// How a row part runs: the column loops ("phases") and what happens between them. Shared by
+// the CUDA renderer and the CPU interpreter, so both execute one schedule.
+//
+// A reduction splits a row program: its result exists only after a full pass over the
+// columns. Phase of an instruction: loads/consts 0; ops the max of their operands; a reduction
+// one more than its operand. Loop p evaluates the Full values of phase p (and accumulates the
+// reductions of phase p+1); section s, before loop s (or after the last loop), finalises the
+// reductions of phase s and computes the row values of phase s (and stores them).
+//
+// A Full value of an earlier phase that a later loop needs is either recomputed (its loads
+// are read again) or kept from its own loop in a per-row cache (shared memory on the GPU, the
+// tile buffer on the CPU). Which one is the mode.
+#include <vector>
+
+#include "kernels/jit/kernel_spec.hpp"
+
+namespace livefuse::jit {
+
+enum class RowCacheMode : uint8_t {
+  Recompute,   // no cache: earlier-phase values are recomputed
+  CacheFloat,  // values of float dtype are cached (GPU shared memory holds floats)
+  CacheAll,    // every value is cached (CPU interpreter with a whole row in one tile)
+};
+
+struct RowSchedule {
+  std::vector<int> phase;  // per instruction
+  int nloops = 0;
+  std::vector<std::vector<int>> loop_eval;         // Full instrs computed in loop p (program order)
+  std::vector<std::vector<int>> loop_cache_read;   // Full instrs read back from the cache in loop p
+  std::vector<std::vector<int>> loop_cache_write;  // Full instrs written to the cache in loop p
+  std::vector<std::vector<int>> loop_reduce;       // reductions accumulated in loop p
+  std::vector<std::vector<int>> loop_store;        // Full stores in loop p
+  std::vector<std::vector<int>> section;           // row instrs before loop s; s == nloops: after
+  std::vector<int> cache_slot;                     // per instr, -1 when not cached
+  int ncache = 0;
+};
+
+RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode);
+
+}  // namespace livefuse::jit

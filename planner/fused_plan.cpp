@@ -1,0 +1,113 @@
+#include "planner/fused_plan.hpp"
+
+#include "livefuse/config.hpp"
+#include "livefuse/error.hpp"
+#include "livefuse/stream.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/memory_pool.hpp"
+
+namespace livefuse::planner {
+
+namespace {
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  v *= 0x9e3779b97f4a7c15ull;
+  v ^= v >> 29;
+  return (h ^ v) * 0xbf58476d1ce4e5b9ull;
+}
+// After this many CUDA runs, a plan whose bindings rarely repeat stops capturing graphs: a
+// capture per run costs more host time than direct launches.
+constexpr uint64_t kGraphProbation = 32;
+}  // namespace
+
+FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::move(planned)) {
+  device_kind = kind;
+  const Segment& seg = planned_.segment;
+  written_.assign(planned_.values.size(), false);
+  for (int v = 0; v < static_cast<int>(planned_.values.size()); ++v) {
+    const ValueKind k = planned_.values[v];
+    if (k == ValueKind::Materialized || k == ValueKind::External) {
+      written_[v] = true;
+    } else if (k == ValueKind::View) {
+      const ValueRef r = seg.value_ref(v);
+      const ValueRef src = seg.nodes[r.node].inputs[0];
+      written_[v] = written_[seg.value_id(src)];  // sources precede their views
+    }
+  }
+  use_graphs_ = config().graphs;
+#if LIVEFUSE_HAS_CUDA
+  if (kind == DeviceKind::cuda) graphs_ = std::make_unique<graphs::GraphCache>(64);
+#endif
+}
+
+bool FusedPlan::writes(int op, int out) const {
+  return written_[planned_.segment.value_id(ValueRef::of(op, out))];
+}
+
+std::string FusedPlan::describe() const { return planned_.describe(); }
+
+bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
+  std::lock_guard<std::mutex> g(run_mu_);
+  std::vector<Tensor> values;
+  values.reserve(planned_.values.size());
+  for (const Tensor& e : w.externals) values.push_back(e);
+  for (const TensorList& outs : w.outputs)
+    for (const Tensor& t : outs) values.push_back(t);
+  LF_ASSERT(values.size() == planned_.values.size(), "window has ", values.size(), " values, plan ",
+            planned_.values.size());
+  ++runs_;
+  if (device_kind == DeviceKind::cpu) {
+    run_plan(planned_, values, nullptr);
+    return true;
+  }
+  return run_cuda(values, w);
+}
+
+bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
+#if LIVEFUSE_HAS_CUDA
+  const Stream stream = stream_by_id(w.stream_id);
+  auto st = static_cast<cudaStream_t>(stream.handle());
+  // Every written value gets its storage before any capture: an allocation inside a capture
+  // would become graph-owned memory.
+  for (size_t v = 0; v < values.size(); ++v) {
+    TensorImpl& t = *values[v].impl();
+    if (planned_.values[v] == ValueKind::Materialized && !t.storage)
+      t.storage = allocate_storage(t.device, t.nbytes(), st);
+  }
+  if (!use_graphs_) {
+    run_plan(planned_, values, st);
+    return true;
+  }
+  // A graph bakes in every pointer and shape it was captured with: that is its key.
+  uint64_t key = 0x1f;
+  for (const Tensor& t : values) {
+    const TensorImpl& i = *t.impl();
+    key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
+    for (int d = 0; d < i.shape.rank; ++d) key = mix(key, static_cast<uint64_t>(i.shape.v[d]));
+  }
+  const uint64_t misses_before = graphs_->counters().misses;
+  size_t nodes = 0;
+  // Views get their storage when their step runs; during capture that is host-side only.
+  const graphs::CudaGraphExec& exec =
+      graphs_->get_or_build(key, st, [&] { run_plan(planned_, values, st); }, &nodes);
+  if (graphs_->counters().misses == misses_before) {
+    ++graph_hits_;
+    // A hit skips the steps, so views must still be bound to their sources here.
+    for (size_t v = 0; v < values.size(); ++v) {
+      if (planned_.values[v] != ValueKind::View) continue;
+      const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
+      Executor::run_eager_into(w.calls[r.node], w.outputs[r.node], stream);
+    }
+  } else {
+    ++graph_misses_;
+  }
+  exec.launch(st);
+  if (runs_ == kGraphProbation && graph_hits_ * 2 < runs_) use_graphs_ = false;
+  return true;
+#else
+  (void)values;
+  (void)w;
+  throw Error("[plan] CUDA plan on a build without CUDA");
+#endif
+}
+
+}  // namespace livefuse::planner

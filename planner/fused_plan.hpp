@@ -1,0 +1,42 @@
+#pragma once
+// FusedPlan: a PlannedSegment as the runtime's matcher runs it (runtime/plan.hpp).
+// CPU: the steps run in order (fused groups through the tiled interpreter).
+// CUDA: the steps are captured once per binding as a CUDA graph and replayed (graphs/);
+// with LIVEFUSE_GRAPHS=0, or when bindings never repeat, they are launched directly.
+#include <memory>
+#include <mutex>
+
+#include "planner/plan.hpp"
+#include "runtime/plan.hpp"
+
+#if LIVEFUSE_HAS_CUDA
+#include "graphs/cuda_graph.hpp"
+#endif
+
+namespace livefuse::planner {
+
+class FusedPlan final : public Plan {
+ public:
+  FusedPlan(PlannedSegment planned, DeviceKind kind);
+  bool run(Window& w, const std::vector<std::pair<int, int>>& values_needed) override;
+  bool writes(int op, int out) const override;
+  std::string describe() const override;
+
+  const PlannedSegment& planned() const { return planned_; }
+  uint64_t graph_hits() const { return graph_hits_; }
+  uint64_t graph_misses() const { return graph_misses_; }
+  bool uses_graphs() const { return use_graphs_; }
+
+ private:
+  bool run_cuda(std::vector<Tensor>& values, const Window& w);
+  PlannedSegment planned_;
+  std::vector<bool> written_;  // per value id
+  bool use_graphs_ = true;
+  uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0;
+  std::mutex run_mu_;  // a plan may be completed by two threads at once
+#if LIVEFUSE_HAS_CUDA
+  std::unique_ptr<graphs::GraphCache> graphs_;
+#endif
+};
+
+}  // namespace livefuse::planner

@@ -1,0 +1,93 @@
+#pragma once
+// FusionGraph: the planner's working state, which the named passes (passes.hpp) transform in
+// order: node roles, fusion groups, value kinds, decisions. dump() prints it (LIVEFUSE_LOG=debug
+// shows it after every pass).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/cost_model.hpp"
+#include "planner/decision.hpp"
+#include "planner/segment.hpp"
+
+namespace livefuse::planner {
+
+// What the planner can do with a node.
+enum class Role : uint8_t {
+  Pointwise,  // elementwise table rows, custom ops, contiguous (a copy)
+  Row,        // sum/mean/max over the last dim (float), softmax, layer_norm, rms_norm
+  Gemm,       // matmul, linear
+  View,       // reshape, permute, slice: no kernel; consumers load through the view
+  Eager,      // everything else the planner does not fuse (concat, embedding, argmax, ...)
+  Opaque,     // user kernels: never looked into
+  Dead,       // result never used and not observable: not computed at all
+};
+
+enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque };
+
+// cuBLASLt epilogues a GEMM step can absorb.
+enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias };
+
+struct Group {
+  int id = 0;
+  GroupKind kind = GroupKind::Eager;
+  std::vector<int> nodes;  // ascending
+  Shape shape;             // iteration shape F (pointwise, row)
+  bool alive = true;       // false once merged into another group
+  int horizontal = -1;     // pointwise: index into FusionGraph::horizontal
+  int tail = -1;           // gemm: the pointwise group that runs after it (its epilogue)
+  int tail_of = -1;        // pointwise: the gemm group it is the tail of
+  GemmEpilogue epilogue = GemmEpilogue::None;
+  int bias_value = -1;     // value id of the epilogue's bias (matmul + add(bias))
+};
+
+enum class ValueKind : uint8_t {
+  External,      // given by the caller
+  Materialized,  // written to memory by its producer step
+  View,          // a view of another value (layout node): no storage of its own
+  Virtual,       // lives only inside one fused kernel (registers / tiles)
+  Dead,          // never computed
+};
+
+struct PlannerOptions {
+  CostModel cost;
+  KernelLimits limits;
+  bool fusion = true;         // LIVEFUSE_FUSION
+  bool horizontal = true;
+  bool gemm_epilogue = true;
+  // Called with (pass name, dump) after every pass; LIVEFUSE_LOG=debug prints to stderr.
+  std::function<void(const std::string&, const std::string&)> dump;
+};
+
+struct FusionGraph {
+  Segment seg;
+  PlannerOptions opts;
+  std::vector<Role> role;       // per node
+  std::vector<int> group_of;    // per node
+  std::vector<Group> groups;
+  std::vector<bool> full_space; // per node, row groups: true for Full values
+  std::vector<ValueKind> value_kind;
+  std::vector<std::vector<std::pair<int, int>>> users;  // per value id
+  std::vector<std::vector<int>> horizontal;             // sets of pointwise group ids
+  std::vector<Decision> decisions;
+
+  void decide(std::string what, std::string reason) { decisions.push_back({std::move(what), std::move(reason)}); }
+  // -1 for externals.
+  int producer_group(const ValueRef& r) const { return r.is_external() ? -1 : group_of[r.node]; }
+  // Group-level DAG edges from current assignments; reaches(a, b): path a -> ... -> b.
+  bool reaches(int from, int to) const;
+  std::vector<int> topo_groups() const;  // alive groups in a dependency order
+  std::string dump() const;
+  std::string nodes_str(const std::vector<int>& nodes) const;  // "#2..#5" / "#1, #4"
+};
+
+std::string_view role_name(Role r);
+std::string_view group_kind_name(GroupKind k);
+std::string_view value_kind_name(ValueKind k);
+std::string_view epilogue_name(GemmEpilogue e);
+
+// Row-shape forms of an iteration shape F: R + [1] and R.
+Shape row_keep_shape(const Shape& f);
+Shape row_flat_shape(const Shape& f);
+
+}  // namespace livefuse::planner

@@ -1,0 +1,125 @@
+// Pass "gemm_epilogue": a matmul/linear whose result is only consumed by one pointwise group
+// of its shape takes that group as its tail: one step, GEMM then the tail kernel. When the tail
+// is exactly bias-add [+ relu | + gelu_tanh], cuBLASLt can do it in the GEMM's epilogue
+// (BIAS, RELU_BIAS, GELU_BIAS); the tail kernel remains the fallback for backends without it.
+#include "planner/passes.hpp"
+
+namespace livefuse::planner {
+namespace {
+
+// Which epilogue covers the tail, or None with the reason in *why.
+GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group& tail, int* bias, std::string* why) {
+  const int m = gemm.nodes[0];
+  const SegmentNode& mn = g.seg.nodes[m];
+  const bool linear_bias = mn.op == OpId::linear && mn.attrs.i[0] != 0;
+  const ValueRef y = ValueRef::of(m);
+  const Shape& ys = g.seg.shape(y);
+  std::vector<int> nodes = tail.nodes;
+  size_t pos = 0;
+  ValueRef cur = y;
+  *bias = linear_bias ? g.seg.value_id(mn.inputs[2]) : -1;
+  if (!linear_bias) {
+    if (nodes.empty()) return GemmEpilogue::None;
+    const SegmentNode& a = g.seg.nodes[nodes[0]];
+    if (a.op != OpId::add || a.attrs.scalar_operand) {
+      *why = "the tail does not start with a bias add";
+      return GemmEpilogue::None;
+    }
+    const ValueRef other = a.inputs[0] == y ? a.inputs[1] : a.inputs[0];
+    const Shape& bs = g.seg.shape(other);
+    if (g.producer_group(other) == tail.id || bs.rank != 1 || ys.rank < 1 || bs.v[0] != ys.v[ys.rank - 1]) {
+      *why = "the added value is not a bias of shape [N]";
+      return GemmEpilogue::None;
+    }
+    *bias = g.seg.value_id(other);
+    cur = ValueRef::of(nodes[0]);
+    pos = 1;
+  }
+  GemmEpilogue e = GemmEpilogue::Bias;
+  if (pos < nodes.size()) {
+    const SegmentNode& act = g.seg.nodes[nodes[pos]];
+    if (act.inputs.size() != 1 || !(act.inputs[0] == cur)) {
+      *why = "the tail is not a single activation of the biased product";
+      return GemmEpilogue::None;
+    }
+    if (act.op == OpId::relu) e = GemmEpilogue::ReluBias;
+    else if (act.op == OpId::gelu_tanh) e = GemmEpilogue::GeluBias;
+    else {
+      *why = act.op == OpId::gelu ? "cuBLASLt's GELU epilogue is the tanh approximation; erf gelu stays in the fused tail"
+                                  : std::string(op_name(act.op)) + " has no cuBLASLt epilogue";
+      return GemmEpilogue::None;
+    }
+    ++pos;
+  } else if (linear_bias) {
+    *why = "linear already adds its bias";
+    return GemmEpilogue::None;
+  }
+  if (pos != nodes.size()) {
+    *why = "the tail has more ops than an epilogue can take";
+    return GemmEpilogue::None;
+  }
+  // The intermediates (pre-activation) must not be needed by anyone else.
+  for (size_t k = 0; k + 1 < nodes.size(); ++k) {
+    const int v = g.seg.value_id(ValueRef::of(nodes[k]));
+    if (g.seg.is_output(ValueRef::of(nodes[k]))) {
+      *why = "the pre-activation value is observable";
+      return GemmEpilogue::None;
+    }
+    for (const auto& [u, idx] : g.users[v])
+      if (g.role[u] != Role::Dead && g.group_of[u] != tail.id) {
+        *why = "the pre-activation value has other users";
+        return GemmEpilogue::None;
+      }
+  }
+  return e;
+}
+
+}  // namespace
+
+void pass_gemm_epilogue(FusionGraph& g) {
+  for (Group& gm : g.groups) {
+    if (!gm.alive || gm.kind != GroupKind::Gemm) continue;
+    const int m = gm.nodes[0];
+    const ValueRef y = ValueRef::of(m);
+    const int yv = g.seg.value_id(y);
+    const std::string at = "GEMM #" + std::to_string(m);
+    int tail = -1;
+    bool single_consumer = !g.seg.is_output(y) && !g.users[yv].empty();
+    for (const auto& [u, idx] : g.users[yv]) {
+      if (g.role[u] == Role::Dead) continue;
+      const int gu = g.group_of[u];
+      if (tail < 0) tail = gu;
+      single_consumer = single_consumer && gu == tail;
+    }
+    if (!single_consumer || tail < 0 || g.groups[tail].kind != GroupKind::Pointwise ||
+        g.groups[tail].tail_of >= 0 || !(g.groups[tail].shape == g.seg.shape(y))) {
+      g.decide(at + " runs alone", "its result is not consumed by exactly one pointwise group of its shape");
+      continue;
+    }
+    if (!g.opts.gemm_epilogue) {
+      g.decide(at + " runs alone", "GEMM epilogues disabled");
+      continue;
+    }
+    FusionGraph trial = g;
+    trial.groups[gm.id].tail = tail;
+    trial.groups[tail].tail_of = gm.id;
+    if (has_cycle(trial)) {
+      g.decide(at + " runs alone", "taking its tail would create a cycle between kernels");
+      continue;
+    }
+    gm.tail = tail;
+    g.groups[tail].tail_of = gm.id;
+    std::string why;
+    int bias = -1;
+    gm.epilogue = match_epilogue(g, gm, g.groups[tail], &bias, &why);
+    gm.bias_value = bias;
+    const std::string tail_nodes = g.nodes_str(g.groups[tail].nodes);
+    if (gm.epilogue != GemmEpilogue::None)
+      g.decide(at + " + " + tail_nodes + " as one GEMM with cuBLASLt epilogue " + std::string(epilogue_name(gm.epilogue)),
+               "bias and activation ride on the GEMM's output write (fallback: GEMM + one fused kernel)");
+    else
+      g.decide(at + " then " + tail_nodes + " as one fused kernel", "no cuBLASLt epilogue applies: " + why);
+  }
+}
+
+}  // namespace livefuse::planner

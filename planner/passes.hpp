@@ -1,0 +1,40 @@
+#pragma once
+// The named pass list: a Segment's FusionGraph goes through these in order. Each pass lives in
+// its own file (pass_<name>.cpp) and leaves the graph printable; run_passes() hands the dump
+// after every pass to PlannerOptions::dump (LIVEFUSE_LOG=debug prints it).
+#include <string_view>
+#include <vector>
+
+#include "planner/fusion_graph.hpp"
+
+namespace livefuse::planner {
+
+struct Pass {
+  std::string_view name;
+  std::string_view what;
+  void (*run)(FusionGraph&);
+};
+
+void pass_classify(FusionGraph& g);       // node roles; dead values dropped
+void pass_vertical(FusionGraph& g);       // producer/consumer groups: pointwise and row kernels
+void pass_gemm_epilogue(FusionGraph& g);  // a GEMM takes the pointwise group after it
+void pass_horizontal(FusionGraph& g);     // independent pointwise groups share one launch
+void pass_materialize(FusionGraph& g);    // which values get memory
+void pass_cost(FusionGraph& g);           // cost model: groups that do not pay are split
+
+const std::vector<Pass>& pass_list();
+void run_passes(FusionGraph& g);
+FusionGraph make_fusion_graph(const Segment& seg, const PlannerOptions& opts);
+
+// Shared checks (pass_vertical, pass_cost): is `group` a valid fused group, and with which
+// node spaces. Returns "" when valid, else why not; fills g.full_space for its nodes.
+std::string check_group(FusionGraph& g, int group);
+// Group-level cycle check over units (horizontal sets and gemm tails count as one).
+bool has_cycle(const FusionGraph& g);
+// Merges group `from` into `into` (nodes, assignments).
+void merge_groups(FusionGraph& g, int into, int from);
+// Values read from outside / written by a group.
+std::vector<int> group_inputs(const FusionGraph& g, const Group& gr);
+std::vector<int> group_outputs(const FusionGraph& g, const Group& gr);
+
+}  // namespace livefuse::planner

@@ -1,0 +1,189 @@
+#include "planner/plan.hpp"
+
+#include <atomic>
+#include <sstream>
+
+#include "kernels/jit/cpu_interp.hpp"
+#include "kernels/jit/cuda_launch.hpp"
+#include "kernels/jit/tensor_arg.hpp"
+#include "livefuse/error.hpp"
+#include "livefuse/stream.hpp"
+#include "runtime/executor.hpp"
+
+namespace livefuse::planner {
+namespace {
+
+std::atomic<GemmEpilogueRunner> g_epilogue_runner{nullptr};
+
+// Gives a pending Materialized value dense storage (the window's pending outputs have none).
+void ensure_storage(const Tensor& t) {
+  TensorImpl& impl = *t.impl();
+  if (impl.storage) return;
+  const Tensor fresh = empty(impl.shape, impl.dtype, impl.device);
+  impl.storage = fresh.impl()->storage;
+  impl.offset = 0;
+  impl.strides = contiguous_strides(impl.shape);
+}
+
+const Tensor& value(std::span<const Tensor> values, int v) {
+  LF_ASSERT(v >= 0 && static_cast<size_t>(v) < values.size(), "value ", v, " not bound");
+  LF_ASSERT(values[v].defined(), "value ", v, " is an undefined tensor");
+  return values[v];
+}
+
+std::vector<jit::PartBinding> bindings(const FusedKernelStep& fk, std::span<const Tensor> values) {
+  std::vector<jit::PartBinding> out;
+  for (const PartIo& io : fk.parts) {
+    jit::PartBinding b;
+    b.shape = value(values, io.shape_value).shape();
+    for (int v : io.inputs) {
+      const Tensor& t = value(values, v);
+      LF_CHECK(t.impl()->storage != nullptr || t.numel() == 0, "plan", "input value ", v, " has no storage");
+      b.inputs.push_back(t.numel() == 0 ? jit::TensorArg{nullptr, t.dtype(), t.shape(), t.strides()} : jit::tensor_arg(t));
+    }
+    for (int v : io.outputs) {
+      const Tensor& t = value(values, v);
+      ensure_storage(t);
+      b.outputs.push_back(t.numel() == 0 ? jit::TensorArg{nullptr, t.dtype(), t.shape(), t.strides()} : jit::tensor_arg(t));
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+OpCall node_call(const PlannedSegment& p, int j, std::span<const Tensor> values, TensorList* outs) {
+  const SegmentNode& n = p.segment.nodes[j];
+  OpCall c;
+  c.op = n.op;
+  c.attrs = n.attrs;
+  c.out_specs = n.out_specs.get();
+  for (const ValueRef& r : n.inputs) c.inputs.push_back(value(values, p.segment.value_id(r)));
+  for (int k = 0; k < static_cast<int>(n.outputs.size()); ++k)
+    outs->push_back(value(values, p.segment.value_id(ValueRef::of(j, k))));
+  return c;
+}
+
+Stream stream_for(Device d, void* handle) {
+  if (d.is_cpu()) return Stream::current(d);
+  const Stream cur = Stream::current(d);
+  return cur.handle() == handle ? cur : Stream::wrap(handle, d);
+}
+
+void run_node(const PlannedSegment& p, int j, std::span<const Tensor> values, void* stream) {
+  TensorList outs;
+  const OpCall c = node_call(p, j, values, &outs);
+  const Device d = outs.empty() ? Device::cpu() : outs[0].device();
+  Executor::run_eager_into(c, outs, stream_for(d, stream));
+}
+
+}  // namespace
+
+void set_gemm_epilogue_runner(GemmEpilogueRunner r) { g_epilogue_runner.store(r); }
+
+void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor> values) {
+  if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
+    const auto b = bindings(*fk, values);
+    jit::run_spec_cpu(*fk->spec, b);
+  } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+    run_node(p, gs->node, values, nullptr);
+    if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));
+  } else if (const auto* e = std::get_if<EagerStep>(&s.body)) {
+    run_node(p, e->node, values, nullptr);
+  } else if (const auto* v = std::get_if<ViewStep>(&s.body)) {
+    run_node(p, v->node, values, nullptr);
+  } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
+    run_node(p, o->node, values, nullptr);
+  }
+}
+
+void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Tensor> values, void* stream) {
+  auto launch = [&](const FusedKernelStep& fk) {
+    LF_CHECK(fk.compiled != nullptr, "plan", s.label, " was not compiled: ", fk.compile_error);
+    const auto b = bindings(fk, values);
+    const std::string err = jit::launch_spec_cuda(*fk.spec, *fk.compiled, b, stream);
+    LF_CHECK(err.empty(), "plan", s.label, ": ", err);
+  };
+  if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
+    launch(*fk);
+  } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+    if (gs->epilogue != GemmEpilogue::None && gs->final_value >= 0) {
+      if (GemmEpilogueRunner r = g_epilogue_runner.load()) {
+        TensorList outs;
+        const OpCall c = node_call(p, gs->node, values, &outs);
+        const Tensor& out = value(values, gs->final_value);
+        ensure_storage(out);
+        const Tensor* bias = gs->bias_value >= 0 ? &value(values, gs->bias_value) : nullptr;
+        if (r(c, gs->epilogue, bias, out, stream)) return;
+      }
+    }
+    run_node(p, gs->node, values, stream);
+    if (gs->tail) launch(*gs->tail);
+  } else if (const auto* e = std::get_if<EagerStep>(&s.body)) {
+    run_node(p, e->node, values, stream);
+  } else if (const auto* v = std::get_if<ViewStep>(&s.body)) {
+    run_node(p, v->node, values, stream);
+  } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
+    run_node(p, o->node, values, stream);
+  }
+}
+
+void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream) {
+  bool cuda = false;
+  for (const Tensor& t : values)
+    if (t.defined()) {
+      cuda = t.device().is_cuda();
+      break;
+    }
+  for (const Step& s : p.steps) {
+    if (cuda) launch_step_cuda(p, s, values, stream);
+    else run_step_cpu(p, s, values);
+  }
+}
+
+std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tensor>& externals) {
+  const Segment& seg = p.segment;
+  LF_CHECK(externals.size() == seg.externals.size(), "plan", "expected ", seg.externals.size(), " externals, got ",
+           externals.size());
+  const Device d = externals.empty() ? Device::cpu() : externals[0].device();
+  std::vector<Tensor> values(externals.begin(), externals.end());
+  values.resize(seg.num_values());
+  for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {
+    const SegmentNode& n = seg.nodes[j];
+    OpCall c;
+    c.op = n.op;
+    c.attrs = n.attrs;
+    c.out_specs = n.out_specs.get();
+    for (const ValueRef& r : n.inputs) c.inputs.push_back(values[seg.value_id(r)]);
+    const OutputInfos infos = infer_outputs(c);
+    const bool is_view = n.op == OpId::reshape || n.op == OpId::permute || n.op == OpId::slice;
+    // Views follow their source's layout (storage when their View step runs); everything else
+    // is a dense handle that gets storage where a step writes it (ensure_storage).
+    const TensorList views = is_view ? Executor::make_outputs(c, infos, d, nullptr) : TensorList{};
+    for (size_t k = 0; k < infos.size(); ++k) {
+      const int v = seg.value_id(ValueRef::of(j, static_cast<int>(k)));
+      if (is_view) {
+        values[v] = views[k];
+        continue;
+      }
+      auto impl = std::make_shared<TensorImpl>(nullptr, 0, infos[k].shape, contiguous_strides(infos[k].shape),
+                                               infos[k].dtype, d);
+      values[v] = Tensor(std::move(impl));
+    }
+  }
+  return values;
+}
+
+std::string PlannedSegment::describe() const {
+  std::ostringstream os;
+  os << "plan: " << summary.ops << " ops, " << summary.eager_launches << " eager launches -> " << summary.plan_launches
+     << " (" << summary.fused_kernels << " fused kernels)\n";
+  for (size_t i = 0; i < steps.size(); ++i) {
+    os << "  step " << i << ": " << steps[i].label;
+    if (const auto* fk = std::get_if<FusedKernelStep>(&steps[i].body)) os << "\n" << jit::to_string(*fk->spec);
+    else os << "\n";
+  }
+  for (const Decision& d : decisions) os << "  decision: " << d.what << " -- " << d.reason << "\n";
+  return os.str();
+}
+
+}  // namespace livefuse::planner

@@ -1,0 +1,107 @@
+#pragma once
+// PlannedSegment: what the planner makes of a Segment -- an ordered list of steps, ready to
+// execute once values are bound. This is the interface for the executing side (the runtime's
+// Plan::run and graphs/ capture).
+//
+// Values are the segment's value ids (externals, then node outputs; Segment::value_id). To run,
+// the caller provides one Tensor per value id, each with its shape (the window's pending
+// outputs are exactly that):
+//   External      bound to the caller's tensor;
+//   Materialized  storage is allocated by the step that writes it if it has none yet (or the
+//                 caller may bind its own dense buffer);
+//   View          gets its source's storage when its View step runs (Executor::run_eager_into);
+//   Virtual/Dead  never touched (may stay pending).
+// Steps run in order: run_step_cpu on the CPU, launch_step_cuda on a CUDA stream (enqueue
+// only; capturable into a CUDA graph once every kernel is compiled and loaded).
+//
+// Step kinds:
+//   FusedKernel  one KernelSpec launch (pointwise, row or horizontal); CPU: the interpreter
+//   Gemm         matmul/linear via the backend, then its pointwise tail as one fused kernel;
+//                `epilogue` says which cuBLASLt epilogue covers the tail when a backend runner
+//                is installed (set_gemm_epilogue_runner)
+//   Eager        one op through Executor::run_eager_into (the eager backends)
+//   View         a layout op: no kernel (a dense copy only for a reshape of a non-contiguous view)
+//   Opaque       a user kernel
+#include <memory>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kernels/jit/kernel_cache.hpp"
+#include "kernels/jit/kernel_spec.hpp"
+#include "planner/fusion_graph.hpp"
+
+namespace livefuse::planner {
+
+// Operands of one KernelSpec part, as value ids.
+struct PartIo {
+  int shape_value = -1;         // the value whose shape is the part's iteration shape
+  std::vector<int> inputs;      // per spec input
+  std::vector<int> outputs;     // per spec output
+};
+
+struct FusedKernelStep {
+  std::shared_ptr<const jit::KernelSpec> spec;
+  std::vector<PartIo> parts;
+  std::vector<int> nodes;                       // segment nodes it computes
+  std::shared_ptr<jit::CompiledKernel> compiled;  // CUDA: set by compile_plan
+  std::string compile_error;
+};
+
+struct GemmStep {
+  int node = -1;
+  GemmEpilogue epilogue = GemmEpilogue::None;
+  int bias_value = -1;
+  std::shared_ptr<FusedKernelStep> tail;  // null: the GEMM alone
+  int final_value = -1;                   // the tail's last output (what an epilogue writes)
+};
+
+struct EagerStep { int node = -1; };
+struct ViewStep { int node = -1; };
+struct OpaqueStep { int node = -1; };
+
+struct Step {
+  std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep> body;
+  std::string label;
+  int launches() const;  // kernels it launches (views: 0)
+};
+
+struct PlanSummary {
+  int ops = 0;               // live nodes
+  int eager_launches = 0;    // kernels eager execution launches for them
+  int plan_launches = 0;     // kernels this plan launches
+  int fused_kernels = 0;
+  double eager_bytes = 0, plan_bytes = 0;
+};
+
+struct PlannedSegment {
+  Segment segment;
+  std::vector<ValueKind> values;
+  std::vector<Step> steps;
+  std::vector<Decision> decisions;
+  PlanSummary summary;
+
+  int num_kernels() const { return summary.plan_launches; }
+  std::string describe() const;
+};
+
+// Runs one step on the CPU. Throws livefuse::Error when the bound shapes do not fit the plan
+// (the caller then runs the window eagerly).
+void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor> values);
+// Enqueues one step on `stream` (a cudaStream_t). Throws livefuse::Error on failure.
+void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Tensor> values, void* stream);
+// All steps, in order, on the values' device.
+void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream = nullptr);
+
+// Test/benchmark helper: every value of the segment for the given externals -- node outputs as
+// fresh dense tensors (views as views) on the externals' device. The runtime binds its own.
+std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tensor>& externals);
+
+// cuBLASLt epilogue hook: the CUDA backend installs a runner that computes gemm + epilogue into
+// `out` (returns false when it cannot, then the GEMM + tail kernel path runs).
+using GemmEpilogueRunner = bool (*)(const OpCall& gemm, GemmEpilogue epilogue, const Tensor* bias,
+                                    const Tensor& out, void* stream);
+void set_gemm_epilogue_runner(GemmEpilogueRunner r);
+
+}  // namespace livefuse::planner

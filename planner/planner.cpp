@@ -1,0 +1,123 @@
+#include "planner/planner.hpp"
+
+#include <iostream>
+#include <mutex>
+
+#include "livefuse/config.hpp"
+#include "planner/passes.hpp"
+#include "planner/strategy.hpp"
+
+namespace livefuse::planner {
+
+PlannerOptions default_planner_options(Device device) {
+  PlannerOptions o;
+  o.cost = device.is_cuda() ? CostModel{} : CostModel::cpu();
+  o.fusion = config().fusion;
+  if (config().log >= LogLevel::debug) {
+    o.dump = [](const std::string& pass, const std::string& text) {
+      static std::mutex mu;
+      std::lock_guard<std::mutex> lock(mu);
+      std::cerr << "[planner] after " << pass << ":\n" << text;
+    };
+  }
+  return o;
+}
+
+PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
+  FusionGraph g = make_fusion_graph(seg, opts);
+  run_passes(g);
+  PlannedSegment p;
+  p.segment = seg;
+  p.values = g.value_kind;
+  for (int unit : g.topo_groups()) {
+    const Group& gr = g.groups[unit];
+    if (gr.horizontal >= 0) {
+      const std::vector<int>& set = g.horizontal[gr.horizontal];
+      p.steps.push_back(horizontal_strategy().emit(g, set));
+      p.summary.plan_bytes += horizontal_strategy().params(g, set).bytes;
+    } else {
+      const Strategy& s = strategy_for(gr.kind);
+      p.steps.push_back(s.emit(g, std::span<const int>(&unit, 1)));
+      p.summary.plan_bytes += s.params(g, std::span<const int>(&unit, 1)).bytes;
+    }
+  }
+  for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {
+    if (g.role[j] == Role::Dead) continue;
+    ++p.summary.ops;
+    if (g.role[j] == Role::View) continue;
+    ++p.summary.eager_launches;
+    p.summary.eager_bytes += eager_node_bytes(seg, j);
+  }
+  for (const Step& s : p.steps) {
+    p.summary.plan_launches += s.launches();
+    if (std::holds_alternative<FusedKernelStep>(s.body)) ++p.summary.fused_kernels;
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
+  }
+  p.decisions = std::move(g.decisions);
+  if (opts.dump) opts.dump("plan", p.describe());
+  return p;
+}
+
+namespace {
+
+// Single steps for the nodes of a failed kernel; their values all get memory.
+void unfuse(PlannedSegment& p, std::vector<Step>& out, const std::vector<int>& nodes) {
+  for (int j : nodes) {
+    for (int k = 0; k < static_cast<int>(p.segment.nodes[j].outputs.size()); ++k) {
+      const int v = p.segment.value_id(ValueRef::of(j, k));
+      if (p.values[v] == ValueKind::Virtual) p.values[v] = ValueKind::Materialized;
+    }
+    Step s;
+    s.label = std::string(op_name(p.segment.nodes[j].op)) + " #" + std::to_string(j);
+    s.body = EagerStep{j};
+    out.push_back(std::move(s));
+  }
+}
+
+}  // namespace
+
+int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::CompileOptions& opts) {
+  std::vector<std::pair<FusedKernelStep*, std::shared_future<jit::CompileResult>>> jobs;
+  for (Step& s : p.steps) {
+    FusedKernelStep* fk = std::get_if<FusedKernelStep>(&s.body);
+    if (auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) fk = gs->tail.get();
+    if (fk && !fk->compiled) jobs.push_back({fk, compiler.submit(fk->spec, opts)});
+  }
+  for (auto& [fk, fut] : jobs) {
+    jit::CompileResult r = fut.get();
+    fk->compiled = r.kernel;
+    fk->compile_error = r.error;
+  }
+  int failed = 0;
+  std::vector<Step> steps;
+  for (Step& s : p.steps) {
+    if (auto* fk = std::get_if<FusedKernelStep>(&s.body); fk && !fk->compiled) {
+      ++failed;
+      p.decisions.push_back({"run " + s.label + " unfused", "kernel not compiled: " + fk->compile_error});
+      unfuse(p, steps, fk->nodes);
+      continue;
+    }
+    if (auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail && !gs->tail->compiled) {
+      ++failed;
+      p.decisions.push_back({"run the tail of " + s.label + " unfused", "kernel not compiled: " + gs->tail->compile_error});
+      const std::vector<int> nodes = gs->tail->nodes;
+      gs->tail.reset();
+      gs->epilogue = GemmEpilogue::None;
+      steps.push_back(std::move(s));
+      unfuse(p, steps, nodes);
+      continue;
+    }
+    steps.push_back(std::move(s));
+  }
+  p.steps = std::move(steps);
+  p.summary.plan_launches = 0;
+  p.summary.fused_kernels = 0;
+  for (const Step& s : p.steps) {
+    p.summary.plan_launches += s.launches();
+    if (std::holds_alternative<FusedKernelStep>(s.body)) ++p.summary.fused_kernels;
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
+  }
+  return failed;
+}
+
+}  // namespace livefuse::planner

@@ -1,0 +1,228 @@
+#include "planner/service.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "livefuse/config.hpp"
+#include "livefuse/error.hpp"
+#include "livefuse/stream.hpp"
+#include "monitor/candidate.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/fused_plan.hpp"
+#include "planner/planner.hpp"
+#include "runtime/plan.hpp"
+
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace livefuse::planner {
+
+namespace {
+
+// PlanOps (what the matcher compares) from the candidate's representative occurrence.
+std::vector<PlanOp> plan_ops(const monitor::Candidate& c) {
+  std::vector<PlanOp> ops;
+  for (const monitor::CandidateOp& co : c.ops) {
+    PlanOp p;
+    p.op = co.op;
+    p.attrs_hash = co.attrs_hash;
+    for (size_t i = 0; i < co.inputs.size(); ++i) {
+      p.in_dtypes.push_back(co.in_dtypes[i]);
+      p.in_ranks.push_back(static_cast<int8_t>(co.in_ranks[i]));
+      PlanInput in;
+      if (co.inputs[i].kind == monitor::WireRef::Kind::internal) {
+        in.op = co.inputs[i].index;
+        in.out = co.inputs[i].output;
+      } else {
+        in.slot = co.inputs[i].index;
+      }
+      p.inputs.push_back(in);
+    }
+    ops.push_back(std::move(p));
+  }
+  return ops;
+}
+
+int device_arch(const Device& d) {
+#if LIVEFUSE_HAS_CUDA
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, d.index) == cudaSuccess) return prop.major * 10 + prop.minor;
+#endif
+  (void)d;
+  return 90;
+}
+
+class Service final : public monitor::CandidateConsumer {
+ public:
+  void on_candidate(const monitor::Candidate& c) override {
+    std::lock_guard<std::mutex> g(mu_);
+    ++ctr_.candidates;
+    queue_.push_back(c);
+    cv_.notify_all();
+  }
+  void on_candidate_cold(uint64_t signature, uint32_t stream) override {
+    std::lock_guard<std::mutex> g(mu_);
+    cold_.emplace_back(signature, stream);
+    cv_.notify_all();
+  }
+
+  void start() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (started_) return;
+    started_ = true;
+    // Detached and never joined: the worker may be inside NVRTC at exit; it holds no state that
+    // static destruction frees (the service and the table are leaked on purpose).
+    std::thread([this] { loop(); }).detach();
+  }
+
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> g(mu_);
+    return idle_cv_.wait_for(g, timeout, [&] { return queue_.empty() && cold_.empty() && !busy_; });
+  }
+
+  ServiceCounters counters() {
+    std::lock_guard<std::mutex> g(mu_);
+    return ctr_;
+  }
+
+  void reset() {
+    std::lock_guard<std::mutex> g(mu_);
+    planned_.clear();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      monitor::Candidate c;
+      std::vector<std::pair<uint64_t, uint32_t>> cold;
+      {
+        std::unique_lock<std::mutex> g(mu_);
+        busy_ = false;
+        idle_cv_.notify_all();
+        cv_.wait(g, [&] { return !queue_.empty() || !cold_.empty(); });
+        busy_ = true;
+        cold.swap(cold_);
+        if (!queue_.empty()) {
+          c = std::move(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      for (auto [sig, stream] : cold) retire(sig, stream);
+      if (!c.ops.empty()) handle(c);
+    }
+  }
+
+  void retire(uint64_t sig, uint32_t stream) {
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = planned_.find({sig, stream});
+      if (it == planned_.end()) return;
+      id = it->second.plan_id;
+      planned_.erase(it);
+      ++ctr_.retired;
+    }
+    if (id) PlanTable::get().retire(id, "retired: the sequence is no longer hot");
+  }
+
+  void handle(const monitor::Candidate& c) {
+    const std::pair<uint64_t, uint32_t> key{c.signature, c.stream};
+    uint64_t old_plan = 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = planned_.find(key);
+      if (it != planned_.end()) {
+        // Same structure again: re-plan only when its shape mix changed (a new version).
+        if (it->second.version >= c.version || it->second.shape_tuples == c.shapes.tuples.size()) {
+          ++ctr_.skipped;
+          return;
+        }
+        old_plan = it->second.plan_id;
+      }
+    }
+    Device device = Device::cpu();
+    try {
+      device = stream_by_id(c.stream).device();
+      Segment seg = from_candidate(c);
+      PlannerOptions opts = default_planner_options(device);
+      PlannedSegment planned = plan_segment(seg, opts);
+      if (device.is_cuda()) {
+        jit::CompileOptions co;
+        co.arch = device_arch(device);
+        co.fma = config().fma;
+        compile_plan(planned, jit::KernelCompiler::global(), co);
+      } else if (planned.summary.fused_kernels == 0) {
+        // On the CPU a plan only pays through fusion (there are no launches to save).
+        std::lock_guard<std::mutex> g(mu_);
+        ++ctr_.skipped;
+        planned_[key] = {0, c.version, c.shapes.tuples.size()};
+        return;
+      }
+      auto plan = std::make_shared<FusedPlan>(std::move(planned), device.kind);
+      plan->ops = plan_ops(c);
+      plan->n_external = static_cast<int>(c.externals.size());
+      plan->signature = c.signature;
+      plan->id = next_id_++;
+      plan->name = monitor::describe(c);
+      if (plan->name.size() > 120) plan->name = plan->name.substr(0, 117) + "...";
+      plan->state = config().mode == Mode::on ? PlanState::sampling : PlanState::sampling;
+      plan->last_reason = "planned: " + std::to_string(plan->planned().summary.ops) + " ops in " +
+                          std::to_string(plan->planned().summary.plan_launches) + " launches (eager " +
+                          std::to_string(plan->planned().summary.eager_launches) + ")";
+      const uint64_t id = plan->id;
+      PlanTable::get().publish(std::move(plan));
+      if (old_plan) PlanTable::get().retire(old_plan, "replaced: the shape mix changed");
+      std::lock_guard<std::mutex> g(mu_);
+      ++ctr_.planned;
+      ++ctr_.published;
+      planned_[key] = {id, c.version, c.shapes.tuples.size()};
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> g(mu_);
+      ++ctr_.failed;
+      planned_[key] = {0, c.version, c.shapes.tuples.size()};
+      last_error_ = e.what();
+    }
+  }
+
+  struct Planned {
+    uint64_t plan_id = 0;
+    uint32_t version = 0;
+    size_t shape_tuples = 0;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<monitor::Candidate> queue_;
+  std::vector<std::pair<uint64_t, uint32_t>> cold_;
+  std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
+  ServiceCounters ctr_;
+  std::string last_error_;
+  bool started_ = false, busy_ = false;
+  uint64_t next_id_ = 1;
+};
+
+Service& service() {
+  static Service* s = new Service;  // leaked: its thread runs until the process ends
+  return *s;
+}
+
+}  // namespace
+
+void ensure_service_started() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const Mode m = config().mode;
+    if (m == Mode::off || m == Mode::trace) return;
+    service().start();
+    monitor::Monitor::instance().set_consumer(&service());
+  });
+}
+
+bool wait_service_idle(std::chrono::milliseconds timeout) { return service().wait_idle(timeout); }
+ServiceCounters service_counters() { return service().counters(); }
+void reset_service_for_testing() { service().reset(); }
+
+}  // namespace livefuse::planner

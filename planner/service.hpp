@@ -1,0 +1,22 @@
+#pragma once
+// The planning service: the monitor's CandidateConsumer. Hot candidates are planned off the
+// hot path (a worker thread; NVRTC compiles go to the compiler's TBB arena), wrapped as
+// FusedPlans and published to the PlanTable, where the matcher starts using them.
+#include <chrono>
+#include <cstdint>
+
+namespace livefuse::planner {
+
+struct ServiceCounters {
+  uint64_t candidates = 0, planned = 0, published = 0, skipped = 0, failed = 0, retired = 0;
+};
+
+// Installs the service as the monitor's consumer (idempotent; not in LIVEFUSE=off or trace).
+void ensure_service_started();
+// Waits until every candidate handed over so far has been planned (tests, benchmarks).
+bool wait_service_idle(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+ServiceCounters service_counters();
+// Forgets which candidates were planned (tests that reset the monitor and the PlanTable).
+void reset_service_for_testing();
+
+}  // namespace livefuse::planner

@@ -1,0 +1,68 @@
+// Strategy "gemm": matmul/linear (executed by the backend: cuBLASLt on CUDA, the blocked GEMM
+// on the CPU) plus the pointwise group after it. The step carries the cuBLASLt epilogue that
+// covers the tail (BIAS, RELU_BIAS, GELU_BIAS) when one does, and always the tail as a fused
+// kernel: the fallback when no epilogue runner is installed, and the plan when none applies.
+#include "planner/passes.hpp"
+#include "planner/strategy.hpp"
+
+namespace livefuse::planner {
+
+const Strategy& pointwise_strategy();
+
+namespace {
+
+class GemmStrategy final : public Strategy {
+ public:
+  std::string_view name() const override { return "gemm"; }
+
+  std::optional<std::string> can_plan(const FusionGraph& g, std::span<const int> groups) const override {
+    if (g.groups[groups[0]].kind != GroupKind::Gemm) return "not a GEMM";
+    return std::nullopt;
+  }
+
+  StrategyParams params(const FusionGraph& g, std::span<const int> groups) const override {
+    const Group& gr = g.groups[groups[0]];
+    StrategyParams p;
+    p.bytes = eager_node_bytes(g.seg, gr.nodes[0]);
+    if (gr.tail >= 0) {
+      const int t = gr.tail;
+      const StrategyParams tp = pointwise_strategy().params(g, std::span<const int>(&t, 1));
+      if (gr.epilogue == GemmEpilogue::None) {
+        p.bytes += tp.bytes;
+        p.launches = 2;
+      }
+    }
+    p.detail = std::string("epilogue ") + std::string(epilogue_name(gr.epilogue));
+    return p;
+  }
+
+  Step emit(const FusionGraph& g, std::span<const int> groups) const override {
+    const Group& gr = g.groups[groups[0]];
+    GemmStep gs;
+    gs.node = gr.nodes[0];
+    gs.epilogue = gr.epilogue;
+    gs.bias_value = gr.bias_value;
+    std::string label = std::string(op_name(g.seg.nodes[gs.node].op)) + " #" + std::to_string(gs.node);
+    if (gr.tail >= 0) {
+      const int t = gr.tail;
+      Step tail = pointwise_strategy().emit(g, std::span<const int>(&t, 1));
+      gs.tail = std::make_shared<FusedKernelStep>(std::get<FusedKernelStep>(std::move(tail.body)));
+      gs.final_value = gs.tail->parts[0].outputs.empty() ? -1 : gs.tail->parts[0].outputs.back();
+      label += " + " + g.nodes_str(g.groups[t].nodes);
+      if (gr.epilogue != GemmEpilogue::None) label += " (epilogue " + std::string(epilogue_name(gr.epilogue)) + ")";
+    }
+    Step s;
+    s.label = label;
+    s.body = std::move(gs);
+    return s;
+  }
+};
+
+}  // namespace
+
+const Strategy& gemm_strategy() {
+  static const GemmStrategy s;
+  return s;
+}
+
+}  // namespace livefuse::planner
