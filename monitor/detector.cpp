@@ -1,0 +1,195 @@
+#include "monitor/detector.hpp"
+
+#include <algorithm>
+
+#include "monitor/hashing.hpp"
+#include "runtime/registry.hpp"
+
+namespace livefuse::monitor {
+
+namespace {
+constexpr uint64_t kSyncToken = 0x5a5a0000deadbeefull;
+constexpr uint64_t kSweepEvery = 4096;  // events between decay sweeps
+}  // namespace
+
+uint64_t structural_attrs_hash(OpId op, const Attrs& a) {
+  // reshape's target always equals its output shape, which the shape pattern records; hashing
+  // it would make every sequence length a different structure.
+  if (op == OpId::reshape) return hash_combine(0x7e5a, a.ni);
+  return a.hash();
+}
+
+Detector::Detector(const MonitorOptions& o)
+    : opts_(o),
+      wparams_{o.window, o.max_segment, o.half_life_log2},
+      structures_(o),
+      canonicalizer_(o.max_segment) {}
+
+StreamWindow* Detector::find_window(uint32_t stream) {
+  if (last_hit_ < windows_.size() && windows_[last_hit_].stream == stream) return windows_[last_hit_].w.get();
+  for (size_t k = 0; k < windows_.size(); ++k)
+    if (windows_[k].stream == stream) {
+      last_hit_ = k;
+      return windows_[k].w.get();
+    }
+  return nullptr;
+}
+
+StreamWindow& Detector::window(uint32_t stream) {
+  StreamWindow* w = find_window(stream);
+  if (w == nullptr) {
+    if (windows_.size() >= std::max<uint32_t>(opts_.max_streams, 1)) {
+      auto victim = std::min_element(windows_.begin(), windows_.end(),
+          [](const WindowEntry& a, const WindowEntry& b) { return a.last_active < b.last_active; });
+      structures_.drop_stream(victim->stream);
+      evicted_pp_evictions_ += victim->w->pp_evictions();
+      evicted_segments_ += victim->w->segments();
+      windows_.erase(victim);
+      ++window_evictions_;
+    }
+    windows_.push_back(WindowEntry{stream, 0, std::make_unique<StreamWindow>(stream, wparams_)});
+    last_hit_ = windows_.size() - 1;
+    w = windows_.back().w.get();
+  }
+  windows_[last_hit_].last_active = stamp_;
+  return *w;
+}
+
+uint32_t Detector::epoch_of(uint32_t stream) {
+  StreamWindow* w = find_window(stream);
+  return w ? w->epoch() : 0;
+}
+
+bool Detector::capturable(uint32_t opaque_id) {
+  auto it = capturable_.find(opaque_id);
+  if (it != capturable_.end()) return it->second;
+  bool c = false;
+  try {
+    c = opaque_kernel(opaque_id).capturable;
+  } catch (...) {
+    c = false;  // unknown kernel: never part of a plan
+  }
+  if (capturable_.size() < 4096) capturable_.emplace(opaque_id, c);
+  return c;
+}
+
+void Detector::consume(const TraceEvent& ev) {
+  ++stamp_;
+  switch (ev.kind) {
+    case EventKind::call: on_call_event(ev); break;
+    case EventKind::release: on_release_event(ev.value); break;
+    case EventKind::sync: on_sync_event(ev); break;
+  }
+  if (stamp_ % kSweepEvery == 0) sweep();
+}
+
+void Detector::mark_use(const ValueEntry& e, ValueId id, const StreamWindow& user, uint64_t pos) {
+  StreamWindow* pw = find_window(e.prod_stream);
+  if (pw == nullptr) return;
+  RingEvent* r = pw->event_at(e.prod_pos);
+  if (r == nullptr || r->ev.out_ids[e.prod_output] != id) return;
+  OutMeta& m = r->meta[e.prod_output];
+  if (m.last_use_plus1 == kUsedElsewhere) return;
+  m.last_use_plus1 = pw == &user ? pos + 1 : kUsedElsewhere;
+}
+
+void Detector::on_call_event(const TraceEvent& ev) {
+  ++events_;
+  StreamWindow& w = window(ev.stream);
+  const uint64_t pos = w.head();
+  const uint64_t ah = structural_attrs_hash(ev.op, ev.attrs);
+  uint64_t local = hash_combine(static_cast<uint64_t>(ev.op) + 1, ah);
+  local = hash_combine(local, ev.n_in | (ev.n_out << 8) | (uint64_t{ev.flags} << 16));
+  for (int m = 0; m < ev.n_in; ++m) local = hash_combine(local, ev.in_dtype[m] | (ev.in_rank[m] << 8));
+  for (int o = 0; o < ev.n_out; ++o)
+    local = hash_combine(local, ev.out_dtype[o] | (ev.out_rank[o] << 8) | (1u << 16));
+
+  // The token adds near reuse: "input m is the value input u of the op d positions back read".
+  uint64_t token = local;
+  for (int m = 0; m < ev.n_in; ++m) {
+    const ValueId id = ev.in_ids[m];
+    if (id == 0) continue;
+    ValueEntry& e = values_.find_or_insert(id, stamp_);
+    uint64_t feature = (uint64_t{static_cast<uint32_t>(m)} << 16) | 0xffff;
+    if (e.use_stream == w.stream() && pos - e.use_pos <= static_cast<uint64_t>(kNearUse))
+      feature = (uint64_t{static_cast<uint32_t>(m)} << 16) | ((pos - e.use_pos) << 8) | e.use_input;
+    token = hash_combine(token, feature);
+    if (e.prod_stream != kNoStream) mark_use(e, id, w, pos);
+    e.use_stream = w.stream();
+    e.use_pos = pos;
+    e.use_input = static_cast<uint8_t>(m);
+  }
+  for (int o = 0; o < ev.n_out; ++o) {
+    if (ev.out_ids[o] == 0) continue;
+    ValueEntry& e = values_.find_or_insert(ev.out_ids[o], stamp_);
+    e.prod_stream = w.stream();
+    e.prod_pos = pos;
+    e.prod_output = static_cast<uint8_t>(o);
+  }
+  const bool barrier = (ev.flags & kEventTruncated) ||
+                       (ev.op == OpId::opaque && !capturable(ev.attrs.custom_id));
+  RingEvent& r = w.append(token, barrier ? SlotKind::barrier : SlotKind::op);
+  r.ev = ev;
+  r.local_token = local;
+  r.attrs_hash = ah;
+  w.advance(*this);
+}
+
+void Detector::on_release_event(ValueId id) {
+  ++releases_;
+  ValueEntry* e = values_.find(id);
+  if (e == nullptr) return;
+  if (e->prod_stream != kNoStream)
+    if (StreamWindow* pw = find_window(e->prod_stream))
+      if (RingEvent* r = pw->event_at(e->prod_pos); r && r->ev.out_ids[e->prod_output] == id)
+        r->meta[e->prod_output].released_at = pw->head();
+  values_.erase(e);  // ids are never reused
+}
+
+void Detector::on_sync_event(const TraceEvent& ev) {
+  ++syncs_;
+  StreamWindow& w = window(ev.stream);
+  RingEvent& r = w.append(kSyncToken, SlotKind::barrier);
+  r.ev = ev;
+  w.advance(*this);
+}
+
+void Detector::on_segment(StreamWindow& w, uint64_t begin, uint64_t end, uint64_t path_hash) {
+  if (!canonicalizer_.run(w, begin, end, canon_)) return;
+  structures_.observe(w, begin, path_hash, canon_, w.epoch());
+}
+
+void Detector::flush() {
+  for (WindowEntry& e : windows_) e.w->flush(*this);
+}
+
+void Detector::sweep() {
+  structures_.sweep([this](uint32_t s) { return epoch_of(s); });
+}
+
+std::vector<Candidate> Detector::candidates(bool hot_only) {
+  return structures_.snapshot(hot_only, [this](uint32_t s) { return epoch_of(s); });
+}
+
+void Detector::fill(MonitorCounters& c) const {
+  c.events = events_;
+  c.releases = releases_;
+  c.syncs = syncs_;
+  c.windows = windows_.size();
+  c.window_evictions = window_evictions_;
+  c.program_point_evictions = evicted_pp_evictions_;
+  c.segments = evicted_segments_;
+  for (const WindowEntry& e : windows_) {
+    c.program_point_evictions += e.w->pp_evictions();
+    c.segments += e.w->segments();
+  }
+  c.value_evictions = values_.evictions();
+  c.structures = structures_.size();
+  c.structure_evictions = structures_.evictions();
+  c.shape_evictions = structures_.shape_evictions();
+  c.hot = structures_.hot_count();
+  c.candidates_emitted = structures_.emitted();
+  c.candidates_cooled = structures_.cooled();
+}
+
+}  // namespace livefuse::monitor

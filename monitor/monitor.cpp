@@ -1,0 +1,345 @@
+#include "monitor/monitor.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include <boost/lockfree/spsc_queue.hpp>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
+#include "livefuse/config.hpp"
+#include "monitor/detector.hpp"
+#include "monitor/trace_event.hpp"
+
+namespace livefuse::monitor {
+
+// One per recording thread: only that thread pushes, only the monitor thread pops.
+struct Producer {
+  explicit Producer(size_t capacity) : queue(capacity) {}
+  boost::lockfree::spsc_queue<TraceEvent> queue;
+  // Written by the owner only (load + store, no read-modify-write on the hot path).
+  alignas(64) std::atomic<uint64_t> pushed{0};
+  std::atomic<uint64_t> dropped{0};
+  std::atomic<bool> retired{false};  // the owner thread has exited
+  TraceEvent scratch{};              // the event being filled (keeps it off the user's stack)
+};
+
+namespace {
+
+constexpr size_t kBatch = 256;  // events taken from one queue per round
+
+thread_local Producer* t_producer = nullptr;
+thread_local bool t_gone = false;  // this thread's destructors ran: record nothing more
+
+// Marks the thread's queue retired when the thread exits; the monitor thread frees it once it
+// has consumed what is left.
+struct ProducerRetirer {
+  Producer* p = nullptr;
+  ~ProducerRetirer() {
+    if (p) p->retired.store(true, std::memory_order_release);
+    t_producer = nullptr;
+    t_gone = true;
+  }
+};
+thread_local ProducerRetirer t_retirer;
+
+}  // namespace
+
+MonitorOptions MonitorOptions::from_config() {
+  const Config& cfg = config();
+  MonitorOptions o;
+  o.hot = std::max(2, cfg.hot);
+  o.max_segment = std::clamp(cfg.max_segment, 2, 1024);
+  o.window = std::max<uint32_t>(4096, 8u * static_cast<uint32_t>(o.max_segment));
+  return o;
+}
+
+Monitor& Monitor::instance() {
+  // Leaked on purpose (see monitor.hpp): user threads and the executor may call into it
+  // during and after static destruction.
+  static Monitor* m = new Monitor();
+  return *m;
+}
+
+Monitor::Monitor() : options_(MonitorOptions::from_config()) {
+  detector_ = std::make_unique<Detector>(options_);
+  queue_capacity_ = options_.queue_capacity;
+  max_producers_ = options_.max_producers;
+}
+
+void Monitor::stop_at_exit() { instance().stop(); }
+
+void Monitor::start() {
+  std::lock_guard<std::mutex> lk(lifecycle_mu_);
+  if (running_.load()) return;
+  stop_.store(false);
+  thread_ = std::thread([this] { run(); });
+  running_.store(true, std::memory_order_release);
+  set_trace_sink(this);
+  if (!atexit_registered_) {
+    // Runs before the destructors of statics constructed before this point (the runtime's
+    // registries among them), so the thread never sees them destroyed.
+    std::atexit(&Monitor::stop_at_exit);
+    atexit_registered_ = true;
+  }
+}
+
+void Monitor::stop() {
+  std::lock_guard<std::mutex> lk(lifecycle_mu_);
+  if (!running_.load()) return;
+  if (trace_sink() == this) set_trace_sink(nullptr);
+  stop_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> w(wake_mu_);
+    wake_.store(true);
+  }
+  wake_cv_.notify_all();
+  if (thread_.joinable()) {
+    // exit() called from a consumer callback runs this on the monitor thread itself.
+    if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
+    else thread_.join();
+  }
+  running_.store(false, std::memory_order_release);
+}
+
+// ---- hot path -------------------------------------------------------------------------------
+
+Producer* Monitor::attach_producer() {
+  if (t_gone || stop_.load(std::memory_order_relaxed)) {
+    orphan_drops_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lk(producers_mu_);
+  if (producers_.size() >= max_producers_.load()) {
+    orphan_drops_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  auto* p = new Producer(queue_capacity_.load());
+  producers_.push_back(p);
+  producers_gen_.fetch_add(1, std::memory_order_release);
+  t_retirer.p = p;
+  t_producer = p;
+  return p;
+}
+
+inline void Monitor::push(Producer* p) {
+  if (p->queue.push(p->scratch))
+    p->pushed.store(p->pushed.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  else
+    p->dropped.store(p->dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void Monitor::on_call(const OpCall& call, std::span<const Tensor> outputs, uint32_t stream_id) {
+  Producer* p = t_producer;
+  if (p == nullptr) [[unlikely]] {
+    if ((p = attach_producer()) == nullptr) return;
+  }
+  fill_call_event(p->scratch, call, outputs, stream_id);
+  push(p);
+}
+
+void Monitor::on_release(ValueId id) {
+  Producer* p = t_producer;
+  if (p == nullptr) [[unlikely]] {
+    if ((p = attach_producer()) == nullptr) return;
+  }
+  fill_release_event(p->scratch, id);
+  push(p);
+}
+
+void Monitor::on_sync(uint32_t stream_id) {
+  Producer* p = t_producer;
+  if (p == nullptr) [[unlikely]] {
+    if ((p = attach_producer()) == nullptr) return;
+  }
+  fill_sync_event(p->scratch, stream_id);
+  push(p);
+}
+
+// ---- the monitor thread ------------------------------------------------------------------------
+
+size_t Monitor::consume_once() {
+  if (const uint64_t gen = producers_gen_.load(std::memory_order_acquire); gen != local_gen_) {
+    std::lock_guard<std::mutex> lk(producers_mu_);
+    local_ = producers_;
+    local_gen_ = producers_gen_.load();
+  }
+  size_t total = 0;
+  std::vector<Candidate> emitted;
+  std::vector<std::pair<uint64_t, uint32_t>> cooled;
+  {
+    std::lock_guard<std::mutex> lk(state_mu_);
+    for (Producer* p : local_) {
+      const size_t n = p->queue.pop(batch_.data(), kBatch);
+      for (size_t k = 0; k < n; ++k) detector_->consume(batch_[k]);
+      total += n;
+    }
+    // Published under the lock: drain() then sees the detector with these events applied.
+    consumed_.fetch_add(total, std::memory_order_release);
+    emitted = detector_->take_emitted();
+    cooled = detector_->take_cooled();
+  }
+  if (total) batches_.fetch_add(1, std::memory_order_relaxed);
+  deliver(emitted, cooled);
+  return total;
+}
+
+void Monitor::reap_retired() {
+  std::lock_guard<std::mutex> lk(producers_mu_);
+  bool changed = false;
+  for (size_t k = 0; k < producers_.size();) {
+    Producer* p = producers_[k];
+    if (p->retired.load(std::memory_order_acquire) && p->queue.read_available() == 0) {
+      retired_pushed_ += p->pushed.load();
+      retired_dropped_ += p->dropped.load();
+      producers_.erase(producers_.begin() + static_cast<std::ptrdiff_t>(k));
+      delete p;
+      changed = true;
+    } else {
+      ++k;
+    }
+  }
+  if (changed) {
+    producers_gen_.fetch_add(1, std::memory_order_release);
+    local_ = producers_;
+    local_gen_ = producers_gen_.load();
+  }
+}
+
+void Monitor::run() {
+#if defined(__linux__)
+  pthread_setname_np(pthread_self(), "lf-monitor");
+#endif
+  batch_.resize(kBatch);
+  int idle = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    const size_t n = paused_.load(std::memory_order_relaxed) ? 0 : consume_once();
+    if (n > 0) {
+      idle = 0;
+      continue;
+    }
+    if (++idle < 64) {
+      std::this_thread::yield();
+      continue;
+    }
+    reap_retired();
+    // Idle: poll every millisecond (producers never notify: that would cost them a syscall).
+    std::unique_lock<std::mutex> lk(wake_mu_);
+    wake_cv_.wait_for(lk, std::chrono::milliseconds(1), [this] { return wake_.load() || stop_.load(); });
+    wake_.store(false);
+    idle = 32;
+  }
+}
+
+void Monitor::deliver(std::vector<Candidate>& emitted,
+                      std::vector<std::pair<uint64_t, uint32_t>>& cooled) {
+  if (emitted.empty() && cooled.empty()) return;
+  std::lock_guard<std::mutex> lk(consumer_mu_);
+  if (consumer_ == nullptr) return;
+  // A throwing planner must not take the monitor thread down with it.
+  for (const Candidate& c : emitted) try { consumer_->on_candidate(c); } catch (...) {}
+  for (const auto& [sig, stream] : cooled) try { consumer_->on_candidate_cold(sig, stream); } catch (...) {}
+}
+
+// ---- control ------------------------------------------------------------------------------
+
+uint64_t Monitor::produced_total() const {
+  std::lock_guard<std::mutex> lk(producers_mu_);
+  uint64_t n = retired_pushed_;
+  for (const Producer* p : producers_) n += p->pushed.load(std::memory_order_acquire);
+  return n;
+}
+
+uint64_t Monitor::dropped_total() const {
+  std::lock_guard<std::mutex> lk(producers_mu_);
+  uint64_t n = retired_dropped_ + orphan_drops_.load(std::memory_order_relaxed);
+  for (const Producer* p : producers_) n += p->dropped.load(std::memory_order_relaxed);
+  return n;
+}
+
+bool Monitor::drain(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const uint64_t target = produced_total();
+  while (consumed_.load(std::memory_order_acquire) < target) {
+    if (!running() || std::chrono::steady_clock::now() > deadline) return false;
+    {
+      std::lock_guard<std::mutex> w(wake_mu_);
+      wake_.store(true);
+    }
+    wake_cv_.notify_all();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  std::vector<Candidate> emitted;
+  std::vector<std::pair<uint64_t, uint32_t>> cooled;
+  {
+    std::lock_guard<std::mutex> lk(state_mu_);
+    detector_->flush();
+    detector_->sweep();
+    emitted = detector_->take_emitted();
+    cooled = detector_->take_cooled();
+  }
+  deliver(emitted, cooled);
+  return true;
+}
+
+void Monitor::reset() { reset(MonitorOptions::from_config()); }
+
+void Monitor::reset(const MonitorOptions& o) {
+  drain(std::chrono::seconds(5));
+  std::lock_guard<std::mutex> lk(state_mu_);
+  detector_ = std::make_unique<Detector>(o);
+  options_ = o;
+  queue_capacity_.store(std::max<uint32_t>(o.queue_capacity, 2));
+  max_producers_.store(o.max_producers);
+  base_produced_ = produced_total();
+  base_drops_ = dropped_total();
+  base_batches_ = batches_.load();
+}
+
+std::vector<Candidate> Monitor::candidates(bool hot_only) const {
+  std::lock_guard<std::mutex> lk(state_mu_);
+  return detector_->candidates(hot_only);
+}
+
+MonitorCounters Monitor::counters() const {
+  MonitorCounters c;
+  uint64_t bp, bd, bb;
+  {
+    std::lock_guard<std::mutex> lk(state_mu_);
+    detector_->fill(c);
+    bp = base_produced_, bd = base_drops_, bb = base_batches_;
+  }
+  c.produced = produced_total() - bp;
+  c.drops = dropped_total() - bd;
+  c.batches = batches_.load() - bb;
+  std::lock_guard<std::mutex> lk(producers_mu_);
+  c.producers = producers_.size();
+  return c;
+}
+
+MonitorOptions Monitor::options() const {
+  std::lock_guard<std::mutex> lk(state_mu_);
+  return options_;
+}
+
+void Monitor::set_consumer(CandidateConsumer* c) {
+  std::lock_guard<std::mutex> lk(consumer_mu_);
+  consumer_ = c;
+}
+
+void Monitor::pause_for_testing(bool paused) { paused_.store(paused); }
+
+void ensure_started() {
+  static std::atomic<bool> done{false};
+  if (done.load(std::memory_order_acquire)) return;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (config().mode != Mode::off) Monitor::instance().start();
+    done.store(true, std::memory_order_release);
+  });
+}
+
+}  // namespace livefuse::monitor

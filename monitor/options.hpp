@@ -1,0 +1,60 @@
+#pragma once
+// Tunables of the monitor and the counters that show its bounded state at work.
+#include <cstdint>
+
+namespace livefuse::monitor {
+
+struct MonitorOptions {
+  // Occurrences (of one program path, see structure_table.hpp) before a sequence is hot.
+  // Default: config().hot, i.e. LIVEFUSE_HOT, whose default is 3 -- see kDefaultHot.
+  int hot = 3;
+  // Longest sequence considered (LIVEFUSE_MAX_SEGMENT). Also the lookahead of the matcher.
+  int max_segment = 64;
+  // Events each producer thread may have in flight; beyond it events are dropped and counted.
+  uint32_t queue_capacity = 4096;
+  // Positions of history per stream searched for earlier occurrences (power of two).
+  uint32_t window = 4096;
+  // Counts halve every 2^half_life_log2 ops of their stream ("time" is the stream's own work,
+  // so an idle stream keeps its state and a busy one forgets its old patterns).
+  uint32_t half_life_log2 = 12;
+  uint32_t max_streams = 32;        // per-stream windows; the least recently active is evicted
+  uint32_t max_structures = 1024;   // distinct sequences tracked; the coldest is evicted
+  uint32_t max_shape_tuples = 16;   // concrete shape tuples kept per sequence
+  uint32_t max_producers = 256;     // threads with a queue; events of further threads are dropped
+
+  // From config() (LIVEFUSE_HOT, LIVEFUSE_MAX_SEGMENT), clamped to what the monitor supports.
+  static MonitorOptions from_config();
+};
+
+// Why hot defaults to 3. A sequence is counted only when every op of it continues an earlier
+// occurrence of the same program path (so a chance collision in unrelated code is not
+// counted), so three occurrences are already strong evidence of a loop: the first records it,
+// the second shows the path repeats, the third that it keeps repeating. It makes the layers of
+// a model hot within its first forward pass and a decode step hot by its third token, which
+// matters because planning and compilation happen off the hot path and a plan only pays off
+// after it is installed. A higher value only delays that; a wrong guess costs a background
+// compile and is undone by the planner's sampling and by decay.
+inline constexpr int kDefaultHot = 3;
+
+struct MonitorCounters {
+  uint64_t produced = 0;        // events pushed into the queues
+  uint64_t drops = 0;           // events dropped (queue full, no queue, monitor stopped)
+  uint64_t events = 0;          // op call events consumed
+  uint64_t releases = 0;        // release events consumed
+  uint64_t syncs = 0;           // sync events consumed
+  uint64_t batches = 0;         // batches taken off the queues by the monitor thread
+  uint64_t producers = 0;       // threads with a live queue
+  uint64_t windows = 0;         // per-stream windows alive
+  uint64_t window_evictions = 0;
+  uint64_t program_point_evictions = 0;
+  uint64_t value_evictions = 0;  // value-index entries overwritten while still tracked
+  uint64_t segments = 0;        // sequences cut and examined
+  uint64_t structures = 0;      // distinct sequences tracked now
+  uint64_t structure_evictions = 0;
+  uint64_t shape_evictions = 0;
+  uint64_t hot = 0;             // sequences hot now
+  uint64_t candidates_emitted = 0;
+  uint64_t candidates_cooled = 0;
+};
+
+}  // namespace livefuse::monitor

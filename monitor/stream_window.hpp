@@ -1,0 +1,163 @@
+#pragma once
+// StreamWindow: one stream's recent ops, and the cutting of that stream into sequences.
+//
+// [ Note -- how sequences are found ]
+// 1. Tokens. Each op becomes a token: op, structural attrs, dtypes, ranks, and for each input
+//    whether the same value was already read by one of the previous kNearUse ops (which one,
+//    which input). That is enough to tell q/k/v projections of one layer apart, and it never
+//    depends on what precedes a sequence from further away (so layer 1 and layer 7 agree).
+// 2. Program points. A position that continues an earlier stretch of the stream -- the longest
+//    forward match among earlier positions with the same token, at least kMinMatch tokens,
+//    searched with a lookahead of max_segment -- inherits that position's program point
+//    (LZ77-style phrases). Twelve layers map onto the program points of the first; a new
+//    position that continues nothing gets a fresh program point.
+// 3. Cuts. Program points form a graph (successor/predecessor counts, decaying). The stream is
+//    cut before position i when: a sync or a non-capturable op is in between; the previous
+//    program point has several successors or this one several predecessors (loop heads, loop
+//    exits, the seams of interleaved patterns); this program point already occurs in the open
+//    sequence (a loop closed); or the sequence reached max_segment. A "bubble" -- two points
+//    with the same op and the same neighbours -- is not a branch. What lies between cuts is a
+//    maximal unit: a whole layer, never every sub-run of one.
+// 4. A sequence all of whose positions continued earlier ones goes to the SegmentSink with the
+//    hash of its program-point path (the structure table counts only repeats of one path).
+#include <cstdint>
+#include <vector>
+
+#include "monitor/trace_event.hpp"
+
+namespace livefuse::monitor {
+
+inline constexpr int kMinMatch = 4;         // tokens of agreeing context for one program point
+inline constexpr int kMaxCandidates = 16;   // earlier positions examined per phrase search
+inline constexpr int kNearUse = 8;          // how far back "the same value was read" is seen
+
+enum class SlotKind : uint8_t { op, barrier };
+
+struct PpRef {
+  uint32_t idx = 0xffffffffu;
+  uint32_t gen = 0;
+  bool valid() const { return idx != 0xffffffffu; }
+  bool operator==(const PpRef&) const = default;
+  uint64_t bits() const { return (uint64_t{gen} << 32) | idx; }
+};
+
+// Output liveness recorded while later events arrive.
+struct OutMeta {
+  uint64_t last_use_plus1 = 0;  // 0: never used; kUsedElsewhere: read on another stream
+  uint64_t released_at = ~0ull; // stream head when the release was seen; ~0: alive
+};
+inline constexpr uint64_t kUsedElsewhere = ~0ull;
+
+struct RingEvent {
+  TraceEvent ev;
+  uint64_t pos = ~0ull;
+  uint64_t local_token = 0;  // token without the near-use wiring (signature input)
+  uint64_t attrs_hash = 0;   // structural
+  OutMeta meta[kMaxEventOutputs];
+};
+
+class StreamWindow;
+class SegmentSink {
+ public:
+  virtual ~SegmentSink() = default;
+  // Positions [begin, end) of `w` form a sequence whose every op continued an earlier one.
+  virtual void on_segment(StreamWindow& w, uint64_t begin, uint64_t end, uint64_t path_hash) = 0;
+};
+
+struct WindowParams {
+  uint32_t window = 4096;
+  int max_segment = 64;
+  uint32_t half_life_log2 = 12;
+};
+
+class StreamWindow {
+ public:
+  StreamWindow(uint32_t stream, const WindowParams& p);
+
+  uint32_t stream() const { return stream_; }
+  uint64_t head() const { return head_; }
+  uint32_t epoch() const { return static_cast<uint32_t>(head_ >> half_life_log2_); }
+  uint64_t pp_evictions() const { return pp_evictions_; }
+  uint64_t segments() const { return segments_; }
+
+  // Appends one position; returns its ring slot (the caller fills ev / hashes for calls).
+  RingEvent& append(uint64_t token, SlotKind kind);
+  // Assigns every position that has its full lookahead, cutting sequences on the way.
+  void advance(SegmentSink& sink);
+  // Assigns every pending position (end of input for now: tests, drain).
+  void flush(SegmentSink& sink);
+
+  // The event at `pos` if still in the ring.
+  RingEvent* event_at(uint64_t pos) {
+    RingEvent& r = ring_[pos & ring_mask_];
+    return r.pos == pos ? &r : nullptr;
+  }
+
+ private:
+  struct Slot {
+    uint64_t token = 0;
+    uint64_t chain = 0;  // previous assigned position with the same bucket, plus one
+    PpRef pp;
+    SlotKind kind = SlotKind::op;
+    bool matched = false;
+  };
+  struct ProgramPoint {
+    uint64_t local_token = 0;
+    uint64_t last_pos = 0;
+    uint64_t seg_serial = 0;
+    PpRef succ[2];
+    PpRef pred[2];
+    float succ_n[2] = {0, 0};
+    float pred_n[2] = {0, 0};
+    float succ_rest = 0;
+    float pred_rest = 0;
+    uint32_t epoch = 0;
+    uint32_t gen = 0;
+  };
+
+  Slot& slot(uint64_t pos) { return slots_[pos & window_mask_]; }
+  bool in_window(uint64_t pos) const { return pos < head_ && pos + window_ >= head_; }
+  bool live(PpRef r) const { return r.valid() && pps_[r.idx].gen == r.gen; }
+
+  void assign(uint64_t i, SegmentSink& sink);
+  void search(uint64_t i);
+  uint64_t match_len(uint64_t i, uint64_t j, uint64_t lim);
+  PpRef new_pp(uint64_t local_token, uint64_t pos);
+  void decay(ProgramPoint& p);
+  void observe_edge(PpRef a, PpRef b);
+  bool succ_branches(ProgramPoint& a);
+  bool pred_branches(ProgramPoint& b);
+  void cut_step(uint64_t i, SegmentSink& sink);
+  void close(uint64_t end, SegmentSink& sink);
+
+  uint32_t stream_;
+  uint64_t window_;
+  uint64_t window_mask_;
+  uint64_t ring_mask_;
+  uint64_t lookahead_;
+  int max_segment_;
+  uint32_t half_life_log2_;
+
+  std::vector<Slot> slots_;
+  std::vector<uint64_t> buckets_;  // token bucket -> most recent assigned position + 1
+  std::vector<RingEvent> ring_;
+  std::vector<ProgramPoint> pps_;
+  std::vector<uint32_t> free_pps_;
+  uint32_t clock_hand_ = 0;
+  uint64_t pp_evictions_ = 0;
+
+  uint64_t head_ = 0;  // positions appended
+  uint64_t next_ = 0;  // positions assigned
+  uint64_t phrase_off_ = 0;
+  uint64_t phrase_left_ = 0;
+
+  bool open_ = false;
+  uint64_t seg_begin_ = 0;
+  uint64_t serial_ = 0;
+  uint32_t seg_unmatched_ = 0;
+  uint64_t seg_path_ = 0;
+  PpRef prev_;
+  uint64_t segments_ = 0;
+};
+
+}  // namespace livefuse::monitor

@@ -1,0 +1,106 @@
+#pragma once
+// StructureTable: every distinct sequence seen on each stream, keyed by (stream, signature),
+// with its decaying count, shape pattern and liveness; decides hot and cold.
+//
+// Counting: an occurrence counts when its program-point path (stream_window.hpp) is one the
+// structure already knows. The first occurrence of a structure registers its path; an
+// occurrence with a new path registers it (up to kPaths, oldest replaced) without counting.
+// Twelve layers share one path, so they count; two unrelated stretches of code that happen to
+// hash alike (random streams) do not, because their paths differ.
+#include <array>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "monitor/canon.hpp"
+#include "monitor/options.hpp"
+
+namespace livefuse::monitor {
+
+class StructureTable {
+ public:
+  explicit StructureTable(const MonitorOptions& o) : opts_(o) {}
+
+  // One occurrence of the sequence at [begin, end) of `w`, canonicalised in `c`.
+  void observe(StreamWindow& w, uint64_t begin, uint64_t path_hash, const Canon& c,
+               uint32_t now_epoch);
+  // Decays every count to `epoch_of(stream)`; hot ones below hot/2 go cold, dead ones go.
+  template <class EpochOf>
+  void sweep(EpochOf epoch_of);
+  // Drops every structure of `stream` (its window was evicted).
+  void drop_stream(uint32_t stream);
+  template <class EpochOf>
+  std::vector<Candidate> snapshot(bool hot_only, EpochOf epoch_of);
+
+  std::vector<Candidate> take_emitted() { return std::exchange(emitted_, {}); }
+  std::vector<std::pair<uint64_t, uint32_t>> take_cooled() { return std::exchange(cooled_, {}); }
+
+  size_t size() const { return map_.size(); }
+  uint64_t hot_count() const;
+  uint64_t evictions() const { return evictions_; }
+  uint64_t shape_evictions() const { return shape_evictions_; }
+  uint64_t emitted() const { return n_emitted_; }
+  uint64_t cooled() const { return n_cooled_; }
+
+ private:
+  static constexpr int kPaths = 4;
+  struct Key {
+    uint64_t signature;
+    uint32_t stream;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return k.signature ^ (uint64_t{k.stream} * 0x9e3779b97f4a7c15ull); }
+  };
+  struct Structure {
+    Candidate cand;
+    std::vector<uint64_t> tuple_hashes;  // parallel to cand.shapes.tuples
+    std::array<uint64_t, kPaths> paths{};
+    uint8_t n_paths = 0;
+    uint8_t next_path = 0;
+    float count = 0;
+    uint32_t epoch = 0;
+  };
+
+  void create(Structure& s, StreamWindow& w, uint64_t begin, const Canon& c);
+  bool add_shape(Structure& s, const Canon& c);  // true when the tuple is new
+  void add_liveness(Structure& s, const Canon& c);
+  void decay(Structure& s, uint32_t epoch);
+  void evict_coldest(const Key& keep);
+  void go_cold(Structure& s);
+
+  MonitorOptions opts_;
+  std::unordered_map<Key, Structure, KeyHash> map_;
+  std::vector<Candidate> emitted_;
+  std::vector<std::pair<uint64_t, uint32_t>> cooled_;
+  uint64_t evictions_ = 0, shape_evictions_ = 0, n_emitted_ = 0, n_cooled_ = 0;
+};
+
+template <class EpochOf>
+void StructureTable::sweep(EpochOf epoch_of) {
+  for (auto it = map_.begin(); it != map_.end();) {
+    Structure& s = it->second;
+    decay(s, epoch_of(s.cand.stream));
+    if (s.cand.hot && s.count < 0.5f * static_cast<float>(opts_.hot)) go_cold(s);
+    if (!s.cand.hot && s.count < 1.0f / 64) {
+      it = map_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+template <class EpochOf>
+std::vector<Candidate> StructureTable::snapshot(bool hot_only, EpochOf epoch_of) {
+  sweep(epoch_of);
+  std::vector<Candidate> out;
+  for (auto& [k, s] : map_) {
+    if (hot_only && !s.cand.hot) continue;
+    out.push_back(s.cand);
+    out.back().count = s.count;
+  }
+  return out;
+}
+
+}  // namespace livefuse::monitor
