@@ -44,8 +44,9 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
                  const char* what) {
   size_t bad = 0;
   const bool ok = lftest::allclose(got, want, tol, tol, &bad);
-  INFO(what << ": first mismatch at " << bad << ": got " << (bad < got.size() ? got[bad] : 0)
-            << ", want " << (bad < want.size() ? want[bad] : 0));
+  INFO(std::string(what) << ": first mismatch at " << bad << ": got "
+                         << (bad < got.size() ? got[bad] : 0) << ", want "
+                         << (bad < want.size() ? want[bad] : 0));
   CHECK(ok);
 }
 
@@ -116,6 +117,27 @@ TEST_CASE("bert tiny f32 matches the reference with fusion on, over repeated cal
   for (int it = 0; it < 12; ++it) {
     CAPTURE(it);
     check_close(m.forward(ids, mask).to_doubles(), want, 2e-4, "fused");
+  }
+}
+
+LF_CUDA_TEST_CASE("bert tiny on CUDA matches the float64 reference, fusion off and on") {
+  const Case c;
+  const lf::Device gpu = lf::Device::cuda(0);
+  for (const lf::Mode mode : {lf::Mode::off, lf::Mode::on}) {
+    ModeGuard guard(mode);
+    for (const lf::DType dt : {lf::DType::f32, lf::DType::f16}) {
+      CAPTURE(lf::mode_name(mode));
+      CAPTURE(lf::dtype_name(dt));
+      const BertModel m = BertModel::random(c.cfg, 12, dt, gpu, kInitStd);
+      const auto want = bert_ref::forward(c.cfg, bert_ref::params_of(m), c.ids, c.mask, c.b, c.s,
+                                          lf::bert::dtype_min(dt));
+      const lf::Tensor ids = c.ids_t(gpu), mask = c.mask_t(gpu);
+      for (int it = 0; it < 8; ++it) {
+        const lf::Tensor out = m.forward(ids, mask);
+        CHECK(out.device() == gpu);
+        check_close(out.to_doubles(), want, dt == lf::DType::f32 ? 2e-4 : 2e-2, "cuda");
+      }
+    }
   }
 }
 
