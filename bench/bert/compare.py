@@ -319,6 +319,7 @@ def main():
 
     results["all_within_tolerance"] = all_ok
     print_table(results)
+    print_breakdown(results)
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     log(f"\nwrote {args.json}")
@@ -346,6 +347,30 @@ def print_table(results):
         log(f"{r['dtype']:>5} {r['batch']:>5} " + " ".join(cells) +
             f" {(f'{steady:.0f} ms' if steady is not None else '-'):>12}"
             f" {(f'{err:.2e}' if err is not None else '-'):>11}")
+
+
+def print_breakdown(results):
+    """Per plan, from livefuse's own report (LIVEFUSE_REPORT) of each fused run: what was
+    fused, how often it served, and what sampling measured fused against eager."""
+    for r in results["runs"]:
+        rep = r.get("livefuse_on", {}).get("report")
+        if not isinstance(rep, dict):
+            continue
+        plans = rep.get("plans") or []
+        log(f"\nlivefuse plans, {r['dtype']} batch {r['batch']}: {len(plans)} "
+            f"(mode {rep.get('mode')})")
+        log(f"{'id':>4} {'state':>9} {'ops':>4} {'kernels':>7} {'hits':>7} {'fused us':>9} "
+            f"{'eager us':>9} {'speedup':>7}  name")
+        for p in plans:
+            smp = p.get("sampling") or {}
+            f = smp.get("fused_median_us")
+            e = smp.get("eager_median_us")
+            sp = smp.get("speedup")
+            log(f"{p.get('id', '?'):>4} {p.get('state', '?'):>9} {len(p.get('ops') or []):>4} "
+                f"{len(p.get('kernels') or []):>7} {p.get('hits', 0):>7} "
+                f"{(f'{f:.1f}' if f is not None else '-'):>9} "
+                f"{(f'{e:.1f}' if e is not None else '-'):>9} "
+                f"{(f'{sp:.2f}' if sp is not None else '-'):>7}  {p.get('name', '')}")
 
 
 if __name__ == "__main__":
