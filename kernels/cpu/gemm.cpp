@@ -128,10 +128,55 @@ void run_tile(const GemmProblem& p, PackA pa, PackB pb, MicroKernel mk, int64_t 
   }
 }
 
+// A few rows times a B whose columns are contiguous along k (linear's W[out, in]): packing B
+// would cost as much as the whole product, so take direct dot products instead, reading B
+// once. This is the shape of token-by-token decoding (M = 1).
+template <DType D>
+void small_m(const GemmProblem& p) {
+  using T = typename DT<D>::T;
+  constexpr int kLanes = 16;
+  constexpr int64_t kCols = 64;
+  const int64_t blocks = (p.N + kCols - 1) / kCols;
+  parallel_range(p.batch * blocks, p.batch * p.M * p.N * p.K / 4, [&](int64_t u0, int64_t u1) {
+    float row[kCols];
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t bi = u / blocks, n0 = (u % blocks) * kCols, nc = std::min(kCols, p.N - n0);
+      const T* a0 = reinterpret_cast<const T*>(p.a.base) + p.a.batch.offset(bi);
+      const T* b0 = reinterpret_cast<const T*>(p.b.base) + p.b.batch.offset(bi);
+      float bias[kCols] = {};
+      if (p.bias) load_floats(p.bias, p.bias_dtype, n0 * p.bias_stride, nc, p.bias_stride, bias);
+      for (int64_t m = 0; m < p.M; ++m) {
+        const T* a = a0 + m * p.a.rs;
+        for (int64_t j = 0; j < nc; ++j) {
+          const T* b = b0 + (n0 + j) * p.b.cs;
+          float acc[kLanes] = {};  // independent lanes: vectorises without reassociation
+          int64_t k = 0;
+          for (; k + kLanes <= p.K; k += kLanes)
+            for (int l = 0; l < kLanes; ++l)
+              acc[l] += load_as<D, float>(a + k + l) * load_as<D, float>(b + k + l);
+          float sum = 0;
+          for (int l = 0; l < kLanes; ++l) sum += acc[l];
+          for (; k < p.K; ++k) sum += load_as<D, float>(a + k) * load_as<D, float>(b + k);
+          row[j] = sum + bias[j];
+        }
+        store_floats(p.out, p.out_dtype, (bi * p.M + m) * p.N + n0, nc, row);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void gemm(const GemmProblem& p) {
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
+  if (p.M <= 4 && p.K >= 16 && p.a.cs == 1 && p.b.rs == 1 && p.a.dtype == p.b.dtype) {
+    switch (p.a.dtype) {
+      case DType::f32: return small_m<DType::f32>(p);
+      case DType::f16: return small_m<DType::f16>(p);
+      case DType::bf16: return small_m<DType::bf16>(p);
+      default: break;
+    }
+  }
   const PackA pa = pick_pack<PackA>(p.a.dtype, pack_a<DType::f32>, pack_a<DType::f16>,
                                     pack_a<DType::bf16>);
   const PackB pb = pick_pack<PackB>(p.b.dtype, pack_b<DType::f32>, pack_b<DType::f16>,

@@ -14,6 +14,57 @@ void copy_run(const std::byte* src, int64_t ss, std::byte* dst, int64_t ds, int6
   for (int64_t i = 0; i < n; ++i) d[i * ds] = s[i * ss];
 }
 
+template <class T>
+void copy_tile(const std::byte* src, int64_t si, int64_t sj, std::byte* dst, int64_t di, int64_t dj,
+               int64_t ni, int64_t nj) {
+  const T* s = reinterpret_cast<const T*>(src);
+  T* d = reinterpret_cast<T*>(dst);
+  for (int64_t i = 0; i < ni; ++i)
+    for (int64_t j = 0; j < nj; ++j) d[i * di + j * dj] = s[i * si + j * sj];
+}
+
+// A transpose-like copy (one side walks dim p with unit stride, the other the innermost dim):
+// copying row by row would touch a new cache line (and often a new page) per element on the
+// strided side, so copy kTile x kTile blocks that fit in L1 instead.
+bool blocked_copy(const View& src, const View& dst, const Shape& shape, const Strides* st) {
+  constexpr int64_t kTile = 32;
+  const int r = shape.rank;
+  const int64_t inner = shape.v[r - 1];
+  int p = -1;
+  for (int d = 0; d < r - 1; ++d)
+    if ((st[0].v[d] == 1 || st[1].v[d] == 1) && shape.v[d] >= 8) p = d;
+  if (p < 0 || inner < 8 || (st[0].v[r - 1] == 1 && st[1].v[r - 1] == 1)) return false;
+  Shape os;
+  Strides oss, ods;
+  for (int d = 0; d < r - 1; ++d) {
+    if (d == p) continue;
+    os.push_back(shape.v[d]);
+    oss.push_back(st[0].v[d]);
+    ods.push_back(st[1].v[d]);
+  }
+  const StridedIndex src_outer(os, oss), dst_outer(os, ods);
+  const int64_t np = shape.v[p], bi = (np + kTile - 1) / kTile, bj = (inner + kTile - 1) / kTile;
+  const int64_t es = static_cast<int64_t>(src.esize());
+  const int64_t si = st[0].v[p], sj = st[0].v[r - 1], di = st[1].v[p], dj = st[1].v[r - 1];
+  const int64_t tiles = os.numel() * bi * bj;
+  parallel_range(tiles, shape.numel(), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / (bi * bj), i0 = (t / bj) % bi * kTile, j0 = t % bj * kTile;
+      const std::byte* s = src.base + (src_outer.offset(o) + i0 * si + j0 * sj) * es;
+      std::byte* d = dst.base + (dst_outer.offset(o) + i0 * di + j0 * dj) * es;
+      const int64_t ni = std::min(kTile, np - i0), nj = std::min(kTile, inner - j0);
+      switch (es) {
+        case 1: copy_tile<uint8_t>(s, si, sj, d, di, dj, ni, nj); break;
+        case 2: copy_tile<uint16_t>(s, si, sj, d, di, dj, ni, nj); break;
+        case 4: copy_tile<uint32_t>(s, si, sj, d, di, dj, ni, nj); break;
+        case 8: copy_tile<uint64_t>(s, si, sj, d, di, dj, ni, nj); break;
+        default: LF_ASSERT(false, "element size ", es);
+      }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 void strided_copy(const View& src, const View& dst) {
@@ -25,6 +76,7 @@ void strided_copy(const View& src, const View& dst) {
   Shape shape = src.shape;
   Strides st[2] = {src.strides, dst.strides};
   collapse_dims(shape, st, 2);
+  if (numel >= 4096 && blocked_copy(src, dst, shape, st)) return;
   const int r = shape.rank;
   const int64_t inner = shape.v[r - 1], ss = st[0].v[r - 1], ds = st[1].v[r - 1];
   Shape outer_shape = shape;

@@ -1,11 +1,11 @@
 // Reductions over one dim: sum, mean, max, argmax (keepdim only changes the output's shape, not
 // its dense row-major order, so it does not matter here).
 //
-// Two loop shapes. Row mode (the reduced dim is innermost, or the dims after it are strided):
-// each output walks its R inputs with the reduced dim's stride. Column mode (the dims after the
-// reduced one are a contiguous run of I > 1 elements, e.g. sum over dim 0 of a row-major
-// matrix): a block of I outputs is accumulated together while the rows stream through, which
-// keeps reads sequential instead of striding by I.
+// Two loop shapes. Row mode (the reduced dim has unit stride, or no other dim has): each output
+// walks its R inputs with the reduced dim's stride. Column mode (another dim c has unit stride,
+// e.g. sum over dim 0 of a row-major matrix, or over dim 1 of a transposed one): a block of
+// outputs along c is accumulated together while the reduced dim streams through, which keeps
+// reads sequential instead of striding.
 //
 // Floating sums accumulate in double and integer sums in int64; max/argmax propagate NaN like
 // PyTorch (argmax returns the first NaN's index).
@@ -68,34 +68,51 @@ struct Acc {
 
 struct Geometry {
   int64_t R = 0, sd = 0;  // reduced extent and stride
-  StridedIndex rest;      // all other dims (output order)
-  bool column = false;    // column mode: outer dims x contiguous inner run of I
-  StridedIndex outer;
-  int64_t I = 1;
+  StridedIndex rest;      // all other dims (output order) -> input offset
   int64_t n_out = 0;
+  // Column mode: a non-reduced dim `c` with unit input stride is walked I elements at a time;
+  // `others` maps the remaining dims to input offsets and output indices.
+  bool column = false;
+  int64_t I = 1, out_step = 1;
+  StridedIndex others_in, others_out;
 };
 
 Geometry geometry(const View& x, int d) {
   Geometry g;
   g.R = x.shape.v[d];
   g.sd = x.strides.v[d];
-  Shape rs, os, is;
-  Strides rst, ost, ist;
+  Shape rs;
+  Strides rst;
   for (int k = 0; k < x.shape.rank; ++k) {
     if (k == d) continue;
     rs.push_back(x.shape.v[k]);
     rst.push_back(x.strides.v[k]);
-    (k < d ? os : is).push_back(x.shape.v[k]);
-    (k < d ? ost : ist).push_back(x.strides.v[k]);
   }
   g.rest = StridedIndex(rs, rst);
   g.n_out = rs.numel();
-  g.I = is.numel();
-  if (g.I > 1) {
-    collapse_dims(is, &ist, 1);
-    g.column = is.rank == 1 && ist.v[0] == 1;
+  if (g.sd == 1 || g.n_out <= 1 || g.R <= 1) return g;  // rows are contiguous (or trivial)
+  // Input and output strides of the rest dims, collapsed together so that a contiguous run
+  // of several dims becomes one long column dim.
+  Shape cs = rs;
+  Strides sets[2] = {rst, contiguous_strides(rs)};
+  collapse_dims(cs, sets, 2);
+  int c = -1;
+  for (int k = 0; k < cs.rank; ++k)
+    if (sets[0].v[k] == 1 && cs.v[k] > 1) c = k;
+  if (c < 0) return g;
+  g.column = true;
+  g.I = cs.v[c];
+  g.out_step = sets[1].v[c];
+  Shape os;
+  Strides ois, oos;
+  for (int k = 0; k < cs.rank; ++k) {
+    if (k == c) continue;
+    os.push_back(cs.v[k]);
+    ois.push_back(sets[0].v[k]);
+    oos.push_back(sets[1].v[k]);
   }
-  g.outer = StridedIndex(os, ost);
+  g.others_in = StridedIndex(os, ois);
+  g.others_out = StridedIndex(os, oos);
   return g;
 }
 
@@ -141,7 +158,7 @@ void reduce_typed(const View& x, const Geometry& g, const View& out) {
     Acc<K, V> acc[kCols];
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t o = u / chunks, i0 = (u % chunks) * kCols, n = std::min(kCols, I - i0);
-      const T* p = xp + g.outer.offset(o) + i0;
+      const T* p = xp + g.others_in.offset(o) + i0;
       for (int64_t i = 0; i < n; ++i) acc[i] = Acc<K, V>{};
       if (R > 0)
         for (int64_t i = 0; i < n; ++i) acc[i].first(load_as<D, V>(p + i));
@@ -149,7 +166,8 @@ void reduce_typed(const View& x, const Geometry& g, const View& out) {
         const T* row = p + r * sd;
         for (int64_t i = 0; i < n; ++i) acc[i].add(load_as<D, V>(row + i), r);
       }
-      for (int64_t i = 0; i < n; ++i) store(op, o * I + i0 + i, acc[i].result(R));
+      const int64_t out0 = g.others_out.offset(o) + i0 * g.out_step;
+      for (int64_t i = 0; i < n; ++i) store(op, out0 + i * g.out_step, acc[i].result(R));
     }
   });
 }
@@ -168,7 +186,9 @@ void run_reduction(const OpCall& call, const Tensor& out) {
   const int d = x.shape.rank == 0 ? -1 : static_cast<int>(call.attrs.i[0]);
   if (o.shape.numel() == 0) return;
   if (d < 0) {  // a 0-d input reduces to itself
-    const Geometry g{1, 0, StridedIndex(Shape{}, Strides{}), false, {}, 1, 1};
+    Geometry g;
+    g.R = 1;
+    g.n_out = 1;
     switch (kind) {
       case Kind::sum: return reduce_kind<Kind::sum>(x, g, o);
       case Kind::mean: return reduce_kind<Kind::mean>(x, g, o);

@@ -95,6 +95,13 @@ TEST_CASE("matmul: transposed and sliced operands") {
       const Tensor q = rand_tensor({2, 3, 17, 8}, t, dev, ++g_seed, -1, 1);
       const Tensor k = rand_tensor({2, 3, 23, 8}, t, dev, ++g_seed, -1, 1).transpose(-1, -2);
       check_matmul(q, k, {2, 3, 17, 23}, dev, "q @ k^T");
+      // Few rows against a transposed B (the direct dot-product path), batched and broadcast.
+      const Tensor a3 = rand_tensor({3, 40}, t, dev, ++g_seed, -1, 1);
+      const Tensor b3 = rand_tensor({70, 40}, t, dev, ++g_seed, -1, 1).transpose(0, 1);
+      check_matmul(a3, b3, {3, 70}, dev, "few rows @ b^T");
+      const Tensor a4 = rand_tensor({2, 1, 2, 40}, t, dev, ++g_seed, -1, 1);
+      const Tensor b4 = rand_tensor({3, 50, 40}, t, dev, ++g_seed, -1, 1).transpose(-1, -2);
+      check_matmul(a4, b4, {2, 3, 2, 50}, dev, "batched few rows @ b^T");
       // Permuted batch dims.
       const Tensor p = rand_tensor({5, 2, 9}, t, dev, ++g_seed, -1, 1).permute({1, 0, 2});  // [2, 5, 9]
       const Tensor r = rand_tensor({2, 9, 4}, t, dev, ++g_seed, -1, 1);
@@ -107,7 +114,8 @@ TEST_CASE("linear: bias or not, leading dims, views, a BERT-sized projection") {
     Shape x;
     int64_t out;
   };
-  const std::vector<Case> cases = {{{1, 1}, 1}, {{7}, 5}, {{2, 7, 33}, 17}, {{130, 300}, 77}, {{3, 0}, 4}};
+  const std::vector<Case> cases = {{{1, 1}, 1}, {{7}, 5},      {{2, 7, 33}, 17}, {{130, 300}, 77},
+                                   {{3, 0}, 4}, {{3, 40}, 70}, {{1, 1, 200}, 3}};  // few rows: dot path
   for (Device dev : lftest::devices())
     for (DType t : float_dtypes()) {
       const double tol = lftest::tolerance(t);

@@ -113,6 +113,9 @@ TEST_CASE("reductions over strided views") {
         const Tensor b = rand_tensor({6, 5, 8}, t, dev, ++g_seed, -1, 1).permute({2, 0, 1}).slice(1, 1, 6, 2);
         REQUIRE(b.shape() == Shape{8, 3, 5});
         for (int d = 0; d < 2; ++d) check_reduction(r, a, d, d == 1, dev, case_name(name_of(r), t, dev, "transposed"));
+        // Wide enough that the unit-stride dim is cut into several column blocks.
+        const Tensor w = rand_tensor({300, 257}, t, dev, ++g_seed, -1, 1).transpose(0, 1);
+        for (int d = 0; d < 2; ++d) check_reduction(r, w, d, false, dev, case_name(name_of(r), t, dev, "wide transposed"));
         for (int d = 0; d < 3; ++d) check_reduction(r, b, d, false, dev, case_name(name_of(r), t, dev, "permuted"));
       }
 }
