@@ -40,21 +40,6 @@ struct Plan {
   std::vector<std::unique_ptr<std::byte[]>> temps;  // dense copies of transposed operands
 };
 
-// A large operand whose innermost dim is strided while another dim has unit stride (a
-// transposed view): tiles would read it one cache line per element, so it is copied densely
-// first with the blocked copy, which is several times cheaper.
-bool transposed_like(const View& v) {
-  if (v.shape.numel() < 16384) return false;
-  Shape s = v.shape;
-  Strides st = v.strides;
-  collapse_dims(s, &st, 1);
-  const int64_t last = st.v[s.rank - 1];
-  if (last == 0 || last == 1) return false;
-  for (int d = 0; d + 1 < s.rank; ++d)
-    if (st.v[d] == 1) return true;
-  return false;
-}
-
 Plan make_plan(const OpCall& call, const Tensor& out, int arity) {
   Plan p;
   const View o = out_view(out);
@@ -69,15 +54,8 @@ Plan make_plan(const OpCall& call, const Tensor& out, int arity) {
   LF_ASSERT(n_tensors == arity || (call.attrs.scalar_operand && arity == 2 && n_tensors == 1),
             describe_call(call), " reached the cpu backend with ", n_tensors, " inputs");
   for (int k = 0; k < n_tensors; ++k) {
-    View v = view_of(call.inputs[k]);
-    if (transposed_like(v)) {
-      p.temps.emplace_back(new std::byte[v.shape.numel() * v.esize()]);
-      View d = v;
-      d.base = p.temps.back().get();
-      d.strides = contiguous_strides(v.shape);
-      strided_copy(v, d);
-      v = d;
-    }
+    p.temps.emplace_back();
+    const View v = dense_if_transposed(view_of(call.inputs[k]), p.temps.back());
     p.in[k].base = v.base;
     p.in[k].dtype = v.dtype;
     sets[k + 1] = broadcast_strides(v.shape, v.strides, o.shape);

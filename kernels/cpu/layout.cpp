@@ -104,6 +104,24 @@ void strided_copy(const View& src, const View& dst) {
   });
 }
 
+View dense_if_transposed(const View& v, std::unique_ptr<std::byte[]>& temp) {
+  if (v.shape.numel() < 16384) return v;
+  Shape s = v.shape;
+  Strides st = v.strides;
+  collapse_dims(s, &st, 1);
+  const int64_t last = st.v[s.rank - 1];
+  if (last == 0 || last == 1) return v;
+  bool unit_elsewhere = false;
+  for (int d = 0; d + 1 < s.rank; ++d) unit_elsewhere |= st.v[d] == 1;
+  if (!unit_elsewhere) return v;
+  temp.reset(new std::byte[static_cast<size_t>(v.shape.numel()) * v.esize()]);
+  View d = v;
+  d.base = temp.get();
+  d.strides = contiguous_strides(v.shape);
+  strided_copy(v, d);
+  return d;
+}
+
 void run_layout(const OpCall& call, const Tensor& out) {
   const View o = out_view(out);
   if (o.shape.numel() == 0) return;

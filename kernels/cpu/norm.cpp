@@ -3,6 +3,7 @@
 // statistics accumulate in double, and the row is stored once, converted to the output dtype.
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -61,7 +62,8 @@ void for_rows(int64_t n_rows, int64_t L, int64_t cost, F&& f) {
 }  // namespace
 
 void run_softmax(const OpCall& call, const Tensor& out) {
-  const View x = view_of(call.inputs[0]);
+  std::unique_ptr<std::byte[]> temp;
+  const View x = dense_if_transposed(view_of(call.inputs[0]), temp);
   const View o = out_view(out);
   if (o.shape.numel() == 0) return;
   const int64_t L = x.shape.rank > 0 ? x.shape.v[x.shape.rank - 1] : 1;
@@ -94,7 +96,8 @@ void run_softmax(const OpCall& call, const Tensor& out) {
 }
 
 void run_layer_norm(const OpCall& call, const Tensor& out) {
-  const View x = view_of(call.inputs[0]);
+  std::unique_ptr<std::byte[]> temp;
+  const View x = dense_if_transposed(view_of(call.inputs[0]), temp);
   const View o = out_view(out);
   if (o.shape.numel() == 0) return;
   const int64_t L = x.shape.v[x.shape.rank - 1];
@@ -119,7 +122,8 @@ void run_layer_norm(const OpCall& call, const Tensor& out) {
 }
 
 void run_rms_norm(const OpCall& call, const Tensor& out) {
-  const View x = view_of(call.inputs[0]);
+  std::unique_ptr<std::byte[]> temp;
+  const View x = dense_if_transposed(view_of(call.inputs[0]), temp);
   const View o = out_view(out);
   if (o.shape.numel() == 0) return;
   const int64_t L = x.shape.v[x.shape.rank - 1];

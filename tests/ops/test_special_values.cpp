@@ -83,3 +83,30 @@ TEST_CASE("reductions, softmax, norms and matmul propagate NaN / Inf") {
       check_equal(lf::matmul(an, b), {dNaN, dNaN, 4, 2}, {2, 2}, t, name("matmul nan"));
     }
 }
+
+TEST_CASE("large transposed inputs (copied densely before row-wise kernels)") {
+  for (Device dev : lftest::devices())
+    for (DType t : {DType::f32, DType::bf16}) {
+      const double tol = lftest::tolerance(t);
+      const Tensor a = rand_tensor({300, 70}, t, dev, 31).transpose(0, 1);  // [70, 300], 21000 elements
+      const Tensor b = rand_tensor({300}, t, dev, 32);
+      const std::vector<double> av = a.to_doubles(), bv = b.to_doubles();
+      std::vector<double> sum(av.size()), sm(av.size()), rms(av.size());
+      for (int r = 0; r < 70; ++r) {
+        double mx = -1e300, z = 0, ss = 0;
+        for (int c = 0; c < 300; ++c) mx = std::max(mx, av[r * 300 + c]);
+        for (int c = 0; c < 300; ++c) z += std::exp(av[r * 300 + c] - mx);
+        for (int c = 0; c < 300; ++c) ss += av[r * 300 + c] * av[r * 300 + c];
+        for (int c = 0; c < 300; ++c) {
+          const size_t i = static_cast<size_t>(r * 300 + c);
+          sum[i] = av[i] + bv[c];
+          sm[i] = std::exp(av[i] - mx) / z;
+          rms[i] = av[i] / std::sqrt(ss / 300 + 1e-6);
+        }
+      }
+      check_close(lf::add(a, b), sum, {70, 300}, t, tol, 1e-5, case_name("add", t, dev, "large transposed"));
+      check_close(lf::softmax(a), sm, {70, 300}, t, tol, 1e-7, case_name("softmax", t, dev, "large transposed"));
+      check_close(lf::rms_norm(a, {}, 1e-6), rms, {70, 300}, t, tol, tol, case_name("rms_norm", t, dev, "large transposed"));
+      check_equal(lf::contiguous(a), av, {70, 300}, t, case_name("contiguous", t, dev, "large transposed"));
+    }
+}
