@@ -20,6 +20,8 @@
 
 namespace livefuse {
 
+struct PlanDetails;  // livefuse/inspect.hpp
+
 struct PlanInput {
   int op = -1;    // >= 0: output `out` of window op `op`
   int out = 0;
@@ -58,6 +60,9 @@ class Plan {
   // Which window outputs the plan writes; others are intermediates kept in registers/tiles.
   virtual bool writes(int op, int out) const = 0;
   virtual std::string describe() const { return name; }
+  // For inspect(): kernels (generated source, compile times), fusion groups, graphs per
+  // shape, shape pattern. Called off the hot path, concurrently with run().
+  virtual void details(PlanDetails&) const {}
 
   uint64_t id = 0;
   std::string name;

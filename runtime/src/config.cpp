@@ -84,6 +84,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
          return !s.empty();
        }},
       int_row("LIVEFUSE_VERIFY", "an integer 0..1000000", 0, 1000000, &Config::verify),
+      int_row("LIVEFUSE_SAMPLE", "an integer 0..1000", 0, 1000, &Config::sample),
       {"LIVEFUSE_REPORT", "a file path", [](const std::string& s, Config& c) { return c.report_path = s, !s.empty(); }},
       int_row("LIVEFUSE_REPORT_MS", "an integer 10..3600000", 10, 3600000, &Config::report_ms),
       {"LIVEFUSE_TRACE", "a file path", [](const std::string& s, Config& c) { return c.trace_path = s, !s.empty(); }},

@@ -5,6 +5,8 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "kernels/backend.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/registry.hpp"
@@ -153,11 +155,24 @@ void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const 
   if (!empty) run_backend(call, std::span<const Tensor>(outs.data(), outs.size()), stream);
 }
 
+namespace {
+// The monitor thread and the planning service start with the first traced call.
+void start_background() {
+  static const bool started = [] {
+    monitor::ensure_started();
+    planner::ensure_service_started();
+    return true;
+  }();
+  (void)started;
+}
+}  // namespace
+
 TensorList Executor::submit(OpCall& call) {
   const OutputInfos infos = infer_outputs(call);
   const Device device = call.inputs.empty() ? default_device() : call.inputs[0].device();
   const Stream stream = Stream::current(device);
   const Config& cfg = config();
+  if (cfg.mode != Mode::off) start_background();
   std::optional<TensorList> deferred;
   if (cfg.mode == Mode::on) deferred = matcher::try_defer(call, infos, stream);
   TensorList outs;

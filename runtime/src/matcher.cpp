@@ -11,6 +11,7 @@
 #include "livefuse/stream.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
+#include "monitor/detector.hpp"
 #include "runtime/plan.hpp"
 
 namespace livefuse::matcher {
@@ -18,9 +19,9 @@ namespace livefuse::matcher {
 namespace {
 
 // Completions of a new plan run alternately eagerly and through the plan, timed, before the
-// plan is kept (active) or rejected. Five pairs: enough for a median that ignores the first,
-// cold run, short enough that a slower plan costs little.
-constexpr size_t kSamplePairs = 5;
+// plan is kept (active) or rejected: config().sample pairs (LIVEFUSE_SAMPLE, default 5: enough
+// for a median that ignores the first, cold run, short enough that a slower plan costs little).
+size_t sample_pairs() { return static_cast<size_t>(config().sample); }
 
 struct Candidate {
   Plan* plan;
@@ -135,12 +136,12 @@ bool sample_choice(Plan& p) {
 void record_sample(Plan& p, bool via_plan, double us) {
   std::lock_guard<std::mutex> g(p.sample_mu);
   (via_plan ? p.sampled_plan_us : p.sampled_eager_us).push_back(us);
-  if (p.sampled_plan_us.size() < kSamplePairs || p.sampled_eager_us.size() < kSamplePairs) return;
+  if (p.sampled_plan_us.size() < sample_pairs() || p.sampled_eager_us.size() < sample_pairs()) return;
   if (p.state.load() != PlanState::sampling) return;
   const double fused = median(p.sampled_plan_us), eager = median(p.sampled_eager_us);
   char buf[160];
   std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused, eager,
-                kSamplePairs);
+                sample_pairs());
   p.last_reason = buf;
   p.state = fused < eager ? PlanState::active : PlanState::rejected;
 }
@@ -172,6 +173,10 @@ void complete(StreamWindow& sw) {
     }
   }
   sw.w.externals = cand.externals;
+  if (plan.state.load() == PlanState::sampling && sample_pairs() == 0) {
+    plan.state = PlanState::active;
+    plan.last_reason = "active: sampling disabled (LIVEFUSE_SAMPLE=0)";
+  }
   const bool sampling = plan.state.load() == PlanState::sampling;
   const bool via_plan = !sampling || sample_choice(plan);
   const auto t0 = std::chrono::steady_clock::now();
@@ -245,7 +250,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   if (sw.ready) complete(sw);
   for (const Tensor& in : call.inputs)
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
-  const uint64_t h = call.attrs.hash();
+  const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
   if (sw.active) {
     const size_t pos = sw.w.calls.size();
     std::vector<Candidate> next;

@@ -125,4 +125,11 @@ StreamGuard::~StreamGuard() {
 
 void synchronize(Device device) { Stream::current(device).synchronize(); }
 
+Stream stream_by_id(uint32_t id) {
+  StreamRegistry& r = StreamRegistry::get();
+  std::lock_guard<std::mutex> g(r.mu);
+  LF_CHECK(id < r.all.size(), "stream", "unknown stream id ", id);
+  return r.all[id];
+}
+
 }  // namespace livefuse

@@ -1,4 +1,5 @@
 // Matcher mechanics with a hand-made plan (fusion itself is tested elsewhere).
+#include "monitor/monitor.hpp"
 #include "runtime/plan.hpp"
 #include "test_plan_util.hpp"
 
@@ -16,8 +17,14 @@ struct Fixture {
     c.mode = lf::Mode::on;
     lf::set_config_for_testing(c);
     lf::PlanTable::get().clear_for_testing();
+    // Hand-made plans only: the monitor must not hand these loops to the planner.
+    lf::monitor::Monitor::instance().pause_for_testing(true);
   }
-  ~Fixture() { lf::PlanTable::get().clear_for_testing(); }
+  ~Fixture() {
+    lf::PlanTable::get().clear_for_testing();
+    lf::monitor::Monitor::instance().pause_for_testing(false);
+    lf::monitor::Monitor::instance().reset();
+  }
 };
 
 std::vector<double> eager_block(const lf::Tensor& x, const lf::Tensor& w) {

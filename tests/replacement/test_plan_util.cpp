@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "monitor/detector.hpp"
+#include "monitor/monitor.hpp"
 #include "runtime/trace_sink.hpp"
 
 namespace lftest {
@@ -13,7 +15,7 @@ class Recorder : public livefuse::TraceSink {
   void on_call(const livefuse::OpCall& c, std::span<const livefuse::Tensor> outs, uint32_t) override {
     livefuse::PlanOp op;
     op.op = c.op;
-    op.attrs_hash = c.attrs.hash();
+    op.attrs_hash = livefuse::monitor::structural_attrs_hash(c.op, c.attrs);
     for (const livefuse::Tensor& t : c.inputs) {
       op.in_dtypes.push_back(t.dtype());
       op.in_ranks.push_back(static_cast<int8_t>(t.rank()));
@@ -40,6 +42,9 @@ class Recorder : public livefuse::TraceSink {
 }  // namespace
 
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body) {
+  // The monitor installs itself as the sink on the first traced call: start it before
+  // borrowing the sink slot.
+  livefuse::monitor::ensure_started();
   Recorder rec;
   livefuse::TraceSink* prev = livefuse::trace_sink();
   livefuse::set_trace_sink(&rec);

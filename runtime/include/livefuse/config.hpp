@@ -19,6 +19,7 @@ struct Config {
   int compile_threads = 2;
   std::string cache_dir;       // empty: memory-only ("off")
   int verify = 0;              // first N replays of each plan also run eagerly and compared
+  int sample = 5;              // LIVEFUSE_SAMPLE: timed plan/eager pairs before a plan is kept (0: keep)
   std::string report_path;
   int report_ms = 1000;
   std::string trace_path;

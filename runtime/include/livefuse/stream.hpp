@@ -47,4 +47,7 @@ class StreamGuard {
 // Flushes deferred work of the current thread and waits for the current stream of `device`.
 void synchronize(Device device = default_device());
 
+// The stream with a given id (Stream::id()); throws Error for an unknown id.
+Stream stream_by_id(uint32_t id);
+
 }  // namespace livefuse

@@ -1,0 +1,102 @@
+// Differential fuzz: random valid programs run repeatedly with fusion on must give what
+// LIVEFUSE=off gives, and plans must really serve the calls (a run where fusion never engaged
+// fails). Programs per run: LIVEFUSE_FUZZ_PROGRAMS (default 2000).
+#include <cstdlib>
+
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "random_program.hpp"
+#include "runtime/plan.hpp"
+#include "test_util.hpp"
+
+namespace lf = livefuse;
+
+namespace {
+
+struct FuzzResult {
+  uint64_t calls = 0, served = 0, mismatches = 0, programs = 0;
+  std::string first_failure;
+};
+
+lf::Config with_mode(lf::Mode m) {
+  lf::Config c = lf::config();
+  c.mode = m;
+  c.sample = 0;  // correctness here; live sampling has its own tests
+  return c;
+}
+
+void reset_pipeline() {
+  lf::synchronize(lf::Device::cpu());
+  lf::monitor::Monitor::instance().reset();
+  lf::planner::wait_service_idle();
+  lf::planner::reset_service_for_testing();
+  lf::PlanTable::get().clear_for_testing();
+}
+
+double rtol_for(lf::DType t) { return t == lf::DType::f32 ? 2e-4 : (t == lf::DType::f16 ? 1e-2 : 5e-2); }
+
+FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
+  FuzzResult r;
+  const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f32, lf::DType::f16, lf::DType::bf16};
+  for (int p = 0; p < programs; ++p) {
+    const lf::DType dt = dtypes[p % 5];
+    lftest::RandomProgram prog(seed0 + p, dev, dt);
+    reset_pipeline();
+    lf::set_config_for_testing(with_mode(lf::Mode::off));
+    std::vector<std::vector<double>> ref;
+    for (const lf::Tensor& t : prog.run()) ref.push_back(t.to_doubles());
+    lf::set_config_for_testing(with_mode(lf::Mode::on));
+    const uint64_t calls0 = lf::matcher_counters().calls, served0 = lf::matcher_counters().served;
+    for (int it = 0; it < iters; ++it) {
+      std::vector<lf::Tensor> outs = prog.run();
+      for (size_t k = 0; k < outs.size(); ++k) {
+        size_t bad = 0;
+        const std::vector<double> got = outs[k].to_doubles();
+        if (!lftest::allclose(got, ref[k], rtol_for(dt), rtol_for(dt) * 0.1, &bad)) {
+          ++r.mismatches;
+          if (r.first_failure.empty())
+            r.first_failure = prog.describe() + " iter " + std::to_string(it) + " output " + std::to_string(k) +
+                              " index " + std::to_string(bad) + ": got " + std::to_string(got[bad]) + " want " +
+                              std::to_string(ref[k][bad]);
+        }
+      }
+      if (it == lf::config().hot + 1) {
+        lf::monitor::Monitor::instance().drain();
+        lf::planner::wait_service_idle();
+      }
+    }
+    r.calls += lf::matcher_counters().calls - calls0;
+    r.served += lf::matcher_counters().served - served0;
+    ++r.programs;
+  }
+  reset_pipeline();
+  return r;
+}
+
+int programs_from_env(int dflt) {
+  if (const char* v = std::getenv("LIVEFUSE_FUZZ_PROGRAMS")) return std::max(1, std::atoi(v));
+  return dflt;
+}
+
+}  // namespace
+
+TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on the CPU") {
+  const lf::Config saved = lf::config();
+  const FuzzResult r = fuzz(lf::Device::cpu(), programs_from_env(2000), 16, 1);
+  lf::set_config_for_testing(saved);
+  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served << " ("
+                      << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0) << "%)");
+  CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
+  CHECK(r.calls > 0);
+  CHECK(double(r.served) >= 0.5 * double(r.calls));
+}
+
+LF_CUDA_TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on the GPU") {
+  const lf::Config saved = lf::config();
+  const FuzzResult r = fuzz(lf::Device::cuda(0), programs_from_env(2000) / 10, 16, 100000);
+  lf::set_config_for_testing(saved);
+  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served << " ("
+                      << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0) << "%)");
+  CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
+  CHECK(double(r.served) >= 0.5 * double(r.calls));
+}
