@@ -88,6 +88,8 @@ jit::KernelPart lower_group(const FusionGraph& g, const Group& gr, PartIo* io) {
   for (int j : gr.nodes) {
     const SegmentNode& n = g.seg.nodes[j];
     const bool full = !row || g.full_space[j];
+    // Row ops read per-element operands even when their result is per row.
+    const bool operands_full = full || g.role[j] == Role::Row;
     const Shape& out_shape = n.outputs[0].shape;
     int args[3] = {-1, -1, -1};
     const int nargs = static_cast<int>(std::min<size_t>(n.inputs.size(), 3));
@@ -98,7 +100,7 @@ jit::KernelPart lower_group(const FusionGraph& g, const Group& gr, PartIo* io) {
         args[k] = instr_of.at(v);
         continue;
       }
-      const Space sp = full ? Space::Full : row_space(out_shape);
+      const Space sp = operands_full ? Space::Full : row_space(out_shape);
       auto [it, fresh] = loads.emplace(std::make_pair(v, static_cast<int>(sp)), -1);
       if (fresh) {
         it->second = b.load(g.seg.dtype(r), sp);

@@ -23,6 +23,13 @@ void ensure_storage(const Tensor& t) {
   impl.storage = fresh.impl()->storage;
   impl.offset = 0;
   impl.strides = contiguous_strides(impl.shape);
+  if (impl.pending == shape_only_tag()) impl.pending = nullptr;
+}
+
+// Values bound by bind_values carry shape_only_tag() until they have storage.
+void settle_tags(const TensorList& outs) {
+  for (const Tensor& t : outs)
+    if (t.impl()->storage && t.impl()->pending == shape_only_tag()) t.impl()->pending = nullptr;
 }
 
 const Tensor& value(std::span<const Tensor> values, int v) {
@@ -74,6 +81,7 @@ void run_node(const PlannedSegment& p, int j, std::span<const Tensor> values, vo
   const OpCall c = node_call(p, j, values, &outs);
   const Device d = outs.empty() ? Device::cpu() : outs[0].device();
   Executor::run_eager_into(c, outs, stream_for(d, stream));
+  settle_tags(outs);
 }
 
 }  // namespace
@@ -158,16 +166,16 @@ std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tenso
     const bool is_view = n.op == OpId::reshape || n.op == OpId::permute || n.op == OpId::slice;
     // Views follow their source's layout (storage when their View step runs); everything else
     // is a dense handle that gets storage where a step writes it (ensure_storage).
-    const TensorList views = is_view ? Executor::make_outputs(c, infos, d, nullptr) : TensorList{};
+    TensorList views = is_view ? Executor::make_outputs(c, infos, d, nullptr) : TensorList{};
+    for (Tensor& t : views)
+      if (!t.impl()->storage) t.impl()->pending = shape_only_tag();
     for (size_t k = 0; k < infos.size(); ++k) {
       const int v = seg.value_id(ValueRef::of(j, static_cast<int>(k)));
       if (is_view) {
         values[v] = views[k];
         continue;
       }
-      auto impl = std::make_shared<TensorImpl>(nullptr, 0, infos[k].shape, contiguous_strides(infos[k].shape),
-                                               infos[k].dtype, d);
-      values[v] = Tensor(std::move(impl));
+      values[v] = shape_only_tensor(infos[k].shape, infos[k].dtype, {}, d);
     }
   }
   return values;

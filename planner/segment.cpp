@@ -77,9 +77,16 @@ std::string Segment::str() const {
   return os.str();
 }
 
-Tensor shape_only_tensor(const Shape& shape, DType dtype, const Strides& strides) {
+void* shape_only_tag() {
+  static char tag;
+  return &tag;
+}
+
+Tensor shape_only_tensor(const Shape& shape, DType dtype, const Strides& strides, Device device) {
   const Strides st = strides.rank == shape.rank ? strides : contiguous_strides(shape);
-  return Tensor(std::make_shared<TensorImpl>(nullptr, 0, shape, st, dtype, Device::cpu()));
+  auto impl = std::make_shared<TensorImpl>(nullptr, 0, shape, st, dtype, device);
+  impl->pending = shape_only_tag();
+  return Tensor(std::move(impl));
 }
 
 namespace {

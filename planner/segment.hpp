@@ -90,7 +90,9 @@ Segment segment_from_calls(const std::vector<OpCall>& calls, const std::vector<T
 // tuple, and liveness (must_materialize values become outputs).
 Segment from_candidate(const monitor::Candidate& c);
 
-// A pending tensor of the given layout, for shape inference (never holds storage).
-Tensor shape_only_tensor(const Shape& shape, DType dtype, const Strides& strides = {});
+// A pending tensor of the given layout, for shape inference: no storage, and its `pending`
+// tag is shape_only_tag() (no matcher window has that address, so no flush ever waits on it).
+Tensor shape_only_tensor(const Shape& shape, DType dtype, const Strides& strides = {}, Device device = Device::cpu());
+void* shape_only_tag();
 
 }  // namespace livefuse::planner

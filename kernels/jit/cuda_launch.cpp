@@ -14,10 +14,11 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-// Row launch shape: threads per row (power of two, 32..1024, ~4 columns each) and rows per block.
+// Row launch shape: threads per row (power of two, 32..kRowMaxThreads, ~4 columns each) and
+// rows per block.
 void row_shape(int64_t cols, unsigned& tpr, unsigned& rpb) {
   int64_t t = 32;
-  while (t < 1024 && t * 4 < cols) t *= 2;
+  while (t < kRowMaxThreads && t * 4 < cols) t *= 2;
   tpr = static_cast<unsigned>(t);
   rpb = std::max<unsigned>(1, 256 / tpr);
 }

@@ -1,6 +1,9 @@
 #include "kernels/jit/kernel_compiler.hpp"
 
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
+
+#include <algorithm>
 
 #include <cstdio>
 
@@ -11,7 +14,9 @@
 namespace livefuse::jit {
 
 struct KernelCompiler::Impl {
-  explicit Impl(int threads) : arena(threads, 0) {}
+  // No slot is reserved for callers (they never run a job); more slots than TBB has workers
+  // would only make TBB complain.
+  explicit Impl(int threads) : arena(std::max(1, std::min(threads, tbb::info::default_concurrency() - 1)), 0) {}
   tbb::task_arena arena;
 };
 

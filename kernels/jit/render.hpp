@@ -51,6 +51,7 @@ struct RenderedKernel {
 };
 
 inline constexpr int kPointwiseBlock = 256;
+inline constexpr int kRowMaxThreads = 512;  // per block; leaves 128 registers a thread
 
 RenderedKernel render_cuda(const KernelSpec& spec);
 

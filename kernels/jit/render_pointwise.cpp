@@ -85,25 +85,25 @@ void render_part(std::ostringstream& os, const KernelPart& part, const ArgLayout
     const Instr& in = part.instrs[i];
     if (in.kind != InstrKind::Load) continue;
     const std::string st = storage_type(in.dtype);
-    os << "  " << st << " s" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(s" << i << ", ((const " << st
+    os << "  " << st << " lf_s" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_s" << i << ", ((const " << st
        << "*)A.w[" << lp.in[in.io] << "]) + lf_base);\n";
   }
-  for (size_t k = 0; k < nout; ++k) os << "  " << storage_type(part.outputs[k].dtype) << " so" << k << "[" << vec << "];\n";
+  for (size_t k = 0; k < nout; ++k) os << "  " << storage_type(part.outputs[k].dtype) << " lf_so" << k << "[" << vec << "];\n";
   os << "#pragma unroll\n  for (int e = 0; e < " << vec << "; ++e) {\n";
   body(
       os, part,
       [&](const Instr& in) {
         const int i = static_cast<int>(&in - part.instrs.data());
-        return from_storage(in.dtype, "s" + std::to_string(i) + "[e]");
+        return from_storage(in.dtype, "lf_s" + std::to_string(i) + "[e]");
       },
       [&](const Instr& in, const std::string& v) {
-        return "so" + std::to_string(in.io) + "[e] = " + to_storage(in.dtype, v) + ";";
+        return "lf_so" + std::to_string(in.io) + "[e] = " + to_storage(in.dtype, v) + ";";
       },
       "    ");
   os << "  }\n";
   for (size_t k = 0; k < nout; ++k)
     os << "  lf_stpack<" << vec << ">(((" << storage_type(part.outputs[k].dtype) << "*)A.w[" << lp.out[k]
-       << "]) + lf_base, so" << k << ");\n";
+       << "]) + lf_base, lf_so" << k << ");\n";
   os << "}\n\n";
 }
 

@@ -117,7 +117,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     for (bool i64 : {false, true}) {
       const Variant v = cache ? (i64 ? Variant::CacheI64 : Variant::CacheI32)
                               : (i64 ? Variant::RecomputeI64 : Variant::RecomputeI32);
-      os << "extern \"C\" __global__ void __launch_bounds__(1024) " << rk.entry(v) << "(const LfArgs A) {\n"
+      os << "extern \"C\" __global__ void __launch_bounds__(" << kRowMaxThreads << ") " << rk.entry(v) << "(const LfArgs A) {\n"
          << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[32];\n"
          << "  lf_row_" << (cache ? "cache" : "recompute") << "<" << (i64 ? "long long" : "int")
          << ">(A, lf_smem, lf_red);\n}\n\n";

@@ -1,0 +1,97 @@
+#pragma once
+// Helpers of the planner suite: eager reference execution of a Segment (every node through the
+// eager backends, as lf:: ops would run it) and the fused plan on the CPU interpreter, compared
+// output by output.
+#include <string>
+#include <vector>
+
+#include "planner/planner.hpp"
+#include "runtime/executor.hpp"
+#include "tests/test_util.hpp"
+
+namespace plantest {
+
+using namespace livefuse;
+using namespace livefuse::planner;
+
+inline std::vector<Tensor> eager_values(const Segment& seg, const std::vector<Tensor>& externals) {
+  std::vector<Tensor> values(externals.begin(), externals.end());
+  values.resize(seg.num_values());
+  for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {
+    const SegmentNode& n = seg.nodes[j];
+    OpCall c;
+    c.op = n.op;
+    c.attrs = n.attrs;
+    c.out_specs = n.out_specs.get();
+    for (const ValueRef& r : n.inputs) c.inputs.push_back(values[seg.value_id(r)]);
+    const OutputInfos infos = infer_outputs(c);
+    const TensorList outs = Executor::make_outputs(c, infos, externals[0].device(), nullptr);
+    Executor::run_eager_into(c, outs, Stream::current(externals[0].device()));
+    for (size_t k = 0; k < outs.size(); ++k) values[seg.value_id(ValueRef::of(j, static_cast<int>(k)))] = outs[k];
+  }
+  return values;
+}
+
+// Random externals: uniform in [lo, hi); i32 in [-9, 9), i64 in [0, 9) (usable as ids).
+inline std::vector<Tensor> random_externals(const Segment& seg, uint64_t seed, double lo = -2.0, double hi = 2.0) {
+  std::vector<Tensor> xs;
+  for (size_t e = 0; e < seg.externals.size(); ++e) {
+    const ExternalInfo& x = seg.externals[e];
+    const bool is_int = !is_floating(x.dtype);
+    Tensor t = rand_uniform(x.shape, seed + 17 * e, is_int ? (x.dtype == DType::i64 ? 0.0 : -9.0) : lo, is_int ? 9.0 : hi,
+                            is_int ? DType::f32 : x.dtype, Device::cpu());
+    if (is_int) t = cast(t, x.dtype);
+    xs.push_back(t);
+  }
+  return xs;
+}
+
+// Binds the plan's values with every written buffer poisoned first (so a value the plan fails
+// to write cannot pass by inheriting a previous result).
+inline std::vector<Tensor> poisoned_values(const PlannedSegment& p, const std::vector<Tensor>& externals) {
+  std::vector<Tensor> values = bind_values(p, externals);
+  for (size_t v = externals.size(); v < values.size(); ++v) {
+    if (p.values[v] != ValueKind::Materialized) continue;
+    TensorImpl& impl = *values[v].impl();
+    if (impl.storage) continue;
+    impl.storage = full(impl.shape, -777.0, impl.dtype, impl.device).impl()->storage;
+    impl.pending = nullptr;
+  }
+  return values;
+}
+
+inline double tol_for(DType d) { return d == DType::f32 ? 2e-5 : lftest::tolerance(d) * 2; }
+
+// Plans `seg` for the CPU, runs it on random inputs and compares every segment output with
+// eager execution. Returns the plan (for kernel-count assertions).
+inline PlannedSegment check_against_eager(const Segment& seg, uint64_t seed, double rtol = -1, double atol = -1,
+                                          const PlannerOptions* opts = nullptr) {
+  const PlannedSegment p = plan_segment(seg, opts ? *opts : default_planner_options(Device::cpu()));
+  INFO(p.describe());
+  const std::vector<Tensor> xs = random_externals(seg, seed);
+  const std::vector<Tensor> want = eager_values(seg, xs);
+  const std::vector<Tensor> got = poisoned_values(p, xs);
+  run_plan(p, got);
+  for (const ValueRef& r : seg.outputs) {
+    const int v = seg.value_id(r);
+    const DType dt = seg.dtype(r);
+    const double rt = rtol >= 0 ? rtol : tol_for(dt);
+    const double at = atol >= 0 ? atol : rt;
+    size_t bad = 0;
+    const auto g = got[v].to_doubles(), w = want[v].to_doubles();
+    INFO("output value " << v << " " << dtype_name(dt) << seg.shape(r).str());
+    const bool ok = lftest::allclose(g, w, rt, at, &bad);
+    CHECK_MESSAGE(ok, "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0.0) << " want "
+                                           << (bad < w.size() ? w[bad] : 0.0));
+  }
+  return p;
+}
+
+inline Attrs dim_attrs(int64_t dim, bool keepdim) {
+  Attrs a;
+  a.push_int(dim);
+  a.push_int(keepdim ? 1 : 0);
+  return a;
+}
+
+}  // namespace plantest

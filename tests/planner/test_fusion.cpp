@@ -1,0 +1,179 @@
+// What a segment becomes: kernel counts, step kinds, decisions, pass dumps -- and every plan
+// still matches eager on the CPU.
+#include <algorithm>
+#include <set>
+
+#include "planner/passes.hpp"
+#include "tests/planner/planner_util.hpp"
+
+using namespace plantest;
+
+namespace {
+
+bool has_decision(const PlannedSegment& p, const std::string& needle) {
+  for (const Decision& d : p.decisions)
+    if ((d.what + " " + d.reason).find(needle) != std::string::npos) return true;
+  return false;
+}
+
+Attrs linear_attrs(bool bias) {
+  Attrs a;
+  a.push_int(bias ? 1 : 0);
+  a.push_int(0);
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("fusion: horizontal -- two independent chains share one launch") {
+  SegmentBuilder b;
+  const ValueRef x = b.input({1000});
+  const ValueRef y = b.input({3, 77});
+  const ValueRef a = b.add(OpId::tanh, {b.add(OpId::exp, {x})});
+  const ValueRef c = b.add(OpId::sigmoid, {b.scalar_op(OpId::mul, y, 3.0)});
+  b.output(a);
+  b.output(c);
+  const PlannedSegment p = check_against_eager(b.build(), 1);
+  CHECK(p.num_kernels() == 1);
+  REQUIRE(p.steps.size() == 1);
+  CHECK(std::get<FusedKernelStep>(p.steps[0].body).spec->parts.size() == 2);
+  CHECK(has_decision(p, "independent pointwise groups"));
+
+  PlannerOptions off = default_planner_options(Device::cpu());
+  off.horizontal = false;
+  CHECK(plan_segment(b.build(), off).num_kernels() == 2);
+}
+
+TEST_CASE("fusion: GEMM + bias + gelu_tanh takes the GELU_BIAS epilogue") {
+  SegmentBuilder b;
+  const ValueRef x = b.input({8, 32});
+  const ValueRef w = b.input({16, 32});
+  const ValueRef bias = b.input({16});
+  const ValueRef y = b.add(OpId::linear, {x, w, bias}, linear_attrs(true));
+  const ValueRef g = b.add(OpId::gelu_tanh, {y});
+  b.output(g);
+  const PlannedSegment p = check_against_eager(b.build(), 3, 1e-4, 1e-5);
+  REQUIRE(p.steps.size() == 1);
+  const auto& gs = std::get<GemmStep>(p.steps[0].body);
+  CHECK(gs.epilogue == GemmEpilogue::GeluBias);
+  CHECK(gs.tail != nullptr);  // the fallback tail
+  CHECK(p.num_kernels() == 1);
+}
+
+TEST_CASE("fusion: matmul + add(bias) + relu is RELU_BIAS; erf gelu is a fused tail") {
+  SegmentBuilder b;
+  const ValueRef x = b.input({2, 5, 24});
+  const ValueRef w = b.input({24, 40});
+  const ValueRef bias = b.input({40});
+  const ValueRef y = b.add(OpId::matmul, {x, w});
+  const ValueRef r = b.add(OpId::relu, {b.add(OpId::add, {y, bias})});
+  b.output(r);
+  const PlannedSegment p = check_against_eager(b.build(), 4, 1e-4, 1e-5);
+  REQUIRE(p.steps.size() == 1);
+  CHECK(std::get<GemmStep>(p.steps[0].body).epilogue == GemmEpilogue::ReluBias);
+
+  SegmentBuilder b2;
+  const ValueRef x2 = b2.input({8, 32});
+  const ValueRef w2 = b2.input({16, 32});
+  const ValueRef y2 = b2.add(OpId::linear, {x2, w2}, linear_attrs(false));
+  const ValueRef g2 = b2.add(OpId::gelu, {b2.scalar_op(OpId::mul, y2, 0.5)});
+  b2.output(g2);
+  const PlannedSegment p2 = check_against_eager(b2.build(), 5, 1e-4, 1e-5);
+  REQUIRE(p2.steps.size() == 1);
+  CHECK(std::get<GemmStep>(p2.steps[0].body).epilogue == GemmEpilogue::None);
+  CHECK(p2.num_kernels() == 2);  // GEMM, then one fused kernel
+  CHECK(has_decision(p2, "no cuBLASLt epilogue applies"));
+}
+
+TEST_CASE("fusion: a transformer-block-like segment and what it becomes") {
+  // x -> linear(qkv-ish) -> gelu; residual add -> layer_norm; softmax over scores with mask;
+  // an embedding and a concat stay single steps; an unused branch is dropped.
+  SegmentBuilder b;
+  const ValueRef ids = b.input({4, 6}, DType::i64);
+  const ValueRef table = b.input({50, 32});
+  const ValueRef w = b.input({32, 32});
+  const ValueRef wb = b.input({32});
+  const ValueRef lw = b.input({32});
+  const ValueRef lb = b.input({32});
+  const ValueRef mask = b.input({1, 6, 6});
+  const ValueRef emb = b.add(OpId::embedding, {table, ids});                   // 0: eager
+  const ValueRef h = b.add(OpId::linear, {emb, w, wb}, linear_attrs(true));    // 1: gemm
+  const ValueRef g = b.add(OpId::gelu, {h});                                   // 2: }
+  const ValueRef res = b.add(OpId::add, {g, emb});                             // 3: } one row kernel
+  Attrs ln;
+  ln.push_float(1e-5);
+  ln.push_int(1);
+  ln.push_int(1);
+  const ValueRef n = b.add(OpId::layer_norm, {res, lw, lb}, ln);               // 4: }
+  Attrs tr;
+  for (int64_t v : {0, 2, 1}) tr.push_int(v);
+  const ValueRef nt = b.add(OpId::permute, {n}, tr);                           // 5: view
+  const ValueRef sc = b.add(OpId::matmul, {n, nt});                            // 6: gemm [4,6,6]
+  Attrs sm;
+  sm.push_float(0.17);
+  sm.push_int(1);
+  const ValueRef p = b.add(OpId::softmax, {sc, mask}, sm);                     // 7: row kernel
+  const ValueRef unused = b.add(OpId::exp, {h});                               // 8: dead
+  (void)unused;
+  Attrs cat;
+  cat.push_int(-1);
+  const ValueRef c = b.add(OpId::concat, {p, p}, cat);                          // 9: eager
+  b.output(c);
+  b.output(n);
+  const PlannedSegment plan = check_against_eager(b.build(), 77, 2e-4, 1e-5);
+  // embedding, linear, gelu+residual+LN, (view), matmul, softmax, concat
+  CHECK(plan.summary.ops == 9);
+  CHECK(plan.num_kernels() == 6);
+  CHECK(plan.summary.eager_launches == 8);
+  CHECK(has_decision(plan, "drop #8"));
+  CHECK(has_decision(plan, "concat"));
+}
+
+TEST_CASE("fusion: every pass is named and printable") {
+  SegmentBuilder b;
+  const ValueRef x = b.input({64});
+  b.output(b.add(OpId::exp, {b.add(OpId::neg, {x})}));
+  PlannerOptions o = default_planner_options(Device::cpu());
+  std::vector<std::string> seen;
+  o.dump = [&](const std::string& pass, const std::string& text) {
+    seen.push_back(pass);
+    CHECK(!text.empty());
+  };
+  plan_segment(b.build(), o);
+  std::vector<std::string> want = {"input"};
+  for (const Pass& p : pass_list()) want.push_back(std::string(p.name));
+  want.push_back("plan");
+  CHECK(seen == want);
+}
+
+TEST_CASE("fusion: LIVEFUSE_FUSION=0 plans every op as its own step") {
+  SegmentBuilder b;
+  const ValueRef x = b.input({64});
+  b.output(b.add(OpId::exp, {b.add(OpId::neg, {x})}));
+  PlannerOptions o = default_planner_options(Device::cpu());
+  o.fusion = false;
+  const PlannedSegment p = check_against_eager(b.build(), 2, -1, -1, &o);
+  CHECK(p.num_kernels() == 2);
+  CHECK(p.summary.fused_kernels == 0);
+}
+
+TEST_CASE("fusion: segment_from_calls wires real calls (identity decides internal vs external)") {
+  const Tensor x = rand_uniform({5, 8}, 1, -1, 1, DType::f32, Device::cpu());
+  const Tensor y = rand_uniform({8}, 2, -1, 1, DType::f32, Device::cpu());
+  std::vector<OpCall> calls(3);
+  std::vector<TensorList> outs(3);
+  calls[0].op = OpId::add;
+  calls[0].inputs = {x, y};
+  outs[0] = {shape_only_tensor({5, 8}, DType::f32)};
+  calls[1].op = OpId::exp;
+  calls[1].inputs = {outs[0][0]};
+  outs[1] = {shape_only_tensor({5, 8}, DType::f32)};
+  calls[2].op = OpId::mul;
+  calls[2].inputs = {outs[1][0], x};
+  outs[2] = {shape_only_tensor({5, 8}, DType::f32)};
+  const Segment s = segment_from_calls(calls, outs, {ValueRef::of(2)});
+  CHECK(s.externals.size() == 2);
+  CHECK(s.nodes[2].inputs[1] == ValueRef::ext(0));
+  CHECK(s.nodes[1].inputs[0] == ValueRef::of(0));
+  CHECK(plan_segment(s).num_kernels() == 1);
+}

@@ -1,0 +1,217 @@
+// Generated CUDA compiles with NVRTC for sm_80 and sm_90 for every strategy and dtype. NVRTC
+// needs no GPU: these run in CI and skip only in a CPU-only build.
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "kernels/jit/kernel_compiler.hpp"
+#include "kernels/jit/render.hpp"
+#include "tests/planner/planner_util.hpp"
+
+using namespace plantest;
+
+namespace {
+
+const bool kNoNvrtc = !jit::nvrtc_available();
+
+float twice_plus(float a, float b, float) { return 2 * a + b; }
+
+Attrs norm(double eps, bool w, bool b) {
+  Attrs a;
+  a.push_float(eps);
+  a.push_int(w);
+  a.push_int(b);
+  return a;
+}
+
+Attrs cast_to(DType d) {
+  Attrs a;
+  a.dtype = d;
+  return a;
+}
+
+// Segments covering every strategy for one float dtype.
+std::vector<Segment> strategy_segments(DType dt) {
+  std::vector<Segment> out;
+  {  // vertical elementwise with broadcast, scalar, where, casts, two outputs
+    SegmentBuilder b;
+    const ValueRef x = b.input({64, 33}, dt), y = b.input({33}, dt);
+    const ValueRef a = b.add(OpId::gelu, {b.add(OpId::add, {x, y})});
+    const ValueRef m = b.scalar_op(OpId::minimum, a, 0.5);
+    const ValueRef c = b.add(OpId::cast, {m}, cast_to(DType::boolean));
+    const ValueRef w = b.add(OpId::where, {c, a, x});
+    const ValueRef i = b.add(OpId::cast, {w}, cast_to(DType::i32));
+    const ValueRef l = b.add(OpId::cast, {b.scalar_op(OpId::add, i, 3)}, cast_to(DType::i64));
+    b.output(w);
+    b.output(l);
+    out.push_back(b.build());
+  }
+  {  // residual + layer_norm + gelu, softmax with mask, rms_norm, sum/mean/max
+    SegmentBuilder b;
+    const ValueRef x = b.input({8, 96}, dt), r = b.input({8, 96}, dt), w = b.input({96}, dt), bb = b.input({96}, dt);
+    const ValueRef h = b.add(OpId::add, {x, r});
+    b.output(h);
+    b.output(b.add(OpId::gelu, {b.add(OpId::layer_norm, {h, w, bb}, norm(1e-5, true, true))}));
+    out.push_back(b.build());
+  }
+  {
+    SegmentBuilder b;
+    const ValueRef s = b.input({2, 4, 64}, dt), m = b.input({1, 1, 64}, dt);
+    Attrs sm;
+    sm.push_float(0.125);
+    sm.push_int(1);
+    b.output(b.add(OpId::softmax, {s, m}, sm));
+    out.push_back(b.build());
+  }
+  {
+    SegmentBuilder b;
+    const ValueRef x = b.input({5, 40}, dt), w = b.input({40}, dt);
+    b.output(b.add(OpId::rms_norm, {x, w}, norm(1e-6, true, false)));
+    const ValueRef s = b.add(OpId::sum, {x}, dim_attrs(-1, false));
+    const ValueRef mx = b.add(OpId::max, {x}, dim_attrs(-1, false));
+    const ValueRef mn = b.add(OpId::mean, {x}, dim_attrs(-1, false));
+    b.output(b.add(OpId::add, {b.add(OpId::sub, {s, mx}), mn}));
+    out.push_back(b.build());
+  }
+  {  // horizontal + gemm tail
+    SegmentBuilder b;
+    const ValueRef x = b.input({16, 32}, dt), w = b.input({24, 32}, dt), z = b.input({100}, dt);
+    Attrs lin;
+    lin.push_int(0);
+    lin.push_int(0);
+    const ValueRef y = b.add(OpId::linear, {x, w}, lin);
+    b.output(b.add(OpId::silu, {b.scalar_op(OpId::mul, y, 2.0)}));
+    b.output(b.add(OpId::exp, {z}));
+    b.output(b.add(OpId::tanh, {x}));
+    out.push_back(b.build());
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<const jit::KernelSpec>> specs_of(const PlannedSegment& p) {
+  std::vector<std::shared_ptr<const jit::KernelSpec>> s;
+  for (const Step& st : p.steps) {
+    if (const auto* fk = std::get_if<FusedKernelStep>(&st.body)) s.push_back(fk->spec);
+    if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->tail) s.push_back(gs->tail->spec);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("nvrtc: every strategy and dtype compiles for sm_80 and sm_90" * doctest::skip(kNoNvrtc)) {
+  jit::KernelCompiler compiler(2, "");
+  const CustomOp op = register_elementwise("nvrtc_twice_plus", 2, "2.0f * a + b", twice_plus);
+  std::set<std::string> kinds;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    std::vector<Segment> segs = strategy_segments(dt);
+    SegmentBuilder cb;  // a custom op in a chain
+    const ValueRef a = cb.input({77}, dt), c = cb.input({77}, dt);
+    Attrs ca;
+    ca.custom_id = op.id();
+    cb.output(cb.add(OpId::exp, {cb.add(OpId::custom, {a, c}, ca)}));
+    segs.push_back(cb.build());
+    for (const Segment& seg : segs) {
+      const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+      for (const auto& spec : specs_of(p)) {
+        kinds.insert(spec->kind == jit::SpecKind::Row ? "row" : spec->parts.size() > 1 ? "horizontal" : "pointwise");
+        for (int arch : {80, 90}) {
+          jit::CompileOptions o;
+          o.arch = arch;
+          const jit::CompileResult r = compiler.compile(spec, o);
+          INFO(spec->name << " " << dtype_name(dt) << " sm_" << arch << "\n" << r.error << "\n" << r.log);
+          REQUIRE(r.ok());
+          CHECK(!r.kernel->cubin.empty());
+          CHECK(r.kernel->stats.size() == r.kernel->rendered.variants.size());
+          for (const auto& st : r.kernel->stats) CHECK(st.registers > 0);
+        }
+      }
+    }
+  }
+  CHECK(kinds == std::set<std::string>{"row", "horizontal", "pointwise"});
+  const jit::CompilerStats st = compiler.stats();
+  CHECK(st.failed == 0);
+  CHECK(!st.compile_ms.empty());
+}
+
+TEST_CASE("nvrtc: compile_plan compiles a plan; a broken kernel becomes eager steps with its log" * doctest::skip(kNoNvrtc)) {
+  jit::KernelCompiler compiler(1, "");
+  jit::CompileOptions o;
+  o.arch = 90;
+  const CustomOp bad = register_elementwise("nvrtc_broken", 1, "a +* no_such_function(a)", [](float a, float, float) { return a; });
+  SegmentBuilder b;
+  const ValueRef x = b.input({64});
+  Attrs ca;
+  ca.custom_id = bad.id();
+  const ValueRef y = b.add(OpId::custom, {b.add(OpId::exp, {x})}, ca);
+  b.output(b.add(OpId::neg, {y}));
+  PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
+  CHECK(p.num_kernels() == 1);
+  CHECK(compile_plan(p, compiler, o) == 1);
+  CHECK(p.num_kernels() == 3);
+  bool logged = false;
+  for (const Decision& d : p.decisions) logged = logged || d.reason.find("not compiled") != std::string::npos;
+  CHECK(logged);
+  // The failure is data with NVRTC's log, not an exception.
+  SegmentBuilder b2;
+  b2.output(b2.add(OpId::custom, {b2.input({8})}, ca));
+  const PlannedSegment p2 = plan_segment(b2.build(), default_planner_options(Device::cuda(0)));
+  const jit::CompileResult r = compiler.compile(specs_of(p2).at(0), o);
+  CHECK(!r.ok());
+  CHECK(r.log.find("error") != std::string::npos);
+  // The plan still runs correctly on the CPU with the unfused steps.
+  const std::vector<Tensor> xs = random_externals(p.segment, 3);
+  const std::vector<Tensor> want = eager_values(p.segment, xs);
+  const std::vector<Tensor> got = poisoned_values(p, xs);
+  run_plan(p, got);
+  const int v = p.segment.value_id(p.segment.outputs[0]);
+  CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), 1e-6, 1e-6));
+}
+
+TEST_CASE("nvrtc: LIVEFUSE_FMA=0 compiles with --fmad=false; jobs run off the caller's thread" * doctest::skip(kNoNvrtc)) {
+  jit::CompileOptions o;
+  o.arch = 90;
+  o.fma = false;
+  const auto flags = o.flags();
+  CHECK(std::find(flags.begin(), flags.end(), "--fmad=false") != flags.end());
+  CHECK(std::find(flags.begin(), flags.end(), "-arch=sm_90") != flags.end());
+  jit::KernelCompiler compiler(1, "");
+  SegmentBuilder b;
+  b.output(b.add(OpId::sigmoid, {b.input({10})}));
+  const auto spec = specs_of(plan_segment(b.build())).at(0);
+  const jit::CompileResult r = compiler.compile(spec, o);
+  REQUIRE(r.ok());
+  CHECK(r.worker != std::this_thread::get_id());
+  jit::CompileOptions fma = o;
+  fma.fma = true;
+  CHECK(jit::make_key(*spec, r.kernel->rendered, o).text != jit::make_key(*spec, r.kernel->rendered, fma).text);
+}
+
+TEST_CASE("nvrtc: the rendered source uses the embedded helpers and the op table's expressions") {
+  SegmentBuilder b;
+  b.output(b.add(OpId::gelu_tanh, {b.input({10})}));
+  const auto spec = specs_of(plan_segment(b.build())).at(0);
+  const jit::RenderedKernel rk = jit::render_cuda(*spec);
+  CHECK(rk.source.find("LF_HD float lf_gelu_tanh") != std::string::npos);  // lf_math.cuh itself
+  CHECK(rk.source.find(std::string(op_info(OpId::gelu_tanh).expr)) != std::string::npos);
+  CHECK(rk.source.find("lf_nat_f16") != std::string::npos);  // lf_fused.cuh
+  CHECK(rk.variants.size() == 4);
+}
+
+TEST_CASE("nvrtc: ptxas report parsing (registers, spills)") {
+  const std::string log =
+      "ptxas info    : Compiling entry function 'k_vec_i32' for 'sm_90'\n"
+      "ptxas info    : Function properties for k_vec_i32\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 24 registers, used 0 barriers\n"
+      "ptxas info    : Function properties for k_strided_i64\n"
+      "ptxas         .     48 bytes stack frame, 40 bytes spill stores, 36 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers\n";
+  const auto e = jit::parse_ptxas_log(log);
+  REQUIRE(e.size() == 2);
+  CHECK(e[0].name == "k_vec_i32");
+  CHECK(e[0].registers == 24);
+  CHECK(e[0].spill_bytes == 0);
+  CHECK(e[1].registers == 255);
+  CHECK(e[1].spill_bytes == 76);
+}
