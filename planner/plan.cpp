@@ -5,6 +5,8 @@
 
 #include "kernels/jit/cpu_interp.hpp"
 #include "kernels/jit/cuda_launch.hpp"
+#include "kernels/jit/kernel_compiler.hpp"
+#include "kernels/jit/render.hpp"
 #include "kernels/jit/tensor_arg.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
@@ -106,9 +108,30 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
 
 void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Tensor> values, void* stream) {
   auto launch = [&](const FusedKernelStep& fk) {
-    LF_CHECK(fk.compiled != nullptr, "plan", s.label, " was not compiled: ", fk.compile_error);
+    std::shared_ptr<const jit::KernelSpec> spec;
+    std::shared_ptr<jit::CompiledKernel> kernel;
+    {
+      std::lock_guard<std::mutex> lock(*fk.mu);
+      spec = fk.spec;
+      kernel = fk.compiled;
+    }
+    LF_CHECK(kernel != nullptr, "plan", s.label, " was not compiled: ", fk.compile_error);
     const auto b = bindings(fk, values);
-    const std::string err = jit::launch_spec_cuda(*fk.spec, *fk.compiled, b, stream);
+    std::optional<jit::Variant> missing;
+    std::string err = jit::launch_spec_cuda(*spec, *kernel, b, stream, &missing);
+    if (!err.empty() && missing) {
+      // Rare (shapes far from the ones planned for): compile the sibling once, on the arena.
+      auto sibling = std::make_shared<jit::KernelSpec>(*spec);
+      sibling->variants |= jit::variant_bit(*missing);
+      const jit::CompileResult r = jit::KernelCompiler::global().compile(sibling, jit::default_compile_options());
+      LF_CHECK(r.ok(), "plan", s.label, ": ", err, "; compiling it failed: ", r.error);
+      {
+        std::lock_guard<std::mutex> lock(*fk.mu);
+        fk.spec = sibling;
+        fk.compiled = r.kernel;
+      }
+      err = jit::launch_spec_cuda(*sibling, *r.kernel, b, stream);
+    }
     LF_CHECK(err.empty(), "plan", s.label, ": ", err);
   };
   if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {

@@ -23,6 +23,7 @@
 //   View         a layout op: no kernel (a dense copy only for a reshape of a non-contiguous view)
 //   Opaque       a user kernel
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <variant>
@@ -42,11 +43,15 @@ struct PartIo {
 };
 
 struct FusedKernelStep {
-  std::shared_ptr<const jit::KernelSpec> spec;
   std::vector<PartIo> parts;
-  std::vector<int> nodes;                       // segment nodes it computes
-  std::shared_ptr<jit::CompiledKernel> compiled;  // CUDA: set by compile_plan
+  std::vector<int> nodes;  // segment nodes it computes
   std::string compile_error;
+  // The spec and its compiled kernel (CUDA: set by compile_plan). A launch that needs a variant
+  // the planner did not ask for (say 64-bit indexing after the shapes grew) compiles a sibling
+  // once and swaps both, under `mu`.
+  mutable std::shared_ptr<const jit::KernelSpec> spec;
+  mutable std::shared_ptr<jit::CompiledKernel> compiled;
+  std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
 };
 
 struct GemmStep {

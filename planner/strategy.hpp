@@ -38,6 +38,10 @@ class Strategy {
 const Strategy& strategy_for(GroupKind kind);
 const Strategy& horizontal_strategy();
 
+// Which kernel variants to compile (jit::Variant bits) for the representative shapes: vec or
+// strided, shared-memory row cache or recompute, 32- or 64-bit indexing.
+uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, const std::vector<PartIo>& parts);
+
 // Bytes of a value at its representative shape.
 double value_bytes(const Segment& seg, int value_id);
 // Bytes an eager execution of node j moves (inputs read + outputs written).

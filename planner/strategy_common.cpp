@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include "kernels/jit/render.hpp"
+#include "kernels/jit/row_schedule.hpp"
 #include "livefuse/error.hpp"
 #include "planner/strategy.hpp"
 
@@ -16,6 +18,38 @@ double eager_node_bytes(const Segment& seg, int j) {
   for (const ValueRef& r : n.inputs) b += value_bytes(seg, seg.value_id(r));
   for (int k = 0; k < static_cast<int>(n.outputs.size()); ++k) b += value_bytes(seg, seg.value_id(ValueRef::of(j, k)));
   return b;
+}
+
+uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, const std::vector<PartIo>& parts) {
+  using jit::Variant;
+  const Segment& seg = g.seg;
+  constexpr int64_t kBig = int64_t{1} << 30;  // 2x headroom under int32 for shapes that grow
+  bool big = false, dense = true;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    const Shape& f = seg.shape(seg.value_ref(parts[p].shape_value));
+    big = big || f.numel() >= kBig;
+    for (int v : parts[p].inputs) {
+      const ValueRef r = seg.value_ref(v);
+      const Shape& s = seg.shape(r);
+      big = big || s.numel() >= kBig;
+      bool contiguous = g.value_kind.empty() || g.value_kind[v] != ValueKind::View;
+      if (r.is_external()) {
+        const ExternalInfo& e = seg.externals[r.external];
+        contiguous = e.strides.rank != e.shape.rank || e.strides == contiguous_strides(e.shape);
+      }
+      dense = dense && contiguous && s == f;
+    }
+  }
+  if (spec.kind == jit::SpecKind::Pointwise) {
+    if (dense) return jit::variant_bit(big ? Variant::VecI64 : Variant::VecI32);
+    return jit::variant_bit(big ? Variant::StridedI64 : Variant::StridedI32);
+  }
+  const Shape& f = seg.shape(seg.value_ref(parts[0].shape_value));
+  const int64_t cols = f.rank ? f.v[f.rank - 1] : 1;
+  const int ncache = jit::schedule_row(spec.parts[0], jit::RowCacheMode::CacheFloat).ncache;
+  const bool cache = ncache > 0 && static_cast<int64_t>(ncache) * cols * 4 <= 48 * 1024;
+  if (cache) return jit::variant_bit(big ? Variant::CacheI64 : Variant::CacheI32);
+  return jit::variant_bit(big ? Variant::RecomputeI64 : Variant::RecomputeI32);
 }
 
 int Step::launches() const {

@@ -45,6 +45,7 @@ class HorizontalStrategy final : public Strategy {
       name += " [" + g.nodes_str(gr.nodes) + "]";
     }
     spec->name = name;
+    spec->variants = choose_variants(g, *spec, fk.parts);
     fk.spec = spec;
     Step s;
     s.label = name;

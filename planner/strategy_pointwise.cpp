@@ -42,6 +42,7 @@ class PointwiseStrategy final : public Strategy {
     spec->parts.push_back(lower_group(g, gr, &io));
     fk.parts.push_back(io);
     fk.nodes = gr.nodes;
+    spec->variants = choose_variants(g, *spec, fk.parts);
     fk.spec = spec;
     Step s;
     s.label = spec->name;

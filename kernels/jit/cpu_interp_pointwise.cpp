@@ -60,6 +60,12 @@ void run_pointwise_part(const KernelPart& part, const PartGeometry& g) {
   const SlotPlan sp = assign_slots(part);
   const int n = static_cast<int>(part.instrs.size());
   const int64_t ntiles = (g.numel + kTile - 1) / kTile;
+  std::vector<bool> in_place(part.inputs.size());
+  const Strides dense = contiguous_strides(g.shape);
+  for (size_t k = 0; k < part.inputs.size(); ++k) {
+    const DType d = part.inputs[k].dtype;
+    in_place[k] = g.inputs[k].strides == dense && (d == DType::f32 || d == DType::i32 || d == DType::i64);
+  }
   auto body = [&](int64_t t0, int64_t t1) {
     Scratch sc(kTile);
     std::vector<int64_t> mem(static_cast<size_t>(std::max(sp.nslots, 1)) * kTile);
@@ -71,6 +77,11 @@ void run_pointwise_part(const KernelPart& part, const PartGeometry& g) {
         const Instr& in = part.instrs[i];
         switch (in.kind) {
           case InstrKind::Load:
+            if (in_place[in.io]) {  // dense and stored as its natural type: read where it lies
+              vals[i] = TileVal{static_cast<const char*>(g.inputs[in.io].data) + lo * static_cast<int64_t>(dtype_size(in.dtype)),
+                                nat_of(in.dtype), false};
+              continue;
+            }
             load_tile(g.inputs[in.io], in.dtype, g.shape, lo, len, slot_ptr(i));
             break;
           case InstrKind::Const:

@@ -31,6 +31,29 @@ int variant_index(const CompiledKernel& k, Variant v) {
 
 }  // namespace
 
+namespace {
+bool rendered(const CompiledKernel& k, Variant v) {
+  return std::find(k.rendered.variants.begin(), k.rendered.variants.end(), v) != k.rendered.variants.end();
+}
+// The first candidate the kernel can run; else the first one it lacks (to be compiled).
+bool pick(const CompiledKernel& k, std::initializer_list<std::pair<Variant, bool>> candidates, LaunchChoice& c,
+          const std::string& name, std::string* error) {
+  for (const auto& [v, valid] : candidates)
+    if (valid && k.usable(v)) {
+      c.variant = v;
+      return true;
+    }
+  for (const auto& [v, valid] : candidates)
+    if (valid && !rendered(k, v)) {
+      c.missing = v;
+      *error = "[jit] " + name + ": variant " + std::string(variant_suffix(v)) + " not compiled";
+      return false;
+    }
+  *error = "[jit] " + name + ": every usable variant spills registers";
+  return false;
+}
+}  // namespace
+
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
                            int smem_optin, std::string* error) {
   LaunchChoice c;
@@ -46,20 +69,10 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
       for (size_t j = 0; j < geos[p].outputs.size(); ++j)
         dense &= aligned(geos[p].outputs[j].data, std::min<size_t>(16, vec * dtype_size(spec.parts[p].outputs[j].dtype)));
     }
-    const Variant order[] = {Variant::VecI32, Variant::VecI64, Variant::StridedI32, Variant::StridedI64};
-    bool found = false;
-    for (Variant v : order) {
-      const bool is_vec = v == Variant::VecI32 || v == Variant::VecI64;
-      const bool is_i32 = v == Variant::VecI32 || v == Variant::StridedI32;
-      if ((is_vec && !dense) || (is_i32 && !i32) || !k.usable(v)) continue;
-      c.variant = v;
-      found = true;
-      break;
-    }
-    if (!found) {
-      *error = "[jit] " + spec.name + ": no usable variant (all spill)";
+    if (!pick(k, {{Variant::VecI32, dense && i32}, {Variant::StridedI32, i32}, {Variant::VecI64, dense},
+                  {Variant::StridedI64, true}},
+              c, spec.name, error))
       return c;
-    }
     const bool is_vec = c.variant == Variant::VecI32 || c.variant == Variant::VecI64;
     int64_t blocks = 0;
     for (const auto& g : geos) {
@@ -73,31 +86,23 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
   const PartGeometry& g = geos[0];
   row_shape(g.cols, c.block_x, c.block_y);
   const int ncache = k.rendered.ncache;
-  Variant v = i32 ? Variant::RecomputeI32 : Variant::RecomputeI64;
-  if (ncache > 0) {
-    int64_t smem = static_cast<int64_t>(c.block_y) * ncache * g.cols * 4;
-    if (smem > smem_optin) {
-      c.block_y = 1;
-      smem = static_cast<int64_t>(ncache) * g.cols * 4;
-    }
-    const Variant cv = i32 ? Variant::CacheI32 : Variant::CacheI64;
-    if (smem <= smem_optin && k.usable(cv)) {
-      v = cv;
-      c.smem = static_cast<unsigned>(smem);
-    }
-  }
-  if (!k.usable(v)) v = i32 ? Variant::RecomputeI64 : v;
-  if (!k.usable(v)) {
-    *error = "[jit] " + spec.name + ": no usable row variant (all spill)";
+  int64_t smem = static_cast<int64_t>(c.block_y) * ncache * g.cols * 4;
+  if (smem > smem_optin) smem = static_cast<int64_t>(ncache) * g.cols * 4;
+  const bool cache_ok = ncache > 0 && smem <= smem_optin;
+  if (!pick(k, {{Variant::CacheI32, cache_ok && i32}, {Variant::RecomputeI32, i32}, {Variant::CacheI64, cache_ok},
+                {Variant::RecomputeI64, true}},
+            c, spec.name, error))
     return c;
+  if (c.variant == Variant::CacheI32 || c.variant == Variant::CacheI64) {
+    if (static_cast<int64_t>(c.block_y) * ncache * g.cols * 4 > smem_optin) c.block_y = 1;
+    c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * ncache * g.cols * 4);
   }
-  c.variant = v;
   c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
   return c;
 }
 
 std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
-                             void* stream) {
+                             void* stream, std::optional<Variant>* missing) {
   LF_ASSERT(parts.size() == spec.parts.size(), "launch of ", spec.name, " with ", parts.size(), " bindings");
   std::string err;
   auto mod = k.module(&err);
@@ -106,6 +111,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   for (size_t p = 0; p < parts.size(); ++p) geos.push_back(make_geometry(spec.parts[p], spec.kind, parts[p]));
   static const int optin = current_device_smem_optin();
   const LaunchChoice c = choose_launch(spec, k, geos, optin, &err);
+  if (missing) *missing = c.missing;
   if (!err.empty()) return err;
   if (c.grid == 0) return "";
 

@@ -2,6 +2,7 @@
 // Launching a compiled KernelSpec on a CUDA stream: binds tensors (geometry.hpp), picks the
 // variant (vec when every operand is dense and aligned, 64-bit indexing only when needed, the
 // shared-memory row cache when it fits) and fills the parameter block.
+#include <optional>
 #include <span>
 #include <string>
 
@@ -10,14 +11,17 @@
 
 namespace livefuse::jit {
 
-// Returns "" on success, else the reason (nothing was launched).
+// Returns "" on success, else the reason (nothing was launched). When the launch needs a variant
+// the kernel was not rendered with, *missing names it: compile a sibling spec with that bit
+// added to KernelSpec::variants and launch that.
 std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
-                             void* stream);
+                             void* stream, std::optional<Variant>* missing = nullptr);
 
 // Which variant a launch would use, and its launch shape (for tests and logs).
 struct LaunchChoice {
   Variant variant = Variant::StridedI32;
   unsigned grid = 0, block_x = 0, block_y = 1, smem = 0;
+  std::optional<Variant> missing;  // set when the best valid variant was not rendered
 };
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
                            int smem_optin, std::string* error);

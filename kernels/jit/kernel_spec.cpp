@@ -65,6 +65,7 @@ struct Hasher {
 uint64_t structure_hash(const KernelSpec& spec) {
   Hasher h;
   h.add(static_cast<uint8_t>(spec.kind));
+  h.add(spec.variants);
   h.add(spec.parts.size());
   for (const auto& p : spec.parts) {
     h.add(p.instrs.size());

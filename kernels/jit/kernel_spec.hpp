@@ -67,6 +67,10 @@ struct KernelSpec {
   SpecKind kind = SpecKind::Pointwise;
   std::vector<KernelPart> parts;
   std::string name;  // readable, for logs; not part of the structure
+  // Which entry points to generate: a bitmask over jit::Variant (render.hpp), 0 = all. Every
+  // variant costs NVRTC time, so the planner asks for the one its shapes need; a launch that
+  // needs another reports it missing and the caller compiles a sibling with that bit added.
+  uint32_t variants = 0;
 
   int num_inputs() const;
   int num_outputs() const;

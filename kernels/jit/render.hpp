@@ -38,6 +38,8 @@ inline constexpr int kMaxArgWords = 500;  // 4000 bytes: under the classic 4 KiB
 
 enum class Variant : uint8_t { VecI32, VecI64, StridedI32, StridedI64, CacheI32, CacheI64, RecomputeI32, RecomputeI64 };
 std::string_view variant_suffix(Variant v);
+constexpr uint32_t variant_bit(Variant v) { return 1u << static_cast<unsigned>(v); }
+inline bool wants_variant(const KernelSpec& s, Variant v) { return s.variants == 0 || (s.variants & variant_bit(v)); }
 
 struct RenderedKernel {
   std::string source;

@@ -148,9 +148,14 @@ void render_pointwise(const KernelSpec& spec, RenderedKernel& rk) {
   rk.vec = pointwise_vec_width(spec);
   std::ostringstream os;
   for (size_t p = 0; p < spec.parts.size(); ++p) render_part(os, spec.parts[p], rk.layout.parts[p], static_cast<int>(p), rk.vec);
+  rk.variants.clear();
   for (bool vec : {true, false})
-    for (bool i64 : {false, true}) render_entry(os, spec, rk, vec, i64);
-  rk.variants = {Variant::VecI32, Variant::VecI64, Variant::StridedI32, Variant::StridedI64};
+    for (bool i64 : {false, true}) {
+      const Variant v = vec ? (i64 ? Variant::VecI64 : Variant::VecI32) : (i64 ? Variant::StridedI64 : Variant::StridedI32);
+      if (!wants_variant(spec, v)) continue;
+      render_entry(os, spec, rk, vec, i64);
+      rk.variants.push_back(v);
+    }
   rk.source += os.str();
 }
 

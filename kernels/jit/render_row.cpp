@@ -113,17 +113,19 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   rk.ncache = cached.ncache;
   render_body(os, part, rk.layout.parts[0], true, cached);
   render_body(os, part, rk.layout.parts[0], false, recomputed);
+  rk.variants.clear();
   for (bool cache : {true, false}) {
     for (bool i64 : {false, true}) {
       const Variant v = cache ? (i64 ? Variant::CacheI64 : Variant::CacheI32)
                               : (i64 ? Variant::RecomputeI64 : Variant::RecomputeI32);
+      if (!wants_variant(spec, v)) continue;
+      rk.variants.push_back(v);
       os << "extern \"C\" __global__ void __launch_bounds__(" << kRowMaxThreads << ") " << rk.entry(v) << "(const LfArgs A) {\n"
          << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[32];\n"
          << "  lf_row_" << (cache ? "cache" : "recompute") << "<" << (i64 ? "long long" : "int")
          << ">(A, lf_smem, lf_red);\n}\n\n";
     }
   }
-  rk.variants = {Variant::CacheI32, Variant::CacheI64, Variant::RecomputeI32, Variant::RecomputeI64};
   rk.source += os.str();
 }
 

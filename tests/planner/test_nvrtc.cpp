@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "kernels/jit/kernel_compiler.hpp"
+#include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/render.hpp"
 #include "tests/planner/planner_util.hpp"
 
@@ -115,11 +116,13 @@ TEST_CASE("nvrtc: every strategy and dtype compiles for sm_80 and sm_90" * docte
       const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
       for (const auto& spec : specs_of(p)) {
         kinds.insert(spec->kind == jit::SpecKind::Row ? "row" : spec->parts.size() > 1 ? "horizontal" : "pointwise");
-        for (int arch : {80, 90}) {
+        auto all = std::make_shared<jit::KernelSpec>(*spec);
+        all->variants = 0;  // every variant, not only the one the planner picked
+        for (auto [arch, sp] : {std::pair{80, spec}, std::pair{90, spec}, std::pair{90, std::shared_ptr<const jit::KernelSpec>(all)}}) {
           jit::CompileOptions o;
           o.arch = arch;
-          const jit::CompileResult r = compiler.compile(spec, o);
-          INFO(spec->name << " " << dtype_name(dt) << " sm_" << arch << "\n" << r.error << "\n" << r.log);
+          const jit::CompileResult r = compiler.compile(sp, o);
+          INFO(sp->name << " " << dtype_name(dt) << " sm_" << arch << " variants " << sp->variants << "\n" << r.error << "\n" << r.log);
           REQUIRE(r.ok());
           CHECK(!r.kernel->cubin.empty());
           CHECK(r.kernel->stats.size() == r.kernel->rendered.variants.size());
@@ -195,7 +198,61 @@ TEST_CASE("nvrtc: the rendered source uses the embedded helpers and the op table
   CHECK(rk.source.find("LF_HD float lf_gelu_tanh") != std::string::npos);  // lf_math.cuh itself
   CHECK(rk.source.find(std::string(op_info(OpId::gelu_tanh).expr)) != std::string::npos);
   CHECK(rk.source.find("lf_nat_f16") != std::string::npos);  // lf_fused.cuh
-  CHECK(rk.variants.size() == 4);
+  CHECK(rk.variants.size() == 1);  // the planner asks for the one variant its shapes need
+  jit::KernelSpec all = *spec;
+  all.variants = 0;
+  CHECK(jit::render_cuda(all).variants.size() == 4);
+}
+
+TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/recompute, missing ones named") {
+  auto kernel_for = [](const jit::KernelSpec& spec) {
+    auto k = std::make_unique<jit::CompiledKernel>();
+    k->rendered = jit::render_cuda(spec);
+    k->variant_ok.assign(k->rendered.variants.size(), true);
+    return k;
+  };
+  alignas(16) static float buf[16];
+  auto arg = [&](const Shape& s) { return jit::TensorArg{buf, DType::f32, s, contiguous_strides(s)}; };
+  SegmentBuilder b;
+  b.output(b.add(OpId::exp, {b.add(OpId::add, {b.input({64}), b.input({64})})}));
+  const auto spec = specs_of(plan_segment(b.build())).at(0);
+  REQUIRE(spec->variants == jit::variant_bit(jit::Variant::VecI32));
+  const auto k = kernel_for(*spec);
+  auto geo = [&](const Shape& a, const Shape& bb, const Shape& out) {
+    jit::PartBinding pb{out, {arg(a), arg(bb)}, {arg(out)}};
+    return std::vector<jit::PartGeometry>{jit::make_geometry(spec->parts[0], spec->kind, pb)};
+  };
+  std::string err;
+  jit::LaunchChoice c = jit::choose_launch(*spec, *k, geo({1000}, {1000}, {1000}), 48 << 10, &err);
+  CHECK(err.empty());
+  CHECK(c.variant == jit::Variant::VecI32);
+  CHECK(c.grid == 1);  // 250 vectors of 4
+  c = jit::choose_launch(*spec, *k, geo({1000}, {1}, {1000}), 48 << 10, &err);  // a broadcast operand
+  CHECK(c.missing == jit::Variant::StridedI32);
+  err.clear();
+  c = jit::choose_launch(*spec, *k, geo({int64_t{3} << 30}, {int64_t{3} << 30}, {int64_t{3} << 30}), 48 << 10, &err);
+  CHECK(c.missing == jit::Variant::VecI64);
+
+  SegmentBuilder rb;
+  Attrs sm;
+  sm.push_float(1.0);
+  sm.push_int(0);
+  rb.output(rb.add(OpId::softmax, {rb.input({4, 1000})}, sm));
+  const auto rspec = specs_of(plan_segment(rb.build())).at(0);
+  REQUIRE(rspec->variants == jit::variant_bit(jit::Variant::CacheI32));
+  const auto rk = kernel_for(*rspec);
+  auto rgeo = [&](const Shape& x) {
+    jit::PartBinding pb{x, {arg(x)}, {arg(x)}};
+    return std::vector<jit::PartGeometry>{jit::make_geometry(rspec->parts[0], rspec->kind, pb)};
+  };
+  err.clear();
+  c = jit::choose_launch(*rspec, *rk, rgeo({4, 1000}), 48 << 10, &err);
+  CHECK(err.empty());
+  CHECK(c.variant == jit::Variant::CacheI32);
+  CHECK(c.smem == c.block_y * rk->rendered.ncache * 1000 * 4);
+  CHECK(c.block_x * c.block_y <= jit::kRowMaxThreads);
+  c = jit::choose_launch(*rspec, *rk, rgeo({4, 100000}), 48 << 10, &err);  // rows too long to cache
+  CHECK(c.missing == jit::Variant::RecomputeI32);
 }
 
 TEST_CASE("nvrtc: ptxas report parsing (registers, spills)") {

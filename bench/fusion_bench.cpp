@@ -1,0 +1,291 @@
+// livefuse-bench-fusion: what fusion buys.
+//   cpu_fused_chain   a 10-op pointwise chain on 16M f32 elements: the tiled interpreter running
+//                     the fused kernel against eager CPU ops (which write and re-read every
+//                     intermediate); field `speedup`.
+//   copy_bw           device-to-device copy (read + write bytes / s): the bandwidth reference.
+//   fused_chain_bw    the same chain on 64M f32 elements as one generated kernel on the GPU;
+//                     `fraction_of_copy_bw`, and `speedup` over the eager GPU chain.
+//   fused_layer_norm / fused_softmax   row kernels at large sizes, bandwidth and fraction.
+//   nvrtc_compile     NVRTC time per generated kernel (distinct kernels, no cache): `median_ms`.
+// Usage: livefuse-bench-fusion [--device cpu|cuda|all] [--json PATH] [--quick]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/jit/kernel_compiler.hpp"
+#include "livefuse/livefuse.hpp"
+#include "planner/planner.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace livefuse;
+using namespace livefuse::planner;
+
+struct Record {
+  std::string name, variant, size;
+  double median_us = 0;
+  std::vector<std::pair<std::string, double>> derived;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+void write_json(const std::string& path, const std::vector<Record>& recs) {
+  std::ofstream f(path);
+  if (!f) throw Error("[bench] cannot write " + path);
+  f << "[\n";
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const Record& r = recs[i];
+    f << "  {\"name\": \"" << r.name << "\", \"variant\": \"" << r.variant << "\", \"size\": \"" << r.size
+      << "\", \"median_us\": " << r.median_us;
+    for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
+    f << "}" << (i + 1 < recs.size() ? "," : "") << "\n";
+  }
+  f << "]\n";
+}
+
+void print_record(const Record& r) {
+  std::printf("%-18s %-26s %-16s %12.1f us", r.name.c_str(), r.variant.c_str(), r.size.c_str(), r.median_us);
+  for (const auto& [k, v] : r.derived) std::printf("  %s=%.4g", k.c_str(), v);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// The benchmark chain: 10 cheap pointwise ops over x, y -- the memory-bound case fusion is
+// for (a transcendental would measure libm on the CPU, the same in both paths).
+Segment chain_segment(int64_t n) {
+  SegmentBuilder b;
+  const ValueRef x = b.input({n}), y = b.input({n});
+  ValueRef v = b.add(OpId::add, {x, y});
+  v = b.scalar_op(OpId::mul, v, 1.5);
+  v = b.add(OpId::sub, {v, y});
+  v = b.add(OpId::relu, {v});
+  v = b.add(OpId::mul, {v, x});
+  v = b.scalar_op(OpId::add, v, 0.5);
+  v = b.add(OpId::maximum, {v, y});
+  v = b.scalar_op(OpId::mul, v, 0.75);
+  v = b.add(OpId::sub, {v, x});
+  v = b.scalar_op(OpId::minimum, v, 4.0);
+  b.output(v);
+  return b.build();
+}
+
+Tensor eager_chain(const Tensor& x, const Tensor& y) {
+  Tensor v = lf::add(x, y);
+  v = lf::mul(v, 1.5);
+  v = lf::sub(v, y);
+  v = lf::relu(v);
+  v = lf::mul(v, x);
+  v = lf::add(v, 0.5);
+  v = lf::maximum(v, y);
+  v = lf::mul(v, 0.75);
+  v = lf::sub(v, x);
+  return lf::minimum(v, 4.0);
+}
+
+double time_host_us(int reps, const std::function<void()>& fn) {
+  fn();  // warm-up (pool, caches)
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return median(t);
+}
+
+void bench_cpu(std::vector<Record>& out, bool quick) {
+  const int64_t n = quick ? (int64_t{1} << 22) : (int64_t{16} << 20);
+  const Segment seg = chain_segment(n);
+  const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cpu()));
+  const Tensor x = rand_uniform({n}, 1, -1, 1, DType::f32, Device::cpu());
+  const Tensor y = rand_uniform({n}, 2, -1, 1, DType::f32, Device::cpu());
+  std::vector<Tensor> values = bind_values(p, {x, y});
+  const int reps = quick ? 3 : 7;
+  const double fused = time_host_us(reps, [&] { run_plan(p, values); });
+  const double eager = time_host_us(reps, [&] { (void)eager_chain(x, y); });
+  // Same numbers from both paths (a benchmark of a wrong kernel is worth nothing).
+  const auto a = values[seg.value_id(seg.outputs[0])].to_floats();
+  const auto e = eager_chain(x, y).to_floats();
+  double maxdiff = 0;
+  for (size_t i = 0; i < a.size(); i += 997) maxdiff = std::max(maxdiff, static_cast<double>(std::abs(a[i] - e[i])));
+  Record r{"cpu_fused_chain", "10 ops f32, " + std::to_string(p.num_kernels()) + " kernel", std::to_string(n), fused, {}};
+  r.derived = {{"eager_us", eager}, {"speedup", eager / fused}, {"max_abs_diff", maxdiff},
+               {"fused_gbs", 3.0 * n * 4 / fused / 1e3}};
+  print_record(r);
+  out.push_back(r);
+}
+
+void bench_nvrtc(std::vector<Record>& out, bool quick) {
+  if (!jit::nvrtc_available()) return;
+  jit::KernelCompiler compiler(1, "");  // no cache: every kernel is compiled
+  jit::CompileOptions o = jit::default_compile_options();
+  std::vector<double> ms;
+  const int count = quick ? 4 : 12;
+  for (int k = 0; k < count; ++k) {
+    SegmentBuilder b;
+    const ValueRef x = b.input({64, 512}), w = b.input({512});
+    ValueRef v = b.scalar_op(OpId::add, x, 0.01 * k);  // a distinct kernel each time
+    if (k % 3 == 2) {
+      Attrs a;
+      a.push_float(1e-5);
+      a.push_int(1);
+      a.push_int(0);
+      v = b.add(OpId::layer_norm, {v, w}, a);
+    }
+    for (int i = 0; i < 4 + k % 4; ++i) v = b.add(i % 2 ? OpId::gelu : OpId::mul, i % 2 ? std::vector<ValueRef>{v} : std::vector<ValueRef>{v, x});
+    b.output(v);
+    const PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
+    for (const Step& s : p.steps)
+      if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
+        const jit::CompileResult r = compiler.compile(fk->spec, o);
+        if (r.ok()) ms.push_back(r.kernel->compile_ms);
+        else std::fprintf(stderr, "[bench] compile failed: %s\n%s\n", r.error.c_str(), r.log.c_str());
+      }
+  }
+  Record r{"nvrtc_compile", "sm_" + std::to_string(o.arch), std::to_string(ms.size()) + " kernels", median(ms) * 1e3, {}};
+  r.derived = {{"median_ms", median(ms)}, {"max_ms", ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end())}};
+  print_record(r);
+  out.push_back(r);
+}
+
+#if LIVEFUSE_HAS_CUDA
+// Device time per call of fn (CUDA events around batches), median over reps.
+double device_us(cudaStream_t s, int reps, int batch, const std::function<void()>& fn) {
+  fn();
+  cudaStreamSynchronize(s);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(a, s);
+    for (int i = 0; i < batch; ++i) fn();
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1e3 / batch);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+struct GpuPlan {
+  PlannedSegment plan;
+  std::vector<Tensor> values;
+};
+
+GpuPlan gpu_plan(const Segment& seg, const std::vector<Tensor>& xs) {
+  GpuPlan g{plan_segment(seg, default_planner_options(Device::cuda(0))), {}};
+  const int failed = compile_plan(g.plan, jit::KernelCompiler::global(), jit::default_compile_options());
+  if (failed) std::fprintf(stderr, "[bench] %d kernels failed to compile:\n%s", failed, g.plan.describe().c_str());
+  g.values = bind_values(g.plan, xs);
+  return g;
+}
+
+void bench_gpu(std::vector<Record>& out, bool quick) {
+  const Device dev = Device::cuda(0);
+  cudaStream_t s = static_cast<cudaStream_t>(Stream::current(dev).handle());
+  const int reps = quick ? 3 : 9;
+  // Copy bandwidth reference (read + write).
+  const int64_t n = quick ? (int64_t{16} << 20) : (int64_t{64} << 20);
+  const Tensor x = rand_uniform({n}, 1, -1, 1, DType::f32, dev);
+  const Tensor y = rand_uniform({n}, 2, -1, 1, DType::f32, dev);
+  const Tensor dst = empty({n}, DType::f32, dev);
+  const double copy_us = device_us(s, reps, 5, [&] {
+    cudaMemcpyAsync(dst.data_ptr(), x.data_ptr(), n * 4, cudaMemcpyDeviceToDevice, s);
+  });
+  const double copy_gbs = 2.0 * n * 4 / copy_us / 1e3;
+  out.push_back(Record{"copy_bw", "d2d f32", std::to_string(n), copy_us, {{"gbs", copy_gbs}}});
+  print_record(out.back());
+
+  {  // the 10-op chain
+    GpuPlan g = gpu_plan(chain_segment(n), {x, y});
+    const double fused = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
+    const double eager = device_us(s, reps, 2, [&] { (void)eager_chain(x, y); });
+    const double gbs = 3.0 * n * 4 / fused / 1e3;
+    Record r{"fused_chain_bw", "10 ops f32, " + std::to_string(g.plan.num_kernels()) + " kernel", std::to_string(n), fused, {}};
+    r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}, {"eager_us", eager}, {"speedup", eager / fused}};
+    print_record(r);
+    out.push_back(r);
+  }
+  struct RowCase {
+    const char* name;
+    int64_t rows, cols;
+    DType dt;
+  };
+  const std::vector<RowCase> cases = {
+      {"fused_layer_norm", 65536, 1024, DType::f32}, {"fused_layer_norm", 16384, 4096, DType::f32},
+      {"fused_layer_norm", 65536, 1024, DType::bf16}, {"fused_softmax", 65536, 1024, DType::f32},
+      {"fused_softmax", 8192, 8192, DType::f32},     {"fused_softmax", 65536, 1024, DType::f16}};
+  for (const RowCase& c : cases) {
+    const int64_t rows = quick ? c.rows / 4 : c.rows;
+    SegmentBuilder b;
+    const ValueRef xi = b.input({rows, c.cols}, c.dt);
+    std::vector<Tensor> xs = {rand_uniform({rows, c.cols}, 3, -2, 2, c.dt, dev)};
+    Attrs a;
+    a.push_float(c.name == std::string("fused_softmax") ? 0.125 : 1e-5);
+    if (c.name == std::string("fused_softmax")) {
+      a.push_int(0);
+      b.output(b.add(OpId::softmax, {xi}, a));
+    } else {
+      const ValueRef w = b.input({c.cols}, c.dt), bb = b.input({c.cols}, c.dt);
+      xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
+      xs.push_back(rand_uniform({c.cols}, 5, -0.5, 0.5, c.dt, dev));
+      a.push_int(1);
+      a.push_int(1);
+      b.output(b.add(OpId::layer_norm, {xi, w, bb}, a));
+    }
+    GpuPlan g = gpu_plan(b.build(), xs);
+    const double us = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
+    const double gbs = 2.0 * rows * c.cols * dtype_size(c.dt) / us / 1e3;
+    Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), us, {}};
+    r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}};
+    print_record(r);
+    out.push_back(r);
+  }
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json, device = "all";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda|all] [--json PATH] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::vector<Record> recs;
+  try {
+    if (device == "cpu" || device == "all") bench_cpu(recs, quick);
+    if (device != "cpu") bench_nvrtc(recs, quick);
+#if LIVEFUSE_HAS_CUDA
+    if ((device == "cuda" || device == "all") && cuda_available()) bench_gpu(recs, quick);
+#endif
+    if (!json.empty()) write_json(json, recs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "livefuse-bench-fusion: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
