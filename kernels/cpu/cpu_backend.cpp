@@ -39,8 +39,10 @@ void run(const OpCall& call, std::span<const Tensor> outputs) {
   LF_ASSERT(outputs.size() == 1, describe_call(call), " expects one output, got ", outputs.size());
   const Tensor& out = outputs[0];
   switch (call.category()) {
-    case OpCategory::Elementwise: return run_elementwise(call, out);
-    case OpCategory::Reduction: return run_reduction(call, out);
+    case OpCategory::Elementwise:
+      return run_elementwise(call, out);
+    case OpCategory::Reduction:
+      return run_reduction(call, out);
     case OpCategory::Normalization:
       if (call.op == OpId::softmax) return run_softmax(call, out);
       if (call.op == OpId::layer_norm) return run_layer_norm(call, out);
@@ -50,9 +52,12 @@ void run(const OpCall& call, std::span<const Tensor> outputs) {
       if (call.op == OpId::matmul) return run_matmul(call, out);
       if (call.op == OpId::linear) return run_linear(call, out);
       break;
-    case OpCategory::Layout: return run_layout(call, out);
-    case OpCategory::Gather: return run_embedding(call, out);
-    case OpCategory::Opaque: break;
+    case OpCategory::Layout:
+      return run_layout(call, out);
+    case OpCategory::Gather:
+      return run_embedding(call, out);
+    case OpCategory::Opaque:
+      break;
   }
   LF_ASSERT(false, describe_call(call), " has no CPU kernel");
 }

@@ -17,7 +17,8 @@ View view_of(const Tensor& t) {
 
 View out_view(const Tensor& t) {
   View v = view_of(t);
-  LF_ASSERT(t.numel() == 0 || t.is_contiguous(), "cpu backend expects dense outputs, got ", t.str());
+  LF_ASSERT(t.numel() == 0 || t.is_contiguous(), "cpu backend expects dense outputs, got ",
+            t.str());
   v.strides = contiguous_strides(v.shape);
   return v;
 }
@@ -29,8 +30,10 @@ Strides broadcast_strides(const Shape& in, const Strides& strides, const Shape& 
   const int lead = out.rank - in.rank;
   for (int d = 0; d < out.rank; ++d) {
     const int di = d - lead;
-    if (di < 0 || (in.v[di] == 1 && out.v[d] != 1)) s.v[d] = 0;
-    else s.v[d] = strides.v[di];
+    if (di < 0 || (in.v[di] == 1 && out.v[d] != 1))
+      s.v[d] = 0;
+    else
+      s.v[d] = strides.v[di];
   }
   return s;
 }

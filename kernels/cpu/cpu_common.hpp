@@ -1,14 +1,14 @@
 #pragma once
 // Shared pieces of the CPU backend: dtype traits and conversions (through lf_math.cuh, the same
 // helpers every backend uses), strided views, and the parallel-for policy.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
-
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 
 #include "kernels/device/lf_math.cuh"
 #include "livefuse/error.hpp"
@@ -18,24 +18,55 @@ namespace livefuse::cpu {
 
 // ---- dtypes ------------------------------------------------------------------------------
 // T: storage type. C: natural compute type (f16/bf16 compute in float, bool as 0/1 int32).
-template <DType D> struct DT;
-template <> struct DT<DType::f32> { using T = float; using C = float; };
-template <> struct DT<DType::f16> { using T = uint16_t; using C = float; };
-template <> struct DT<DType::bf16> { using T = uint16_t; using C = float; };
-template <> struct DT<DType::i32> { using T = int32_t; using C = int32_t; };
-template <> struct DT<DType::i64> { using T = int64_t; using C = int64_t; };
-template <> struct DT<DType::boolean> { using T = uint8_t; using C = int32_t; };
+template <DType D>
+struct DT;
+template <>
+struct DT<DType::f32> {
+  using T = float;
+  using C = float;
+};
+template <>
+struct DT<DType::f16> {
+  using T = uint16_t;
+  using C = float;
+};
+template <>
+struct DT<DType::bf16> {
+  using T = uint16_t;
+  using C = float;
+};
+template <>
+struct DT<DType::i32> {
+  using T = int32_t;
+  using C = int32_t;
+};
+template <>
+struct DT<DType::i64> {
+  using T = int64_t;
+  using C = int64_t;
+};
+template <>
+struct DT<DType::boolean> {
+  using T = uint8_t;
+  using C = int32_t;
+};
 
 // Calls f(std::integral_constant<DType, D>{}) for the runtime dtype d.
 template <class F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
-    case DType::f32: return f(std::integral_constant<DType, DType::f32>{});
-    case DType::f16: return f(std::integral_constant<DType, DType::f16>{});
-    case DType::bf16: return f(std::integral_constant<DType, DType::bf16>{});
-    case DType::i32: return f(std::integral_constant<DType, DType::i32>{});
-    case DType::i64: return f(std::integral_constant<DType, DType::i64>{});
-    case DType::boolean: return f(std::integral_constant<DType, DType::boolean>{});
+    case DType::f32:
+      return f(std::integral_constant<DType, DType::f32>{});
+    case DType::f16:
+      return f(std::integral_constant<DType, DType::f16>{});
+    case DType::bf16:
+      return f(std::integral_constant<DType, DType::bf16>{});
+    case DType::i32:
+      return f(std::integral_constant<DType, DType::i32>{});
+    case DType::i64:
+      return f(std::integral_constant<DType, DType::i64>{});
+    case DType::boolean:
+      return f(std::integral_constant<DType, DType::boolean>{});
   }
   LF_ASSERT(false, "unknown dtype ", static_cast<int>(d));
   return f(std::integral_constant<DType, DType::f32>{});  // unreachable
@@ -62,10 +93,14 @@ inline C to_compute(V v) {
 
 template <DType D>
 inline typename DT<D>::C load_natural(const typename DT<D>::T* p) {
-  if constexpr (D == DType::f16) return lf_h2f(*p);
-  else if constexpr (D == DType::bf16) return lf_bf2f(*p);
-  else if constexpr (D == DType::boolean) return *p != 0 ? 1 : 0;
-  else return *p;
+  if constexpr (D == DType::f16)
+    return lf_h2f(*p);
+  else if constexpr (D == DType::bf16)
+    return lf_bf2f(*p);
+  else if constexpr (D == DType::boolean)
+    return *p != 0 ? 1 : 0;
+  else
+    return *p;
 }
 
 template <DType D, class C>
@@ -75,11 +110,16 @@ inline C load_as(const typename DT<D>::T* p) {
 
 template <DType D, class C>
 inline void store_as(typename DT<D>::T* p, C v) {
-  if constexpr (D == DType::f32) *p = static_cast<float>(v);
-  else if constexpr (D == DType::f16) *p = lf_f2h(static_cast<float>(v));
-  else if constexpr (D == DType::bf16) *p = lf_f2bf(static_cast<float>(v));
-  else if constexpr (D == DType::boolean) *p = v != C(0) ? 1 : 0;  // NaN != 0: true, like torch
-  else *p = to_compute<typename DT<D>::T>(v);
+  if constexpr (D == DType::f32)
+    *p = static_cast<float>(v);
+  else if constexpr (D == DType::f16)
+    *p = lf_f2h(static_cast<float>(v));
+  else if constexpr (D == DType::bf16)
+    *p = lf_f2bf(static_cast<float>(v));
+  else if constexpr (D == DType::boolean)
+    *p = v != C(0) ? 1 : 0;  // NaN != 0: true, like torch
+  else
+    *p = to_compute<typename DT<D>::T>(v);
 }
 
 // True when values of dtype D are stored exactly as C (so kernels may read/write in place).
@@ -94,7 +134,10 @@ struct View {
   Shape shape;
   Strides strides;
   size_t esize() const { return dtype_size(dtype); }
-  template <class T> T* ptr() const { return reinterpret_cast<T*>(base); }
+  template <class T>
+  T* ptr() const {
+    return reinterpret_cast<T*>(base);
+  }
 };
 
 View view_of(const Tensor& t);

@@ -65,7 +65,8 @@ Plan make_plan(const OpCall& call, const Tensor& out, int arity) {
   for (int k = 0; k < n_tensors; ++k) {
     p.in[k].strides = sets[k + 1];
     p.in[k].dense = sets[k + 1] == sets[0];
-    p.in[k].uniform = std::all_of(sets[k + 1].begin(), sets[k + 1].end(), [](int64_t s) { return s == 0; });
+    p.in[k].uniform =
+        std::all_of(sets[k + 1].begin(), sets[k + 1].end(), [](int64_t s) { return s == 0; });
   }
   if (n_tensors < arity) {
     p.in[1].scalar = true;
@@ -98,8 +99,10 @@ void gather(const Operand& op, const Shape& shape, int64_t lo, int64_t n, C* dst
     const T* src = base + off;
     C* out = dst + done;
     for (int64_t j = 0; j < m; ++j) {
-      if constexpr (kNonzero) out[j] = load_natural<D>(src + j * s) != 0 ? C(1) : C(0);
-      else out[j] = load_as<D, C>(src + j * s);
+      if constexpr (kNonzero)
+        out[j] = load_natural<D>(src + j * s) != 0 ? C(1) : C(0);
+      else
+        out[j] = load_as<D, C>(src + j * s);
     }
     done += m;
     idx[r - 1] += m;
@@ -174,9 +177,12 @@ void run_plan(const Plan& p, F f) {
       const C* c = N > 2 ? operand_tile<C>(p.in[2], p.shape, lo, n, buf[N > 2 ? 2 : 0]) : nullptr;
       C* o = direct ? reinterpret_cast<C*>(p.out) + lo : obuf;
       for (int64_t i = 0; i < n; ++i) {
-        if constexpr (N == 1) o[i] = static_cast<C>(f(a[i], C(0), C(0), s0, s1));
-        else if constexpr (N == 2) o[i] = static_cast<C>(f(a[i], b[i], C(0), s0, s1));
-        else o[i] = static_cast<C>(f(a[i], b[i], c[i], s0, s1));
+        if constexpr (N == 1)
+          o[i] = static_cast<C>(f(a[i], C(0), C(0), s0, s1));
+        else if constexpr (N == 2)
+          o[i] = static_cast<C>(f(a[i], b[i], C(0), s0, s1));
+        else
+          o[i] = static_cast<C>(f(a[i], b[i], c[i], s0, s1));
       }
       if (!direct) store_tile<C>(p.out_dtype, p.out, lo, n, obuf);
     }
@@ -200,13 +206,13 @@ ComputeType compute_type(const OpCall& call, const Tensor& out, bool int_ok) {
 }
 
 // One struct per table row: f(a, b, c, s0, s1) is the row's expr, for any compute type.
-#define LF_EW_ROW(name, arity, cat, flags, expr)                                               \
-  struct Row_##name {                                                                          \
-    template <class C>                                                                         \
-    static auto f([[maybe_unused]] C a, [[maybe_unused]] C b, [[maybe_unused]] C c,            \
-                  [[maybe_unused]] C s0, [[maybe_unused]] C s1) {                              \
-      return expr;                                                                             \
-    }                                                                                          \
+#define LF_EW_ROW(name, arity, cat, flags, expr)                                    \
+  struct Row_##name {                                                               \
+    template <class C>                                                              \
+    static auto f([[maybe_unused]] C a, [[maybe_unused]] C b, [[maybe_unused]] C c, \
+                  [[maybe_unused]] C s0, [[maybe_unused]] C s1) {                   \
+      return expr;                                                                  \
+    }                                                                               \
   };
 LF_OP_TABLE(LF_EW_ROW)
 #undef LF_EW_ROW
@@ -217,7 +223,8 @@ void run_row(const OpCall& call, const Tensor& out) {
   if (p.numel == 0) return;
   auto f = [](auto a, auto b, auto c, auto s0, auto s1) { return Row::f(a, b, c, s0, s1); };
   switch (compute_type(call, out, IntOk)) {
-    case ComputeType::f32: return run_plan<float, Arity>(p, f);
+    case ComputeType::f32:
+      return run_plan<float, Arity>(p, f);
     case ComputeType::i32:
       if constexpr (IntOk) return run_plan<int32_t, Arity>(p, f);
       break;
@@ -237,9 +244,12 @@ void run_custom(const OpCall& call, const Tensor& out) {
   const CpuScalarFn fn = def.cpu_fn;
   auto f = [fn](float a, float b, float c, float, float) { return fn(a, b, c); };
   switch (def.arity) {
-    case 1: return run_plan<float, 1>(p, f);
-    case 2: return run_plan<float, 2>(p, f);
-    case 3: return run_plan<float, 3>(p, f);
+    case 1:
+      return run_plan<float, 1>(p, f);
+    case 2:
+      return run_plan<float, 2>(p, f);
+    case 3:
+      return run_plan<float, 3>(p, f);
   }
   LF_ASSERT(false, "custom op ", def.name, " has arity ", def.arity);
 }
@@ -261,13 +271,14 @@ void run_elementwise(const OpCall& call, const Tensor& out) {
   if (call.op == OpId::custom) return run_custom(call, out);
   bool done = false;
   switch (call.op) {
-#define LF_EW_CASE(name, arity, cat, flags, expr)                                               \
-  case OpId::name:                                                                              \
-    done = try_row<Row_##name, arity, detail::flags, OpCategory::cat>(call, out);             \
+#define LF_EW_CASE(name, arity, cat, flags, expr)                                 \
+  case OpId::name:                                                                \
+    done = try_row<Row_##name, arity, detail::flags, OpCategory::cat>(call, out); \
     break;
     LF_OP_TABLE(LF_EW_CASE)
 #undef LF_EW_CASE
-    default: break;
+    default:
+      break;
   }
   LF_ASSERT(done, describe_call(call), " is not an elementwise op");
 }

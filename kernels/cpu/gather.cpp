@@ -12,7 +12,8 @@ template <class I>
 void read_ids(const View& ids, std::vector<int64_t>& dst) {
   const StridedIndex idx(ids.shape, ids.strides);
   const I* p = ids.ptr<const I>();
-  for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<int64_t>(p[idx.offset(static_cast<int64_t>(i))]);
+  for (size_t i = 0; i < dst.size(); ++i)
+    dst[i] = static_cast<int64_t>(p[idx.offset(static_cast<int64_t>(i))]);
 }
 
 }  // namespace
@@ -23,9 +24,13 @@ void run_embedding(const OpCall& call, const Tensor& out) {
   LF_ASSERT(w.shape.rank == 2, describe_call(call));
   const int64_t num = w.shape.v[0], dim = w.shape.v[1], n = ids.shape.numel();
   std::vector<int64_t> rows(static_cast<size_t>(n));
-  if (ids.dtype == DType::i32) read_ids<int32_t>(ids, rows);
-  else if (ids.dtype == DType::i64) read_ids<int64_t>(ids, rows);
-  else LF_CHECK(false, "embedding", "ids must be i32 or i64, got ", dtype_name(ids.dtype), ids.shape.str());
+  if (ids.dtype == DType::i32)
+    read_ids<int32_t>(ids, rows);
+  else if (ids.dtype == DType::i64)
+    read_ids<int64_t>(ids, rows);
+  else
+    LF_CHECK(false, "embedding", "ids must be i32 or i64, got ", dtype_name(ids.dtype),
+             ids.shape.str());
   for (int64_t i = 0; i < n; ++i) {
     LF_CHECK(rows[i] >= 0 && rows[i] < num, "embedding", "id ", rows[i], " at position ", i,
              " of ids ", dtype_name(ids.dtype), ids.shape.str(), " is out of range [0, ", num,

@@ -80,10 +80,14 @@ using PackB = PackA;
 template <class Fn>
 Fn pick_pack(DType d, Fn f32, Fn f16, Fn bf16) {
   switch (d) {
-    case DType::f32: return f32;
-    case DType::f16: return f16;
-    case DType::bf16: return bf16;
-    default: break;
+    case DType::f32:
+      return f32;
+    case DType::f16:
+      return f16;
+    case DType::bf16:
+      return bf16;
+    default:
+      break;
   }
   LF_ASSERT(false, "gemm got operand dtype ", dtype_name(d));
   return f32;
@@ -114,7 +118,8 @@ void run_tile(const GemmProblem& p, PackA pa, PackB pb, MicroKernel mk, int64_t 
     pa(p.a, aoff, m0, mc, k0, kc, s.a.data());
     pb(p.b, boff, k0, kc, n0, nc, s.b.data());
     for (int64_t q = 0; q < ncp; q += kNR)
-      for (int64_t r = 0; r < mcp; r += kMR) mk(kc, s.a.data() + r * kc, s.b.data() + q * kc, c + r * ncp + q, ncp);
+      for (int64_t r = 0; r < mcp; r += kMR)
+        mk(kc, s.a.data() + r * kc, s.b.data() + q * kc, c + r * ncp + q, ncp);
   }
   // Epilogue: bias, conversion, dense store.
   float bias[kNC];
@@ -171,21 +176,26 @@ void gemm(const GemmProblem& p) {
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
   if (p.M <= 4 && p.K >= 16 && p.a.cs == 1 && p.b.rs == 1 && p.a.dtype == p.b.dtype) {
     switch (p.a.dtype) {
-      case DType::f32: return small_m<DType::f32>(p);
-      case DType::f16: return small_m<DType::f16>(p);
-      case DType::bf16: return small_m<DType::bf16>(p);
-      default: break;
+      case DType::f32:
+        return small_m<DType::f32>(p);
+      case DType::f16:
+        return small_m<DType::f16>(p);
+      case DType::bf16:
+        return small_m<DType::bf16>(p);
+      default:
+        break;
     }
   }
-  const PackA pa = pick_pack<PackA>(p.a.dtype, pack_a<DType::f32>, pack_a<DType::f16>,
-                                    pack_a<DType::bf16>);
-  const PackB pb = pick_pack<PackB>(p.b.dtype, pack_b<DType::f32>, pack_b<DType::f16>,
-                                    pack_b<DType::bf16>);
+  const PackA pa =
+      pick_pack<PackA>(p.a.dtype, pack_a<DType::f32>, pack_a<DType::f16>, pack_a<DType::bf16>);
+  const PackB pb =
+      pick_pack<PackB>(p.b.dtype, pack_b<DType::f32>, pack_b<DType::f16>, pack_b<DType::bf16>);
   const MicroKernel mk = microkernel();
   const int64_t mt = (p.M + kMC - 1) / kMC, nt = (p.N + kNC - 1) / kNC;
   const int64_t tiles = p.batch * mt * nt;
   // Work in multiply-adds, padded the way the micro-kernel sees it; at least one per output.
-  const int64_t work = p.batch * round_up(p.M, kMR) * round_up(p.N, kNR) * std::max<int64_t>(p.K, 1) / 4;
+  const int64_t work =
+      p.batch * round_up(p.M, kMR) * round_up(p.N, kNR) * std::max<int64_t>(p.K, 1) / 4;
   parallel_range(tiles, work, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bi = t / (mt * nt), rem = t % (mt * nt);

@@ -32,16 +32,16 @@ __attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t kc, const floa
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * kNR), b1 = _mm256_loadu_ps(b + k * kNR + 8);
     const float* ak = a + k * kMR;
-#define LF_ROW(r)                                        \
-  {                                                      \
-    const __m256 av = _mm256_broadcast_ss(ak + r);       \
-    c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);          \
-    c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);          \
+#define LF_ROW(r)                                  \
+  {                                                \
+    const __m256 av = _mm256_broadcast_ss(ak + r); \
+    c##r##0 = _mm256_fmadd_ps(av, b0, c##r##0);    \
+    c##r##1 = _mm256_fmadd_ps(av, b1, c##r##1);    \
   }
     LF_ROW(0) LF_ROW(1) LF_ROW(2) LF_ROW(3) LF_ROW(4) LF_ROW(5)
 #undef LF_ROW
   }
-#define LF_STORE(r)                                                                      \
+#define LF_STORE(r)                                                                    \
   _mm256_storeu_ps(c + r * ldc, _mm256_add_ps(_mm256_loadu_ps(c + r * ldc), c##r##0)); \
   _mm256_storeu_ps(c + r * ldc + 8, _mm256_add_ps(_mm256_loadu_ps(c + r * ldc + 8), c##r##1));
   LF_STORE(0) LF_STORE(1) LF_STORE(2) LF_STORE(3) LF_STORE(4) LF_STORE(5)
@@ -49,8 +49,7 @@ __attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t kc, const floa
 }
 
 __attribute__((target("avx512f"))) void microkernel_avx512(int64_t kc, const float* a,
-                                                           const float* b, float* c,
-                                                           int64_t ldc) {
+                                                           const float* b, float* c, int64_t ldc) {
   __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 bv = _mm512_loadu_ps(b + k * kNR);
@@ -62,7 +61,8 @@ __attribute__((target("avx512f"))) void microkernel_avx512(int64_t kc, const flo
     c4 = _mm512_fmadd_ps(_mm512_set1_ps(ak[4]), bv, c4);
     c5 = _mm512_fmadd_ps(_mm512_set1_ps(ak[5]), bv, c5);
   }
-#define LF_STORE(r) _mm512_storeu_ps(c + r * ldc, _mm512_add_ps(_mm512_loadu_ps(c + r * ldc), c##r));
+#define LF_STORE(r) \
+  _mm512_storeu_ps(c + r * ldc, _mm512_add_ps(_mm512_loadu_ps(c + r * ldc), c##r));
   LF_STORE(0) LF_STORE(1) LF_STORE(2) LF_STORE(3) LF_STORE(4) LF_STORE(5)
 #undef LF_STORE
 }

@@ -54,11 +54,20 @@ bool blocked_copy(const View& src, const View& dst, const Shape& shape, const St
       std::byte* d = dst.base + (dst_outer.offset(o) + i0 * di + j0 * dj) * es;
       const int64_t ni = std::min(kTile, np - i0), nj = std::min(kTile, inner - j0);
       switch (es) {
-        case 1: copy_tile<uint8_t>(s, si, sj, d, di, dj, ni, nj); break;
-        case 2: copy_tile<uint16_t>(s, si, sj, d, di, dj, ni, nj); break;
-        case 4: copy_tile<uint32_t>(s, si, sj, d, di, dj, ni, nj); break;
-        case 8: copy_tile<uint64_t>(s, si, sj, d, di, dj, ni, nj); break;
-        default: LF_ASSERT(false, "element size ", es);
+        case 1:
+          copy_tile<uint8_t>(s, si, sj, d, di, dj, ni, nj);
+          break;
+        case 2:
+          copy_tile<uint16_t>(s, si, sj, d, di, dj, ni, nj);
+          break;
+        case 4:
+          copy_tile<uint32_t>(s, si, sj, d, di, dj, ni, nj);
+          break;
+        case 8:
+          copy_tile<uint64_t>(s, si, sj, d, di, dj, ni, nj);
+          break;
+        default:
+          LF_ASSERT(false, "element size ", es);
       }
     }
   });
@@ -69,7 +78,8 @@ bool blocked_copy(const View& src, const View& dst, const Shape& shape, const St
 
 void strided_copy(const View& src, const View& dst) {
   LF_ASSERT(src.shape == dst.shape && src.dtype == dst.dtype, "strided_copy of ",
-            dtype_name(src.dtype), src.shape.str(), " into ", dtype_name(dst.dtype), dst.shape.str());
+            dtype_name(src.dtype), src.shape.str(), " into ", dtype_name(dst.dtype),
+            dst.shape.str());
   const int64_t numel = src.shape.numel();
   if (numel == 0) return;
   const size_t es = src.esize();
@@ -94,11 +104,20 @@ void strided_copy(const View& src, const View& dst) {
         continue;
       }
       switch (es) {
-        case 1: copy_run<uint8_t>(s, ss, d, ds, inner); break;
-        case 2: copy_run<uint16_t>(s, ss, d, ds, inner); break;
-        case 4: copy_run<uint32_t>(s, ss, d, ds, inner); break;
-        case 8: copy_run<uint64_t>(s, ss, d, ds, inner); break;
-        default: LF_ASSERT(false, "element size ", es);
+        case 1:
+          copy_run<uint8_t>(s, ss, d, ds, inner);
+          break;
+        case 2:
+          copy_run<uint16_t>(s, ss, d, ds, inner);
+          break;
+        case 4:
+          copy_run<uint32_t>(s, ss, d, ds, inner);
+          break;
+        case 8:
+          copy_run<uint64_t>(s, ss, d, ds, inner);
+          break;
+        default:
+          LF_ASSERT(false, "element size ", es);
       }
     }
   });
@@ -127,7 +146,8 @@ void run_layout(const OpCall& call, const Tensor& out) {
   if (o.shape.numel() == 0) return;
   const Attrs& at = call.attrs;
   switch (call.op) {
-    case OpId::contiguous: return strided_copy(view_of(call.inputs[0]), o);
+    case OpId::contiguous:
+      return strided_copy(view_of(call.inputs[0]), o);
     case OpId::reshape: {  // a dense copy in the input's logical order is the reshaped value
       const View x = view_of(call.inputs[0]);
       View d = o;
@@ -166,7 +186,8 @@ void run_layout(const OpCall& call, const Tensor& out) {
       LF_ASSERT(at_dim == o.shape.v[d], describe_call(call), " concat sizes do not add up");
       return;
     }
-    default: break;
+    default:
+      break;
   }
   LF_ASSERT(false, describe_call(call), " is not a layout op the cpu backend runs");
 }

@@ -46,8 +46,8 @@ void run_matmul(const OpCall& call, const Tensor& out) {
   const Matrix ma = as_matrix(a, true), mb = as_matrix(b, false);
   LF_ASSERT(ma.cols == mb.rows, describe_call(call), ": inner dims differ");
   const Shape bshape = broadcast_shapes(ma.batch, mb.batch, "matmul");
-  LF_ASSERT(bshape.numel() * ma.rows * mb.cols == o.shape.numel(), describe_call(call),
-            " output ", o.shape.str(), " does not match");
+  LF_ASSERT(bshape.numel() * ma.rows * mb.cols == o.shape.numel(), describe_call(call), " output ",
+            o.shape.str(), " does not match");
   GemmProblem p;
   p.M = ma.rows;
   p.N = mb.cols;

@@ -20,11 +20,16 @@ enum class Kind { sum, mean, max, argmax };
 
 Kind kind_of(OpId op) {
   switch (op) {
-    case OpId::sum: return Kind::sum;
-    case OpId::mean: return Kind::mean;
-    case OpId::max: return Kind::max;
-    case OpId::argmax: return Kind::argmax;
-    default: break;
+    case OpId::sum:
+      return Kind::sum;
+    case OpId::mean:
+      return Kind::mean;
+    case OpId::max:
+      return Kind::max;
+    case OpId::argmax:
+      return Kind::argmax;
+    default:
+      break;
   }
   LF_ASSERT(false, op_name(op), " is not a reduction");
   return Kind::sum;
@@ -43,8 +48,10 @@ struct Acc {
   int64_t idx = 0;
 
   void first(V v) {
-    if constexpr (K == Kind::sum || K == Kind::mean) acc = static_cast<A>(v);
-    else best = v;
+    if constexpr (K == Kind::sum || K == Kind::mean)
+      acc = static_cast<A>(v);
+    else
+      best = v;
   }
   void add(V v, int64_t r) {
     if constexpr (K == Kind::sum || K == Kind::mean) {
@@ -59,10 +66,14 @@ struct Acc {
     }
   }
   Res<K, V> result(int64_t R) const {
-    if constexpr (K == Kind::sum) return static_cast<Res<K, V>>(acc);
-    else if constexpr (K == Kind::mean) return static_cast<double>(acc) / static_cast<double>(R);
-    else if constexpr (K == Kind::max) return static_cast<Res<K, V>>(best);
-    else return idx;
+    if constexpr (K == Kind::sum)
+      return static_cast<Res<K, V>>(acc);
+    else if constexpr (K == Kind::mean)
+      return static_cast<double>(acc) / static_cast<double>(R);
+    else if constexpr (K == Kind::max)
+      return static_cast<Res<K, V>>(best);
+    else
+      return idx;
   }
 };
 
@@ -190,10 +201,14 @@ void run_reduction(const OpCall& call, const Tensor& out) {
     g.R = 1;
     g.n_out = 1;
     switch (kind) {
-      case Kind::sum: return reduce_kind<Kind::sum>(x, g, o);
-      case Kind::mean: return reduce_kind<Kind::mean>(x, g, o);
-      case Kind::max: return reduce_kind<Kind::max>(x, g, o);
-      case Kind::argmax: return reduce_kind<Kind::argmax>(x, g, o);
+      case Kind::sum:
+        return reduce_kind<Kind::sum>(x, g, o);
+      case Kind::mean:
+        return reduce_kind<Kind::mean>(x, g, o);
+      case Kind::max:
+        return reduce_kind<Kind::max>(x, g, o);
+      case Kind::argmax:
+        return reduce_kind<Kind::argmax>(x, g, o);
     }
   }
   LF_ASSERT(d < x.shape.rank, describe_call(call), " dim ", d, " not normalised");
@@ -202,10 +217,14 @@ void run_reduction(const OpCall& call, const Tensor& out) {
            "cannot reduce over dim ", d, " of size 0 of ", dtype_name(x.dtype), x.shape.str(),
            " (the result has no identity)");
   switch (kind) {
-    case Kind::sum: return reduce_kind<Kind::sum>(x, g, o);
-    case Kind::mean: return reduce_kind<Kind::mean>(x, g, o);
-    case Kind::max: return reduce_kind<Kind::max>(x, g, o);
-    case Kind::argmax: return reduce_kind<Kind::argmax>(x, g, o);
+    case Kind::sum:
+      return reduce_kind<Kind::sum>(x, g, o);
+    case Kind::mean:
+      return reduce_kind<Kind::mean>(x, g, o);
+    case Kind::max:
+      return reduce_kind<Kind::max>(x, g, o);
+    case Kind::argmax:
+      return reduce_kind<Kind::argmax>(x, g, o);
   }
 }
 

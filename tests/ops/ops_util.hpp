@@ -25,7 +25,7 @@ inline const std::vector<DType>& int_dtypes() {
   return v;
 }
 inline const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> v{DType::f32, DType::f16,  DType::bf16,
+  static const std::vector<DType> v{DType::f32, DType::f16, DType::bf16,
                                     DType::i32, DType::i64, DType::boolean};
   return v;
 }
@@ -94,7 +94,9 @@ inline int64_t ravel(const std::vector<int64_t>& idx, const Shape& s) {
   return off;
 }
 
-inline Shape broadcast(const Shape& a, const Shape& b) { return lf::broadcast_shapes(a, b, "test"); }
+inline Shape broadcast(const Shape& a, const Shape& b) {
+  return lf::broadcast_shapes(a, b, "test");
+}
 
 // Compares `got` with a float64 reference: shape, dtype, then values (NaN matches NaN, infs
 // must be equal). `what` names the case in failure messages.

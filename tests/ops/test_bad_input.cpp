@@ -59,43 +59,92 @@ TEST_CASE("bad input: shape, dtype, rank and dim mistakes name the op and operan
             {"clamp lo > hi", [&] { lf::clamp(a23, 2, 1); }, {"[clamp]", "2", "1"}},
             {"matmul inner dims", [&] { lf::matmul(a23, m45); }, {"[matmul]", "[2, 3]", "[4, 5]"}},
             {"matmul rank 1", [&] { lf::matmul(v3, a23); }, {"[matmul]", "rank"}},
-            {"matmul dtypes", [&] { lf::matmul(a23, lf::cast(lf::transpose(h23, 0, 1), DType::f16)); },
+            {"matmul dtypes",
+             [&] { lf::matmul(a23, lf::cast(lf::transpose(h23, 0, 1), DType::f16)); },
              {"[matmul]", "f32", "f16"}},
             {"linear in-features", [&] { lf::linear(a23, m45); }, {"[linear]", "3", "5"}},
-            {"linear bias shape", [&] { lf::linear(a23, rand_tensor({4, 3}, DType::f32, dev, 9), v3); },
+            {"linear bias shape",
+             [&] {
+               lf::linear(a23, rand_tensor({4, 3}, DType::f32, dev, 9), v3);
+             },
              {"[linear]", "bias", "[4]", "[3]"}},
-            {"layer_norm weight shape", [&] { lf::layer_norm(a23, a4, {}, 1e-5); },
+            {"layer_norm weight shape",
+             [&] { lf::layer_norm(a23, a4, {}, 1e-5); },
              {"[layer_norm]", "[3]", "[4]"}},
-            {"rms_norm weight dtype", [&] { lf::rms_norm(a23, lf::cast(v3, DType::f16), 1e-5); },
+            {"rms_norm weight dtype",
+             [&] { lf::rms_norm(a23, lf::cast(v3, DType::f16), 1e-5); },
              {"[rms_norm]", "f32", "f16"}},
-            {"layer_norm on ints", [&] { lf::layer_norm(i23, {}, {}, 1e-5); }, {"[layer_norm]", "i32"}},
-            {"softmax mask shape", [&] { lf::softmax(a23, 1.0, a4); }, {"[softmax]", "[4]", "[2, 3]"}},
+            {"layer_norm on ints",
+             [&] { lf::layer_norm(i23, {}, {}, 1e-5); },
+             {"[layer_norm]", "i32"}},
+            {"softmax mask shape",
+             [&] { lf::softmax(a23, 1.0, a4); },
+             {"[softmax]", "[4]", "[2, 3]"}},
             {"softmax of a scalar", [&] { lf::softmax(s0); }, {"[softmax]", "rank"}},
             {"sum dim too large", [&] { lf::sum(a23, 2); }, {"[sum]", "dim 2", "rank 2"}},
             {"argmax dim too negative", [&] { lf::argmax(a23, -3); }, {"[argmax]", "-3", "rank 2"}},
             {"mean of ints", [&] { lf::mean(i23, 0); }, {"[mean]", "i32"}},
-            {"concat ranks", [&] { lf::concat({a23, a4}, 0); }, {"[concat]", "rank"}},
-            {"concat shapes", [&] { lf::concat({a23, m45}, 0); }, {"[concat]", "[4, 5]", "[2, 3]"}},
-            {"concat dtypes", [&] { lf::concat({a23, h23}, 0); }, {"[concat]", "f32", "f16"}},
-            {"concat dim", [&] { lf::concat({a23, a23}, 5); }, {"[concat]", "5"}},
+            {"concat ranks",
+             [&] {
+               lf::concat({a23, a4}, 0);
+             },
+             {"[concat]", "rank"}},
+            {"concat shapes",
+             [&] {
+               lf::concat({a23, m45}, 0);
+             },
+             {"[concat]", "[4, 5]", "[2, 3]"}},
+            {"concat dtypes",
+             [&] {
+               lf::concat({a23, h23}, 0);
+             },
+             {"[concat]", "f32", "f16"}},
+            {"concat dim",
+             [&] {
+               lf::concat({a23, a23}, 5);
+             },
+             {"[concat]", "5"}},
             {"embedding float ids", [&] { lf::embedding(w, a4); }, {"[embedding]", "f32"}},
             {"embedding id too large",
-             [&] { lf::embedding(w, lf::from_int64s({1, 11, 2}, {3}, DType::i64, dev)); },
+             [&] {
+               lf::embedding(w, lf::from_int64s({1, 11, 2}, {3}, DType::i64, dev));
+             },
              {"embedding", "11", "[0, 11)"}},
             {"embedding negative id",
-             [&] { lf::embedding(w, lf::from_int64s({-1, 0}, {2}, DType::i32, dev)); },
+             [&] {
+               lf::embedding(w, lf::from_int64s({-1, 0}, {2}, DType::i32, dev));
+             },
              {"embedding", "-1", "[0, 11)"}},
-            {"embedding weight rank", [&] { lf::embedding(v3, lf::from_int64s({0}, {1}, DType::i64, dev)); },
+            {"embedding weight rank",
+             [&] { lf::embedding(v3, lf::from_int64s({0}, {1}, DType::i64, dev)); },
              {"[embedding]", "[3]"}},
-            {"reshape element count", [&] { lf::reshape(a23, {4, 2}); }, {"[reshape]", "[2, 3]", "[4, 2]"}},
-            {"permute repeated dim", [&] { lf::permute(a23, {0, 0}); }, {"[permute]", "0"}},
-            {"permute rank", [&] { lf::permute(a23, {0, 1, 2}); }, {"[permute]", "rank"}},
+            {"reshape element count",
+             [&] {
+               lf::reshape(a23, {4, 2});
+             },
+             {"[reshape]", "[2, 3]", "[4, 2]"}},
+            {"permute repeated dim",
+             [&] {
+               lf::permute(a23, {0, 0});
+             },
+             {"[permute]", "0"}},
+            {"permute rank",
+             [&] {
+               lf::permute(a23, {0, 1, 2});
+             },
+             {"[permute]", "rank"}},
             {"slice step", [&] { lf::slice(a23, 1, 0, 3, 0); }, {"[slice]", "step"}},
             {"slice dim", [&] { lf::slice(a23, 2, 0, 1); }, {"[slice]", "dim 2"}},
             {"undefined input", [&] { lf::add(a23, Tensor()); }, {"[add]", "undefined"}},
-            {"max over an empty dim", [&] { lf::max(rand_tensor({3, 0}, DType::f32, dev, 10), 1); },
+            {"max over an empty dim",
+             [&] {
+               lf::max(rand_tensor({3, 0}, DType::f32, dev, 10), 1);
+             },
              {"[max]", "size 0"}},
-            {"rank above the maximum", [&] { lf::reshape(lf::arange(1, DType::f32, dev), {1, 1, 1, 1, 1, 1, 1, 1, 1}); },
+            {"rank above the maximum",
+             [&] {
+               lf::reshape(lf::arange(1, DType::f32, dev), {1, 1, 1, 1, 1, 1, 1, 1, 1});
+             },
              {"rank", "8"}},
         },
         dev);
@@ -106,7 +155,9 @@ LF_CUDA_TEST_CASE("bad input: device mismatches") {
   const Tensor c = rand_tensor({2, 3}, DType::f32, Device::cpu(), 1);
   const Tensor g = rand_tensor({2, 3}, DType::f32, Device::cuda(0), 2);
   run_cases({{"add cpu + cuda", [&] { lf::add(c, g); }, {"[add]", "cpu", "cuda:0"}},
-             {"matmul cuda @ cpu", [&] { lf::matmul(g, lf::transpose(c, 0, 1)); }, {"[matmul]", "cpu", "cuda:0"}},
+             {"matmul cuda @ cpu",
+              [&] { lf::matmul(g, lf::transpose(c, 0, 1)); },
+              {"[matmul]", "cpu", "cuda:0"}},
              {"embedding ids on another device",
               [&] { lf::embedding(g, lf::from_int64s({0}, {1}, DType::i64, Device::cpu())); },
               {"[embedding]", "cpu", "cuda:0"}}},
@@ -140,11 +191,13 @@ TEST_CASE("empty tensors and zero-size dims give empty or identity results") {
     const std::vector<double> m = lf::mean(z, 1, true).to_doubles();
     CHECK(m.size() == 4);
     for (double v : m) CHECK(std::isnan(v));
-    check_equal(lf::matmul(z, rand_tensor({0, 2}, DType::f32, dev, 4)), std::vector<double>(8, 0.0), {4, 2},
-                DType::f32, "matmul with K = 0");
-    check_equal(lf::embedding(rand_tensor({5, 2}, DType::f32, dev, 5), lf::from_int64s({}, {0}, DType::i64, dev)),
+    check_equal(lf::matmul(z, rand_tensor({0, 2}, DType::f32, dev, 4)), std::vector<double>(8, 0.0),
+                {4, 2}, DType::f32, "matmul with K = 0");
+    check_equal(lf::embedding(rand_tensor({5, 2}, DType::f32, dev, 5),
+                              lf::from_int64s({}, {0}, DType::i64, dev)),
                 {}, {0, 2}, DType::f32, "embedding of no ids");
-    check_equal(lf::contiguous(lf::transpose(z, 0, 1)), {}, {0, 4}, DType::f32, "contiguous of empty");
+    check_equal(lf::contiguous(lf::transpose(z, 0, 1)), {}, {0, 4}, DType::f32,
+                "contiguous of empty");
     check_still_works(dev);
   }
 }

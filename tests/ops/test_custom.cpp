@@ -15,8 +15,10 @@ float hypot2(float a, float b, float) { return std::sqrt(a * a + b * b); }
 }  // namespace
 
 TEST_CASE("custom elementwise ops of arity 1, 2, 3 with broadcasting") {
-  const lf::CustomOp op1 = lf::register_elementwise("test_softsign", 1, "a / (1.0f + lf_abs(a))", softsign);
-  const lf::CustomOp op2 = lf::register_elementwise("test_hypot", 2, "lf_sqrt(a * a + b * b)", hypot2);
+  const lf::CustomOp op1 =
+      lf::register_elementwise("test_softsign", 1, "a / (1.0f + lf_abs(a))", softsign);
+  const lf::CustomOp op2 =
+      lf::register_elementwise("test_hypot", 2, "lf_sqrt(a * a + b * b)", hypot2);
   const lf::CustomOp op3 = lf::register_elementwise("test_fma3", 3, "a * b + c", fma3);
   for (Device dev : lftest::devices())
     for (DType t : float_dtypes()) {
@@ -41,27 +43,30 @@ TEST_CASE("custom elementwise ops of arity 1, 2, 3 with broadcasting") {
       const std::vector<double> atv = at.to_doubles();
       std::vector<double> wt(atv.size());
       for (size_t i = 0; i < atv.size(); ++i) wt[i] = atv[i] / (1 + std::fabs(atv[i]));
-      check_close(op1(at), wt, {1023, 7}, t, tol, 1e-6, case_name("custom softsign", t, dev, "view"));
+      check_close(op1(at), wt, {1023, 7}, t, tol, 1e-6,
+                  case_name("custom softsign", t, dev, "view"));
     }
 }
 
 TEST_CASE("opaque CPU kernel sees dense inputs and fills its outputs") {
-  const lf::OpaqueKernel k = lf::wrap_kernel("test_scale_rows", [](const lf::KernelArgs& args, void* stream) {
-    REQUIRE(stream == nullptr);
-    const auto* x = static_cast<const float*>(args.inputs[0]);
-    auto* y = static_cast<float*>(args.outputs[0]);
-    auto* s = static_cast<float*>(args.outputs[1]);
-    const int64_t rows = args.input_shapes[0][0], cols = args.input_shapes[0][1];
-    for (int64_t r = 0; r < rows; ++r) {
-      float acc = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        y[r * cols + c] = 2.0f * x[r * cols + c];
-        acc += x[r * cols + c];
-      }
-      s[r] = acc;
-    }
-  });
-  const Tensor x = rand_tensor({9, 5}, DType::f32, Device::cpu(), ++g_seed).transpose(0, 1);  // [5, 9]
+  const lf::OpaqueKernel k =
+      lf::wrap_kernel("test_scale_rows", [](const lf::KernelArgs& args, void* stream) {
+        REQUIRE(stream == nullptr);
+        const auto* x = static_cast<const float*>(args.inputs[0]);
+        auto* y = static_cast<float*>(args.outputs[0]);
+        auto* s = static_cast<float*>(args.outputs[1]);
+        const int64_t rows = args.input_shapes[0][0], cols = args.input_shapes[0][1];
+        for (int64_t r = 0; r < rows; ++r) {
+          float acc = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            y[r * cols + c] = 2.0f * x[r * cols + c];
+            acc += x[r * cols + c];
+          }
+          s[r] = acc;
+        }
+      });
+  const Tensor x =
+      rand_tensor({9, 5}, DType::f32, Device::cpu(), ++g_seed).transpose(0, 1);  // [5, 9]
   const std::vector<Tensor> out = k({x}, {{{5, 9}, DType::f32}, {{5}, DType::f32}});
   REQUIRE(out.size() == 2);
   const std::vector<double> xv = x.to_doubles();

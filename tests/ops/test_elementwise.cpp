@@ -23,24 +23,34 @@ struct Unary {
 const std::vector<Unary>& unary_float_ops() {
   static const std::vector<Unary> ops = {
       {"neg", [](const Tensor& x) { return lf::neg(x); }, [](double x) { return -x; }, -3, 3},
-      {"abs", [](const Tensor& x) { return lf::abs(x); }, [](double x) { return std::fabs(x); }, -3, 3},
-      {"exp", [](const Tensor& x) { return lf::exp(x); }, [](double x) { return std::exp(x); }, -4, 4},
-      {"log", [](const Tensor& x) { return lf::log(x); }, [](double x) { return std::log(x); }, 0.05, 5},
-      {"sqrt", [](const Tensor& x) { return lf::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0.01, 9},
-      {"rsqrt", [](const Tensor& x) { return lf::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.05, 9},
-      {"tanh", [](const Tensor& x) { return lf::tanh(x); }, [](double x) { return std::tanh(x); }, -4, 4},
+      {"abs", [](const Tensor& x) { return lf::abs(x); }, [](double x) { return std::fabs(x); }, -3,
+       3},
+      {"exp", [](const Tensor& x) { return lf::exp(x); }, [](double x) { return std::exp(x); }, -4,
+       4},
+      {"log", [](const Tensor& x) { return lf::log(x); }, [](double x) { return std::log(x); },
+       0.05, 5},
+      {"sqrt", [](const Tensor& x) { return lf::sqrt(x); }, [](double x) { return std::sqrt(x); },
+       0.01, 9},
+      {"rsqrt", [](const Tensor& x) { return lf::rsqrt(x); },
+       [](double x) { return 1 / std::sqrt(x); }, 0.05, 9},
+      {"tanh", [](const Tensor& x) { return lf::tanh(x); }, [](double x) { return std::tanh(x); },
+       -4, 4},
       {"sigmoid", [](const Tensor& x) { return lf::sigmoid(x); },
        [](double x) { return 1 / (1 + std::exp(-x)); }, -6, 6},
-      {"relu", [](const Tensor& x) { return lf::relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
+      {"relu", [](const Tensor& x) { return lf::relu(x); },
+       [](double x) { return x > 0 ? x : 0.0; }, -3, 3},
       {"gelu", [](const Tensor& x) { return lf::gelu(x); },
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -4, 4},
       {"gelu_tanh", [](const Tensor& x) { return lf::gelu_tanh(x); },
        [](double x) {
-         return 0.5 * x * (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+         return 0.5 * x *
+                (1 + std::tanh(std::sqrt(2 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
        },
        -4, 4},
-      {"silu", [](const Tensor& x) { return lf::silu(x); }, [](double x) { return x / (1 + std::exp(-x)); }, -6, 6},
-      {"erf", [](const Tensor& x) { return lf::erf(x); }, [](double x) { return std::erf(x); }, -3, 3},
+      {"silu", [](const Tensor& x) { return lf::silu(x); },
+       [](double x) { return x / (1 + std::exp(-x)); }, -6, 6},
+      {"erf", [](const Tensor& x) { return lf::erf(x); }, [](double x) { return std::erf(x); }, -3,
+       3},
   };
   return ops;
 }
@@ -57,21 +67,26 @@ double int_div(double a, double b) { return b == 0 ? 0.0 : std::trunc(a / b); }
 
 const std::vector<Binary>& binary_ops() {
   static const std::vector<Binary> ops = {
-      {"add", [](auto& a, auto& b) { return lf::add(a, b); }, [](auto& a, double b) { return lf::add(a, b); },
-       [](double a, double b) { return a + b; }, -2, 2, -2, 2},
-      {"sub", [](auto& a, auto& b) { return lf::sub(a, b); }, [](auto& a, double b) { return lf::sub(a, b); },
-       [](double a, double b) { return a - b; }, -2, 2, -2, 2},
-      {"mul", [](auto& a, auto& b) { return lf::mul(a, b); }, [](auto& a, double b) { return lf::mul(a, b); },
-       [](double a, double b) { return a * b; }, -2, 2, -2, 2},
-      {"div", [](auto& a, auto& b) { return lf::div(a, b); }, [](auto& a, double b) { return lf::div(a, b); },
-       [](double a, double b) { return a / b; }, -2, 2, 0.5, 2},
+      {"add", [](auto& a, auto& b) { return lf::add(a, b); },
+       [](auto& a, double b) { return lf::add(a, b); }, [](double a, double b) { return a + b; },
+       -2, 2, -2, 2},
+      {"sub", [](auto& a, auto& b) { return lf::sub(a, b); },
+       [](auto& a, double b) { return lf::sub(a, b); }, [](double a, double b) { return a - b; },
+       -2, 2, -2, 2},
+      {"mul", [](auto& a, auto& b) { return lf::mul(a, b); },
+       [](auto& a, double b) { return lf::mul(a, b); }, [](double a, double b) { return a * b; },
+       -2, 2, -2, 2},
+      {"div", [](auto& a, auto& b) { return lf::div(a, b); },
+       [](auto& a, double b) { return lf::div(a, b); }, [](double a, double b) { return a / b; },
+       -2, 2, 0.5, 2},
       {"maximum", [](auto& a, auto& b) { return lf::maximum(a, b); },
-       [](auto& a, double b) { return lf::maximum(a, b); }, [](double a, double b) { return std::max(a, b); },
-       -2, 2, -2, 2},
+       [](auto& a, double b) { return lf::maximum(a, b); },
+       [](double a, double b) { return std::max(a, b); }, -2, 2, -2, 2},
       {"minimum", [](auto& a, auto& b) { return lf::minimum(a, b); },
-       [](auto& a, double b) { return lf::minimum(a, b); }, [](double a, double b) { return std::min(a, b); },
-       -2, 2, -2, 2},
-      {"pow", [](auto& a, auto& b) { return lf::pow(a, b); }, [](auto& a, double b) { return lf::pow(a, b); },
+       [](auto& a, double b) { return lf::minimum(a, b); },
+       [](double a, double b) { return std::min(a, b); }, -2, 2, -2, 2},
+      {"pow", [](auto& a, auto& b) { return lf::pow(a, b); },
+       [](auto& a, double b) { return lf::pow(a, b); },
        [](double a, double b) { return std::pow(a, b); }, 0.1, 3, -2, 2},
   };
   return ops;
@@ -91,10 +106,15 @@ std::vector<double> ref_binary(const Tensor& a, const Tensor& b, const Shape& ou
 // Shape pairs: equal, broadcast both ways, size 1, odd sizes, and one large enough to run in
 // parallel.
 const std::vector<std::pair<Shape, Shape>>& binary_shapes() {
-  static const std::vector<std::pair<Shape, Shape>> s = {
-      {{1}, {1}},          {{7}, {7}},           {{1023}, {1}},          {{4097}, {4097}},
-      {{3, 1, 5}, {4, 5}}, {{7, 1}, {1, 9}},     {{2, 3, 4, 5}, {3, 1, 5}}, {{64, 1023}, {1023}},
-      {{5}, {3, 1}}};
+  static const std::vector<std::pair<Shape, Shape>> s = {{{1}, {1}},
+                                                         {{7}, {7}},
+                                                         {{1023}, {1}},
+                                                         {{4097}, {4097}},
+                                                         {{3, 1, 5}, {4, 5}},
+                                                         {{7, 1}, {1, 9}},
+                                                         {{2, 3, 4, 5}, {3, 1, 5}},
+                                                         {{64, 1023}, {1023}},
+                                                         {{5}, {3, 1}}};
   return s;
 }
 
@@ -119,7 +139,8 @@ TEST_CASE("unary float ops: every dtype, odd shapes, strided views") {
         REQUIRE(!x.is_contiguous());
         std::vector<double> want = x.to_doubles();
         for (double& v : want) v = op.ref(v);
-        check_close(op.fn(x), want, Shape{4, 14}, t, tol, atol_for(t), case_name(op.name, t, dev, "view"));
+        check_close(op.fn(x), want, Shape{4, 14}, t, tol, atol_for(t),
+                    case_name(op.name, t, dev, "view"));
       }
 }
 
@@ -166,7 +187,8 @@ TEST_CASE("binary float ops: broadcasting, views, scalar operands") {
         std::vector<double> want = x.to_doubles();
         for (double& v : want) v = op.ref(v, s);
         poison(x.nbytes(), t, dev);
-        check_close(op.fn_scalar(x, s), want, {1023}, t, tol, atol_for(t), case_name(op.name, t, dev, "scalar"));
+        check_close(op.fn_scalar(x, s), want, {1023}, t, tol, atol_for(t),
+                    case_name(op.name, t, dev, "scalar"));
       }
 }
 
@@ -208,7 +230,8 @@ TEST_CASE("clamp: float and integer dtypes") {
       const Tensor x = rand_tensor({4097}, t, dev, ++g_seed);
       std::vector<double> want = x.to_doubles();
       for (double& v : want) v = std::min(std::max(v, -0.5), 0.75);
-      check_close(lf::clamp(x, -0.5, 0.75), want, {4097}, t, lftest::tolerance(t), 0, case_name("clamp", t, dev));
+      check_close(lf::clamp(x, -0.5, 0.75), want, {4097}, t, lftest::tolerance(t), 0,
+                  case_name("clamp", t, dev));
     }
     for (DType t : int_dtypes()) {
       const Tensor x = rand_tensor({7, 9}, t, dev, ++g_seed, -10, 10).transpose(0, 1);
@@ -264,9 +287,12 @@ TEST_CASE("cast: every pair of dtypes") {
       for (DType to : all_dtypes()) {
         std::vector<double> want(xv.size());
         for (size_t i = 0; i < xv.size(); ++i) {
-          if (to == DType::boolean) want[i] = xv[i] != 0 ? 1 : 0;
-          else if (lf::is_integral(to)) want[i] = std::trunc(xv[i]);
-          else want[i] = xv[i];
+          if (to == DType::boolean)
+            want[i] = xv[i] != 0 ? 1 : 0;
+          else if (lf::is_integral(to))
+            want[i] = std::trunc(xv[i]);
+          else
+            want[i] = xv[i];
         }
         poison(xv.size() * lf::dtype_size(to), to, dev);
         const double tol = lf::is_floating(to) ? lftest::tolerance(to) : 0.0;
@@ -277,6 +303,7 @@ TEST_CASE("cast: every pair of dtypes") {
       const Tensor v = x.slice(0, 3, 200, 3);
       std::vector<double> want = v.to_doubles();
       for (double& d : want) d = d != 0 ? 1 : 0;
-      check_equal(lf::cast(v, DType::boolean), want, v.shape(), DType::boolean, case_name("cast view", from, dev));
+      check_equal(lf::cast(v, DType::boolean), want, v.shape(), DType::boolean,
+                  case_name("cast view", from, dev));
     }
 }

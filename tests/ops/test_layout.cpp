@@ -8,7 +8,8 @@ namespace {
 uint64_t g_seed = 17000;
 
 Tensor source(const Shape& s, DType t, Device dev) {
-  return lf::is_floating(t) ? rand_tensor(s, t, dev, ++g_seed, -8, 8) : rand_tensor(s, t, dev, ++g_seed, -1000, 1000);
+  return lf::is_floating(t) ? rand_tensor(s, t, dev, ++g_seed, -8, 8)
+                            : rand_tensor(s, t, dev, ++g_seed, -1000, 1000);
 }
 }  // namespace
 
@@ -53,7 +54,7 @@ TEST_CASE("concat: every dim, every dtype, views among the inputs") {
     for (DType t : all_dtypes())
       for (int dim : {0, 1, -1}) {
         const Tensor a = source({3, 4}, t, dev);
-        const Tensor b = source({4, 3}, t, dev).transpose(0, 1);  // [3, 4], strided
+        const Tensor b = source({4, 3}, t, dev).transpose(0, 1);    // [3, 4], strided
         const Tensor c = source({3, 8}, t, dev).slice(1, 0, 8, 2);  // [3, 4], strided
         const Tensor e = dim == 0 ? source({0, 4}, t, dev) : source({3, 0}, t, dev);  // empty input
         const std::vector<Tensor> parts = {a, e, b, c};
@@ -97,6 +98,7 @@ TEST_CASE("embedding: float weights, i32/i64 ids, views") {
         want.clear();
         for (int64_t id : idt.to_int64s())
           for (int j = 0; j < 7; ++j) want.push_back(wsv[id * 7 + j]);
-        check_equal(lf::embedding(ws, idt), want, {5, 2, 7}, t, case_name("embedding", t, dev, "views"));
+        check_equal(lf::embedding(ws, idt), want, {5, 2, 7}, t,
+                    case_name("embedding", t, dev, "views"));
       }
 }

@@ -47,9 +47,12 @@ std::vector<double> linear_ref(const Tensor& x, const Tensor& w, const Tensor& b
 }
 
 // f32 accumulation over K terms of O(1) products: the absolute error grows like sqrt(K).
-double atol_for(DType t, int64_t K) { return lftest::tolerance(t) * std::sqrt(static_cast<double>(K) + 1); }
+double atol_for(DType t, int64_t K) {
+  return lftest::tolerance(t) * std::sqrt(static_cast<double>(K) + 1);
+}
 
-void check_matmul(const Tensor& a, const Tensor& b, const Shape& out, Device dev, const std::string& what) {
+void check_matmul(const Tensor& a, const Tensor& b, const Shape& out, Device dev,
+                  const std::string& what) {
   const DType t = a.dtype();
   const int64_t K = a.shape()[a.rank() - 1];
   poison(static_cast<size_t>(out.numel()) * lf::dtype_size(t), t, dev);
@@ -88,7 +91,8 @@ TEST_CASE("matmul: transposed and sliced operands") {
     for (DType t : float_dtypes()) {
       const Tensor at = rand_tensor({33, 7}, t, dev, ++g_seed, -1, 1).transpose(0, 1);   // [7, 33]
       const Tensor bt = rand_tensor({19, 33}, t, dev, ++g_seed, -1, 1).transpose(0, 1);  // [33, 19]
-      const Tensor bs = rand_tensor({33, 40}, t, dev, ++g_seed, -1, 1).slice(1, 1, 40, 2);  // [33, 20]
+      const Tensor bs =
+          rand_tensor({33, 40}, t, dev, ++g_seed, -1, 1).slice(1, 1, 40, 2);  // [33, 20]
       check_matmul(at, bt, {7, 19}, dev, "a^T @ b^T");
       check_matmul(at, bs, {7, 20}, dev, "a^T @ b[:, 1::2]");
       // Attention-style: q @ k^T with k a transposed batched view.
@@ -103,7 +107,8 @@ TEST_CASE("matmul: transposed and sliced operands") {
       const Tensor b4 = rand_tensor({3, 50, 40}, t, dev, ++g_seed, -1, 1).transpose(-1, -2);
       check_matmul(a4, b4, {2, 3, 2, 50}, dev, "batched few rows @ b^T");
       // Permuted batch dims.
-      const Tensor p = rand_tensor({5, 2, 9}, t, dev, ++g_seed, -1, 1).permute({1, 0, 2});  // [2, 5, 9]
+      const Tensor p =
+          rand_tensor({5, 2, 9}, t, dev, ++g_seed, -1, 1).permute({1, 0, 2});  // [2, 5, 9]
       const Tensor r = rand_tensor({2, 9, 4}, t, dev, ++g_seed, -1, 1);
       check_matmul(p, r, {2, 5, 4}, dev, "permuted batch");
     }
@@ -114,8 +119,9 @@ TEST_CASE("linear: bias or not, leading dims, views, a BERT-sized projection") {
     Shape x;
     int64_t out;
   };
-  const std::vector<Case> cases = {{{1, 1}, 1}, {{7}, 5},      {{2, 7, 33}, 17}, {{130, 300}, 77},
-                                   {{3, 0}, 4}, {{3, 40}, 70}, {{1, 1, 200}, 3}};  // few rows: dot path
+  const std::vector<Case> cases = {
+      {{1, 1}, 1}, {{7}, 5},      {{2, 7, 33}, 17}, {{130, 300}, 77},
+      {{3, 0}, 4}, {{3, 40}, 70}, {{1, 1, 200}, 3}};  // few rows: dot path
   for (Device dev : lftest::devices())
     for (DType t : float_dtypes()) {
       const double tol = lftest::tolerance(t);

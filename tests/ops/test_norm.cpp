@@ -31,7 +31,8 @@ std::vector<double> softmax_ref(const Tensor& x, double scale, const Tensor& mas
     double m = -std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < L; ++i) {
       v[i] *= scale;
-      if (mask.defined()) v[i] += mv[ravel_bcast(unravel(static_cast<int64_t>(r) * L + i, s), mask.shape())];
+      if (mask.defined())
+        v[i] += mv[ravel_bcast(unravel(static_cast<int64_t>(r) * L + i, s), mask.shape())];
       m = std::isnan(v[i]) || std::isnan(m) ? NAN : std::max(m, v[i]);
     }
     double sum = 0;
@@ -79,8 +80,8 @@ TEST_CASE("softmax: shapes, scale, broadcast masks, views") {
         for (double scale : {1.0, 0.125}) {
           const Tensor x = rand_tensor(s, t, dev, ++g_seed, -4, 4);
           poison(x.nbytes(), t, dev);
-          check_close(lf::softmax(x, scale), softmax_ref(x, scale, {}), s, t, tol, atol_for(t) * 0.01,
-                      case_name("softmax", t, dev, s.str()));
+          check_close(lf::softmax(x, scale), softmax_ref(x, scale, {}), s, t, tol,
+                      atol_for(t) * 0.01, case_name("softmax", t, dev, s.str()));
         }
       // Masks broadcast along leading dims, with -inf entries (a padding mask).
       const Shape s{2, 3, 5, 33};
@@ -91,14 +92,14 @@ TEST_CASE("softmax: shapes, scale, broadcast masks, views") {
         if (ms == Shape{5, 1}) mv[0] = 0.5f;  // keep every row partly unmasked
         const Tensor mask = floats(mv, ms, t, dev);
         poison(x.nbytes(), t, dev);
-        check_close(lf::softmax(x, 0.5, mask), softmax_ref(x, 0.5, mask), s, t, tol, atol_for(t) * 0.01,
-                    case_name("softmax", t, dev, "mask " + ms.str()));
+        check_close(lf::softmax(x, 0.5, mask), softmax_ref(x, 0.5, mask), s, t, tol,
+                    atol_for(t) * 0.01, case_name("softmax", t, dev, "mask " + ms.str()));
       }
       // Strided scores (transposed) and a strided mask.
       const Tensor xt = rand_tensor({33, 6}, t, dev, ++g_seed, -4, 4).transpose(0, 1);
       const Tensor mt = rand_tensor({66}, t, dev, ++g_seed, -1, 1).slice(0, 0, 66, 2);
-      check_close(lf::softmax(xt, 1.0, mt), softmax_ref(xt, 1.0, mt), {6, 33}, t, tol, atol_for(t) * 0.01,
-                  case_name("softmax", t, dev, "views"));
+      check_close(lf::softmax(xt, 1.0, mt), softmax_ref(xt, 1.0, mt), {6, 33}, t, tol,
+                  atol_for(t) * 0.01, case_name("softmax", t, dev, "views"));
     }
 }
 
@@ -115,7 +116,8 @@ TEST_CASE("layer_norm and rms_norm: with and without affine params, shapes, view
         for (int mode = 0; mode < 4; ++mode) {
           const Tensor wm = mode & 1 ? w : Tensor(), bm = mode & 2 ? b : Tensor();
           poison(x.nbytes(), t, dev);
-          check_close(lf::layer_norm(x, wm, bm, 1e-5), layer_norm_ref(x, wm, bm, 1e-5), s, t, tol, atol_for(t),
+          check_close(lf::layer_norm(x, wm, bm, 1e-5), layer_norm_ref(x, wm, bm, 1e-5), s, t, tol,
+                      atol_for(t),
                       case_name("layer_norm", t, dev, s.str() + " mode " + std::to_string(mode)));
         }
         for (const Tensor& wm : {w, Tensor()}) {
@@ -128,8 +130,8 @@ TEST_CASE("layer_norm and rms_norm: with and without affine params, shapes, view
       const Tensor x = rand_tensor({40, 6}, t, dev, ++g_seed, -3, 5).transpose(0, 1);
       const Tensor w = rand_tensor({80}, t, dev, ++g_seed, 0.5, 1.5).slice(0, 1, 80, 2);
       const Tensor b = rand_tensor({80}, t, dev, ++g_seed, -1, 1).slice(0, 0, 80, 2);
-      check_close(lf::layer_norm(x, w, b, 1e-3), layer_norm_ref(x, w, b, 1e-3), {6, 40}, t, tol, atol_for(t),
-                  case_name("layer_norm", t, dev, "views"));
+      check_close(lf::layer_norm(x, w, b, 1e-3), layer_norm_ref(x, w, b, 1e-3), {6, 40}, t, tol,
+                  atol_for(t), case_name("layer_norm", t, dev, "views"));
       check_close(lf::rms_norm(x, w, 1e-3), rms_norm_ref(x, w, 1e-3), {6, 40}, t, tol, atol_for(t),
                   case_name("rms_norm", t, dev, "views"));
     }

@@ -14,20 +14,28 @@ enum class Red { sum, mean, max, argmax };
 
 Tensor apply(Red r, const Tensor& x, int64_t dim, bool keep) {
   switch (r) {
-    case Red::sum: return lf::sum(x, dim, keep);
-    case Red::mean: return lf::mean(x, dim, keep);
-    case Red::max: return lf::max(x, dim, keep);
-    case Red::argmax: return lf::argmax(x, dim, keep);
+    case Red::sum:
+      return lf::sum(x, dim, keep);
+    case Red::mean:
+      return lf::mean(x, dim, keep);
+    case Red::max:
+      return lf::max(x, dim, keep);
+    case Red::argmax:
+      return lf::argmax(x, dim, keep);
   }
   return {};
 }
 
 const char* name_of(Red r) {
   switch (r) {
-    case Red::sum: return "sum";
-    case Red::mean: return "mean";
-    case Red::max: return "max";
-    case Red::argmax: return "argmax";
+    case Red::sum:
+      return "sum";
+    case Red::mean:
+      return "mean";
+    case Red::max:
+      return "max";
+    case Red::argmax:
+      return "argmax";
   }
   return "?";
 }
@@ -45,7 +53,8 @@ std::vector<double> reference(Red r, const std::vector<double>& xv, const Shape&
       int64_t best = 0;
       for (int64_t k = 0; k < R; ++k) {
         const double v = xv[(o * R + k) * inner + i];
-        if (r == Red::sum || r == Red::mean) acc += v;
+        if (r == Red::sum || r == Red::mean)
+          acc += v;
         else if (std::isnan(v) || std::isnan(acc)) {
           if (!std::isnan(acc)) best = k;
           acc = std::numeric_limits<double>::quiet_NaN();
@@ -63,13 +72,16 @@ std::vector<double> reference(Red r, const std::vector<double>& xv, const Shape&
 Shape reduced_shape(const Shape& s, int d, bool keep) {
   Shape o;
   for (int k = 0; k < s.rank; ++k) {
-    if (k != d) o.push_back(s[k]);
-    else if (keep) o.push_back(1);
+    if (k != d)
+      o.push_back(s[k]);
+    else if (keep)
+      o.push_back(1);
   }
   return o;
 }
 
-void check_reduction(Red r, const Tensor& x, int64_t dim, bool keep, Device dev, const std::string& what) {
+void check_reduction(Red r, const Tensor& x, int64_t dim, bool keep, Device dev,
+                     const std::string& what) {
   const Shape s = x.shape();
   const int d = static_cast<int>(dim < 0 ? dim + s.rank : dim);
   const std::vector<double> want = reference(r, x.to_doubles(), s, d);
@@ -110,13 +122,17 @@ TEST_CASE("reductions over strided views") {
       for (DType t : float_dtypes()) {
         // Transposed [9, 33] -> [33, 9] and a permuted, sliced 3-d view.
         const Tensor a = rand_tensor({9, 33}, t, dev, ++g_seed, -1, 1).transpose(0, 1);
-        const Tensor b = rand_tensor({6, 5, 8}, t, dev, ++g_seed, -1, 1).permute({2, 0, 1}).slice(1, 1, 6, 2);
+        const Tensor b =
+            rand_tensor({6, 5, 8}, t, dev, ++g_seed, -1, 1).permute({2, 0, 1}).slice(1, 1, 6, 2);
         REQUIRE(b.shape() == Shape{8, 3, 5});
-        for (int d = 0; d < 2; ++d) check_reduction(r, a, d, d == 1, dev, case_name(name_of(r), t, dev, "transposed"));
+        for (int d = 0; d < 2; ++d)
+          check_reduction(r, a, d, d == 1, dev, case_name(name_of(r), t, dev, "transposed"));
         // Wide enough that the unit-stride dim is cut into several column blocks.
         const Tensor w = rand_tensor({300, 257}, t, dev, ++g_seed, -1, 1).transpose(0, 1);
-        for (int d = 0; d < 2; ++d) check_reduction(r, w, d, false, dev, case_name(name_of(r), t, dev, "wide transposed"));
-        for (int d = 0; d < 3; ++d) check_reduction(r, b, d, false, dev, case_name(name_of(r), t, dev, "permuted"));
+        for (int d = 0; d < 2; ++d)
+          check_reduction(r, w, d, false, dev, case_name(name_of(r), t, dev, "wide transposed"));
+        for (int d = 0; d < 3; ++d)
+          check_reduction(r, b, d, false, dev, case_name(name_of(r), t, dev, "permuted"));
       }
 }
 
@@ -126,6 +142,7 @@ TEST_CASE("argmax returns the first of tied maxima") {
       const Tensor x = floats({1, 3, 3, 2, 3, 0, 5, 5}, {2, 4}, t, dev);
       check_equal(lf::argmax(x, 1), {1, 2}, {2}, DType::i64, case_name("argmax", t, dev));
       const Tensor y = floats({2, 1, 7, 2, 4, 7}, {2, 3}, t, dev);
-      check_equal(lf::argmax(y, 0), {0, 1, 0}, {3}, DType::i64, case_name("argmax", t, dev, "dim 0"));
+      check_equal(lf::argmax(y, 0), {0, 1, 0}, {3}, DType::i64,
+                  case_name("argmax", t, dev, "dim 0"));
     }
 }

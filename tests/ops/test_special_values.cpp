@@ -42,11 +42,13 @@ TEST_CASE("elementwise NaN / Inf propagation") {
       const Tensor lx = floats({0.f, -1.f, kInf, kNaN}, {4}, t, dev);
       check_equal(lf::log(lx), {-dInf, dNaN, dInf, dNaN}, {4}, t, name("log"));
       check_equal(lf::sqrt(lx), {0, dNaN, dInf, dNaN}, {4}, t, name("sqrt"));
-      check_close(lf::sigmoid(a), {dNaN, 1, 0, 1 / (1 + std::exp(-1.0)), 0.5, 1 / (1 + std::exp(1.0))}, {6}, t,
+      check_close(lf::sigmoid(a),
+                  {dNaN, 1, 0, 1 / (1 + std::exp(-1.0)), 0.5, 1 / (1 + std::exp(1.0))}, {6}, t,
                   lftest::tolerance(t), 0, name("sigmoid"));
-      check_close(lf::tanh(a), {dNaN, 1, -1, std::tanh(1.0), 0, -std::tanh(1.0)}, {6}, t, lftest::tolerance(t), 0,
-                  name("tanh"));
-      check_equal(lf::div(lf::from_floats({1.f, -1.f}, {2}, t, dev), lf::from_floats({0.f, 0.f}, {2}, t, dev)),
+      check_close(lf::tanh(a), {dNaN, 1, -1, std::tanh(1.0), 0, -std::tanh(1.0)}, {6}, t,
+                  lftest::tolerance(t), 0, name("tanh"));
+      check_equal(lf::div(lf::from_floats({1.f, -1.f}, {2}, t, dev),
+                          lf::from_floats({0.f, 0.f}, {2}, t, dev)),
                   {dInf, -dInf}, {2}, t, name("div by 0"));
     }
 }
@@ -62,8 +64,8 @@ TEST_CASE("reductions, softmax, norms and matmul propagate NaN / Inf") {
       check_equal(lf::argmax(x, 1), {1, 1, 2}, {3}, DType::i64, name("argmax"));
       check_equal(lf::max(x, 0), {1, dNaN, 3, 2}, {4}, t, name("max dim 0"));
       const std::vector<double> sm = lf::softmax(x).to_doubles();
-      for (int i = 0; i < 4; ++i) CHECK(std::isnan(sm[i]));      // NaN row: all NaN
-      for (int i = 4; i < 8; ++i) CHECK(std::isnan(sm[i]));      // +inf row: inf - inf = NaN
+      for (int i = 0; i < 4; ++i) CHECK(std::isnan(sm[i]));  // NaN row: all NaN
+      for (int i = 4; i < 8; ++i) CHECK(std::isnan(sm[i]));  // +inf row: inf - inf = NaN
       for (int i = 8; i < 12; ++i) CHECK(std::isfinite(sm[i]));
       // A fully masked row (-inf everywhere) is NaN, as in PyTorch; the others are finite.
       const Tensor mask = floats({-kInf, -kInf, -kInf, -kInf, 0, 0, 0, -kInf}, {2, 4}, t, dev);
@@ -88,7 +90,8 @@ TEST_CASE("large transposed inputs (copied densely before row-wise kernels)") {
   for (Device dev : lftest::devices())
     for (DType t : {DType::f32, DType::bf16}) {
       const double tol = lftest::tolerance(t);
-      const Tensor a = rand_tensor({300, 70}, t, dev, 31).transpose(0, 1);  // [70, 300], 21000 elements
+      const Tensor a =
+          rand_tensor({300, 70}, t, dev, 31).transpose(0, 1);  // [70, 300], 21000 elements
       const Tensor b = rand_tensor({300}, t, dev, 32);
       const std::vector<double> av = a.to_doubles(), bv = b.to_doubles();
       std::vector<double> sum(av.size()), sm(av.size()), rms(av.size());
@@ -104,9 +107,13 @@ TEST_CASE("large transposed inputs (copied densely before row-wise kernels)") {
           rms[i] = av[i] / std::sqrt(ss / 300 + 1e-6);
         }
       }
-      check_close(lf::add(a, b), sum, {70, 300}, t, tol, 1e-5, case_name("add", t, dev, "large transposed"));
-      check_close(lf::softmax(a), sm, {70, 300}, t, tol, 1e-7, case_name("softmax", t, dev, "large transposed"));
-      check_close(lf::rms_norm(a, {}, 1e-6), rms, {70, 300}, t, tol, tol, case_name("rms_norm", t, dev, "large transposed"));
-      check_equal(lf::contiguous(a), av, {70, 300}, t, case_name("contiguous", t, dev, "large transposed"));
+      check_close(lf::add(a, b), sum, {70, 300}, t, tol, 1e-5,
+                  case_name("add", t, dev, "large transposed"));
+      check_close(lf::softmax(a), sm, {70, 300}, t, tol, 1e-7,
+                  case_name("softmax", t, dev, "large transposed"));
+      check_close(lf::rms_norm(a, {}, 1e-6), rms, {70, 300}, t, tol, tol,
+                  case_name("rms_norm", t, dev, "large transposed"));
+      check_equal(lf::contiguous(a), av, {70, 300}, t,
+                  case_name("contiguous", t, dev, "large transposed"));
     }
 }
