@@ -70,17 +70,19 @@ struct ShapePattern {
   std::vector<DimRef> varying_dims() const;
 };
 
-// Per output of each op: what the sequence's occurrences did with it. A value that was used
-// after the sequence or was still held when its last op ran must be written out by a plan;
-// one that died inside the sequence can stay in registers.
+// Per output of each op: what the sequence's occurrences did with it. A value that was read
+// after the sequence, or was still held when the stream's next op (or sync) came, must be
+// written out by a plan; one that died by then can stay in registers. ("Next op" because a
+// plan completes when the call after its last op arrives, so argument temporaries of the last
+// call are already gone.)
 struct ValueLiveness {
   uint16_t op = 0;
   uint8_t output = 0;
   uint16_t internal_uses = 0;    // consumers inside the sequence (structural)
   uint64_t observed = 0;         // occurrences counted
   uint64_t used_after = 0;       // read by a later op (this or another stream)
-  uint64_t alive_at_end = 0;     // not yet released when the sequence's last op was recorded
-  uint64_t dead_before_next = 0; // released before the next op of the stream was recorded
+  uint64_t alive_at_end = 0;     // still held when the stream's next op or sync was recorded
+  uint64_t released_inside = 0;  // released before the sequence's last op was recorded
   bool must_materialize() const { return used_after > 0 || alive_at_end > 0; }
 };
 

@@ -53,7 +53,7 @@ bool Canonicalizer::run(StreamWindow& w, uint64_t begin, uint64_t end, Canon& c)
   c.tuple.clear();
   c.used_after.clear();
   c.alive_at_end.clear();
-  c.dead_before_next.clear();
+  c.released_inside.clear();
   uint64_t sig = hash_combine(0x5167, n);
   for (uint32_t k = 0; k < n; ++k) {
     RingEvent* r = w.event_at(begin + k);
@@ -90,8 +90,10 @@ bool Canonicalizer::run(StreamWindow& w, uint64_t begin, uint64_t end, Canon& c)
       c.internal_uses.push_back(0);
       const OutMeta& meta = r->meta[o];
       c.used_after.push_back(meta.last_use_plus1 > end);  // a read at position >= end
-      c.alive_at_end.push_back(meta.released_at >= end);
-      c.dead_before_next.push_back(meta.released_at <= end);
+      // released_at is the stream's head when the release arrived: `end` means after the last
+      // op and before the next one.
+      c.alive_at_end.push_back(meta.released_at > end);
+      c.released_inside.push_back(meta.released_at < end);
     }
   }
   c.wire_begin.push_back(static_cast<uint32_t>(c.wires.size()));

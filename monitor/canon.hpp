@@ -22,7 +22,7 @@ struct Canon {
   std::vector<uint16_t> internal_uses;  // per flat output
   std::vector<int64_t> tuple;           // external dims (slot order), then output dims
   // This occurrence, per flat output.
-  std::vector<uint8_t> used_after, alive_at_end, dead_before_next;
+  std::vector<uint8_t> used_after, alive_at_end, released_inside;
   uint64_t first_ns = 0, last_ns = 0;
 };
 

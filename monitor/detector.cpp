@@ -128,7 +128,7 @@ void Detector::on_call_event(const TraceEvent& ev) {
   }
   const bool barrier = (ev.flags & kEventTruncated) ||
                        (ev.op == OpId::opaque && !capturable(ev.attrs.custom_id));
-  RingEvent& r = w.append(token, barrier ? SlotKind::barrier : SlotKind::op);
+  RingEvent& r = w.append(token, local, barrier ? SlotKind::barrier : SlotKind::op);
   r.ev = ev;
   r.local_token = local;
   r.attrs_hash = ah;
@@ -149,7 +149,7 @@ void Detector::on_release_event(ValueId id) {
 void Detector::on_sync_event(const TraceEvent& ev) {
   ++syncs_;
   StreamWindow& w = window(ev.stream);
-  RingEvent& r = w.append(kSyncToken, SlotKind::barrier);
+  RingEvent& r = w.append(kSyncToken, kSyncToken, SlotKind::barrier);
   r.ev = ev;
   w.advance(*this);
 }

@@ -10,9 +10,13 @@
 namespace livefuse::monitor {
 
 namespace {
-constexpr uint32_t kBucketsLog2 = 12;
-// A branch counts once both of its sides were taken about once per half-life.
-constexpr float kSignificant = 0.5f;
+constexpr uint64_t kBucketMask = (1u << 12) - 1;
+// A branch counts once both of its sides were taken at least twice, recently: a one-off (the
+// first occurrence of a block, whose input came from elsewhere) must not cut every later one.
+constexpr float kSignificant = 1.5f;
+// The graph forgets four times slower than the counts of sequences: a loop exit is taken once
+// per forward pass, and must stay a branch for forward passes of many thousands of ops.
+constexpr uint32_t kGraphHalfLifeShift = 2;
 }  // namespace
 
 StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
@@ -24,7 +28,8 @@ StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
       max_segment_(p.max_segment),
       half_life_log2_(p.half_life_log2),
       slots_(window_),
-      buckets_(size_t{1} << kBucketsLog2, 0),
+      buckets1_(kBucketMask + 1, 0),
+      buckets3_(kBucketMask + 1, 0),
       ring_(ring_mask_ + 1),
       // More program points than positions in the window: a point whose last position left
       // the window is unreachable, so one is always free to reuse (see new_pp).
@@ -34,10 +39,11 @@ StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
   for (size_t k = pps_.size(); k-- > 0;) free_pps_.push_back(static_cast<uint32_t>(k));
 }
 
-RingEvent& StreamWindow::append(uint64_t token, SlotKind kind) {
+RingEvent& StreamWindow::append(uint64_t token, uint64_t local, SlotKind kind) {
   Slot& s = slot(head_);
   s = Slot{};
   s.token = token;
+  s.local = local;
   s.kind = kind;
   RingEvent& r = ring_[head_ & ring_mask_];
   r.pos = head_;
@@ -62,38 +68,96 @@ uint64_t StreamWindow::match_len(uint64_t i, uint64_t j, uint64_t lim) {
   return k;
 }
 
-// Longest earlier stretch that the stream from `i` on repeats. Continuing the current alignment
-// is tried first and wins ties: a loop keeps its period.
+// Which earlier position does `i` continue? Candidates come most recent first, the current
+// alignment (the previous phrase's offset) first of all, so a loop keeps its period.
+//  1. Forward: among earlier positions where the same three ops start (trigram chain), the
+//     longest run of equal tokens from `i` on, at least kMinMatch. The run is trimmed by
+//     kMinMatch - 1: its last positions have little forward support (blocks
+//     A = [linear, gelu, ..] and B = [linear, relu, ..]: the linear belongs to the block it
+//     starts, which only a search at the linear itself, with its own lookahead, can see).
+//  2. Backward: else, among earlier positions of the same op, one whose kMinMatch preceding
+//     ops are the same ops, counting back no further than the start of a sequence (reaching
+//     the same start is enough: a block's third op is identified by the two before it); the
+//     candidate itself must not start a sequence. This keeps the tail of a loop in the loop
+//     when the lookahead diverges (the last layer is followed by the head, not by another
+//     layer), and the first occurrence of a block whose input came from elsewhere (other
+//     near-use wiring) with the later ones; but an op after a loop that merely looks like the
+//     loop's first op (a final layer_norm) is not that op.
 void StreamWindow::search(uint64_t i) {
-  const uint64_t token = slot(i).token;
+  const Slot& si = slot(i);
   const uint64_t lim = std::min(lookahead_, head_ - i);
-  uint64_t best_len = 0, best_off = 0;
-  if (phrase_off_ != 0 && phrase_off_ <= i) {
-    const uint64_t j = i - phrase_off_;
-    if (in_window(j) && slot(j).token == token) {
-      best_len = match_len(i, j, lim);
-      best_off = phrase_off_;
-    }
-  }
-  uint64_t c = buckets_[token & ((1u << kBucketsLog2) - 1)];
+  const uint64_t need = std::min<uint64_t>(kMinMatch, lim);  // short near the end of input
+  const uint64_t cont = phrase_off_ != 0 && phrase_off_ <= i && in_window(i - phrase_off_) &&
+                                slot(i - phrase_off_).local == si.local
+                            ? i - phrase_off_ + 1
+                            : 0;  // plus one; 0: none
+  uint64_t best_len = 0, best_j = 0;
+  auto try_forward = [&](uint64_t j) {
+    const uint64_t len = match_len(i, j, lim);
+    if (len > best_len) best_len = len, best_j = j;
+  };
+  if (cont) try_forward(cont - 1);
+  const bool have_tri = i + 2 < head_;
+  const uint64_t tri = have_tri ? trigram(i) : 0;
+  uint64_t c = have_tri ? buckets3_[tri & kBucketMask] : buckets1_[si.local & kBucketMask];
   for (int n = 0; c != 0 && n < kMaxCandidates && best_len < lim;) {
     const uint64_t j = c - 1;
     if (!in_window(j)) break;
     const Slot& sj = slot(j);
-    if (sj.token == token) {
+    if (have_tri ? sj.tri == tri : sj.local == si.local) {
       ++n;
-      const uint64_t len = match_len(i, j, lim);
-      if (len > best_len) best_len = len, best_off = i - j;
+      if (j + 1 != cont) try_forward(j);
     }
-    c = sj.chain;
+    c = have_tri ? sj.chain3 : sj.chain1;
   }
-  // Near the end of the input (flush) the lookahead itself is short.
-  if (best_len >= std::min<uint64_t>(kMinMatch, lim) && best_len > 0) {
-    phrase_off_ = best_off;
-    phrase_left_ = best_len;
-  } else {
-    phrase_left_ = 0;
+  if (best_len >= need && best_len > 0) {
+    phrase_off_ = i - best_j;
+    phrase_left_ = best_len >= kMinMatch ? best_len - (kMinMatch - 1) : 1;
+    return;
   }
+  auto try_backward = [&](uint64_t j) {
+    if (!live(slot(j).pp) || pps_[slot(j).pp.idx].entry) return false;
+    bool same_start = false;
+    const uint64_t back = back_len(i, j, &same_start);
+    if (back < static_cast<uint64_t>(kMinMatch) && !(same_start && back > 0)) return false;
+    phrase_off_ = i - j;
+    phrase_left_ = 1;
+    return true;
+  };
+  if (cont && try_backward(cont - 1)) return;
+  c = buckets1_[si.local & kBucketMask];
+  for (int n = 0; c != 0 && n < kMaxCandidates;) {
+    const uint64_t j = c - 1;
+    if (!in_window(j)) break;
+    const Slot& sj = slot(j);
+    if (sj.local == si.local) {
+      ++n;
+      if (j + 1 != cont && try_backward(j)) return;
+    }
+    c = sj.chain1;
+  }
+  phrase_left_ = 0;
+}
+
+uint64_t StreamWindow::trigram(uint64_t i) {
+  return hash_combine(hash_combine(slot(i).local, slot(i + 1).local), slot(i + 2).local);
+}
+
+// Ops (local tokens) before i and before j that agree, up to kMinMatch, counting a sequence
+// start and stopping there (`same_start`: both walks reached the same sequence start).
+uint64_t StreamWindow::back_len(uint64_t i, uint64_t j, bool* same_start) {
+  uint64_t k = 0;
+  while (k < static_cast<uint64_t>(kMinMatch) && j > k && in_window(j - k - 1)) {
+    const Slot& a = slot(i - k - 1);
+    const Slot& b = slot(j - k - 1);
+    if (a.kind != SlotKind::op || a.local != b.local || !live(b.pp)) break;
+    ++k;
+    if (pps_[b.pp.idx].entry) {
+      *same_start = a.pp == b.pp;
+      break;
+    }
+  }
+  return k;
 }
 
 PpRef StreamWindow::new_pp(uint64_t local_token, uint64_t pos) {
@@ -117,12 +181,12 @@ PpRef StreamWindow::new_pp(uint64_t local_token, uint64_t pos) {
   p.gen = gen;
   p.local_token = local_token;
   p.last_pos = pos;
-  p.epoch = epoch();
+  p.epoch = static_cast<uint32_t>(head_ >> (half_life_log2_ + kGraphHalfLifeShift));
   return PpRef{idx, gen};
 }
 
 void StreamWindow::decay(ProgramPoint& p) {
-  const uint32_t e = epoch();
+  const uint32_t e = static_cast<uint32_t>(head_ >> (half_life_log2_ + kGraphHalfLifeShift));
   if (p.epoch == e) return;
   const float f = std::ldexp(1.0f, -static_cast<int>(std::min<uint32_t>(e - p.epoch, 100)));
   p.succ_n[0] *= f, p.succ_n[1] *= f, p.succ_rest *= f;
@@ -168,7 +232,10 @@ bool StreamWindow::succ_branches(ProgramPoint& a) {
   if (!live(a.succ[0]) || !live(a.succ[1])) return true;
   const ProgramPoint& x = pps_[a.succ[0].idx];
   const ProgramPoint& y = pps_[a.succ[1].idx];
-  return !(x.local_token == y.local_token && x.succ[0].valid() && x.succ[0] == y.succ[0]);
+  // A point seen for the first time has no successor yet: give it the benefit of the doubt
+  // (it is judged again at its next occurrence).
+  const bool same_next = !x.succ[0].valid() || !y.succ[0].valid() || x.succ[0] == y.succ[0];
+  return !(x.local_token == y.local_token && same_next);
 }
 
 bool StreamWindow::pred_branches(ProgramPoint& b) {
@@ -194,15 +261,20 @@ void StreamWindow::assign(uint64_t i, SegmentSink& sink) {
     }
   }
   if (s.kind == SlotKind::op) {
-    RingEvent* r = event_at(i);
-    if (!matched) pp = new_pp(r ? r->local_token : s.token, i);
+    if (!matched) pp = new_pp(s.local, i);
     pps_[pp.idx].last_pos = i;
   }
   s.pp = pp;
   s.matched = matched;
-  uint64_t& bucket = buckets_[s.token & ((1u << kBucketsLog2) - 1)];
-  s.chain = bucket;
-  bucket = i + 1;
+  uint64_t& b1 = buckets1_[s.local & kBucketMask];
+  s.chain1 = b1;
+  b1 = i + 1;
+  if (i + 2 < head_) {
+    s.tri = trigram(i);
+    uint64_t& b3 = buckets3_[s.tri & kBucketMask];
+    s.chain3 = b3;
+    b3 = i + 1;
+  }
   cut_step(i, sink);
 }
 
@@ -225,6 +297,7 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
     observe_edge(prev_, s.pp);
   }
   if (!open_) {
+    p.entry = true;
     open_ = true;
     seg_begin_ = i;
     ++serial_;

@@ -2,22 +2,23 @@
 // StreamWindow: one stream's recent ops, and the cutting of that stream into sequences.
 //
 // [ Note -- how sequences are found ]
-// 1. Tokens. Each op becomes a token: op, structural attrs, dtypes, ranks, and for each input
-//    whether the same value was already read by one of the previous kNearUse ops (which one,
-//    which input). That is enough to tell q/k/v projections of one layer apart, and it never
-//    depends on what precedes a sequence from further away (so layer 1 and layer 7 agree).
-// 2. Program points. A position that continues an earlier stretch of the stream -- the longest
-//    forward match among earlier positions with the same token, at least kMinMatch tokens,
-//    searched with a lookahead of max_segment -- inherits that position's program point
-//    (LZ77-style phrases). Twelve layers map onto the program points of the first; a new
+// 1. Tokens. Each op becomes a local token (op, structural attrs, dtypes, ranks) and a token
+//    that adds, per input, whether the same value was read by one of the previous kNearUse ops
+//    (which one, which input): enough to tell q/k/v projections of one layer apart, and it never
+//    depends on anything further back (so layer 1 and layer 7 agree).
+// 2. Program points. A position that continues an earlier stretch of the stream inherits that
+//    position's program point (LZ77-style phrases, lookahead max_segment; see search() for the
+//    forward and backward rules). Twelve layers map onto the program points of the first; a
 //    position that continues nothing gets a fresh program point.
 // 3. Cuts. Program points form a graph (successor/predecessor counts, decaying). The stream is
 //    cut before position i when: a sync or a non-capturable op is in between; the previous
-//    program point has several successors or this one several predecessors (loop heads, loop
-//    exits, the seams of interleaved patterns); this program point already occurs in the open
-//    sequence (a loop closed); or the sequence reached max_segment. A "bubble" -- two points
-//    with the same op and the same neighbours -- is not a branch. What lies between cuts is a
-//    maximal unit: a whole layer, never every sub-run of one.
+//    program point has two recurring successors or this one two recurring predecessors (loop
+//    heads, loop exits, the seams of blocks in varying order); this program point already
+//    occurs in the open sequence (a loop closed); or the sequence reached max_segment. A
+//    "bubble" -- two points with the same op and the same neighbours, i.e. one op whose wiring
+//    differs in some occurrences -- is not a branch. What lies between cuts is a maximal unit:
+//    a whole layer, never every sub-run of one. (A run of ops shared by two different loops is
+//    a unit of its own: it does repeat in different contexts.)
 // 4. A sequence all of whose positions continued earlier ones goes to the SegmentSink with the
 //    hash of its program-point path (the structure table counts only repeats of one path).
 #include <cstdint>
@@ -28,8 +29,11 @@
 namespace livefuse::monitor {
 
 inline constexpr int kMinMatch = 4;         // tokens of agreeing context for one program point
-inline constexpr int kMaxCandidates = 16;   // earlier positions examined per phrase search
-inline constexpr int kNearUse = 8;          // how far back "the same value was read" is seen
+inline constexpr int kMaxCandidates = 16;   // earlier positions examined per chain and search
+// How far back "the same value was read" is seen: far enough for q/k/v projections reading one
+// normalised input, short enough that a weight shared by consecutive blocks is not seen (that
+// would make each block's tokens depend on the block before it).
+inline constexpr int kNearUse = 4;
 
 enum class SlotKind : uint8_t { op, barrier };
 
@@ -81,7 +85,7 @@ class StreamWindow {
   uint64_t segments() const { return segments_; }
 
   // Appends one position; returns its ring slot (the caller fills ev / hashes for calls).
-  RingEvent& append(uint64_t token, SlotKind kind);
+  RingEvent& append(uint64_t token, uint64_t local_token, SlotKind kind);
   // Assigns every position that has its full lookahead, cutting sequences on the way.
   void advance(SegmentSink& sink);
   // Assigns every pending position (end of input for now: tests, drain).
@@ -95,8 +99,11 @@ class StreamWindow {
 
  private:
   struct Slot {
-    uint64_t token = 0;
-    uint64_t chain = 0;  // previous assigned position with the same bucket, plus one
+    uint64_t token = 0;  // with near-use wiring
+    uint64_t local = 0;  // op, attrs, dtypes, ranks only
+    uint64_t tri = 0;     // hash of this and the next two local tokens (0: not known)
+    uint64_t chain1 = 0;  // previous assigned position in the same local-token bucket, plus one
+    uint64_t chain3 = 0;  // same for the trigram bucket
     PpRef pp;
     SlotKind kind = SlotKind::op;
     bool matched = false;
@@ -113,6 +120,7 @@ class StreamWindow {
     float pred_rest = 0;
     uint32_t epoch = 0;
     uint32_t gen = 0;
+    bool entry = false;  // some sequence started here (a loop head, the op after a sync)
   };
 
   Slot& slot(uint64_t pos) { return slots_[pos & window_mask_]; }
@@ -122,6 +130,8 @@ class StreamWindow {
   void assign(uint64_t i, SegmentSink& sink);
   void search(uint64_t i);
   uint64_t match_len(uint64_t i, uint64_t j, uint64_t lim);
+  uint64_t back_len(uint64_t i, uint64_t j, bool* same_start);
+  uint64_t trigram(uint64_t i);
   PpRef new_pp(uint64_t local_token, uint64_t pos);
   void decay(ProgramPoint& p);
   void observe_edge(PpRef a, PpRef b);
@@ -139,7 +149,8 @@ class StreamWindow {
   uint32_t half_life_log2_;
 
   std::vector<Slot> slots_;
-  std::vector<uint64_t> buckets_;  // token bucket -> most recent assigned position + 1
+  std::vector<uint64_t> buckets1_;  // local-token bucket -> most recent assigned position + 1
+  std::vector<uint64_t> buckets3_;  // trigram bucket -> most recent assigned position + 1
   std::vector<RingEvent> ring_;
   std::vector<ProgramPoint> pps_;
   std::vector<uint32_t> free_pps_;

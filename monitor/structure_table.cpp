@@ -105,7 +105,7 @@ void StructureTable::add_liveness(Structure& s, const Canon& c) {
     ++l.observed;
     l.used_after += c.used_after[f];
     l.alive_at_end += c.alive_at_end[f];
-    l.dead_before_next += c.dead_before_next[f];
+    l.released_inside += c.released_inside[f];
   }
 }
 

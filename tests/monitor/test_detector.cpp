@@ -1,0 +1,310 @@
+// The detector on synthetic streams: boundaries, structures, shapes, liveness, decay, caps.
+#include <random>
+
+#include "monitor/detector.hpp"
+#include "synth_models.hpp"
+#include "test_util.hpp"
+
+using namespace livefuse;
+using namespace livefuse::monitor;
+using lfmon::kSynthLayerOps;
+
+namespace {
+
+MonitorOptions opts() {
+  MonitorOptions o;
+  o.hot = 3;
+  o.max_segment = 64;
+  return o;
+}
+
+std::vector<Candidate> run(Detector& d, EventSynth& s) {
+  for (const TraceEvent& ev : s.events()) d.consume(ev);
+  s.events().clear();
+  d.flush();
+  return d.candidates(true);
+}
+
+// prelude (1 op) -> n layers -> head (1 op) -> sync
+void forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers, ValueId input, int S, int D) {
+  ValueId x = s.call(OpId::mul, {input}, {S, D}, [] { Attrs a; a.scalar_operand = true; a.push_float(2); return a; }());
+  for (const auto& L : layers) {
+    const ValueId y = lfmon::synth_layer(s, x, L, S, D);
+    s.release(x);
+    x = y;
+  }
+  const ValueId out = s.call(OpId::sum, {x}, {S}, lfmon::ints({1, 0}));
+  s.release(x);
+  s.sync();
+  s.release(out);
+}
+
+}  // namespace
+
+TEST_CASE("detector: a 12-layer loop is one layer-shaped candidate") {
+  Detector d(opts());
+  EventSynth s;
+  const int S = 8, D = 16;
+  std::vector<lfmon::SynthLayer> layers;
+  for (int l = 0; l < 12; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  const ValueId input = s.value({S, D});
+  for (int it = 0; it < 4; ++it) forward(s, layers, input, S, D);
+  const auto c = run(d, s);
+  REQUIRE(c.size() == 1);
+  INFO(describe(c[0]));
+  CHECK(c[0].size() == kSynthLayerOps);
+  CHECK(c[0].ops.front().op == OpId::layer_norm);
+  CHECK(c[0].ops.back().op == OpId::add);
+  // The layer input is the first external slot; weights are distinct slots; x is reused.
+  CHECK(c[0].ops[0].inputs[0] == WireRef{WireRef::Kind::external, 0, 0});
+  CHECK(c[0].ops[16].inputs[0] == WireRef{WireRef::Kind::external, 0, 0});
+  CHECK(c[0].externals.size() == 17);
+  // 11 repeats in the first pass (layer 1 introduces the program points), 12 afterwards.
+  CHECK(c[0].occurrences >= 11 + 3 * 12 - 2);
+  CHECK(c[0].shapes.tuples.size() == 1);
+  CHECK(c[0].shapes.varying_dims().empty());
+  // Liveness: only the layer output escapes (read by the next layer, held by the caller).
+  for (const ValueLiveness& l : c[0].liveness) {
+    INFO("op ", l.op);
+    CHECK(l.must_materialize() == (l.op == kSynthLayerOps - 1));
+  }
+}
+
+TEST_CASE("detector: two interleaved patterns give two candidates") {
+  for (uint32_t seed : {7u, 8u, 9u, 10u, 11u, 12u, 13u, 14u}) {
+  CAPTURE(seed);
+  Detector d(opts());
+  EventSynth s;
+  const int S = 4, D = 8;
+  const ValueId w = s.value({D, D}), b = s.value({D});
+  auto A = [&](ValueId x) {  // 5 ops
+    ValueId h = s.call(OpId::linear, {x, w, b}, {S, D}, lfmon::ints({1, 0}));
+    ValueId g = s.call(OpId::gelu, {h}, {S, D});
+    ValueId m = s.call(OpId::mul, {g, x}, {S, D});
+    ValueId e = s.call(OpId::exp, {m}, {S, D});
+    ValueId y = s.call(OpId::add, {e, x}, {S, D});
+    for (ValueId v : {h, g, m, e}) s.release(v);
+    return y;
+  };
+  auto B = [&](ValueId x) {  // 6 ops
+    ValueId h = s.call(OpId::linear, {x, w, b}, {S, D}, lfmon::ints({1, 0}));
+    ValueId r = s.call(OpId::relu, {h}, {S, D});
+    ValueId t = s.call(OpId::tanh, {r}, {S, D});
+    ValueId q = s.call(OpId::sub, {t, h}, {S, D});
+    ValueId m = s.call(OpId::maximum, {q, x}, {S, D});
+    ValueId y = s.call(OpId::sigmoid, {m}, {S, D});
+    for (ValueId v : {h, r, t, q, m}) s.release(v);
+    return y;
+  };
+  // Blocks in varying order (a fixed start that takes every transition twice, then random):
+  // A and B are the units. (In a strict alternation A B A B, [A B] would be the unit.)
+  std::mt19937 rng(seed);
+  ValueId x = s.value({S, D});
+  const char* start = "AABBAABB";
+  for (int k = 0; k < 60; ++k) {
+    const bool a = k < 8 ? start[k] == 'A' : rng() % 2 == 0;
+    const ValueId y = a ? A(x) : B(x);
+    s.release(x);
+    x = y;
+  }
+  const auto c = run(d, s);
+  if (c.size() != 2)
+    for (const auto& cand : c) MESSAGE(describe(cand));
+  REQUIRE(c.size() == 2);
+  std::vector<size_t> sizes{c[0].size(), c[1].size()};
+  std::sort(sizes.begin(), sizes.end());
+  CHECK(sizes == std::vector<size_t>{5, 6});
+  for (const auto& cand : c) {
+    INFO(describe(cand));
+    CHECK(cand.ops.front().op == OpId::linear);
+  }
+  }
+}
+
+TEST_CASE("detector: varying sequence length is one structure with the right varying dims") {
+  Detector d(opts());
+  EventSynth s;
+  const int D = 16;
+  std::vector<lfmon::SynthLayer> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  const int lens[] = {8, 12, 16, 12, 8, 16, 8, 12};
+  for (int S : lens) forward(s, layers, s.value({S, D}), S, D);
+  const auto c = run(d, s);
+  if (c.size() != 1)
+    for (const auto& cand : c) MESSAGE(describe(cand));
+  REQUIRE(c.size() == 1);
+  const Candidate& cand = c[0];
+  CHECK(cand.shapes.tuples.size() == 3);
+  // Every dim that is the sequence length varies, nothing else does.
+  const auto& rep = cand.shapes.tuples.front().dims;
+  const auto& other = cand.shapes.tuples.back().dims;
+  int n_varying = 0;
+  for (size_t k = 0; k < cand.shapes.layout.size(); ++k) {
+    const bool seq_dim = rep[k] != other[k];
+    CHECK(cand.shapes.varying[k] == seq_dim);
+    n_varying += cand.shapes.varying[k];
+  }
+  // x [S, D] (external 0) and every op output has one S, but [H, S, S] (matmul, softmax): two.
+  CHECK(n_varying == 1 + kSynthLayerOps + 2);
+  const auto vd = cand.shapes.varying_dims();
+  CHECK(vd.front() == DimRef{DimRef::Kind::external, 0, 0, 0});
+}
+
+TEST_CASE("detector: random streams give no candidates") {
+  for (uint32_t seed : {11u, 12u, 13u, 14u}) {
+  CAPTURE(seed);
+  Detector d(opts());
+  EventSynth s;
+  const int S = 4, D = 8;
+  std::mt19937 rng(seed);
+  std::vector<ValueId> pool;
+  for (int k = 0; k < 8; ++k) pool.push_back(s.value({S, D}));
+  const OpId unary[] = {OpId::relu, OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid};
+  const OpId binary[] = {OpId::add, OpId::mul, OpId::sub, OpId::maximum};
+  for (int k = 0; k < 20000; ++k) {
+    ValueId y;
+    const ValueId a = pool[rng() % pool.size()];
+    if (rng() % 2) y = s.call(unary[rng() % 5], {a}, {S, D});
+    else y = s.call(binary[rng() % 4], {a, pool[rng() % pool.size()]}, {S, D});
+    const size_t victim = rng() % pool.size();
+    s.release(pool[victim]);
+    pool[victim] = y;
+    if (rng() % 50 == 0) s.sync();
+  }
+  const auto c = run(d, s);
+  for (const auto& cand : c) MESSAGE(describe(cand));
+  CHECK(c.empty());
+  }
+}
+
+TEST_CASE("detector: a phase change makes old candidates fade") {
+  MonitorOptions o = opts();
+  o.half_life_log2 = 9;  // 512 ops
+  Detector d(o);
+  EventSynth s;
+  const int S = 4, D = 8;
+  std::vector<lfmon::SynthLayer> layers;
+  for (int l = 0; l < 6; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  const ValueId w = s.value({D, D});
+  for (int it = 0; it < 10; ++it) forward(s, layers, s.value({S, D}), S, D);
+  auto c = run(d, s);
+  REQUIRE(c.size() == 1);
+  const uint64_t layer_sig = c[0].signature;
+  // Phase 2: a different loop, long enough for many half-lives.
+  ValueId x = s.value({S, D});
+  for (int k = 0; k < 2000; ++k) {
+    ValueId h = s.call(OpId::matmul, {x, w}, {S, D});
+    ValueId y = s.call(OpId::silu, {h}, {S, D});
+    ValueId z = s.call(OpId::add, {y, x}, {S, D});
+    s.release(h);
+    s.release(y);
+    s.release(x);
+    x = z;
+  }
+  c = run(d, s);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].signature != layer_sig);
+  MonitorCounters ctr;
+  d.fill(ctr);
+  CHECK(ctr.candidates_cooled >= 1);
+  for (const auto& t : d.candidates(false)) CHECK_FALSE((t.signature == layer_sig && t.hot));
+}
+
+TEST_CASE("detector: caps evict and count") {
+  MonitorOptions o = opts();
+  o.max_streams = 2;
+  o.max_structures = 4;
+  Detector d(o);
+  const int S = 4, D = 8;
+  // 3 streams: the least recently active window is evicted.
+  for (uint32_t st = 0; st < 3; ++st) {
+    EventSynth s(st);
+    ValueId x = s.value({S, D});
+    for (int k = 0; k < 10; ++k) x = s.call(OpId::relu, {x}, {S, D});
+    for (const TraceEvent& ev : s.events()) d.consume(ev);
+  }
+  // Many distinct structures on one stream: only max_structures are kept.
+  EventSynth s(7);
+  ValueId x = s.value({S, D});
+  const OpId ops[] = {OpId::relu, OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid, OpId::silu, OpId::erf};
+  for (int p = 0; p < 7; ++p)
+    for (int rep = 0; rep < 6; ++rep) {
+      x = s.call(ops[p], {x}, {S, D});
+      x = s.call(ops[(p + 1) % 7], {x}, {S, D});
+      x = s.call(OpId::mul, {x, x}, {S, D});
+      s.sync();
+    }
+  for (const TraceEvent& ev : s.events()) d.consume(ev);
+  d.flush();
+  MonitorCounters c;
+  d.fill(c);
+  CHECK(c.windows == 2);
+  CHECK(c.window_evictions == 2);
+  CHECK(c.structures <= 4);
+  CHECK(c.structure_evictions >= 3);
+}
+
+TEST_CASE("detector: a head that starts like the layer does not split the layer") {
+  Detector d(opts());
+  EventSynth s;
+  const int S = 8, D = 16;
+  std::vector<lfmon::SynthLayer> layers;
+  for (int l = 0; l < 12; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  const lfmon::SynthLayer head = lfmon::synth_weights(s, D);
+  for (int it = 0; it < 5; ++it) {
+    ValueId x = s.value({S, D});
+    for (const auto& L : layers) {
+      const ValueId y = lfmon::synth_layer(s, x, L, S, D);
+      s.release(x);
+      x = y;
+    }
+    // Final norm + a biased projection: the same ops (and tokens) as the layer's first two.
+    const ValueId h = s.call(OpId::layer_norm, {x, head.w[0], head.w[1]}, {S, D}, lfmon::ln_attrs());
+    const ValueId o = s.call(OpId::linear, {h, head.w[2], head.w[3]}, {S, D}, lfmon::ints({1, 0}));
+    const ValueId r = s.call(OpId::sum, {o}, {S}, lfmon::ints({1, 0}));
+    s.sync();
+    for (ValueId v : {x, h, o, r}) s.release(v);
+  }
+  const auto c = run(d, s);
+  for (const auto& cand : c) MESSAGE(describe(cand));
+  REQUIRE(c.size() == 2);
+  std::vector<size_t> sizes{c[0].size(), c[1].size()};
+  std::sort(sizes.begin(), sizes.end());
+  CHECK(sizes == std::vector<size_t>{3, kSynthLayerOps});
+}
+
+TEST_CASE("detector: a strict alternation is one unit; a step between syncs is one unit") {
+  Detector d(opts());
+  EventSynth s;
+  const int S = 4, D = 8;
+  ValueId x = s.value({S, D});
+  for (int k = 0; k < 20; ++k) {
+    ValueId a = s.call(OpId::exp, {x}, {S, D});
+    ValueId b = s.call(OpId::mul, {a, x}, {S, D});
+    ValueId c = s.call(OpId::tanh, {b}, {S, D});
+    ValueId e = s.call(OpId::neg, {c}, {S, D});
+    ValueId f = s.call(OpId::add, {e, b}, {S, D});
+    for (ValueId v : {x, a, b, c, e}) s.release(v);
+    x = f;
+    if (k % 5 == 4) s.sync();
+  }
+  auto c = run(d, s);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].size() == 5);
+
+  Detector d2(opts());
+  EventSynth s2;
+  const ValueId w = s2.value({D, D});
+  for (int step = 0; step < 6; ++step) {  // a decode step: 3 ops, then the host reads the result
+    ValueId t = s2.value({1, D});
+    ValueId h = s2.call(OpId::matmul, {t, w}, {1, D});
+    ValueId g = s2.call(OpId::silu, {h}, {1, D});
+    ValueId o = s2.call(OpId::argmax, {g}, {1}, lfmon::ints({1, 0}), DType::i64);
+    s2.sync();
+    for (ValueId v : {t, h, g, o}) s2.release(v);
+  }
+  c = run(d2, s2);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].size() == 3);
+  CHECK(c[0].ops[2].out_dtypes[0] == DType::i64);
+}
