@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the GPU build dir .gpu/build HERE (a machine with nvcc but maybe no GPU), ready to be
+# carried to a GPU machine and run there with tools/gpu/run.sh.
+#   * meson setup -Dcuda=enabled -Dgpu_archs=90, release (sm_90 code + PTX: the H200)
+#   * copies the system's libtbb.so.12 into .gpu/build/lib/ (the GPU machine has no TBB)
+#   * keeps .gpu/ under 64 MiB: no static CUDA libraries are copied; if the build outgrows the
+#     limit, object files are dropped (the next pack then rebuilds from scratch).
+# Usage: tools/gpu/pack.sh [extra meson options...]   (JOBS=N sets ninja's parallelism)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=.gpu/build
+LIMIT_MB=${LIMIT_MB:-60}
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs=90 --buildtype=release "$@"
+else
+  meson configure "$BUILD" -Dcuda=enabled -Dgpu_archs=90 --buildtype=release "$@" >/dev/null
+fi
+# -k 0: a target that fails to build (someone's work in progress) must not keep the others
+# from being built and run; the failure is reported at the end.
+build_ok=1
+ninja -C "$BUILD" -j"${JOBS:-2}" -k 0 || build_ok=0
+if [ ! -f "$BUILD/liblivefuse.so" ]; then
+  echo "pack.sh: liblivefuse.so did not build; nothing to pack" >&2
+  exit 1
+fi
+
+mkdir -p "$BUILD/lib"
+tbb=$(ldconfig -p | awk '$1 == "libtbb.so.12" { print $NF; exit }')
+if [ -z "$tbb" ]; then
+  echo "pack.sh: libtbb.so.12 not found by ldconfig -p" >&2
+  exit 1
+fi
+cp -L "$tbb" "$BUILD/lib/libtbb.so.12"
+
+size_mb() { du -sm .gpu | cut -f1; }
+if [ "$(size_mb)" -gt "$LIMIT_MB" ]; then
+  echo "pack.sh: .gpu is $(size_mb) MiB (> $LIMIT_MB); dropping object files" >&2
+  find "$BUILD" -name '*.o' -delete
+fi
+if [ "$(size_mb)" -gt "$LIMIT_MB" ]; then
+  echo "pack.sh: .gpu is still $(size_mb) MiB (> $LIMIT_MB MiB); largest files:" >&2
+  find .gpu -type f -printf '%s %p\n' | sort -rn | head -10 >&2
+  exit 1
+fi
+if [ "$build_ok" = 0 ]; then
+  echo "pack.sh: WARNING: some targets failed to build (see above); packing what did build" >&2
+fi
+echo "pack.sh: .gpu/build ready ($(size_mb) MiB): $(find "$BUILD/tests" -maxdepth 1 -type f -name 'test_*' | wc -l) test binaries"

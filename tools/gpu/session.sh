@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One full GPU session, run THERE (repo root) after tools/gpu/pack.sh built .gpu/build HERE:
+# every test binary and benchmark (tools/gpu/run.sh), the replacement benchmark with its
+# PyTorch peers, the demo, and the BERT comparison against PyTorch. Everything lands in one
+# archive, $OUT/gpu.tgz (the device tool brings back only a few files); the summary is printed.
+# Usage (device tool): bash tools/gpu/session.sh    [RUN_BUDGET_S=300 BERT=1]
+set -u
+cd "$(dirname "$0")/../.."
+REAL_OUT=${OUT:-$PWD/gpu-out}
+export OUT=/tmp/lf-gpu-out
+rm -rf "$OUT"
+mkdir -p "$OUT/bench" "$REAL_OUT"
+START=$(date +%s)
+
+BUDGET_S=${RUN_BUDGET_S:-300} bash tools/gpu/run.sh 2>&1 | tail -40
+
+B=.gpu/build
+export LD_LIBRARY_PATH="$PWD/$B/lib:$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$B/liblivefuse.so" | grep -q "not found"; then
+  extra=$(python3 -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$extra" ] && export LD_LIBRARY_PATH="$extra:$LD_LIBRARY_PATH"
+fi
+export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+
+echo "== replacement benchmark ($(( $(date +%s) - START )) s)"
+timeout -k 5 90 "$B/bench/livefuse-bench-replacement" --device cuda --json "$OUT/bench/replacement.json" 2>&1 | tail -8
+echo "== PyTorch chain peers"
+timeout -k 5 120 python3 bench/peers/torch_chain.py 4096 "$OUT/bench/torch_chain.json" 2>&1 | tail -6
+echo "== demo"
+timeout -k 5 60 "$B/examples/livefuse-demo" --iters 300 > "$OUT/demo.log" 2>&1
+grep -E "^iter +(0|1|2|3|5|10|50|100|200|299) |summary" "$OUT/demo.log"
+if [ "${BERT:-1}" = 1 ]; then
+  echo "== BERT vs PyTorch ($(( $(date +%s) - START )) s)"
+  timeout -k 5 240 python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype f16 --batch 1,8 \
+    --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert --json "$OUT/bench/bert_compare.json" \
+    > "$OUT/bert.log" 2>&1
+  echo "compare.py rc=$?"
+  tail -30 "$OUT/bert.log"
+fi
+tar -czf "$REAL_OUT/gpu.tgz" -C "$OUT" . 2>/dev/null
+cp "$OUT/summary.txt" "$REAL_OUT/" 2>/dev/null
+echo "== done in $(( $(date +%s) - START )) s"
