@@ -11,8 +11,11 @@ export OUT=/tmp/lf-gpu-out
 rm -rf "$OUT"
 mkdir -p "$OUT/bench" "$REAL_OUT"
 START=$(date +%s)
+# The archive is refreshed after every stage: a run cut short still brings back what it did.
+pack_out() { tar -czf "$REAL_OUT/gpu.tgz" -C "$OUT" . 2>/dev/null; }
 
 BUDGET_S=${RUN_BUDGET_S:-300} bash tools/gpu/run.sh 2>&1 | tail -40
+pack_out
 
 B=.gpu/build
 export LD_LIBRARY_PATH="$PWD/$B/lib:$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -24,19 +27,22 @@ export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
 
 echo "== replacement benchmark ($(( $(date +%s) - START )) s)"
 timeout -k 5 90 "$B/bench/livefuse-bench-replacement" --device cuda --json "$OUT/bench/replacement.json" 2>&1 | tail -8
+pack_out
 echo "== PyTorch chain peers"
 timeout -k 5 120 python3 bench/peers/torch_chain.py 4096 "$OUT/bench/torch_chain.json" 2>&1 | tail -6
+pack_out
 echo "== demo"
 timeout -k 5 60 "$B/examples/livefuse-demo" --iters 300 > "$OUT/demo.log" 2>&1
 grep -E "^iter +(0|1|2|3|5|10|50|100|200|299) |summary" "$OUT/demo.log"
+pack_out
 if [ "${BERT:-1}" = 1 ]; then
   echo "== BERT vs PyTorch ($(( $(date +%s) - START )) s)"
-  timeout -k 5 240 python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype f16 --batch 1,8 \
+  timeout -k 5 ${BERT_TIMEOUT:-240} python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype f16 --batch ${BERT_BATCH:-1,8} \
     --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert --json "$OUT/bench/bert_compare.json" \
     > "$OUT/bert.log" 2>&1
   echo "compare.py rc=$?"
   tail -30 "$OUT/bert.log"
 fi
-tar -czf "$REAL_OUT/gpu.tgz" -C "$OUT" . 2>/dev/null
+pack_out
 cp "$OUT/summary.txt" "$REAL_OUT/" 2>/dev/null
 echo "== done in $(( $(date +%s) - START )) s"
