@@ -27,6 +27,39 @@ bool vec_storage_matches(Compute c, DType t) {
   return false;
 }
 
+// The vector paths need one storage dtype throughout, 16-byte aligned vectors, and every
+// tensor operand's innermost dim either contiguous (a dense vector load) or broadcast
+// (stride 0: one element splat). Marks each operand's kind as a side effect.
+EwPath choose_path(EwPlan& p) {
+  const auto fallback = [&p] {
+    for (int k = 0; k < p.arity; ++k)
+      if (p.kind[k] == EwKind::broadcast) p.kind[k] = EwKind::dense;
+    return EwPath::strided;
+  };
+  if (p.op == OpId::cast || !vec_storage_matches(p.compute, p.out_dtype) || !aligned16(p.out))
+    return EwPath::strided;
+  const StridedLayout& l = p.layout;
+  const int64_t vec_n = 16 / static_cast<int64_t>(dtype_size(p.out_dtype));
+  const int inner = l.rank - 1;
+  const bool flat = l.rank <= 1;
+  if (!flat && (!fits_uint32(l) || l.sizes[inner] % vec_n != 0)) return EwPath::strided;
+  for (int k = 0; k < p.arity; ++k) {
+    if (p.kind[k] == EwKind::immediate) continue;
+    if (p.in_dtype[k] != p.out_dtype) return fallback();
+    const int64_t* st = l.strides[1 + k];
+    const int64_t inner_stride = inner < 0 ? 0 : st[inner];
+    if (inner_stride == 0) {
+      // flat: the whole operand is one element; otherwise one element per row of vectors.
+      p.kind[k] = EwKind::broadcast;
+      continue;
+    }
+    if (inner_stride != 1 || !aligned16(p.in[k])) return fallback();
+    for (int d = 0; d < inner; ++d)
+      if (st[d] % vec_n != 0) return fallback();
+  }
+  return flat ? EwPath::vec : EwPath::vec_strided;
+}
+
 }  // namespace
 
 void launch_elementwise(const EwPlan& p, cudaStream_t s) {
@@ -72,24 +105,7 @@ void run_elementwise(const OpCall& call, const Tensor& out, cudaStream_t s) {
   coalesce(p.layout);
   p.idx32 = fits_uint32(p.layout);
 
-  // Fast path: rank <= 1 after coalescing, every tensor operand either walks the output
-  // densely (stride 1) or is one element (stride 0), one storage dtype, 16-byte aligned.
-  bool vec = call.op != OpId::cast && call.op != OpId::where && p.layout.rank <= 1 &&
-             vec_storage_matches(p.compute, p.out_dtype) && aligned16(p.out);
-  for (int k = 0; k < p.arity && vec; ++k) {
-    if (p.kind[k] == EwKind::immediate) continue;
-    const int64_t st = p.layout.rank == 0 ? 0 : p.layout.strides[1 + k][0];
-    if (st == 0) {
-      p.kind[k] = EwKind::broadcast;
-    } else {
-      vec = st == 1 && aligned16(p.in[k]);
-    }
-    vec = vec && p.in_dtype[k] == p.out_dtype;
-  }
-  if (!vec)
-    for (int k = 0; k < p.arity; ++k)
-      if (p.kind[k] == EwKind::broadcast) p.kind[k] = EwKind::dense;
-  p.vec = vec;
+  p.path = choose_path(p);
   launch_elementwise(p, s);
 }
 

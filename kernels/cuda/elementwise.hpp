@@ -14,9 +14,17 @@ enum class Compute : uint8_t { f32, i32, i64 };
 
 // How an input reaches the kernel.
 enum class EwKind : uint8_t {
-  dense,      // contiguous over the output (fast path) or strided (general path)
-  broadcast,  // one element, read once per thread (fast path only)
+  dense,      // read through its strides (16-byte vectors on the vector paths)
+  broadcast,  // vector paths: one element per vector, splat (a stride-0 innermost dim)
   immediate,  // the scalar operand of add(x, 2.0): EwPlan::imm
+};
+
+// Which kernel runs the plan.
+enum class EwPath : uint8_t {
+  vec,          // rank <= 1 after coalescing: 16-byte vectors over a flat range, 64-bit index
+  vec_strided,  // innermost dim contiguous (or broadcast) for every operand: 16-byte vectors
+                // along it, 32-bit offsets for the outer dims (bias adds, masks, row views)
+  strided,      // anything else: element by element, 32- or 64-bit offsets
 };
 
 struct EwPlan {
@@ -33,7 +41,7 @@ struct EwPlan {
   Compute compute = Compute::f32;
   // layout: operand 0 = output (dense), operands 1..arity = inputs (immediates get stride 0).
   StridedLayout layout;
-  bool vec = false;    // contiguous vectorised fast path
+  EwPath path = EwPath::strided;
   bool idx32 = true;   // 32-bit index math (strided path)
 };
 

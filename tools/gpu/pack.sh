@@ -3,8 +3,9 @@
 # carried to a GPU machine and run there with tools/gpu/run.sh.
 #   * meson setup -Dcuda=enabled -Dgpu_archs=90, release (sm_90 code + PTX: the H200)
 #   * copies the system's libtbb.so.12 into .gpu/build/lib/ (the GPU machine has no TBB)
-#   * keeps .gpu/ under 64 MiB: no static CUDA libraries are copied; if the build outgrows the
-#     limit, object files are dropped (the next pack then rebuilds from scratch).
+#   * keeps .gpu/build under 64 MiB (what a GPU run can carry): no static CUDA libraries are
+#     copied; if the build outgrows LIMIT_MB, object files are dropped (the next pack then
+#     rebuilds from scratch). Carry `.gpu/build` to the GPU machine.
 # Usage: tools/gpu/pack.sh [extra meson options...]   (JOBS=N sets ninja's parallelism)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,17 +34,17 @@ if [ -z "$tbb" ]; then
 fi
 cp -L "$tbb" "$BUILD/lib/libtbb.so.12"
 
-size_mb() { du -sm .gpu | cut -f1; }
+size_mb() { du -sm "$BUILD" | cut -f1; }
 if [ "$(size_mb)" -gt "$LIMIT_MB" ]; then
-  echo "pack.sh: .gpu is $(size_mb) MiB (> $LIMIT_MB); dropping object files" >&2
+  echo "pack.sh: $BUILD is $(size_mb) MiB (> $LIMIT_MB); dropping object files" >&2
   find "$BUILD" -name '*.o' -delete
 fi
 if [ "$(size_mb)" -gt "$LIMIT_MB" ]; then
-  echo "pack.sh: .gpu is still $(size_mb) MiB (> $LIMIT_MB MiB); largest files:" >&2
-  find .gpu -type f -printf '%s %p\n' | sort -rn | head -10 >&2
+  echo "pack.sh: $BUILD is still $(size_mb) MiB (> $LIMIT_MB MiB); largest files:" >&2
+  find "$BUILD" -type f -printf '%s %p\n' | sort -rn | head -10 >&2
   exit 1
 fi
 if [ "$build_ok" = 0 ]; then
   echo "pack.sh: WARNING: some targets failed to build (see above); packing what did build" >&2
 fi
-echo "pack.sh: .gpu/build ready ($(size_mb) MiB): $(find "$BUILD/tests" -maxdepth 1 -type f -name 'test_*' | wc -l) test binaries"
+echo "pack.sh: $BUILD ready ($(size_mb) MiB): $(find "$BUILD/tests" -maxdepth 1 -type f -name 'test_*' | wc -l) test binaries"
