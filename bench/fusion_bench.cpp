@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/kernel_compiler.hpp"
 #include "livefuse/livefuse.hpp"
 #include "planner/planner.hpp"
@@ -251,10 +252,23 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
       b.output(b.add(OpId::layer_norm, {xi, w, bb}, a));
     }
     GpuPlan g = gpu_plan(b.build(), xs);
-    const double us = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
-    const double gbs = 2.0 * rows * c.cols * dtype_size(c.dt) / us / 1e3;
-    Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), us, {}};
-    r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}};
+    // Columns per thread decides threads per row (one warp for short rows); keep the best.
+    double best = 1e30;
+    int best_items = 0;
+    for (int items : {4, 8, 16, 32}) {
+      jit::set_row_items_per_thread(items);
+      const double us = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
+      std::printf("  %s %s %lldx%lld items/thread %d: %.1f us\n", c.name, std::string(dtype_name(c.dt)).c_str(),
+                  static_cast<long long>(rows), static_cast<long long>(c.cols), items, us);
+      if (us < best) {
+        best = us;
+        best_items = items;
+      }
+    }
+    jit::set_row_items_per_thread(16);
+    const double gbs = 2.0 * rows * c.cols * dtype_size(c.dt) / best / 1e3;
+    Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), best, {}};
+    r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}, {"items_per_thread", static_cast<double>(best_items)}};
     print_record(r);
     out.push_back(r);
   }

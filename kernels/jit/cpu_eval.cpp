@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 
 // clang-format off
@@ -269,6 +270,20 @@ void eval_typed(const Instr& in, const TileVal* args, int64_t n, void* dst, Scra
 }
 
 }  // namespace
+
+int64_t* thread_buffer(int which, size_t elems) {
+  struct Buf {
+    std::unique_ptr<int64_t[]> p;
+    size_t n = 0;
+  };
+  thread_local Buf bufs[4];
+  Buf& b = bufs[which];
+  if (b.n < elems) {
+    b.p.reset(new int64_t[elems]);
+    b.n = elems;
+  }
+  return b.p.get();
+}
 
 void load_tile(const IoGeometry& io, DType dt, const Shape& shape, int64_t lo, int64_t n, void* dst) {
   visit_storage(dt, [&](auto st) {

@@ -28,11 +28,16 @@ struct TileVal {
   bool uniform = false;
 };
 
-// Scratch for operand conversions of one instruction (3 operands + result), kTile each.
+// Per-thread scratch memory (slot `which`), grown on demand and never cleared: allocating and
+// zeroing buffers per task costs more than the small tiles they hold.
+int64_t* thread_buffer(int which, size_t elems);
+
+// Scratch for operand conversions of one instruction (3 operands + result), `tile` each.
 struct Scratch {
-  explicit Scratch(int64_t tile) : buf(static_cast<size_t>(tile) * 8 * 4) {}
-  void* slot(int k) { return buf.data() + static_cast<size_t>(k) * buf.size() / 4; }
-  std::vector<int64_t> buf;
+  explicit Scratch(int64_t tile) : base(thread_buffer(0, static_cast<size_t>(tile) * 4)), tile_(tile) {}
+  void* slot(int k) { return base + static_cast<size_t>(k) * static_cast<size_t>(tile_); }
+  int64_t* base;
+  int64_t tile_;
 };
 
 // n elements of io at linear positions [lo, lo+n) of the coalesced shape.

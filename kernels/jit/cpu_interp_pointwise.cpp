@@ -68,9 +68,9 @@ void run_pointwise_part(const KernelPart& part, const PartGeometry& g) {
   }
   auto body = [&](int64_t t0, int64_t t1) {
     Scratch sc(kTile);
-    std::vector<int64_t> mem(static_cast<size_t>(std::max(sp.nslots, 1)) * kTile);
+    int64_t* mem = thread_buffer(1, static_cast<size_t>(std::max(sp.nslots, 1)) * kTile);
     std::vector<TileVal> vals(n);
-    auto slot_ptr = [&](int i) { return static_cast<void*>(mem.data() + static_cast<size_t>(sp.slot[i]) * kTile); };
+    auto slot_ptr = [&](int i) { return static_cast<void*>(mem + static_cast<size_t>(sp.slot[i]) * kTile); };
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t lo = t * kTile, len = std::min(kTile, g.numel - lo);
       for (int i = 0; i < n; ++i) {
@@ -108,7 +108,7 @@ void run_pointwise_part(const KernelPart& part, const PartGeometry& g) {
     body(0, ntiles);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, ntiles, 2),
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, ntiles, 4),
                     [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
 }
 

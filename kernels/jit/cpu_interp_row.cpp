@@ -36,12 +36,12 @@ void run_row_part(const KernelPart& part, const PartGeometry& g) {
 
   auto body = [&](int64_t r0, int64_t r1) {
     Scratch sc(tile);
-    std::vector<int64_t> mem(static_cast<size_t>(n) * tile);
+    int64_t* mem = thread_buffer(1, static_cast<size_t>(n) * tile);
     std::vector<int64_t> rowval(n);
     std::vector<double> acc(n);
     std::vector<float> mx(n);
     std::vector<std::byte*> in_base(part.inputs.size()), out_base(part.outputs.size());
-    auto buf = [&](int i) { return static_cast<void*>(mem.data() + static_cast<size_t>(i) * tile); };
+    auto buf = [&](int i) { return static_cast<void*>(mem + static_cast<size_t>(i) * tile); };
     auto val = [&](int i) -> TileVal {
       const Instr& x = part.instrs[i];
       if (x.space == Space::Full) return TileVal{buf(i), nat_of(x.dtype), false};

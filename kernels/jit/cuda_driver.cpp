@@ -107,7 +107,7 @@ std::shared_ptr<LoadedModule> load_module(const std::string& cubin, const std::v
 }
 
 bool set_dynamic_smem(LoadedFunction& f, int bytes, std::string* error) {
-  if (bytes <= 48 * 1024 || bytes <= f.smem_optin_set) return true;
+  if (bytes <= 32 * 1024 || bytes <= f.smem_optin_set) return true;
   const CUresult r = api().set_attribute(static_cast<CUfunction>(f.fn),
                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
   if (r != CUDA_SUCCESS) {

@@ -1,6 +1,7 @@
 #include "kernels/jit/cuda_launch.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -14,11 +15,14 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-// Row launch shape: threads per row (power of two, 32..kRowMaxThreads, ~4 columns each) and
-// rows per block.
+std::atomic<int> g_row_items{16};
+
+// Row launch shape: threads per row (a power of two, 32..kRowMaxThreads, about `items` columns
+// each: short rows get one warp and no __syncthreads at all) and rows per block.
 void row_shape(int64_t cols, unsigned& tpr, unsigned& rpb) {
+  const int64_t items = g_row_items.load(std::memory_order_relaxed);
   int64_t t = 32;
-  while (t < kRowMaxThreads && t * 4 < cols) t *= 2;
+  while (t < kRowMaxThreads && t * items < cols) t *= 2;
   tpr = static_cast<unsigned>(t);
   rpb = std::max<unsigned>(1, 256 / tpr);
 }
@@ -54,6 +58,8 @@ bool pick(const CompiledKernel& k, std::initializer_list<std::pair<Variant, bool
 }
 }  // namespace
 
+void set_row_items_per_thread(int items) { g_row_items.store(std::max(1, items)); }
+
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
                            int smem_optin, std::string* error) {
   LaunchChoice c;
@@ -86,17 +92,15 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
   const PartGeometry& g = geos[0];
   row_shape(g.cols, c.block_x, c.block_y);
   const int ncache = k.rendered.ncache;
-  int64_t smem = static_cast<int64_t>(c.block_y) * ncache * g.cols * 4;
-  if (smem > smem_optin) smem = static_cast<int64_t>(ncache) * g.cols * 4;
-  const bool cache_ok = ncache > 0 && smem <= smem_optin;
+  const int64_t per_row = static_cast<int64_t>(ncache) * g.cols * 4;
+  while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
+  const bool cache_ok = ncache > 0 && per_row <= smem_optin;
   if (!pick(k, {{Variant::CacheI32, cache_ok && i32}, {Variant::RecomputeI32, i32}, {Variant::CacheI64, cache_ok},
                 {Variant::RecomputeI64, true}},
             c, spec.name, error))
     return c;
-  if (c.variant == Variant::CacheI32 || c.variant == Variant::CacheI64) {
-    if (static_cast<int64_t>(c.block_y) * ncache * g.cols * 4 > smem_optin) c.block_y = 1;
-    c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * ncache * g.cols * 4);
-  }
+  if (c.variant == Variant::CacheI32 || c.variant == Variant::CacheI64)
+    c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
   c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
   return c;
 }
@@ -109,7 +113,8 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   if (!mod) return err;
   std::vector<PartGeometry> geos;
   for (size_t p = 0; p < parts.size(); ++p) geos.push_back(make_geometry(spec.parts[p], spec.kind, parts[p]));
-  static const int optin = current_device_smem_optin();
+  // Leave room for the kernel's static shared memory (the reduction scratch).
+  static const int optin = current_device_smem_optin() - 1024;
   const LaunchChoice c = choose_launch(spec, k, geos, optin, &err);
   if (missing) *missing = c.missing;
   if (!err.empty()) return err;
@@ -147,7 +152,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   const int vi = variant_index(k, c.variant);
   LF_ASSERT(vi >= 0, "variant not rendered");
   LoadedFunction& f = mod->functions[vi];
-  if (c.smem > 48 * 1024 && !set_dynamic_smem(f, static_cast<int>(c.smem), &err)) return err;
+  if (c.smem > 32 * 1024 && !set_dynamic_smem(f, static_cast<int>(c.smem), &err)) return err;
   void* params[] = {w.data()};
   if (!launch_function(f, c.grid, c.block_x, c.block_y, c.smem, stream, params, &err)) return err;
   return "";

@@ -69,7 +69,7 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
       const bool sum = part.instrs[i].kind == InstrKind::ReduceSum;
       os << "  float lf_acc" << i << " = " << (sum ? "0.0f" : "__int_as_float(0xff800000)") << ";\n";
     }
-    os << "  for (I lf_c = lf_tid; lf_valid && lf_c < lf_cols; lf_c += lf_tpr) {\n";
+    os << "#pragma unroll 4\n  for (I lf_c = lf_tid; lf_valid && lf_c < lf_cols; lf_c += lf_tpr) {\n";
     for (int i : s.loop_cache_read[sec])
       os << "    const float v" << i << " = lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c];\n";
     for (int i : s.loop_eval[sec]) {

@@ -1,6 +1,7 @@
 #include "kernels/jit/row_schedule.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "livefuse/error.hpp"
 
@@ -53,12 +54,44 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     }
   }
 
+  // Keep the cache small (it bounds rows per block and occupancy): a value that later loops can
+  // recompute from cached values with arithmetic alone -- no loads -- is recomputed instead.
+  // (LN: cache x + r, recompute x + r - mean; softmax: cache the scaled, masked logits and
+  // recompute exp(z - max).) The CPU interpreter (CacheAll) keeps everything it has anyway.
+  std::vector<bool> in_cache(n, false);
+  if (mode == RowCacheMode::CacheFloat) {
+    for (int i = 0; i < n; ++i) in_cache[i] = used_later[i] && cacheable(i);
+    std::vector<int8_t> avail(n, -1);  // memo: can i be rebuilt from cached values and row values?
+    std::function<bool(int)> rebuildable = [&](int x) -> bool {
+      const Instr& in = part.instrs[x];
+      if (in.space != Space::Full) return true;
+      if (in_cache[x]) return true;
+      if (avail[x] >= 0) return avail[x];
+      bool ok = in.kind == InstrKind::Op || in.kind == InstrKind::Custom;
+      for (int a = 0; ok && a < in.nargs; ++a) ok = rebuildable(in.arg[a]);
+      avail[x] = ok;
+      return ok;
+    };
+    for (int i = 0; i < n; ++i) {
+      const Instr& in = part.instrs[i];
+      if (!in_cache[i] || in.kind == InstrKind::Load) continue;
+      bool ok = in.kind == InstrKind::Op || in.kind == InstrKind::Custom;
+      for (int a = 0; ok && a < in.nargs; ++a) ok = rebuildable(in.arg[a]);
+      if (ok) {
+        in_cache[i] = false;
+        std::fill(avail.begin(), avail.end(), -1);
+      }
+    }
+  } else if (mode == RowCacheMode::CacheAll) {
+    for (int i = 0; i < n; ++i) in_cache[i] = used_later[i];
+  }
+
   for (int p = 0; p < s.nloops; ++p) {
     std::vector<bool> eval(n, false), read(n, false);
     std::vector<int> stack;
     auto need = [&](int x) {
       if (part.instrs[x].space != Space::Full || eval[x] || read[x]) return;
-      if (s.phase[x] < p && cacheable(x) && used_later[x]) {
+      if (s.phase[x] < p && in_cache[x]) {
         read[x] = true;
         return;
       }
@@ -73,8 +106,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
       } else if (in.kind == InstrKind::Store && in.space == Space::Full && s.phase[i] == p) {
         s.loop_store[p].push_back(i);
         need(in.arg[0]);
-      } else if (in.space == Space::Full && in.has_value() && s.phase[i] == p && used_later[i] &&
-                 cacheable(i)) {
+      } else if (in.space == Space::Full && in.has_value() && s.phase[i] == p && in_cache[i]) {
         need(i);
       }
     }
@@ -87,7 +119,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     for (int i = 0; i < n; ++i) {
       if (eval[i]) {
         s.loop_eval[p].push_back(i);
-        if (s.phase[i] == p && used_later[i] && cacheable(i)) {
+        if (s.phase[i] == p && in_cache[i]) {
           s.cache_slot[i] = s.ncache++;
           s.loop_cache_write[p].push_back(i);
         }

@@ -126,7 +126,9 @@ TEST_CASE("nvrtc: every strategy and dtype compiles for sm_80 and sm_90" * docte
           REQUIRE(r.ok());
           CHECK(!r.kernel->cubin.empty());
           CHECK(r.kernel->stats.size() == r.kernel->rendered.variants.size());
-          for (const auto& st : r.kernel->stats) CHECK(st.registers > 0);
+          // ptxas' report (-v) gives registers and spills, when this NVRTC prints one.
+          if (r.log.find("Used") != std::string::npos)
+            for (const auto& st : r.kernel->stats) CHECK(st.registers > 0);
         }
       }
     }
