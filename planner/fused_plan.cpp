@@ -62,23 +62,56 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   return run_cuda(values, w);
 }
 
+int FusedPlan::bind_outputs(std::vector<Tensor>& values, uint64_t shape_key, void* stream) {
+  int chosen = -1;
+  for (size_t s = 0; s < sets_.size() && chosen < 0; ++s) {
+    if (sets_[s].shape_key != shape_key) continue;
+    bool free = true;
+    for (const auto& b : sets_[s].bufs) free &= !b || b.use_count() == 1;
+    if (free) chosen = static_cast<int>(s);
+  }
+  if (chosen < 0) {
+    if (sets_.size() >= kMaxSets) return -1;  // every set still held: the caller allocates
+    BindingSet set;
+    set.shape_key = shape_key;
+    set.bufs.resize(values.size());
+    for (size_t v = 0; v < values.size(); ++v) {
+      const TensorImpl& t = *values[v].impl();
+      if (planned_.values[v] == ValueKind::Materialized && !t.storage)
+        set.bufs[v] = allocate_storage(t.device, t.nbytes(), stream);
+    }
+    sets_.push_back(std::move(set));
+    chosen = static_cast<int>(sets_.size() - 1);
+  }
+  for (size_t v = 0; v < values.size(); ++v)
+    if (sets_[chosen].bufs[v]) values[v].impl()->storage = sets_[chosen].bufs[v];
+  return chosen;
+}
+
 bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
 #if LIVEFUSE_HAS_CUDA
   const Stream stream = stream_by_id(w.stream_id);
   auto st = static_cast<cudaStream_t>(stream.handle());
+  uint64_t shape_key = 0x3b;
+  for (const Tensor& t : values)
+    for (int d = 0; d < t.impl()->shape.rank; ++d) shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
   // Every written value gets its storage before any capture: an allocation inside a capture
   // would become graph-owned memory.
-  for (size_t v = 0; v < values.size(); ++v) {
-    TensorImpl& t = *values[v].impl();
-    if (planned_.values[v] == ValueKind::Materialized && !t.storage)
-      t.storage = allocate_storage(t.device, t.nbytes(), st);
+  const int set = bind_outputs(values, shape_key, st);
+  if (set < 0) {
+    ++unbound_runs_;
+    for (size_t v = 0; v < values.size(); ++v) {
+      TensorImpl& t = *values[v].impl();
+      if (planned_.values[v] == ValueKind::Materialized && !t.storage)
+        t.storage = allocate_storage(t.device, t.nbytes(), st);
+    }
   }
   if (!use_graphs_) {
     run_plan(planned_, values, st);
     return true;
   }
   // A graph bakes in every pointer and shape it was captured with: that is its key.
-  uint64_t key = 0x1f;
+  uint64_t key = mix(shape_key, static_cast<uint64_t>(set + 1));
   for (const Tensor& t : values) {
     const TensorImpl& i = *t.impl();
     key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
@@ -99,6 +132,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     }
   } else {
     ++graph_misses_;
+    last_run_cold = true;
   }
   exec.launch(st);
   if (runs_ == kGraphProbation && graph_hits_ * 2 < runs_) use_graphs_ = false;

@@ -29,10 +29,21 @@ class FusedPlan final : public Plan {
 
  private:
   bool run_cuda(std::vector<Tensor>& values, const Window& w);
+  // Plan-owned buffers for every value the plan writes, for one tuple of shapes. The user's
+  // tensors share them (zero copy); a set is reused only once every tensor sharing it is gone
+  // (no overwritten outputs), so in a loop the same few sets rotate and the graphs captured
+  // with their addresses replay instead of being captured again.
+  struct BindingSet {
+    uint64_t shape_key = 0;
+    std::vector<std::shared_ptr<Storage>> bufs;  // per value id; null where not written
+  };
+  int bind_outputs(std::vector<Tensor>& values, uint64_t shape_key, void* stream);
   PlannedSegment planned_;
+  std::vector<BindingSet> sets_;
+  static constexpr size_t kMaxSets = 12;
   std::vector<bool> written_;  // per value id
   bool use_graphs_ = true;
-  uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0;
+  uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;
   std::mutex run_mu_;  // a plan may be completed by two threads at once
 #if LIVEFUSE_HAS_CUDA
   std::unique_ptr<graphs::GraphCache> graphs_;

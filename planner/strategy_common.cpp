@@ -46,10 +46,32 @@ uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, cons
   }
   const Shape& f = seg.shape(seg.value_ref(parts[0].shape_value));
   const int64_t cols = f.rank ? f.v[f.rank - 1] : 1;
-  const int ncache = jit::schedule_row(spec.parts[0], jit::RowCacheMode::CacheFloat).ncache;
+  const jit::KernelPart& part = spec.parts[0];
+  const int ncache = jit::schedule_row(part, jit::RowCacheMode::CacheFloat).ncache;
   const bool cache = ncache > 0 && static_cast<int64_t>(ncache) * cols * 4 <= 48 * 1024;
-  if (cache) return jit::variant_bit(big ? Variant::CacheI64 : Variant::CacheI32);
-  return jit::variant_bit(big ? Variant::RecomputeI64 : Variant::RecomputeI32);
+  // 16-byte column packs when every per-element operand walks its last dim with stride 1.
+  size_t min_size = 16;
+  for (const auto* ios : {&part.inputs, &part.outputs})
+    for (const jit::IoDesc& d : *ios)
+      if (d.space == jit::Space::Full) min_size = std::min(min_size, dtype_size(d.dtype));
+  const int64_t rv = std::clamp<int64_t>(16 / static_cast<int64_t>(min_size), 1, 8);
+  bool vec = rv > 1 && cols % rv == 0;
+  for (size_t k = 0; k < part.inputs.size(); ++k) {
+    if (part.inputs[k].space != jit::Space::Full) continue;
+    const int v = parts[0].inputs[k];
+    const ValueRef r = seg.value_ref(v);
+    const Shape& s = seg.shape(r);
+    bool unit = s.rank > 0 && s.v[s.rank - 1] == cols && (g.value_kind.empty() || g.value_kind[v] != ValueKind::View);
+    if (r.is_external()) {
+      const ExternalInfo& e = seg.externals[r.external];
+      unit = unit && (e.strides.rank != e.shape.rank || e.strides.v[e.shape.rank - 1] == 1);
+    }
+    vec = vec && unit;
+  }
+  Variant v;
+  if (vec) v = cache ? (big ? Variant::VecCacheI64 : Variant::VecCacheI32) : (big ? Variant::VecRecomputeI64 : Variant::VecRecomputeI32);
+  else v = cache ? (big ? Variant::CacheI64 : Variant::CacheI32) : (big ? Variant::RecomputeI64 : Variant::RecomputeI32);
+  return jit::variant_bit(v);
 }
 
 int Step::launches() const {

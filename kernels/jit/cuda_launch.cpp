@@ -95,12 +95,23 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
   const int64_t per_row = static_cast<int64_t>(ncache) * g.cols * 4;
   while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
   const bool cache_ok = ncache > 0 && per_row <= smem_optin;
-  if (!pick(k, {{Variant::CacheI32, cache_ok && i32}, {Variant::RecomputeI32, i32}, {Variant::CacheI64, cache_ok},
-                {Variant::RecomputeI64, true}},
+  // 16-byte column packs: unit column strides, packs that never straddle a row, aligned rows.
+  const int rv = k.rendered.row_vec;
+  bool vec_ok = rv > 1 && g.cols % rv == 0;
+  auto check_io = [&](const IoGeometry& io, const IoDesc& d) {
+    if (d.space != Space::Full) return;
+    vec_ok = vec_ok && io.col_stride == 1 && aligned(io.data, std::min<size_t>(16, rv * dtype_size(d.dtype)));
+    for (int j = 0; j < io.strides.rank; ++j) vec_ok = vec_ok && io.strides.v[j] % rv == 0;
+  };
+  for (size_t j = 0; j < g.inputs.size(); ++j) check_io(g.inputs[j], spec.parts[0].inputs[j]);
+  for (size_t j = 0; j < g.outputs.size(); ++j) check_io(g.outputs[j], spec.parts[0].outputs[j]);
+  if (!pick(k, {{Variant::VecCacheI32, vec_ok && cache_ok && i32}, {Variant::CacheI32, cache_ok && i32},
+                {Variant::VecRecomputeI32, vec_ok && i32}, {Variant::RecomputeI32, i32},
+                {Variant::VecCacheI64, vec_ok && cache_ok}, {Variant::CacheI64, cache_ok},
+                {Variant::VecRecomputeI64, vec_ok}, {Variant::RecomputeI64, true}},
             c, spec.name, error))
     return c;
-  if (c.variant == Variant::CacheI32 || c.variant == Variant::CacheI64)
-    c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
+  if (is_cache_row(c.variant)) c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
   c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
   return c;
 }

@@ -36,7 +36,19 @@ struct ArgLayout {
 ArgLayout arg_layout(const KernelSpec& spec);
 inline constexpr int kMaxArgWords = 500;  // 4000 bytes: under the classic 4 KiB parameter limit
 
-enum class Variant : uint8_t { VecI32, VecI64, StridedI32, StridedI64, CacheI32, CacheI64, RecomputeI32, RecomputeI64 };
+enum class Variant : uint8_t {
+  VecI32, VecI64, StridedI32, StridedI64,               // pointwise
+  CacheI32, CacheI64, RecomputeI32, RecomputeI64,       // row, one column per step
+  VecCacheI32, VecCacheI64, VecRecomputeI32, VecRecomputeI64,  // row, 16-byte column packs
+};
+inline bool is_vec_row(Variant v) { return v >= Variant::VecCacheI32; }
+inline bool is_cache_row(Variant v) {
+  return v == Variant::CacheI32 || v == Variant::CacheI64 || v == Variant::VecCacheI32 || v == Variant::VecCacheI64;
+}
+inline bool is_i64(Variant v) {
+  return v == Variant::VecI64 || v == Variant::StridedI64 || v == Variant::CacheI64 || v == Variant::RecomputeI64 ||
+         v == Variant::VecCacheI64 || v == Variant::VecRecomputeI64;
+}
 std::string_view variant_suffix(Variant v);
 constexpr uint32_t variant_bit(Variant v) { return 1u << static_cast<unsigned>(v); }
 inline bool wants_variant(const KernelSpec& s, Variant v) { return s.variants == 0 || (s.variants & variant_bit(v)); }
@@ -46,6 +58,7 @@ struct RenderedKernel {
   std::string prefix;   // entry point names are prefix + "_" + variant_suffix
   int vec = 1;          // pointwise: elements per thread of the vec variants
   int ncache = 0;       // row: Full values cached per column (floats)
+  int row_vec = 1;      // row: columns per 16-byte pack in the vec variants
   ArgLayout layout;
   std::vector<Variant> variants;
 

@@ -19,6 +19,10 @@ std::string_view variant_suffix(Variant v) {
     case Variant::CacheI64: return "cache_i64";
     case Variant::RecomputeI32: return "recompute_i32";
     case Variant::RecomputeI64: return "recompute_i64";
+    case Variant::VecCacheI32: return "vcache_i32";
+    case Variant::VecCacheI64: return "vcache_i64";
+    case Variant::VecRecomputeI32: return "vrecompute_i32";
+    case Variant::VecRecomputeI64: return "vrecompute_i64";
   }
   return "?";
 }
@@ -181,6 +185,33 @@ std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
   if (mentions(expr, "s1")) os << "const " << ct << " s1 = " << literal(in.s[1], custom ? DType::f32 : in.compute) << "; ";
   os << v << " = " << naturalize(in.dtype, "(" + ct + ")(" + expr + ")") << "; }";
   return os.str();
+}
+
+std::string storage_type(DType d) {
+  switch (d) {
+    case DType::f16:
+    case DType::bf16: return "lf_u16";
+    case DType::i32: return "int";
+    case DType::i64: return "lf_i64";
+    case DType::boolean: return "unsigned char";
+    default: return "float";
+  }
+}
+std::string from_storage(DType d, const std::string& x) {
+  switch (d) {
+    case DType::f16: return "lf_h2f(" + x + ")";
+    case DType::bf16: return "lf_bf2f(" + x + ")";
+    case DType::boolean: return "(" + x + " != 0 ? 1 : 0)";
+    default: return x;
+  }
+}
+std::string to_storage(DType d, const std::string& x) {
+  switch (d) {
+    case DType::f16: return "lf_f2h(" + x + ")";
+    case DType::bf16: return "lf_f2bf(" + x + ")";
+    case DType::boolean: return "(unsigned char)(" + x + " != 0)";
+    default: return x;
+  }
 }
 
 std::string decompose(const std::string& index, int rank_word, int shape_word,

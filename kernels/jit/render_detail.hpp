@@ -15,6 +15,10 @@ std::string store_stmt(DType d, int word, const std::string& off, const std::str
 std::string literal(double v, DType c);
 // "const T vI = ...;" for Op, Custom, Const and ColCount instructions; operands are vK.
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr);
+// Storage element type and conversions for packed (16-byte) accesses.
+std::string storage_type(DType d);
+std::string from_storage(DType d, const std::string& x);
+std::string to_storage(DType d, const std::string& x);
 // The helpers every generated module starts with (embedded sources + reductions, packs).
 std::string preamble();
 // Offsets of every io from a linear index (unrolled over the runtime rank, outermost dim

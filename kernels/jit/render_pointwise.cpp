@@ -10,33 +10,6 @@ namespace livefuse::jit {
 namespace {
 using namespace render_detail;
 
-std::string storage_type(DType d) {
-  switch (d) {
-    case DType::f16:
-    case DType::bf16: return "lf_u16";
-    case DType::i32: return "int";
-    case DType::i64: return "lf_i64";
-    case DType::boolean: return "unsigned char";
-    default: return "float";
-  }
-}
-std::string from_storage(DType d, const std::string& x) {
-  switch (d) {
-    case DType::f16: return "lf_h2f(" + x + ")";
-    case DType::bf16: return "lf_bf2f(" + x + ")";
-    case DType::boolean: return "(" + x + " != 0 ? 1 : 0)";
-    default: return x;
-  }
-}
-std::string to_storage(DType d, const std::string& x) {
-  switch (d) {
-    case DType::f16: return "lf_f2h(" + x + ")";
-    case DType::bf16: return "lf_f2bf(" + x + ")";
-    case DType::boolean: return "(unsigned char)(" + x + " != 0)";
-    default: return x;
-  }
-}
-
 // The op statements of a part, given how loads read and stores write.
 template <class LoadFn, class StoreFn>
 void body(std::ostringstream& os, const KernelPart& part, LoadFn load, StoreFn store, const char* indent) {

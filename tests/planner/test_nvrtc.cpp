@@ -241,7 +241,7 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   sm.push_int(0);
   rb.output(rb.add(OpId::softmax, {rb.input({4, 1000})}, sm));
   const auto rspec = specs_of(plan_segment(rb.build())).at(0);
-  REQUIRE(rspec->variants == jit::variant_bit(jit::Variant::CacheI32));
+  REQUIRE(rspec->variants == jit::variant_bit(jit::Variant::VecCacheI32));
   const auto rk = kernel_for(*rspec);
   auto rgeo = [&](const Shape& x) {
     jit::PartBinding pb{x, {arg(x)}, {arg(x)}};
@@ -250,11 +250,14 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   err.clear();
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 1000}), 48 << 10, &err);
   CHECK(err.empty());
-  CHECK(c.variant == jit::Variant::CacheI32);
+  CHECK(c.variant == jit::Variant::VecCacheI32);
   CHECK(c.smem == c.block_y * rk->rendered.ncache * 1000 * 4);
   CHECK(c.block_x * c.block_y <= jit::kRowMaxThreads);
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 100000}), 48 << 10, &err);  // rows too long to cache
-  CHECK(c.missing == jit::Variant::RecomputeI32);
+  CHECK(c.missing == jit::Variant::VecRecomputeI32);
+  err.clear();
+  c = jit::choose_launch(*rspec, *rk, rgeo({4, 999}), 48 << 10, &err);  // odd rows: no 16-byte packs
+  CHECK(c.missing == jit::Variant::CacheI32);
 }
 
 TEST_CASE("nvrtc: ptxas report parsing (registers, spills)") {
