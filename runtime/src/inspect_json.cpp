@@ -37,6 +37,8 @@ Json plan_json(const PlanInfo& p) {
                        {"source", k.source}, {"log", k.log}});
   Json graphs = Json::array();
   for (const GraphInfo& g : d.graphs) graphs.push_back({{"shape", g.shape}, {"replays", g.replays}, {"nodes", g.nodes}});
+  Json plan_decisions = Json::array();
+  for (const auto& [what, why] : d.decisions) plan_decisions.push_back({{"what", what}, {"reason", why}});
   Json notes = Json::object();
   for (const auto& [k, v] : d.notes) notes[k] = v;
   return {{"id", p.id},
@@ -64,6 +66,7 @@ Json plan_json(const PlanInfo& p) {
           {"groups", groups},
           {"kernels", kernels},
           {"graphs", graphs},
+          {"plan_decisions", plan_decisions},
           {"notes", notes}};
 }
 
@@ -193,6 +196,14 @@ PlanInfo plan_from(const Json& j, const std::string& w) {
     read(graphs[k], "replays", g.replays, gw);
     read(graphs[k], "nodes", g.nodes, gw);
     d.graphs.push_back(std::move(g));
+  }
+  const Json& pd = array_at(j, "plan_decisions", w, false);
+  for (size_t k = 0; k < pd.size(); ++k) {
+    const std::string dw = w + "plan_decisions[" + std::to_string(k) + "].";
+    std::pair<std::string, std::string> e;
+    read(pd[k], "what", e.first, dw, true);
+    read(pd[k], "reason", e.second, dw);
+    d.decisions.push_back(std::move(e));
   }
   for (const auto& [k, v] : object_at(j, "notes", w, false).items()) {
     if (!v.is_string()) bad(w + "notes." + k, "should be a string");

@@ -74,6 +74,9 @@ struct PlanDetails {
   std::vector<KernelInfo> kernels;
   std::vector<GraphInfo> graphs;  // graphs per shape
   std::optional<double> compile_ms;  // whole plan, wall time
+  // The planner's choices for this plan and why ("fuse #2..#5 into one pointwise kernel",
+  // "saves 3 launches"), in the order made.
+  std::vector<std::pair<std::string, std::string>> decisions;
   std::vector<std::pair<std::string, std::string>> notes;  // anything else worth showing
   bool operator==(const PlanDetails&) const = default;
 };
