@@ -1,0 +1,135 @@
+// The CLI against programs running in the background, reading the report they rewrite.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli_util.hpp"
+#include "livefuse/inspect.hpp"
+
+namespace lf = livefuse;
+namespace fs = std::filesystem;
+using lftest::cli_path;
+using lftest::run;
+
+namespace {
+
+// Polls the CLI's --json view until `pred` holds (at most `timeout_s`).
+template <class Pred>
+std::optional<lf::Snapshot> poll(const fs::path& report, int timeout_s, Pred pred) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (fs::exists(report)) {
+      const auto r = run(cli_path(), {"--json", report.string()});
+      // The file exists, so every read must succeed: replacement is atomic.
+      REQUIRE_MESSAGE(r.rc == 0, r.err);
+      lf::Snapshot s = lf::snapshot_from_json(r.out);
+      if (pred(s)) return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::nullopt;
+}
+
+void check_states_valid(const lf::Snapshot& s) {
+  for (const auto& p : s.plans) CHECK_MESSAGE(lf::is_valid_plan_state(p.state), "plan ", p.id, " state ", p.state);
+}
+
+}  // namespace
+
+// Asserts: the report is rewritten while the program runs (uptime grows), every read of it
+// parses, --watch and the table work on it, the plan the driver installs leaves "sampling"
+// on live traffic (the real matcher samples it against eager and decides), and at exit the
+// report is final and the trace holds the driver's iterations, plan replays and report writes.
+TEST_CASE("live: the CLI follows a running program's report until its final one") {
+  const fs::path dir = lftest::scratch_dir("live");
+  const fs::path report = dir / "live.json", trace = dir / "trace.json";
+  const pid_t pid = lftest::spawn(lftest::env_path("LF_INSPECT_DRIVER").string(), {"3"},
+                                  {"LIVEFUSE=on", "LIVEFUSE_REPORT=" + report.string(), "LIVEFUSE_REPORT_MS=50",
+                                   "LIVEFUSE_TRACE=" + trace.string()},
+                                  dir / "driver.txt");
+  auto first = poll(report, 20, [](const lf::Snapshot& s) { return !s.final; });
+  REQUIRE_MESSAGE(first, "the driver wrote no live report; its output:\n", lftest::read_file(dir / "driver.txt"));
+  check_states_valid(*first);
+  auto later = poll(report, 20, [&](const lf::Snapshot& s) {
+    return s.uptime_ms > first->uptime_ms && s.counter("driver", "iterations").value_or(0) > 0;
+  });
+  REQUIRE(later);
+  CHECK(later->pid == first->pid);
+
+  const auto w = run(cli_path(), {"--watch", "--count", "3", "--interval", "60", report.string()});
+  CHECK(w.rc == 0);
+  CHECK(lftest::count(w.out, "\nPLANS\n") == 3);
+  CHECK(w.out.find("mul+tanh+add") != std::string::npos);
+
+  CHECK(lftest::wait_exit(pid, 60) == 0);
+  const auto fin = run(cli_path(), {"--json", report.string()});
+  REQUIRE(fin.rc == 0);
+  const lf::Snapshot s = lf::snapshot_from_json(fin.out);
+  CHECK(s.final);
+  check_states_valid(s);
+  const lf::PlanInfo* p = s.find_plan(1000000);  // the driver's plan
+  REQUIRE(p);
+  CHECK_MESSAGE((p->state == "active" || p->state == "rejected"), "state ", p->state, ": ", p->last_reason);
+  CHECK(p->last_reason.find("sampled") != std::string::npos);
+  CHECK(p->sampled_fused_us.size() >= 5);
+  // The matcher sets states itself (no record_transition yet), so history holds what the
+  // snapshots saw: at least the decided state, last.
+  REQUIRE(!p->history.empty());
+  CHECK(p->history.back().state == p->state);
+  CHECK(*s.counter("matcher", "completions") > 0);
+  if (p->state == "active") CHECK(p->hits > 5);
+
+  const auto view = run(cli_path(), {"--plan", "1000000", report.string()});
+  CHECK(view.rc == 0);
+  CHECK(view.out.find("HISTORY") != std::string::npos);
+  CHECK(view.out.find("test plan: runs its window eagerly") != std::string::npos);
+
+  std::ifstream f(trace);
+  REQUIRE_MESSAGE(f.good(), "no trace at ", trace.string());
+  const nlohmann::json t = nlohmann::json::parse(f);
+  std::map<std::string, int> n;
+  for (const auto& e : t["traceEvents"]) ++n[e["name"].get<std::string>()];
+  CHECK(n["iteration"] > 5);
+  CHECK(n["replay"] > 0);
+  CHECK(n["write_report"] >= 2);
+  CHECK(n["thread_name"] >= 2);  // driver-main, livefuse-report
+  fs::remove_all(dir);
+}
+
+// The demo as a user runs it (README). Asserts only what holds before the planner exists:
+// a live report appears while it runs (this needs the executor to call
+// start_background_services()), it parses, plan states are valid, and the last report is
+// final. It does not assert that a plan becomes active.
+TEST_CASE("demo: livefuse-demo with LIVEFUSE_REPORT writes a report the CLI reads") {
+  const fs::path dir = lftest::scratch_dir("demo");
+  const fs::path report = dir / "demo.json", trace = dir / "demo_trace.json";
+  const pid_t pid = lftest::spawn(lftest::env_path("LF_DEMO").string(),
+                                  {"--iters", "40", "--layers", "1", "--device", "cpu", "--quiet"},
+                                  {"LIVEFUSE_REPORT=" + report.string(), "LIVEFUSE_REPORT_MS=50",
+                                   "LIVEFUSE_TRACE=" + trace.string()},
+                                  dir / "demo.txt");
+  const int rc = lftest::wait_exit(pid, 300);
+  const std::string demo_out = lftest::read_file(dir / "demo.txt");
+  INFO("demo output:\n", demo_out);  // INFO captures by reference: keep the text alive
+  CHECK(rc == 0);
+  REQUIRE_MESSAGE(fs::exists(report),
+                  "livefuse-demo wrote no report: is start_background_services() called from Executor::submit?");
+  const auto r = run(cli_path(), {"--json", report.string()});
+  REQUIRE(r.rc == 0);
+  const lf::Snapshot s = lf::snapshot_from_json(r.out);
+  CHECK(s.final);
+  CHECK(s.program.find("livefuse-demo") == 0);
+  check_states_valid(s);
+  CHECK(s.counter("memory.cpu", "allocations").value_or(0) > 0);
+  const auto table = run(cli_path(), {report.string()});
+  CHECK(table.rc == 0);
+  CHECK(table.out.find("COUNTERS") != std::string::npos);
+  std::ifstream f(trace);
+  REQUIRE_MESSAGE(f.good(), "no trace at ", trace.string());
+  CHECK_NOTHROW((void)nlohmann::json::parse(f));
+  fs::remove_all(dir);
+}
