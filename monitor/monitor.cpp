@@ -260,7 +260,7 @@ uint64_t Monitor::dropped_total() const {
   return n;
 }
 
-bool Monitor::drain(std::chrono::milliseconds timeout) {
+bool Monitor::drain(std::chrono::milliseconds timeout, bool flush) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const uint64_t target = produced_total();
   while (consumed_.load(std::memory_order_acquire) < target) {
@@ -272,6 +272,7 @@ bool Monitor::drain(std::chrono::milliseconds timeout) {
     wake_cv_.notify_all();
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  if (!flush) return true;
   std::vector<Candidate> emitted;
   std::vector<std::pair<uint64_t, uint32_t>> cooled;
   {

@@ -46,9 +46,10 @@ class Monitor final : public TraceSink {
   void on_release(ValueId id) override;
   void on_sync(uint32_t stream_id) override;
 
-  // Waits until every event pushed before the call has been consumed, then assigns pending
-  // positions (end of input for now). False on timeout (e.g. paused, or not running).
-  bool drain(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // Waits until every event pushed before the call has been consumed; with `flush`, then
+  // assigns pending positions too (treats now as the end of the input: tests, inspection).
+  // False on timeout (e.g. paused, or not running).
+  bool drain(std::chrono::milliseconds timeout = std::chrono::seconds(30), bool flush = true);
   // Drains, then forgets everything detected and zeroes the counters; `o` applies from now
   // (queue_capacity: to threads whose first event comes after this).
   void reset(const MonitorOptions& o);

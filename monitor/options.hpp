@@ -11,7 +11,10 @@ struct MonitorOptions {
   // Longest sequence considered (LIVEFUSE_MAX_SEGMENT). Also the lookahead of the matcher.
   int max_segment = 64;
   // Events each producer thread may have in flight; beyond it events are dropped and counted.
-  uint32_t queue_capacity = 4096;
+  // 8192 events (about 3 MB per recording thread) cover ~4 ms of the fastest CPU op stream
+  // (tiny tensors, ~1 us per op, a call and a release each): the monitor thread may be
+  // descheduled that long on a busy machine.
+  uint32_t queue_capacity = 8192;
   // Positions of history per stream searched for earlier occurrences (power of two).
   uint32_t window = 4096;
   // Counts halve every 2^half_life_log2 ops of their stream ("time" is the stream's own work,

@@ -126,7 +126,7 @@ void StreamWindow::search(uint64_t i) {
   };
   if (cont && try_backward(cont - 1)) return;
   c = buckets1_[si.local & kBucketMask];
-  for (int n = 0; c != 0 && n < kMaxCandidates;) {
+  for (int n = 0; c != 0 && n < kMaxBackCandidates;) {
     const uint64_t j = c - 1;
     if (!in_window(j)) break;
     const Slot& sj = slot(j);

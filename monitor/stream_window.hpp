@@ -29,7 +29,8 @@
 namespace livefuse::monitor {
 
 inline constexpr int kMinMatch = 4;         // tokens of agreeing context for one program point
-inline constexpr int kMaxCandidates = 16;   // earlier positions examined per chain and search
+inline constexpr int kMaxCandidates = 16;     // earlier positions tried for a forward match
+inline constexpr int kMaxBackCandidates = 4;  // ... and for a backward one (rarely needed)
 // How far back "the same value was read" is seen: far enough for q/k/v projections reading one
 // normalised input, short enough that a weight shared by consecutive blocks is not seen (that
 // would make each block's tokens depend on the block before it).

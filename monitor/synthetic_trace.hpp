@@ -1,6 +1,7 @@
 #pragma once
 // EventSynth: builds TraceEvents the way the executor would report them, without running ops.
 // For the detector's tests and the monitor benchmark (which must measure detection alone).
+#include <initializer_list>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -74,5 +75,71 @@ class EventSynth {
   std::vector<TraceEvent> events_;
   std::unordered_map<ValueId, std::pair<Shape, DType>> shapes_;
 };
+
+// Streams shaped like models.
+namespace synth {
+
+inline Attrs ints(std::initializer_list<int64_t> v) {
+  Attrs a;
+  for (int64_t x : v) a.push_int(x);
+  return a;
+}
+inline Attrs ln_attrs() {
+  Attrs a = ints({1, 1});
+  a.push_float(1e-5);
+  return a;
+}
+
+struct SynthLayer {
+  std::vector<ValueId> w;  // 16 weights
+};
+
+inline SynthLayer layer_weights(EventSynth& s, int d) {
+  SynthLayer l;
+  const Shape shapes[] = {{d}, {d}, {d, d}, {d}, {d, d}, {d}, {d, d}, {d},
+                          {d, d}, {d}, {d}, {d}, {4 * d, d}, {4 * d}, {d, 4 * d}, {d}};
+  for (const Shape& sh : shapes) l.w.push_back(s.value(sh));
+  return l;
+}
+
+// A pre-LN encoder layer: 22 ops, q/k/v projections with identical op sequences. Intermediates
+// are released after the layer's last op, like locals at a function's return.
+inline constexpr int kEncoderLayerOps = 22;
+inline ValueId encoder_layer(EventSynth& s, ValueId x, const SynthLayer& L, int S, int D, int H = 2) {
+  const auto& w = L.w;
+  const int Dh = D / H;
+  std::vector<ValueId> tmp;
+  auto t = [&](ValueId v) { tmp.push_back(v); return v; };
+  const Attrs lin = ints({1, 0});
+  ValueId h = t(s.call(OpId::layer_norm, {x, w[0], w[1]}, {S, D}, ln_attrs()));
+  ValueId q = t(s.call(OpId::linear, {h, w[2], w[3]}, {S, D}, lin));
+  ValueId k = t(s.call(OpId::linear, {h, w[4], w[5]}, {S, D}, lin));
+  ValueId v = t(s.call(OpId::linear, {h, w[6], w[7]}, {S, D}, lin));
+  q = t(s.call(OpId::reshape, {q}, {S, H, Dh}, ints({S, H, Dh})));
+  q = t(s.call(OpId::permute, {q}, {H, S, Dh}, ints({1, 0, 2})));
+  k = t(s.call(OpId::reshape, {k}, {S, H, Dh}, ints({S, H, Dh})));
+  k = t(s.call(OpId::permute, {k}, {H, Dh, S}, ints({1, 2, 0})));
+  v = t(s.call(OpId::reshape, {v}, {S, H, Dh}, ints({S, H, Dh})));
+  v = t(s.call(OpId::permute, {v}, {H, S, Dh}, ints({1, 0, 2})));
+  ValueId a = t(s.call(OpId::matmul, {q, k}, {H, S, S}));
+  Attrs sm;
+  sm.push_float(0.125);
+  sm.push_int(0);
+  a = t(s.call(OpId::softmax, {a}, {H, S, S}, sm));
+  ValueId o = t(s.call(OpId::matmul, {a, v}, {H, S, Dh}));
+  o = t(s.call(OpId::permute, {o}, {S, H, Dh}, ints({1, 0, 2})));
+  o = t(s.call(OpId::reshape, {o}, {S, D}, ints({S, D})));
+  o = t(s.call(OpId::linear, {o, w[8], w[9]}, {S, D}, lin));
+  ValueId x1 = t(s.call(OpId::add, {x, o}, {S, D}));
+  ValueId m = t(s.call(OpId::layer_norm, {x1, w[10], w[11]}, {S, D}, ln_attrs()));
+  m = t(s.call(OpId::linear, {m, w[12], w[13]}, {S, 4 * D}, lin));
+  m = t(s.call(OpId::gelu, {m}, {S, 4 * D}));
+  m = t(s.call(OpId::linear, {m, w[14], w[15]}, {S, D}, lin));
+  const ValueId out = s.call(OpId::add, {x1, m}, {S, D});
+  for (ValueId id : tmp) s.release(id);
+  return out;
+}
+
+}  // namespace synth
 
 }  // namespace livefuse::monitor

@@ -2,12 +2,13 @@
 #include <random>
 
 #include "monitor/detector.hpp"
-#include "synth_models.hpp"
+#include "monitor/synthetic_trace.hpp"
 #include "test_util.hpp"
 
 using namespace livefuse;
 using namespace livefuse::monitor;
-using lfmon::kSynthLayerOps;
+namespace lfmon = livefuse::monitor::synth;
+using lfmon::kEncoderLayerOps;
 
 namespace {
 
@@ -29,7 +30,7 @@ std::vector<Candidate> run(Detector& d, EventSynth& s) {
 void forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers, ValueId input, int S, int D) {
   ValueId x = s.call(OpId::mul, {input}, {S, D}, [] { Attrs a; a.scalar_operand = true; a.push_float(2); return a; }());
   for (const auto& L : layers) {
-    const ValueId y = lfmon::synth_layer(s, x, L, S, D);
+    const ValueId y = lfmon::encoder_layer(s, x, L, S, D);
     s.release(x);
     x = y;
   }
@@ -46,13 +47,13 @@ TEST_CASE("detector: a 12-layer loop is one layer-shaped candidate") {
   EventSynth s;
   const int S = 8, D = 16;
   std::vector<lfmon::SynthLayer> layers;
-  for (int l = 0; l < 12; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  for (int l = 0; l < 12; ++l) layers.push_back(lfmon::layer_weights(s, D));
   const ValueId input = s.value({S, D});
   for (int it = 0; it < 4; ++it) forward(s, layers, input, S, D);
   const auto c = run(d, s);
   REQUIRE(c.size() == 1);
   INFO(describe(c[0]));
-  CHECK(c[0].size() == kSynthLayerOps);
+  CHECK(c[0].size() == kEncoderLayerOps);
   CHECK(c[0].ops.front().op == OpId::layer_norm);
   CHECK(c[0].ops.back().op == OpId::add);
   // The layer input is the first external slot; weights are distinct slots; x is reused.
@@ -66,7 +67,7 @@ TEST_CASE("detector: a 12-layer loop is one layer-shaped candidate") {
   // Liveness: only the layer output escapes (read by the next layer, held by the caller).
   for (const ValueLiveness& l : c[0].liveness) {
     INFO("op ", l.op);
-    CHECK(l.must_materialize() == (l.op == kSynthLayerOps - 1));
+    CHECK(l.must_materialize() == (l.op == kEncoderLayerOps - 1));
   }
 }
 
@@ -126,7 +127,7 @@ TEST_CASE("detector: varying sequence length is one structure with the right var
   EventSynth s;
   const int D = 16;
   std::vector<lfmon::SynthLayer> layers;
-  for (int l = 0; l < 4; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  for (int l = 0; l < 4; ++l) layers.push_back(lfmon::layer_weights(s, D));
   const int lens[] = {8, 12, 16, 12, 8, 16, 8, 12};
   for (int S : lens) forward(s, layers, s.value({S, D}), S, D);
   const auto c = run(d, s);
@@ -145,7 +146,7 @@ TEST_CASE("detector: varying sequence length is one structure with the right var
     n_varying += cand.shapes.varying[k];
   }
   // x [S, D] (external 0) and every op output has one S, but [H, S, S] (matmul, softmax): two.
-  CHECK(n_varying == 1 + kSynthLayerOps + 2);
+  CHECK(n_varying == 1 + kEncoderLayerOps + 2);
   const auto vd = cand.shapes.varying_dims();
   CHECK(vd.front() == DimRef{DimRef::Kind::external, 0, 0, 0});
 }
@@ -184,7 +185,7 @@ TEST_CASE("detector: a phase change makes old candidates fade") {
   EventSynth s;
   const int S = 4, D = 8;
   std::vector<lfmon::SynthLayer> layers;
-  for (int l = 0; l < 6; ++l) layers.push_back(lfmon::synth_weights(s, D));
+  for (int l = 0; l < 6; ++l) layers.push_back(lfmon::layer_weights(s, D));
   const ValueId w = s.value({D, D});
   for (int it = 0; it < 10; ++it) forward(s, layers, s.value({S, D}), S, D);
   auto c = run(d, s);
@@ -249,12 +250,12 @@ TEST_CASE("detector: a head that starts like the layer does not split the layer"
   EventSynth s;
   const int S = 8, D = 16;
   std::vector<lfmon::SynthLayer> layers;
-  for (int l = 0; l < 12; ++l) layers.push_back(lfmon::synth_weights(s, D));
-  const lfmon::SynthLayer head = lfmon::synth_weights(s, D);
+  for (int l = 0; l < 12; ++l) layers.push_back(lfmon::layer_weights(s, D));
+  const lfmon::SynthLayer head = lfmon::layer_weights(s, D);
   for (int it = 0; it < 5; ++it) {
     ValueId x = s.value({S, D});
     for (const auto& L : layers) {
-      const ValueId y = lfmon::synth_layer(s, x, L, S, D);
+      const ValueId y = lfmon::encoder_layer(s, x, L, S, D);
       s.release(x);
       x = y;
     }
@@ -270,7 +271,7 @@ TEST_CASE("detector: a head that starts like the layer does not split the layer"
   REQUIRE(c.size() == 2);
   std::vector<size_t> sizes{c[0].size(), c[1].size()};
   std::sort(sizes.begin(), sizes.end());
-  CHECK(sizes == std::vector<size_t>{3, kSynthLayerOps});
+  CHECK(sizes == std::vector<size_t>{3, kEncoderLayerOps});
 }
 
 TEST_CASE("detector: a strict alternation is one unit; a step between syncs is one unit") {

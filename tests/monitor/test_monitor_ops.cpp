@@ -1,0 +1,195 @@
+// The monitor behind the real executor (CPU): what lf:: programs turn into.
+#include <algorithm>
+#include <random>
+
+#include "monitor_fixture.hpp"
+
+using namespace lfmon;
+using livefuse::monitor::DimRef;
+using livefuse::monitor::WireRef;
+
+TEST_CASE("monitor: a 12-layer encoder loop gives exactly one layer-shaped candidate") {
+  setup();
+  const int64_t S = 8, D = 16;
+  std::vector<EncoderLayer> layers;
+  for (int l = 0; l < 12; ++l) layers.push_back(make_layer(D, 100 + 20 * l));
+  const lf::Tensor input = lf::rand_uniform({S, D}, 7);
+  for (int it = 0; it < 4; ++it) {
+    const std::vector<float> out = encoder_forward(input, layers);
+    REQUIRE(out.size() == static_cast<size_t>(S));
+    catch_up();
+  }
+  const auto c = drained_candidates();
+  for (const Candidate& cand : c) MESSAGE(describe(cand));
+  REQUIRE(c.size() == 1);
+  const Candidate& layer = c[0];
+  REQUIRE(layer.size() == kLayerOps);
+  std::vector<lf::OpId> ops;
+  for (const auto& op : layer.ops) ops.push_back(op.op);
+  CHECK(ops == kLayerOpIds);  // starts at the first layer_norm, ends at the residual add
+  CHECK(layer.ops[0].inputs[0] == WireRef{WireRef::Kind::external, 0, 0});   // x
+  CHECK(layer.ops[16].inputs[0] == WireRef{WireRef::Kind::external, 0, 0});  // x again
+  CHECK(layer.externals.size() == 17);  // x + 16 weights: each layer's own are slots, not ids
+  CHECK(layer.hot);
+  CHECK(layer.occurrences >= 11 + 3 * 12 - 2);
+  CHECK(layer.stream == lf::Stream::current(lf::Device::cpu()).id());
+  for (const auto& l : layer.liveness) {
+    INFO("op ", l.op);
+    CHECK(l.must_materialize() == (l.op == kLayerOps - 1));
+  }
+  const auto ctr = Monitor::instance().counters();
+  CHECK(ctr.events >= 4 * (12 * kLayerOps + 2));
+  CHECK(ctr.drops == 0);
+  CHECK(ctr.windows >= 1);
+  CHECK(ctr.candidates_emitted >= 1);
+}
+
+TEST_CASE("monitor: two interleaved patterns give two candidates") {
+  setup();
+  const int64_t S = 4, D = 8;
+  const lf::Tensor w = lf::rand_uniform({D, D}, 1), b = lf::rand_uniform({D}, 2);
+  const lf::Tensor g = lf::rand_uniform({D}, 3), beta = lf::rand_uniform({D}, 4);
+  auto A = [&](const lf::Tensor& x) {  // 5 ops
+    lf::Tensor h = lf::gelu(lf::linear(x, w, b));
+    return lf::add(lf::exp(lf::mul(h, x)), x);
+  };
+  auto B = [&](const lf::Tensor& x) {  // 6 ops
+    lf::Tensor h = lf::layer_norm(x, g, beta);
+    lf::Tensor t = lf::tanh(lf::relu(h));
+    return lf::sigmoid(lf::maximum(lf::sub(t, h), x));
+  };
+  std::mt19937 rng(5);
+  lf::Tensor x = lf::rand_uniform({S, D}, 9);
+  const char* start = "AABBAABB";
+  for (int k = 0; k < 60; ++k) {
+    const bool a = k < 8 ? start[k] == 'A' : rng() % 2 == 0;
+    x = a ? A(x) : B(x);
+  }
+  (void)x.to_floats();
+  const auto c = drained_candidates();
+  for (const Candidate& cand : c) MESSAGE(describe(cand));
+  REQUIRE(c.size() == 2);
+  std::vector<lf::OpId> firsts{c[0].ops[0].op, c[1].ops[0].op};
+  std::sort(firsts.begin(), firsts.end());
+  CHECK(firsts == std::vector<lf::OpId>{lf::OpId::layer_norm, lf::OpId::linear});
+  for (const Candidate& cand : c) CHECK(cand.size() == (cand.ops[0].op == lf::OpId::linear ? 5u : 6u));
+}
+
+TEST_CASE("monitor: a varying sequence length is one structure with the right varying dim") {
+  setup();
+  const int64_t D = 16;
+  std::vector<EncoderLayer> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back(make_layer(D, 300 + 20 * l));
+  for (int64_t S : {8, 12, 16, 12, 8, 16, 8, 12, 16}) {
+    (void)encoder_forward(lf::rand_uniform({S, D}, S), layers);
+    catch_up();
+  }
+  const auto c = drained_candidates();
+  for (const Candidate& cand : c) MESSAGE(describe(cand));
+  REQUIRE(c.size() == 1);
+  const auto& sp = c[0].shapes;
+  REQUIRE(sp.tuples.size() == 3);
+  // x [S, D]: axis 0 varies, axis 1 does not; no weight dim varies; every varying dim is S.
+  const auto vd = sp.varying_dims();
+  CHECK(std::find(vd.begin(), vd.end(), DimRef{DimRef::Kind::external, 0, 0, 0}) != vd.end());
+  CHECK(std::find(vd.begin(), vd.end(), DimRef{DimRef::Kind::external, 0, 0, 1}) == vd.end());
+  for (const DimRef& d : vd) CHECK_FALSE((d.kind == DimRef::Kind::external && d.index > 0));
+  for (size_t k = 0; k < sp.layout.size(); ++k) {
+    std::vector<int64_t> values;
+    for (const auto& t : sp.tuples) values.push_back(t.dims[k]);
+    std::sort(values.begin(), values.end());
+    const bool is_seq = values == std::vector<int64_t>{8, 12, 16};
+    CHECK(sp.varying[k] == is_seq);
+  }
+  CHECK(vd.size() == 1 + kLayerOps + 2);  // x, each output once, [H, S, S] twice more
+}
+
+TEST_CASE("monitor: random op streams give no candidates") {
+  setup();
+  const int64_t S = 4, D = 8;
+  std::mt19937 rng(17);
+  std::vector<lf::Tensor> pool;
+  for (int k = 0; k < 8; ++k) pool.push_back(lf::rand_uniform({S, D}, 40 + k));
+  for (int k = 0; k < 4000; ++k) {
+    lf::Tensor& a = pool[rng() % pool.size()];
+    const lf::Tensor& b = pool[rng() % pool.size()];
+    lf::Tensor y;
+    switch (rng() % 8) {
+      case 0: y = lf::relu(a); break;
+      case 1: y = lf::tanh(a); break;
+      case 2: y = lf::neg(a); break;
+      case 3: y = lf::sigmoid(a); break;
+      case 4: y = lf::add(a, b); break;
+      case 5: y = lf::mul(a, b); break;
+      case 6: y = lf::sub(a, b); break;
+      default: y = lf::maximum(a, b); break;
+    }
+    pool[rng() % pool.size()] = y;
+    if (rng() % 64 == 0) (void)y.to_floats();
+    if (k % 256 == 0) catch_up();
+  }
+  const auto c = drained_candidates();
+  for (const Candidate& cand : c) MESSAGE(describe(cand));
+  CHECK(c.empty());
+  const auto ctr = Monitor::instance().counters();
+  CHECK(ctr.events >= 4000);
+  CHECK(ctr.drops == 0);
+}
+
+TEST_CASE("monitor: after a phase change the old candidates fade") {
+  MonitorOptions o;
+  o.half_life_log2 = 9;  // counts halve every 512 ops of the stream
+  setup(o);
+  const int64_t S = 4, D = 8;
+  std::vector<EncoderLayer> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back(make_layer(D, 500 + 20 * l));
+  for (int it = 0; it < 8; ++it) {
+    (void)encoder_forward(lf::rand_uniform({S, D}, it), layers);
+    catch_up();
+  }
+  auto c = drained_candidates();
+  REQUIRE(c.size() == 1);
+  const uint64_t layer_sig = c[0].signature;
+  // Phase 2: another loop, for many half-lives.
+  const lf::Tensor w = lf::rand_uniform({D, D}, 77);
+  lf::Tensor x = lf::rand_uniform({S, D}, 78);
+  for (int k = 0; k < 2500; ++k) {
+    x = lf::add(lf::silu(lf::matmul(x, w)), x);
+    if (k % 100 == 0) catch_up();
+  }
+  (void)x.to_floats();
+  c = drained_candidates();
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].signature != layer_sig);
+  CHECK(c[0].size() == 3);
+  for (const Candidate& t : Monitor::instance().candidates(false))
+    if (t.signature == layer_sig) CHECK_FALSE(t.hot);
+  CHECK(Monitor::instance().counters().candidates_cooled >= 1);
+}
+
+TEST_CASE("monitor: a consumer gets candidates and cold notices") {
+  struct Recorder : livefuse::monitor::CandidateConsumer {
+    std::vector<uint64_t> hot, cold;
+    void on_candidate(const Candidate& c) override { hot.push_back(c.signature); }
+    void on_candidate_cold(uint64_t sig, uint32_t) override { cold.push_back(sig); }
+  } rec;
+  MonitorOptions o;
+  o.half_life_log2 = 8;
+  setup(o);
+  Monitor::instance().set_consumer(&rec);
+  const int64_t S = 4, D = 8;
+  lf::Tensor x = lf::rand_uniform({S, D}, 1);
+  for (int k = 0; k < 30; ++k) x = lf::tanh(lf::add(lf::exp(x), x));
+  (void)x.to_floats();
+  REQUIRE(Monitor::instance().drain());
+  REQUIRE(rec.hot.size() == 1);
+  for (int k = 0; k < 1500; ++k) {
+    x = lf::neg(lf::sigmoid(lf::mul(x, x)));
+    if (k % 100 == 0) catch_up();
+  }
+  (void)x.to_floats();
+  REQUIRE(Monitor::instance().drain());
+  Monitor::instance().set_consumer(nullptr);
+  CHECK(rec.hot.size() == 2);
+  CHECK(std::find(rec.cold.begin(), rec.cold.end(), rec.hot[0]) != rec.cold.end());
+}
