@@ -73,6 +73,9 @@ class Plan {
 
   std::atomic<PlanState> state{PlanState::sampling};
   std::atomic<uint64_t> hits{0}, eager_fallbacks{0};
+  // Set by run() when it paid a one-time cost (a graph capture): live sampling ignores such
+  // runs, since steady state is what decides whether the plan is faster.
+  bool last_run_cold = false;
   // Live sampling: alternate plan and eager on the first completions, keep the faster.
   std::mutex sample_mu;
   std::vector<double> sampled_plan_us, sampled_eager_us;

@@ -185,6 +185,7 @@ void complete(StreamWindow& sw) {
     ctr.plan_declined.fetch_sub(1);  // a sampling run, not a decline
   } else {
     bool ok = false;
+    plan.last_run_cold = false;
     try {
       ok = plan.run(sw.w, needed);
     } catch (const std::exception& e) {
@@ -202,7 +203,7 @@ void complete(StreamWindow& sw) {
     ctr.served.fetch_add(n, std::memory_order_relaxed);
     clear(sw);
   }
-  if (sampling) {
+  if (sampling && !(via_plan && plan.last_run_cold)) {
     device_sync(sw.stream);
     record_sample(plan, via_plan,
                   std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
