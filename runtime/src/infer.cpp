@@ -232,8 +232,8 @@ OutputInfos embedding(OpCall& c, const char* op) {
 }  // namespace
 
 OutputInfos infer_outputs(OpCall& c) {
-  const std::string name(op_name(c.op));
-  const char* op = name.c_str();
+  // Table names are string literals (null-terminated): no allocation on the hot path.
+  const char* op = op_name(c.op).data();
   if (c.op == OpId::custom) op = custom_op(c.attrs.custom_id).name.c_str();
   if (c.op == OpId::opaque) {
     const OpaqueKernelDef& k = opaque_kernel(c.attrs.custom_id);
@@ -260,7 +260,7 @@ OutputInfos infer_outputs(OpCall& c) {
     case OpCategory::Gather: return embedding(c, op);
     case OpCategory::Opaque: break;
   }
-  LF_ASSERT(false, "unhandled op ", name);
+  LF_ASSERT(false, "unhandled op ", op);
 }
 
 }  // namespace livefuse
