@@ -84,12 +84,22 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
       }
       for (int i : s.loop_store[sec])
         os << "    " << storage_type(part.instrs[i].dtype) << " lf_so" << i << "[" << vec << "];\n";
+      if (cache) {
+        for (int i : s.loop_cache_read[sec])
+          os << "    float lf_cr" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_cr" << i << ", lf_cache + (I)"
+             << s.cache_slot[i] << " * lf_cols + lf_c0);\n";
+        for (int i : s.loop_cache_write[sec]) os << "    float lf_cw" << i << "[" << vec << "];\n";
+      }
       os << "#pragma unroll\n    for (int e = 0; e < " << vec << "; ++e) {\n      const I lf_c = lf_c0 + e;\n";
     } else {
       os << "#pragma unroll 4\n  for (I lf_c = lf_tid; lf_valid && lf_c < lf_cols; lf_c += lf_tpr) {\n";
     }
-    for (int i : s.loop_cache_read[sec])
-      os << ind << "const float v" << i << " = lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c];\n";
+    // Packs go to shared memory as 16-byte accesses too (one float per column would make
+    // `vec` threads hit one bank).
+    for (int i : s.loop_cache_read[sec]) {
+      if (vec > 1) os << ind << "const float v" << i << " = lf_cr" << i << "[e];\n";
+      else os << ind << "const float v" << i << " = lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c];\n";
+    }
     for (int i : s.loop_eval[sec]) {
       const Instr& in = part.instrs[i];
       if (in.kind == InstrKind::Load) {
@@ -102,8 +112,10 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
       }
     }
     if (cache)
-      for (int i : s.loop_cache_write[sec])
-        os << ind << "lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c] = v" << i << ";\n";
+      for (int i : s.loop_cache_write[sec]) {
+        if (vec > 1) os << ind << "lf_cw" << i << "[e] = v" << i << ";\n";
+        else os << ind << "lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c] = v" << i << ";\n";
+      }
     for (int i : s.loop_reduce[sec]) {
       const int a = part.instrs[i].arg[0];
       if (part.instrs[i].kind == InstrKind::ReduceSum) os << ind << "lf_acc" << i << " += v" << a << ";\n";
@@ -118,6 +130,9 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
     }
     if (vec > 1) {
       os << "    }\n";
+      if (cache)
+        for (int i : s.loop_cache_write[sec])
+          os << "    lf_stpack<" << vec << ">(lf_cache + (I)" << s.cache_slot[i] << " * lf_cols + lf_c0, lf_cw" << i << ");\n";
       for (int i : s.loop_store[sec]) {
         const Instr& in = part.instrs[i];
         os << "    lf_stpack<" << vec << ">(((" << storage_type(in.dtype) << "*)A.w[" << lp.out[in.io] << "]) + "
