@@ -174,15 +174,21 @@ TEST_CASE("cli: --watch keeps reading a report that is replaced many times a sec
 TEST_CASE("cli: --watch waits for a report that does not exist yet, and ends on SIGINT") {
   const fs::path dir = lftest::scratch_dir("wait");
   const fs::path report = dir / "late.json";
-  const pid_t pid = lftest::spawn(cli_path(), {"--watch", "--interval", "20", report.string()}, {}, dir / "out.txt");
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  lftest::write_file(report, lf::snapshot_to_json(lftest::rich_snapshot()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const fs::path out = dir / "out.txt";
+  const pid_t pid = lftest::spawn(cli_path(), {"--watch", "--interval", "20", report.string()}, {}, out);
+  // Polls the CLI's output for `what` (at most 20 s; the machine may be busy).
+  auto shows = [&](const char* what) {
+    for (int k = 0; k < 2000; ++k) {
+      if (lftest::read_file(out).find(what) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  CHECK(shows("no report at"));  // shown while waiting
+  lftest::write_file(dir / "tmp.json", lf::snapshot_to_json(lftest::rich_snapshot()));
+  fs::rename(dir / "tmp.json", report);
+  CHECK(shows("layer_norm+linear+gelu"));  // then the report
   ::kill(pid, SIGINT);
-  const int rc = lftest::wait_exit(pid, 10);
-  CHECK(rc == 0);
-  const std::string out = lftest::read_file(dir / "out.txt");
-  CHECK(out.find("no report at") != std::string::npos);  // shown while waiting
-  CHECK(out.find("layer_norm+linear+gelu") != std::string::npos);  // then the report
+  CHECK(lftest::wait_exit(pid, 20) == 0);
   fs::remove_all(dir);
 }
