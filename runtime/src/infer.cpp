@@ -57,7 +57,7 @@ OutputInfos elementwise(OpCall& c, const char* op) {
   Shape s = c.inputs[0].shape();
   for (size_t k = 1; k < c.inputs.size(); ++k) s = broadcast_shapes(s, c.inputs[k].shape(), op);
   if (c.op == OpId::clamp)
-    LF_CHECK(c.attrs.f[0] <= c.attrs.f[1], op, "lo (", c.attrs.f[0], ") must be <= hi (", c.attrs.f[1], ")");
+    LF_CHECK(c.attrs.f[0] <= c.attrs.f[1], op, "lo (", c.attrs.f[0], ") must be <= hi (", c.attrs.f[1], ")", given(c));
   return one(s, t);
 }
 
@@ -96,9 +96,14 @@ OutputInfos normalization(OpCall& c, const char* op) {
     expected += static_cast<size_t>(c.attrs.i[0]);
     if (c.attrs.i[0]) {
       check_same_dtype(c, op, 0, 1);
-      const Shape b = broadcast_shapes(x.shape(), c.inputs[1].shape(), op);
-      LF_CHECK(b == x.shape(), op, "mask of shape ", c.inputs[1].shape().str(),
-               " must broadcast to the scores' shape ", x.shape().str(), given(c));
+      const Shape& m = c.inputs[1].shape();
+      bool fits = m.rank <= x.rank();
+      for (int k = 0; fits && k < m.rank; ++k) {
+        const int64_t dm = m[m.rank - 1 - k], dx = x.shape()[x.rank() - 1 - k];
+        fits = dm == dx || dm == 1;
+      }
+      LF_CHECK(fits, op, "mask of shape ", m.str(), " must broadcast to the scores' shape ", x.shape().str(),
+               given(c));
     }
   } else {
     expected += static_cast<size_t>(c.attrs.i[0] + (c.op == OpId::layer_norm ? c.attrs.i[1] : 0));
@@ -178,7 +183,7 @@ OutputInfos layout(OpCall& c, const char* op) {
       Shape s;
       for (int k = 0; k < c.attrs.ni; ++k) {
         const int d = normalize_dim(c.attrs.i[k], x.rank(), op);
-        LF_CHECK(!seen[d], op, "dim ", d, " appears twice in the permutation");
+        LF_CHECK(!seen[d], op, "dim ", d, " appears twice in the permutation", given(c));
         seen[d] = true;
         c.attrs.i[k] = d;
         s.push_back(x.shape()[d]);
@@ -189,7 +194,7 @@ OutputInfos layout(OpCall& c, const char* op) {
       LF_CHECK(x.rank() >= 1, op, "cannot slice a rank-0 tensor");
       const int d = normalize_dim(c.attrs.i[0], x.rank(), op);
       const int64_t n = x.shape()[d], step = c.attrs.i[3];
-      LF_CHECK(step > 0, op, "step must be > 0, got ", step);
+      LF_CHECK(step > 0, op, "step must be > 0, got ", step, given(c));
       auto clampi = [n](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + n : v, 0, n); };
       const int64_t start = clampi(c.attrs.i[1]), end = std::max(start, clampi(c.attrs.i[2]));
       c.attrs.i[0] = d, c.attrs.i[1] = start, c.attrs.i[2] = end;
