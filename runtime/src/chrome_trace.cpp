@@ -204,6 +204,17 @@ size_t write_trace(const std::string& path) {
   bool first = true;
   std::fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
   {
+    std::FILE* comm = std::fopen("/proc/self/comm", "r");
+    char name[64] = "livefuse";
+    if (comm) {
+      if (std::fgets(name, sizeof name, comm)) name[std::strcspn(name, "\n")] = 0;
+      std::fclose(comm);
+    }
+    std::fprintf(f, "\n{\"ph\":\"M\",\"pid\":%ld,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":%s}}", pid,
+                 json_quote(name).c_str());
+    first = false;
+  }
+  {
     ThreadNames& t = thread_names();
     std::lock_guard<std::mutex> g(t.mu);
     for (const auto& [tid, name] : t.names) {

@@ -11,12 +11,14 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "livefuse/config.hpp"
@@ -153,7 +155,9 @@ void stop_background_services() {
   }
   std::lock_guard<std::mutex> g(sv.mu);
   sv.state = Services::State::idle;
-  g_started.store(false);
+  // After exit has begun the fast path stays "started": ops still running on other threads
+  // must not take the mutex on every call only to learn that nothing may start.
+  if (!sv.exiting) g_started.store(false);
 }
 
 }  // namespace livefuse
