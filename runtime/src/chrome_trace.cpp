@@ -106,8 +106,8 @@ uint32_t this_tid() {
   return tid;
 }
 
-void push(char ph, std::string_view cat, std::string_view name, double ts, double dur,
-          uint64_t id, double value, std::string&& detail) {
+void push(char ph, std::string_view cat, std::string_view name, double ts, double dur, uint64_t id,
+          double value, std::string&& detail) {
   Buffer* b = g_buffer.load(std::memory_order_acquire);
   const size_t i = b->next.fetch_add(1, std::memory_order_relaxed);
   if (i >= b->capacity) {
@@ -128,16 +128,23 @@ void push(char ph, std::string_view cat, std::string_view name, double ts, doubl
 }
 
 void write_event(std::FILE* f, const Event& e, long pid, bool* first) {
-  std::fprintf(f, "%s\n{\"ph\":\"%c\",\"pid\":%ld,\"tid\":%u,\"ts\":%.3f", *first ? "" : ",", e.ph, pid,
-               e.tid, e.ts);
+  std::fprintf(f, "%s\n{\"ph\":\"%c\",\"pid\":%ld,\"tid\":%u,\"ts\":%.3f", *first ? "" : ",", e.ph,
+               pid, e.tid, e.ts);
   *first = false;
   std::fprintf(f, ",\"cat\":%s,\"name\":%s", json_quote(e.cat).c_str(), json_quote(e.name).c_str());
   switch (e.ph) {
-    case 'X': std::fprintf(f, ",\"dur\":%.3f", e.dur); break;
-    case 'i': std::fputs(",\"s\":\"t\"", f); break;
+    case 'X':
+      std::fprintf(f, ",\"dur\":%.3f", e.dur);
+      break;
+    case 'i':
+      std::fputs(",\"s\":\"t\"", f);
+      break;
     case 'b':
-    case 'e': std::fprintf(f, ",\"id\":\"0x%llx\"", static_cast<unsigned long long>(e.id)); break;
-    default: break;
+    case 'e':
+      std::fprintf(f, ",\"id\":\"0x%llx\"", static_cast<unsigned long long>(e.id));
+      break;
+    default:
+      break;
   }
   if (e.ph == 'C') {
     std::fprintf(f, ",\"args\":{%s:%.17g}", json_quote(e.name).c_str(), e.value);
@@ -156,7 +163,8 @@ Scope::~Scope() {
   }
 }
 
-void complete(std::string_view cat, std::string_view name, double ts_us, double dur_us, std::string d) {
+void complete(std::string_view cat, std::string_view name, double ts_us, double dur_us,
+              std::string d) {
   if (enabled()) push('X', cat, name, ts_us, dur_us, 0, 0, std::move(d));
 }
 void instant(std::string_view cat, std::string_view name, std::string d) {
@@ -210,15 +218,19 @@ size_t write_trace(const std::string& path) {
       if (std::fgets(name, sizeof name, comm)) name[std::strcspn(name, "\n")] = 0;
       std::fclose(comm);
     }
-    std::fprintf(f, "\n{\"ph\":\"M\",\"pid\":%ld,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":%s}}", pid,
-                 json_quote(name).c_str());
+    std::fprintf(
+        f,
+        "\n{\"ph\":\"M\",\"pid\":%ld,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":%s}}",
+        pid, json_quote(name).c_str());
     first = false;
   }
   {
     ThreadNames& t = thread_names();
     std::lock_guard<std::mutex> g(t.mu);
     for (const auto& [tid, name] : t.names) {
-      std::fprintf(f, "%s\n{\"ph\":\"M\",\"pid\":%ld,\"tid\":%u,\"name\":\"thread_name\",\"args\":{\"name\":%s}}",
+      std::fprintf(f,
+                   "%s\n{\"ph\":\"M\",\"pid\":%ld,\"tid\":%u,\"name\":\"thread_name\",\"args\":{"
+                   "\"name\":%s}}",
                    first ? "" : ",", pid, tid, json_quote(name).c_str());
       first = false;
     }
@@ -232,7 +244,9 @@ size_t write_trace(const std::string& path) {
     ++written;
   }
   const Stats st = stats();
-  std::fprintf(f, "\n],\"otherData\":{\"producer\":\"livefuse\",\"version\":\"%s\",\"events\":%zu,\"dropped\":%llu}}\n",
+  std::fprintf(f,
+               "\n],\"otherData\":{\"producer\":\"livefuse\",\"version\":\"%s\",\"events\":%zu,"
+               "\"dropped\":%llu}}\n",
                LIVEFUSE_VERSION, written, static_cast<unsigned long long>(st.dropped));
   const bool ok = std::ferror(f) == 0;
   if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {

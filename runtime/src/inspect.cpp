@@ -124,7 +124,8 @@ Snapshot inspect() {
   s.uptime_ms = uptime_ms();
   const Config& c = config();
   s.mode = std::string(mode_name(c.mode));
-  for (const auto& [name, source] : c.sources) s.config.push_back({name, config_value(c, name), source});
+  for (const auto& [name, source] : c.sources)
+    s.config.push_back({name, config_value(c, name), source});
 
   // Plans first: the "plans" counter group summarises them.
   std::vector<uint64_t> live;

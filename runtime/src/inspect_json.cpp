@@ -22,23 +22,32 @@ Json opt(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); 
 Json plan_json(const PlanInfo& p) {
   Json ops = Json::array();
   for (const PlanOpInfo& o : p.ops)
-    ops.push_back({{"op", o.op}, {"inputs", o.inputs}, {"dtypes", o.dtypes}, {"ranks", o.ranks},
+    ops.push_back({{"op", o.op},
+                   {"inputs", o.inputs},
+                   {"dtypes", o.dtypes},
+                   {"ranks", o.ranks},
                    {"attrs_hash", o.attrs_hash}});
   Json history = Json::array();
   for (const Transition& t : p.history)
-    history.push_back({{"t_ms", t.t_ms}, {"state", t.state}, {"reason", t.reason}, {"observed", t.observed}});
+    history.push_back(
+        {{"t_ms", t.t_ms}, {"state", t.state}, {"reason", t.reason}, {"observed", t.observed}});
   const PlanDetails& d = p.details;
   Json groups = Json::array();
   for (const FusionGroupInfo& g : d.groups)
     groups.push_back({{"name", g.name}, {"kind", g.kind}, {"ops", g.ops}, {"kernel", g.kernel}});
   Json kernels = Json::array();
   for (const KernelInfo& k : d.kernels)
-    kernels.push_back({{"name", k.name}, {"compile_ms", opt(k.compile_ms)}, {"cache", k.cache},
-                       {"source", k.source}, {"log", k.log}});
+    kernels.push_back({{"name", k.name},
+                       {"compile_ms", opt(k.compile_ms)},
+                       {"cache", k.cache},
+                       {"source", k.source},
+                       {"log", k.log}});
   Json graphs = Json::array();
-  for (const GraphInfo& g : d.graphs) graphs.push_back({{"shape", g.shape}, {"replays", g.replays}, {"nodes", g.nodes}});
+  for (const GraphInfo& g : d.graphs)
+    graphs.push_back({{"shape", g.shape}, {"replays", g.replays}, {"nodes", g.nodes}});
   Json plan_decisions = Json::array();
-  for (const auto& [what, why] : d.decisions) plan_decisions.push_back({{"what", what}, {"reason", why}});
+  for (const auto& [what, why] : d.decisions)
+    plan_decisions.push_back({{"what", what}, {"reason", why}});
   Json notes = Json::object();
   for (const auto& [k, v] : d.notes) notes[k] = v;
   return {{"id", p.id},
@@ -97,7 +106,8 @@ void read(const Json& j, const char* key, T& out, const std::string& where, bool
   }
 }
 
-void read_opt(const Json& j, const char* key, std::optional<double>& out, const std::string& where) {
+void read_opt(const Json& j, const char* key, std::optional<double>& out,
+              const std::string& where) {
   const Json* v = field(j, key, where, false);
   if (!v || v->is_null()) return void(out.reset());
   if (!v->is_number()) bad(where + key, std::string("has the wrong type (") + v->type_name() + ")");
@@ -125,7 +135,8 @@ PlanInfo plan_from(const Json& j, const std::string& w) {
   PlanInfo p;
   read(j, "id", p.id, w, true);
   read(j, "state", p.state, w, true);
-  if (!is_valid_plan_state(p.state)) bad(w + "state", "is '" + p.state + "', not a known plan state");
+  if (!is_valid_plan_state(p.state))
+    bad(w + "state", "is '" + p.state + "', not a known plan state");
   read(j, "name", p.name, w);
   read(j, "device", p.device, w);
   read(j, "origin", p.origin, w);
@@ -216,7 +227,8 @@ PlanInfo plan_from(const Json& j, const std::string& w) {
 
 std::string snapshot_to_json(const Snapshot& s, int indent) {
   Json config = Json::array();
-  for (const ConfigEntry& c : s.config) config.push_back({{"name", c.name}, {"value", c.value}, {"source", c.source}});
+  for (const ConfigEntry& c : s.config)
+    config.push_back({{"name", c.name}, {"value", c.value}, {"source", c.source}});
   Json counters = Json::object();
   for (const CounterGroup& g : s.counters) {
     Json values = Json::object();
@@ -227,8 +239,11 @@ std::string snapshot_to_json(const Snapshot& s, int indent) {
   for (const PlanInfo& p : s.plans) plans.push_back(plan_json(p));
   Json decisions = Json::array();
   for (const Decision& d : s.decisions)
-    decisions.push_back({{"t_ms", d.t_ms}, {"component", d.component}, {"subject", d.subject},
-                         {"what", d.what}, {"reason", d.reason}});
+    decisions.push_back({{"t_ms", d.t_ms},
+                         {"component", d.component},
+                         {"subject", d.subject},
+                         {"what", d.what},
+                         {"reason", d.reason}});
   const Json j = {{"schema", "livefuse-report"},
                   {"schema_version", s.schema_version},
                   {"livefuse_version", s.livefuse_version},
@@ -253,8 +268,9 @@ Snapshot snapshot_from_json(std::string_view text) {
   try {
     j = Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::parse_error& e) {
-    throw Error(detail::concat("[inspect] the report is not valid JSON (truncated or corrupt) at byte ",
-                               e.byte, " of ", text.size()));
+    throw Error(
+        detail::concat("[inspect] the report is not valid JSON (truncated or corrupt) at byte ",
+                       e.byte, " of ", text.size()));
   }
   if (!j.is_object() || !j.contains("schema_version"))
     throw Error("[inspect] not a livefuse report: no schema_version at the top level");
@@ -285,7 +301,8 @@ Snapshot snapshot_from_json(std::string_view text) {
     if (!values.is_object()) bad("counters." + group, "should be an object");
     CounterGroup g{group, {}};
     for (const auto& [n, v] : values.items()) {
-      if (!v.is_number_unsigned()) bad("counters." + group + "." + n, "should be a non-negative integer");
+      if (!v.is_number_unsigned())
+        bad("counters." + group + "." + n, "should be a non-negative integer");
       g.values.emplace_back(n, v.get<uint64_t>());
     }
     s.counters.push_back(std::move(g));

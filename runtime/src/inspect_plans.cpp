@@ -29,7 +29,8 @@ PlanOpInfo op_info_of(const PlanOp& op) {
   PlanOpInfo o;
   o.op = std::string(op_name(op.op));
   for (const PlanInput& in : op.inputs)
-    o.inputs.push_back(in.internal() ? detail::concat("%", in.op, ".", in.out) : detail::concat("$", in.slot));
+    o.inputs.push_back(in.internal() ? detail::concat("%", in.op, ".", in.out)
+                                     : detail::concat("$", in.slot));
   for (DType t : op.in_dtypes) o.dtypes.emplace_back(dtype_name(t));
   for (int8_t r : op.in_ranks) o.ranks.push_back(r);
   o.attrs_hash = hex(op.attrs_hash);

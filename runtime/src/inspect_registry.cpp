@@ -94,14 +94,16 @@ void apply_transition(Plan& p, PlanState to, std::string reason) {
   }
   record_decision("plan", detail::concat("plan ", p.id, " (", p.name, ")"), state, reason);
   if (trace::enabled())
-    trace::instant("plan", "transition", detail::concat("plan ", p.id, " -> ", state, ": ", reason));
+    trace::instant("plan", "transition",
+                   detail::concat("plan ", p.id, " -> ", state, ": ", reason));
   p.last_reason = std::move(reason);
 }
 
 }  // namespace
 
 double trace::now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - process_start())
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                   process_start())
       .count();
 }
 double uptime_ms() { return trace::now_us() / 1000.0; }
@@ -117,7 +119,8 @@ void unregister_plan_source(const std::string& name) { registry().plans.erase(na
 
 void record_decision(std::string_view component, std::string_view subject, std::string_view what,
                      std::string_view reason) {
-  Decision d{0, std::string(component), std::string(subject), std::string(what), std::string(reason)};
+  Decision d{0, std::string(component), std::string(subject), std::string(what),
+             std::string(reason)};
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.decisions_mu);
   d.t_ms = uptime_ms();  // under the lock: the log stays in time order

@@ -23,8 +23,11 @@ namespace {
 struct Exec {
   std::deque<std::string> strings;  // a deque: pushing keeps earlier elements in place
   std::vector<char*> argv, envp;
-  Exec(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env) {
-    auto keep = [&](std::string s) { return strings.push_back(std::move(s)), strings.back().data(); };
+  Exec(const std::string& exe, const std::vector<std::string>& args,
+       const std::vector<std::string>& env) {
+    auto keep = [&](std::string s) {
+      return strings.push_back(std::move(s)), strings.back().data();
+    };
     argv.push_back(keep(exe));
     for (const std::string& a : args) argv.push_back(keep(a));
     argv.push_back(nullptr);
@@ -32,7 +35,8 @@ struct Exec {
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
       bool overridden = false;
-      for (const std::string& x : env) overridden |= x.substr(0, x.find('=') + 1) == kv.substr(0, kv.find('=') + 1);
+      for (const std::string& x : env)
+        overridden |= x.substr(0, x.find('=') + 1) == kv.substr(0, kv.find('=') + 1);
       if (!overridden) all.push_back(kv);
     }
     for (std::string& kv : all) envp.push_back(keep(std::move(kv)));
@@ -51,8 +55,8 @@ int status_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSI
 
 }  // namespace
 
-pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const fs::path& out) {
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
+            const std::vector<std::string>& env, const fs::path& out) {
   const Exec x(exe, args, env);
   const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   REQUIRE_MESSAGE(fd >= 0, "cannot open ", out.string());
@@ -77,8 +81,8 @@ int wait_exit(pid_t pid, int timeout_s) {
   return status_code(st);
 }
 
-RunResult run(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env,
-              int timeout_s) {
+RunResult run(const std::string& exe, const std::vector<std::string>& args,
+              const std::vector<std::string>& env, int timeout_s) {
   const fs::path dir = scratch_dir("run");
   const fs::path out = dir / "out", err = dir / "err";
   const int ofd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -100,7 +104,8 @@ RunResult run(const std::string& exe, const std::vector<std::string>& args, cons
 
 fs::path env_path(const char* name) {
   const char* v = std::getenv(name);
-  REQUIRE_MESSAGE((v && *v), name, " is not set: run this test through meson (meson test -C <build> inspect-cli)");
+  REQUIRE_MESSAGE((v && *v), name,
+                  " is not set: run this test through meson (meson test -C <build> inspect-cli)");
   return v;
 }
 
@@ -108,8 +113,8 @@ std::string cli_path() { return env_path("LF_INSPECT_CLI").string(); }
 
 fs::path scratch_dir(const std::string& name) {
   static int n = 0;
-  const fs::path p = fs::temp_directory_path() /
-                     ("lf_inspect_" + std::to_string(::getpid()) + "_" + name + "_" + std::to_string(n++));
+  const fs::path p = fs::temp_directory_path() / ("lf_inspect_" + std::to_string(::getpid()) + "_" +
+                                                  name + "_" + std::to_string(n++));
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
@@ -131,7 +136,8 @@ void write_file(const fs::path& p, const std::string& text) {
 
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size()))
+    ++n;
   return n;
 }
 

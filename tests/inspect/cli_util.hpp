@@ -18,8 +18,8 @@ struct RunResult {
 RunResult run(const std::string& exe, const std::vector<std::string>& args,
               const std::vector<std::string>& env = {}, int timeout_s = 60);
 // Starts `exe` in the background, stdout and stderr to `out`. Returns its pid.
-pid_t spawn(const std::string& exe, const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::filesystem::path& out);
+pid_t spawn(const std::string& exe, const std::vector<std::string>& args,
+            const std::vector<std::string>& env, const std::filesystem::path& out);
 // Waits for `pid` at most `timeout_s` (then kills it and fails the test); its exit status.
 int wait_exit(pid_t pid, int timeout_s);
 

@@ -13,7 +13,11 @@ inline std::string golden_dir() {
   if (src.is_relative()) {
     char exe[4096];
     const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) src = std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path().parent_path() / src;
+    if (n > 0)
+      src = std::filesystem::path(std::string(exe, static_cast<size_t>(n)))
+                .parent_path()
+                .parent_path() /
+            src;
   }
   return (src.parent_path() / "golden").lexically_normal().string();
 }

@@ -25,7 +25,8 @@ class EagerPlan : public lf::Plan {
   bool run(lf::Window& w, const std::vector<std::pair<int, int>>&) override {
     lf::trace::Scope s("plan", "replay");
     const lf::Stream st = lf::Stream::current(w.device);
-    for (size_t j = 0; j < w.calls.size(); ++j) lf::Executor::run_eager_into(w.calls[j], w.outputs[j], st);
+    for (size_t j = 0; j < w.calls.size(); ++j)
+      lf::Executor::run_eager_into(w.calls[j], w.outputs[j], st);
     return true;
   }
   bool writes(int, int) const override { return true; }
@@ -54,7 +55,8 @@ class Recorder : public lf::TraceSink {
       }
       op.inputs.push_back(in);
     }
-    for (size_t k = 0; k < outs.size(); ++k) produced[outs[k].id()] = {static_cast<int>(ops.size()), static_cast<int>(k)};
+    for (size_t k = 0; k < outs.size(); ++k)
+      produced[outs[k].id()] = {static_cast<int>(ops.size()), static_cast<int>(k)};
     ops.push_back(op);
   }
   void on_release(lf::ValueId) override {}
@@ -67,7 +69,9 @@ class Recorder : public lf::TraceSink {
 // Far from the planner's ids (which count from 1): the planner may plan this block too.
 constexpr uint64_t kPlanId = 1000000;
 
-lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) { return lf::add(lf::tanh(lf::mul(x, w)), x); }
+lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) {
+  return lf::add(lf::tanh(lf::mul(x, w)), x);
+}
 
 }  // namespace
 
@@ -77,7 +81,8 @@ int main(int argc, char** argv) {
   lf::trace::set_thread_name("driver-main");
   // Leaked: the final report (at exit, after main) still calls this provider.
   static auto* iterations = new std::atomic<uint64_t>(0);
-  lf::register_counter_source("driver", [](lf::CounterSink& s) { s.add("iterations", iterations->load()); });
+  lf::register_counter_source("driver",
+                              [](lf::CounterSink& s) { s.add("iterations", iterations->load()); });
 
   const lf::Tensor x = lf::rand_uniform({4, 64}, 1, -1, 1, lf::DType::f32, lf::Device::cpu());
   const lf::Tensor w = lf::rand_uniform({64}, 2, -1, 1, lf::DType::f32, lf::Device::cpu());
@@ -95,7 +100,8 @@ int main(int argc, char** argv) {
   plan->ops = rec.ops;
   plan->n_external = static_cast<int>(rec.slots.size());
   lf::PlanTable::get().publish(plan);
-  lf::record_decision("driver", "plan " + std::to_string(kPlanId), "published", "recorded from 3 calls");
+  lf::record_decision("driver", "plan " + std::to_string(kPlanId), "published",
+                      "recorded from 3 calls");
 
   float checksum = 0;
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

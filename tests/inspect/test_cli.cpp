@@ -37,7 +37,9 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kGoldenCases
     {"plan_8_compiling", {"--plan", "8"}},
 };
 
-bool updating() { return std::getenv("LF_UPDATE_GOLDEN") && std::string(std::getenv("LF_UPDATE_GOLDEN")) == "1"; }
+bool updating() {
+  return std::getenv("LF_UPDATE_GOLDEN") && std::string(std::getenv("LF_UPDATE_GOLDEN")) == "1";
+}
 
 }  // namespace
 
@@ -58,8 +60,8 @@ TEST_CASE("cli: golden output on the recorded report, one view per plan state") 
       continue;
     }
     const std::string want = lftest::read_file(golden);
-    CHECK_MESSAGE(r.out == want, "output differs from ", golden.string(), " (LF_UPDATE_GOLDEN=1 rewrites it):\n",
-                  r.out);
+    CHECK_MESSAGE(r.out == want, "output differs from ", golden.string(),
+                  " (LF_UPDATE_GOLDEN=1 rewrites it):\n", r.out);
   }
 }
 
@@ -67,14 +69,16 @@ TEST_CASE("cli: the summary and plan views say what matters") {
   const fs::path report = lftest::env_path("LF_INSPECT_GOLDEN") / "report_states.json";
   const auto sum = run(cli_path(), {report.string()});
   REQUIRE(sum.rc == 0);
-  for (const char* want : {"livefuse-demo (pid 4242)", "plans: 7 (1 candidate, 1 compiling, 1 sampling, 1 active",
-                           "layer_norm+linear+gelu", "2.15x", "sampled: plan 25.0 us vs eager 21.0 us",
-                           "kernel_cache", "LIVEFUSE_REPORT_MS", "env (invalid, default used)", "3 older dropped"})
+  for (const char* want :
+       {"livefuse-demo (pid 4242)", "plans: 7 (1 candidate, 1 compiling, 1 sampling, 1 active",
+        "layer_norm+linear+gelu", "2.15x", "sampled: plan 25.0 us vs eager 21.0 us", "kernel_cache",
+        "LIVEFUSE_REPORT_MS", "env (invalid, default used)", "3 older dropped"})
     CHECK_MESSAGE(sum.out.find(want) != std::string::npos, "summary lacks '", want, "'");
   const auto plan = run(cli_path(), {"--plan", "4", report.string()});
   REQUIRE(plan.rc == 0);
-  for (const char* want : {"state            failed", "--- generated source ---", "tanhf(;", "--- compiler log ---",
-                           "error: expected an expression", "+1.530s  failed"})
+  for (const char* want :
+       {"state            failed", "--- generated source ---", "tanhf(;", "--- compiler log ---",
+        "error: expected an expression", "+1.530s  failed"})
     CHECK_MESSAGE(plan.out.find(want) != std::string::npos, "plan view lacks '", want, "'");
 }
 
@@ -89,12 +93,16 @@ TEST_CASE("cli: --json prints the validated snapshot with top-level plans, each 
   for (const auto& p : j["plans"]) CHECK(lf::is_valid_plan_state(p["state"].get<std::string>()));
 }
 
-TEST_CASE("cli: missing, empty, partial, corrupt and newer reports give a clear message and exit 1") {
+TEST_CASE(
+    "cli: missing, empty, partial, corrupt and newer reports give a clear message and exit 1") {
   const fs::path dir = lftest::scratch_dir("errors");
-  const std::string good = lftest::read_file(lftest::env_path("LF_INSPECT_GOLDEN") / "report_states.json");
+  const std::string good =
+      lftest::read_file(lftest::env_path("LF_INSPECT_GOLDEN") / "report_states.json");
   lftest::write_file(dir / "empty.json", "");
   lftest::write_file(dir / "partial.json", good.substr(0, good.size() * 2 / 3));
-  lftest::write_file(dir / "corrupt.json", "\x7f" "ELF\x02\x01 not a report");
+  lftest::write_file(dir / "corrupt.json",
+                     "\x7f"
+                     "ELF\x02\x01 not a report");
   lftest::write_file(dir / "newer.json", R"({"schema_version": 2, "counters": {}, "plans": []})");
   lftest::write_file(dir / "other.json", R"({"traceEvents": []})");
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -111,8 +119,10 @@ TEST_CASE("cli: missing, empty, partial, corrupt and newer reports give a clear 
     for (const char* mode : {"", "--json", "--plan"}) {
       CAPTURE(mode);
       std::vector<std::string> args;
-      if (std::string(mode) == "--plan") args = {"--plan", "1"};
-      else if (*mode) args = {mode};
+      if (std::string(mode) == "--plan")
+        args = {"--plan", "1"};
+      else if (*mode)
+        args = {mode};
       args.push_back((dir / file).string());
       const auto r = run(cli_path(), args);
       CHECK(r.rc == 1);
@@ -125,10 +135,16 @@ TEST_CASE("cli: missing, empty, partial, corrupt and newer reports give a clear 
 }
 
 TEST_CASE("cli: bad arguments exit 2 with usage; an unknown plan exits 3 listing the ids") {
-  const std::string report = (lftest::env_path("LF_INSPECT_GOLDEN") / "report_states.json").string();
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {}, {"--bogus", report}, {"--plan", report}, {"--plan", "x", report}, {"--json", "--plan", "1", report},
-           {report, report}, {"--interval", "0", "--watch", report}}) {
+  const std::string report =
+      (lftest::env_path("LF_INSPECT_GOLDEN") / "report_states.json").string();
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{},
+                                             {"--bogus", report},
+                                             {"--plan", report},
+                                             {"--plan", "x", report},
+                                             {"--json", "--plan", "1", report},
+                                             {report, report},
+                                             {"--interval", "0", "--watch", report}}) {
     const auto r = run(cli_path(), args);
     CHECK(r.rc == 2);
     CHECK(r.err.find("usage: livefuse-inspect") != std::string::npos);
@@ -175,7 +191,8 @@ TEST_CASE("cli: --watch waits for a report that does not exist yet, and ends on 
   const fs::path dir = lftest::scratch_dir("wait");
   const fs::path report = dir / "late.json";
   const fs::path out = dir / "out.txt";
-  const pid_t pid = lftest::spawn(cli_path(), {"--watch", "--interval", "20", report.string()}, {}, out);
+  const pid_t pid =
+      lftest::spawn(cli_path(), {"--watch", "--interval", "20", report.string()}, {}, out);
   // Polls the CLI's output for `what` (at most 20 s; the machine may be busy).
   auto shows = [&](const char* what) {
     for (int k = 0; k < 2000; ++k) {

@@ -35,7 +35,8 @@ std::optional<lf::Snapshot> poll(const fs::path& report, int timeout_s, Pred pre
 }
 
 void check_states_valid(const lf::Snapshot& s) {
-  for (const auto& p : s.plans) CHECK_MESSAGE(lf::is_valid_plan_state(p.state), "plan ", p.id, " state ", p.state);
+  for (const auto& p : s.plans)
+    CHECK_MESSAGE(lf::is_valid_plan_state(p.state), "plan ", p.id, " state ", p.state);
 }
 
 }  // namespace
@@ -48,11 +49,12 @@ TEST_CASE("live: the CLI follows a running program's report until its final one"
   const fs::path dir = lftest::scratch_dir("live");
   const fs::path report = dir / "live.json", trace = dir / "trace.json";
   const pid_t pid = lftest::spawn(lftest::env_path("LF_INSPECT_DRIVER").string(), {"3"},
-                                  {"LIVEFUSE=on", "LIVEFUSE_REPORT=" + report.string(), "LIVEFUSE_REPORT_MS=50",
-                                   "LIVEFUSE_TRACE=" + trace.string()},
+                                  {"LIVEFUSE=on", "LIVEFUSE_REPORT=" + report.string(),
+                                   "LIVEFUSE_REPORT_MS=50", "LIVEFUSE_TRACE=" + trace.string()},
                                   dir / "driver.txt");
   auto first = poll(report, 20, [](const lf::Snapshot& s) { return !s.final; });
-  REQUIRE_MESSAGE(first, "the driver wrote no live report; its output:\n", lftest::read_file(dir / "driver.txt"));
+  REQUIRE_MESSAGE(first, "the driver wrote no live report; its output:\n",
+                  lftest::read_file(dir / "driver.txt"));
   check_states_valid(*first);
   auto later = poll(report, 20, [&](const lf::Snapshot& s) {
     return s.uptime_ms > first->uptime_ms && s.counter("driver", "iterations").value_or(0) > 0;
@@ -73,7 +75,8 @@ TEST_CASE("live: the CLI follows a running program's report until its final one"
   check_states_valid(s);
   const lf::PlanInfo* p = s.find_plan(1000000);  // the driver's plan
   REQUIRE(p);
-  CHECK_MESSAGE((p->state == "active" || p->state == "rejected"), "state ", p->state, ": ", p->last_reason);
+  CHECK_MESSAGE((p->state == "active" || p->state == "rejected"), "state ", p->state, ": ",
+                p->last_reason);
   CHECK(p->last_reason.find("sampled") != std::string::npos);
   CHECK(p->sampled_fused_us.size() >= 5);
   // The matcher sets states itself (no record_transition yet), so history holds what the
@@ -117,7 +120,8 @@ TEST_CASE("demo: livefuse-demo with LIVEFUSE_REPORT writes a report the CLI read
   INFO("demo output:\n", demo_out);  // INFO captures by reference: keep the text alive
   CHECK(rc == 0);
   REQUIRE_MESSAGE(fs::exists(report),
-                  "livefuse-demo wrote no report: is start_background_services() called from Executor::submit?");
+                  "livefuse-demo wrote no report: is start_background_services() called from "
+                  "Executor::submit?");
   const auto r = run(cli_path(), {"--json", report.string()});
   REQUIRE(r.rc == 0);
   const lf::Snapshot s = lf::snapshot_from_json(r.out);

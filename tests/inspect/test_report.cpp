@@ -9,8 +9,8 @@
 #include <sstream>
 #include <thread>
 
-#include "livefuse/livefuse.hpp"
 #include "livefuse/inspect.hpp"
+#include "livefuse/livefuse.hpp"
 #include "runtime/inspect_registry.hpp"
 
 namespace lf = livefuse;
@@ -70,7 +70,8 @@ TEST_CASE("report: write_report replaces the file atomically and leaves no temp 
                        doctest::Contains("missing_dir"), lf::Error);
 }
 
-TEST_CASE("report: the background thread rewrites the report, then writes a final one and the trace") {
+TEST_CASE(
+    "report: the background thread rewrites the report, then writes a final one and the trace") {
   TempDir d;
   const fs::path report = d.path / "live.json", trace = d.path / "trace.json";
   const lf::Config saved = lf::config();
@@ -90,7 +91,8 @@ TEST_CASE("report: the background thread rewrites the report, then writes a fina
   lf::record_decision("test", "report", "written", "by the background thread");
   // Live: later reports are newer snapshots, with what happened in between.
   auto later = wait_for(report, [&](const lf::Snapshot& s) {
-    return s.uptime_ms > first->uptime_ms && !s.decisions.empty() && s.decisions.back().subject == "report";
+    return s.uptime_ms > first->uptime_ms && !s.decisions.empty() &&
+           s.decisions.back().subject == "report";
   });
   REQUIRE(later);
   CHECK(later->counter("report", "writes").value_or(0) >= 1);
@@ -115,7 +117,8 @@ TEST_CASE("report: the background thread rewrites the report, then writes a fina
     if (e["ph"] == "M" && e["args"]["name"] == "livefuse-report") report_tid = e["tid"];
   CHECK(report_tid > 0);
   int writes = 0;
-  for (const auto& e : t["traceEvents"]) writes += e["name"] == "write_report" && e["tid"] == report_tid;
+  for (const auto& e : t["traceEvents"])
+    writes += e["name"] == "write_report" && e["tid"] == report_tid;
   CHECK(writes >= 2);
 
   // Startable again (a test hook; after exit has begun it is not).

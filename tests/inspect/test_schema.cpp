@@ -5,9 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "golden_dir.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/inspect.hpp"
-#include "golden_dir.hpp"
 #include "rich_snapshot.hpp"
 
 namespace lf = livefuse;
@@ -72,7 +72,8 @@ TEST_CASE("inspect schema: a live snapshot round-trips") {
 }
 
 TEST_CASE("inspect schema: unknown fields are ignored, optional ones default") {
-  const std::string text = R"({"schema_version": 1, "added_later": [1, 2], "counters": {"m": {"a": 3}},
+  const std::string text =
+      R"({"schema_version": 1, "added_later": [1, 2], "counters": {"m": {"a": 3}},
     "plans": [{"id": 9, "state": "active", "new_field": {"x": 1}}]})";
   const lf::Snapshot s = lf::snapshot_from_json(text);
   REQUIRE(s.plans.size() == 1);
@@ -85,27 +86,35 @@ TEST_CASE("inspect schema: unknown fields are ignored, optional ones default") {
 
 TEST_CASE("inspect schema: what is not a complete, supported report is named") {
   const std::string good = lf::snapshot_to_json(lftest::rich_snapshot());
-  CHECK(parse_error("") .find("empty") != std::string::npos);
+  CHECK(parse_error("").find("empty") != std::string::npos);
   CHECK(parse_error("  \n").find("empty") != std::string::npos);
   // A partial file (a reader racing a writer that does not rename) is reported as truncated.
-  CHECK(parse_error(good.substr(0, good.size() / 2)).find("not valid JSON (truncated or corrupt)") != std::string::npos);
-  CHECK(parse_error("\x7f" "ELF garbage").find("not valid JSON") != std::string::npos);
+  CHECK(
+      parse_error(good.substr(0, good.size() / 2)).find("not valid JSON (truncated or corrupt)") !=
+      std::string::npos);
+  CHECK(parse_error("\x7f"
+                    "ELF garbage")
+            .find("not valid JSON") != std::string::npos);
   CHECK(parse_error("[1, 2]").find("not a livefuse report") != std::string::npos);
   CHECK(parse_error(R"({"plans": []})").find("not a livefuse report") != std::string::npos);
   const std::string newer = parse_error(R"({"schema_version": 99, "counters": {}, "plans": []})");
   CHECK(newer.find("schema_version 99") != std::string::npos);
-  CHECK(parse_error(R"({"schema_version": 1, "counters": {}})").find("'plans' is missing") != std::string::npos);
-  CHECK(parse_error(R"({"schema_version": 1, "plans": []})").find("'counters' is missing") != std::string::npos);
-  CHECK(parse_error(R"({"schema_version": 1, "counters": {}, "plans": [{"id": 1}]})").find("'plans[0].state' is missing") !=
+  CHECK(parse_error(R"({"schema_version": 1, "counters": {}})").find("'plans' is missing") !=
         std::string::npos);
-  CHECK(parse_error(R"({"schema_version": 1, "counters": {}, "plans": [{"id": 1, "state": "cooking"}]})")
+  CHECK(parse_error(R"({"schema_version": 1, "plans": []})").find("'counters' is missing") !=
+        std::string::npos);
+  CHECK(parse_error(R"({"schema_version": 1, "counters": {}, "plans": [{"id": 1}]})")
+            .find("'plans[0].state' is missing") != std::string::npos);
+  CHECK(parse_error(
+            R"({"schema_version": 1, "counters": {}, "plans": [{"id": 1, "state": "cooking"}]})")
             .find("'cooking', not a known plan state") != std::string::npos);
-  CHECK(parse_error(R"({"schema_version": 1, "counters": {}, "plans": [{"id": "one", "state": "active"}]})")
+  CHECK(parse_error(
+            R"({"schema_version": 1, "counters": {}, "plans": [{"id": "one", "state": "active"}]})")
             .find("'plans[0].id' has the wrong type") != std::string::npos);
   CHECK(parse_error(R"({"schema_version": 1, "counters": {"m": {"a": -1}}, "plans": []})")
             .find("counters.m.a") != std::string::npos);
-  CHECK(parse_error(R"({"schema_version": 1, "counters": {}, "plans": {}})").find("should be an array") !=
-        std::string::npos);
+  CHECK(parse_error(R"({"schema_version": 1, "counters": {}, "plans": {}})")
+            .find("should be an array") != std::string::npos);
 }
 
 TEST_CASE("inspect schema: text that is not valid UTF-8 does not cost the report") {

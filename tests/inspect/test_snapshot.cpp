@@ -3,8 +3,8 @@
 
 #include <thread>
 
-#include "livefuse/livefuse.hpp"
 #include "livefuse/inspect.hpp"
+#include "livefuse/livefuse.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
@@ -18,7 +18,9 @@ class ShownPlan : public lf::Plan {
  public:
   bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
   bool writes(int, int) const override { return true; }
-  std::string describe() const override { return "shown plan with " + std::to_string(ops.size()) + " ops"; }
+  std::string describe() const override {
+    return "shown plan with " + std::to_string(ops.size()) + " ops";
+  }
   void details(lf::PlanDetails& d) const override {
     if (throw_in_details) throw lf::Error("[test] details failed");
     d.shape_pattern = "[A,B,C,D,E] [E]";
@@ -102,7 +104,8 @@ TEST_CASE("inspect: a published plan shows its ops, samples, details and state")
   CHECK(s.counter("plans", "replays") == 17u);
 }
 
-TEST_CASE("inspect: reported transitions keep their time and reason; unreported ones are observed") {
+TEST_CASE(
+    "inspect: reported transitions keep their time and reason; unreported ones are observed") {
   TableGuard g;
   auto p = make_plan(502);
   lf::PlanTable::get().publish(p);
@@ -121,7 +124,8 @@ TEST_CASE("inspect: reported transitions keep their time and reason; unreported 
     CHECK(i.last_reason == "sampled: fast");
   }
   bool decided = false;
-  for (const auto& d : s.decisions) decided |= d.subject == "plan 502 (mul+exp)" && d.what == "active";
+  for (const auto& d : s.decisions)
+    decided |= d.subject == "plan 502 (mul+exp)" && d.what == "active";
   CHECK(decided);
   // A component that sets the state directly: the next snapshot records what it sees.
   p->state = lf::PlanState::rejected;
@@ -146,7 +150,8 @@ TEST_CASE("inspect: a plan's history is bounded, keeping its first and latest tr
   const size_t n = lf::kPlanHistoryCapacity + 5;
   for (size_t k = 0; k < n; ++k) {
     std::lock_guard<std::mutex> l(p->sample_mu);
-    lf::record_transition_locked(*p, k % 2 ? lf::PlanState::active : lf::PlanState::sampling, "step " + std::to_string(k));
+    lf::record_transition_locked(*p, k % 2 ? lf::PlanState::active : lf::PlanState::sampling,
+                                 "step " + std::to_string(k));
   }
   const lf::Snapshot s = lf::inspect();
   const lf::PlanInfo& i = find(s, 503);
@@ -187,7 +192,8 @@ TEST_CASE("inspect: counter providers plug in, are replaced, fail safely and unr
   CHECK(!s.counter("test_component", "drops").has_value());
 
   const uint64_t errors0 = *s.counter("inspect", "provider_errors");
-  lf::register_counter_source("test_component", [](lf::CounterSink&) { throw std::runtime_error("boom"); });
+  lf::register_counter_source("test_component",
+                              [](lf::CounterSink&) { throw std::runtime_error("boom"); });
   s = lf::inspect();
   CHECK(!s.counter("test_component", "events").has_value());
   CHECK(*s.counter("inspect", "provider_errors") == errors0 + 1);
@@ -238,7 +244,8 @@ TEST_CASE("inspect: the decision log is bounded, ordered, and counts what it dro
   CHECK(s.decisions_dropped >= dropped0 + 41);
   CHECK(s.decisions.back().subject == "last");
   CHECK(s.decisions.back().reason == "the newest entry");
-  for (size_t k = 1; k < s.decisions.size(); ++k) CHECK(s.decisions[k - 1].t_ms <= s.decisions[k].t_ms);
+  for (size_t k = 1; k < s.decisions.size(); ++k)
+    CHECK(s.decisions[k - 1].t_ms <= s.decisions[k].t_ms);
   CHECK(*s.counter("inspect", "decisions_dropped") == s.decisions_dropped);
 }
 
@@ -247,7 +254,9 @@ TEST_CASE("inspect: config values and their sources; matcher counters move with 
   const lf::Config saved = c;
   c.hot = 7;
   c.report_ms = 250;
-  c.sources = {{"LIVEFUSE_HOT", "env"}, {"LIVEFUSE_REPORT_MS", "env (invalid, default used)"}, {"LIVEFUSE", "default"}};
+  c.sources = {{"LIVEFUSE_HOT", "env"},
+               {"LIVEFUSE_REPORT_MS", "env (invalid, default used)"},
+               {"LIVEFUSE", "default"}};
   c.mode = lf::Mode::on;
   lf::set_config_for_testing(c);
   lf::Snapshot s = lf::inspect();

@@ -19,7 +19,8 @@ using nlohmann::json;
 namespace {
 
 std::string temp_path(const char* name) {
-  return (std::filesystem::temp_directory_path() / (std::string("lf_trace_") + std::to_string(::getpid()) + "_" + name))
+  return (std::filesystem::temp_directory_path() /
+          (std::string("lf_trace_") + std::to_string(::getpid()) + "_" + name))
       .string();
 }
 
@@ -140,5 +141,6 @@ TEST_CASE("trace: an unwritable path is an error naming it, and leaves no temp f
   TraceOn on;
   tr::instant("x", "y");
   const std::string dir = temp_path("no_such_dir");
-  CHECK_THROWS_WITH_AS(lf::write_trace(dir + "/t.json"), doctest::Contains("no_such_dir"), lf::Error);
+  CHECK_THROWS_WITH_AS(lf::write_trace(dir + "/t.json"), doctest::Contains("no_such_dir"),
+                       lf::Error);
 }

@@ -27,7 +27,8 @@ constexpr const char* kUsage =
     "  REPORT           the file a program writes with LIVEFUSE_REPORT=REPORT\n"
     "  (no option)      plans and counters as tables\n"
     "  --plan ID        one plan in full: ops, groups, generated source, timings, history\n"
-    "  --json           the snapshot as JSON (validated; top-level \"plans\", each with \"state\")\n"
+    "  --json           the snapshot as JSON (validated; top-level \"plans\", each with "
+    "\"state\")\n"
     "  --watch          refresh in place until interrupted (Ctrl-C)\n"
     "  --interval MS    refresh period of --watch (default 500)\n"
     "  --count N        stop --watch after N refreshes\n"
@@ -53,7 +54,8 @@ long to_long(const std::string& opt, const std::string& v, long lo) {
   } catch (...) {
     pos = 0;
   }
-  if (pos != v.size() || v.empty() || r < lo) throw Usage{strf("%s expects an integer >= %ld, got '%s'", opt.c_str(), lo, v.c_str())};
+  if (pos != v.size() || v.empty() || r < lo)
+    throw Usage{strf("%s expects an integer >= %ld, got '%s'", opt.c_str(), lo, v.c_str())};
   return r;
 }
 
@@ -65,16 +67,26 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw Usage{s + " needs a value"};
       return argv[++i];
     };
-    if (s == "--plan") a.plan = static_cast<uint64_t>(to_long(s, value(), 0));
-    else if (s == "--json") a.json = true;
-    else if (s == "--watch") a.watch = true;
-    else if (s == "--config") a.all_config = true;
-    else if (s == "--interval") a.interval_ms = static_cast<int>(to_long(s, value(), 10));
-    else if (s == "--count") a.count = static_cast<int>(to_long(s, value(), 1));
-    else if (s == "--decisions") a.decisions = static_cast<int>(to_long(s, value(), 0));
-    else if (!s.empty() && s[0] == '-') throw Usage{"unknown option '" + s + "'"};
-    else if (a.path.empty()) a.path = s;
-    else throw Usage{"more than one REPORT given ('" + a.path + "', '" + s + "')"};
+    if (s == "--plan")
+      a.plan = static_cast<uint64_t>(to_long(s, value(), 0));
+    else if (s == "--json")
+      a.json = true;
+    else if (s == "--watch")
+      a.watch = true;
+    else if (s == "--config")
+      a.all_config = true;
+    else if (s == "--interval")
+      a.interval_ms = static_cast<int>(to_long(s, value(), 10));
+    else if (s == "--count")
+      a.count = static_cast<int>(to_long(s, value(), 1));
+    else if (s == "--decisions")
+      a.decisions = static_cast<int>(to_long(s, value(), 0));
+    else if (!s.empty() && s[0] == '-')
+      throw Usage{"unknown option '" + s + "'"};
+    else if (a.path.empty())
+      a.path = s;
+    else
+      throw Usage{"more than one REPORT given ('" + a.path + "', '" + s + "')"};
   }
   if (a.path.empty()) throw Usage{"no REPORT given"};
   if (a.json && a.plan) throw Usage{"--json and --plan cannot be combined"};
@@ -86,8 +98,8 @@ livefuse::Snapshot load(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT)
-      throw livefuse::Error("no report at '" + path +
-                            "' (run the program with LIVEFUSE_REPORT=" + path + "; it is written after the first op)");
+      throw livefuse::Error("no report at '" + path + "' (run the program with LIVEFUSE_REPORT=" +
+                            path + "; it is written after the first op)");
     throw livefuse::Error("cannot read '" + path + "': " + std::strerror(errno));
   }
   if (S_ISDIR(st.st_mode)) throw livefuse::Error("'" + path + "' is a directory, not a report");
@@ -122,8 +134,9 @@ int view(const Args& a, std::string* out) {
     if (!p) {
       std::string ids;
       for (const auto& q : s.plans) ids += (ids.empty() ? "" : ", ") + std::to_string(q.id);
-      *out = strf("livefuse-inspect: no plan %llu in '%s' (plans: %s)\n", static_cast<unsigned long long>(*a.plan),
-                  a.path.c_str(), ids.empty() ? "none" : ids.c_str());
+      *out = strf("livefuse-inspect: no plan %llu in '%s' (plans: %s)\n",
+                  static_cast<unsigned long long>(*a.plan), a.path.c_str(),
+                  ids.empty() ? "none" : ids.c_str());
       return 3;
     }
     *out = lfinspect::render_plan(s, *p);
@@ -153,8 +166,8 @@ int watch(const Args& a) {
   for (int n = 0; a.count < 0 || n < a.count; ++n) {
     std::string body;
     rc = view(a, &body);
-    const std::string top = strf("livefuse-inspect --watch %s: every %d ms, Ctrl-C to stop%s\n\n", a.path.c_str(),
-                                 a.interval_ms, file_age(a.path).c_str());
+    const std::string top = strf("livefuse-inspect --watch %s: every %d ms, Ctrl-C to stop%s\n\n",
+                                 a.path.c_str(), a.interval_ms, file_age(a.path).c_str());
     // Home + clear, then the whole frame in one write: no flicker of a half-drawn table.
     std::cout << "\x1b[H\x1b[2J" << top << body << std::flush;
     if (a.count >= 0 && n + 1 >= a.count) break;
@@ -175,7 +188,8 @@ int main(int argc, char** argv) {
   Args a;
   try {
     for (int i = 1; i < argc; ++i)
-      if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return std::cout << kUsage, 0;
+      if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help"))
+        return std::cout << kUsage, 0;
     a = parse_args(argc, argv);
   } catch (const Usage& u) {
     std::cerr << "livefuse-inspect: " << u.msg << "\n" << kUsage;

@@ -9,7 +9,7 @@
 namespace lfinspect {
 
 struct RenderOptions {
-  int decisions = 8;     // how many recent decisions the summary lists
+  int decisions = 8;        // how many recent decisions the summary lists
   bool all_config = false;  // every variable, not only those set in the environment
 };
 

@@ -22,13 +22,15 @@ std::string field(const char* name, const std::string& value) {
 
 // "%2.0" reads as "%2" (first output); inputs are "%j.k" (window op j, output k) or "$e".
 std::string value_name(const std::string& in) {
-  if (in.size() > 2 && in[0] == '%' && in.compare(in.size() - 2, 2, ".0") == 0) return in.substr(0, in.size() - 2);
+  if (in.size() > 2 && in[0] == '%' && in.compare(in.size() - 2, 2, ".0") == 0)
+    return in.substr(0, in.size() - 2);
   return in;
 }
 
 std::string ops(const PlanInfo& p) {
-  std::string r = strf("\nOPS (%zu; $e = external input e, %%j = result of op j; inputs as dtype[rank])\n",
-                       p.ops.size());
+  std::string r =
+      strf("\nOPS (%zu; $e = external input e, %%j = result of op j; inputs as dtype[rank])\n",
+           p.ops.size());
   for (size_t j = 0; j < p.ops.size(); ++j) {
     const PlanOpInfo& o = p.ops[j];
     std::string args, types;
@@ -75,7 +77,8 @@ std::string kernels(const PlanInfo& p) {
   if (p.details.kernels.empty()) return "";
   std::string r = strf("\nKERNELS (%zu)\n", p.details.kernels.size());
   for (const KernelInfo& k : p.details.kernels) {
-    r += strf("  %s  compile %s  cache %s\n", k.name.c_str(), k.compile_ms ? (num(k.compile_ms) + " ms").c_str() : "-",
+    r += strf("  %s  compile %s  cache %s\n", k.name.c_str(),
+              k.compile_ms ? (num(k.compile_ms) + " ms").c_str() : "-",
               k.cache.empty() ? "-" : k.cache.c_str());
     if (!k.source.empty()) r += "  --- generated source ---\n" + indented(k.source);
     if (!k.log.empty()) r += "  --- compiler log ---\n" + indented(k.log);
@@ -88,17 +91,21 @@ std::string graphs(const PlanInfo& p) {
   std::string r = "\nGRAPHS PER SHAPE\n";
   r += strf("  %-40s %8s %6s\n", "SHAPE", "REPLAYS", "NODES");
   for (const GraphInfo& g : p.details.graphs)
-    r += strf("  %-40s %8llu %6d\n", g.shape.c_str(), static_cast<unsigned long long>(g.replays), g.nodes);
+    r += strf("  %-40s %8llu %6d\n", g.shape.c_str(), static_cast<unsigned long long>(g.replays),
+              g.nodes);
   return r;
 }
 
 std::string history(const PlanInfo& p) {
-  std::string r = "\nHISTORY (oldest first; ~ = seen by a snapshot, not reported when it happened)\n";
+  std::string r =
+      "\nHISTORY (oldest first; ~ = seen by a snapshot, not reported when it happened)\n";
   if (p.history_dropped)
-    r += strf("  (%llu older transitions dropped)\n", static_cast<unsigned long long>(p.history_dropped));
+    r += strf("  (%llu older transitions dropped)\n",
+              static_cast<unsigned long long>(p.history_dropped));
   if (p.history.empty()) return r + "  (none)\n";
   for (const Transition& t : p.history)
-    r += strf("  %10s%s %-10s %s\n", at(t.t_ms).c_str(), t.observed ? "~" : " ", t.state.c_str(), t.reason.c_str());
+    r += strf("  %10s%s %-10s %s\n", at(t.t_ms).c_str(), t.observed ? "~" : " ", t.state.c_str(),
+              t.reason.c_str());
   return r;
 }
 

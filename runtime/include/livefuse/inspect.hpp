@@ -44,8 +44,8 @@ struct PlanOpInfo {
 };
 
 struct FusionGroupInfo {
-  std::string name;  // "g0"
-  std::string kind;  // "vertical", "horizontal", "gemm_epilogue", "template", "unfused", ...
+  std::string name;      // "g0"
+  std::string kind;      // "vertical", "horizontal", "gemm_epilogue", "template", "unfused", ...
   std::vector<int> ops;  // indices into the plan's ops
   std::string kernel;    // name of the kernel that runs it ("" when none: eager step)
   bool operator==(const FusionGroupInfo&) const = default;
@@ -55,8 +55,8 @@ struct KernelInfo {
   std::string name;
   std::string source;  // generated CUDA source (or the CPU interpreter's program text)
   std::optional<double> compile_ms;
-  std::string cache;   // "miss" (compiled), "memory", "disk", "" (unknown)
-  std::string log;     // compiler log, when not empty
+  std::string cache;  // "miss" (compiled), "memory", "disk", "" (unknown)
+  std::string log;    // compiler log, when not empty
   bool operator==(const KernelInfo&) const = default;
 };
 
@@ -72,7 +72,7 @@ struct PlanDetails {
   std::string shape_pattern;  // e.g. "[B,S,256] [256] [256]"
   std::vector<FusionGroupInfo> groups;
   std::vector<KernelInfo> kernels;
-  std::vector<GraphInfo> graphs;  // graphs per shape
+  std::vector<GraphInfo> graphs;     // graphs per shape
   std::optional<double> compile_ms;  // whole plan, wall time
   // The planner's choices for this plan and why ("fuse #2..#5 into one pointwise kernel",
   // "saves 3 launches"), in the order made.
