@@ -220,6 +220,12 @@ void apply_row(const C* a, const C* b, const C* c, C* o, int64_t n, C s0, C s1) 
   }
 }
 
+// Binary rows with a scalar right operand: b is a constant, no tile of copies.
+template <class Row, class C>
+void apply_row_scalar(const C* a, C b, C* o, int64_t n, C s0, C s1) {
+  for (int64_t j = 0; j < n; ++j) o[j] = Row::template f<C>(a[j], b, C(0), s0, s1);
+}
+
 template <class C>
 void eval_typed(const Instr& in, const TileVal* args, int64_t n, void* dst, Scratch& sc) {
   const C* ops[3] = {nullptr, nullptr, nullptr};
@@ -228,15 +234,32 @@ void eval_typed(const Instr& in, const TileVal* args, int64_t n, void* dst, Scra
     ops[k] = as_compute<C>(args[k], n, sc.slot(k), truth);
   }
   const C s0 = scalar_as<C>(in.s[0]), s1 = scalar_as<C>(in.s[1]);
-  if (in.scalar_operand) {
+  // Compute in place when the result's natural type is C itself.
+  const bool direct = nat_of(in.dtype) == nat_of(in.compute) && in.dtype != DType::boolean;
+  C* out = direct ? static_cast<C*>(dst) : static_cast<C*>(sc.slot(3));
+  bool scalar_done = false;
+  if (in.scalar_operand && in.kind == InstrKind::Op) {
+    switch (in.op) {
+#define LF_INTERP_SCALAR(name, arity, cat, flags, expr)                                       \
+  case OpId::name:                                                                            \
+    if constexpr (Row_##name::kElementwise && Row_##name::kArity == 2 &&                     \
+                  (std::is_same_v<C, float> || Row_##name::kIntOk)) {                        \
+      apply_row_scalar<Row_##name, C>(ops[0], s0, out, n, s0, s1);                            \
+      scalar_done = true;                                                                     \
+    }                                                                                         \
+    break;
+      LF_OP_TABLE(LF_INTERP_SCALAR)
+#undef LF_INTERP_SCALAR
+      default: break;
+    }
+  }
+  if (in.scalar_operand && !scalar_done) {
     C* b = static_cast<C*>(sc.slot(1));
     std::fill_n(b, n, s0);
     ops[1] = b;
   }
-  // Compute in place when the result's natural type is C itself.
-  const bool direct = nat_of(in.dtype) == nat_of(in.compute) && in.dtype != DType::boolean;
-  C* out = direct ? static_cast<C*>(dst) : static_cast<C*>(sc.slot(3));
-  if (in.kind == InstrKind::Custom) {
+  if (scalar_done) {
+  } else if (in.kind == InstrKind::Custom) {
     if constexpr (std::is_same_v<C, float>) {
       const CpuScalarFn fn = custom_op(in.custom_id).cpu_fn;
       LF_CHECK(fn != nullptr, custom_op(in.custom_id).name, "custom op has no CPU function");

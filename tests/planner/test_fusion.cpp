@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "monitor/candidate.hpp"
 #include "planner/passes.hpp"
 #include "tests/planner/planner_util.hpp"
 
@@ -176,4 +177,42 @@ TEST_CASE("fusion: segment_from_calls wires real calls (identity decides interna
   CHECK(s.nodes[2].inputs[1] == ValueRef::ext(0));
   CHECK(s.nodes[1].inputs[0] == ValueRef::of(0));
   CHECK(plan_segment(s).num_kernels() == 1);
+}
+
+TEST_CASE("fusion: from_candidate -- wiring, the most frequent shape tuple, liveness") {
+  using namespace livefuse::monitor;
+  Candidate c;
+  auto op = [](OpId id, std::vector<WireRef> in, DType dt, int rank) {
+    CandidateOp o;
+    o.op = id;
+    for (const auto& w : in) o.inputs.push_back(w);
+    o.out_dtypes.push_back(dt);
+    o.out_ranks.push_back(static_cast<uint8_t>(rank));
+    return o;
+  };
+  const WireRef e0{WireRef::Kind::external, 0, 0}, e1{WireRef::Kind::external, 1, 0};
+  const WireRef n0{WireRef::Kind::internal, 0, 0}, n1{WireRef::Kind::internal, 1, 0};
+  c.ops = {op(OpId::add, {e0, e1}, DType::f32, 2), op(OpId::exp, {n0}, DType::f32, 2), op(OpId::mul, {n1, e0}, DType::f32, 2)};
+  c.externals = {ExternalSlot{DType::f32, 2, 0, 0}, ExternalSlot{DType::f32, 1, 0, 1}};
+  // dims: e0 [S, 16], e1 [16], outputs [S, 16]; S varies (8 seen twice, 3 once).
+  c.shapes.layout = {DimRef{DimRef::Kind::external, 0, 0, 0}, DimRef{DimRef::Kind::external, 0, 0, 1},
+                     DimRef{DimRef::Kind::external, 1, 0, 0}};
+  for (int j = 0; j < 3; ++j) {
+    c.shapes.layout.push_back(DimRef{DimRef::Kind::output, static_cast<uint16_t>(j), 0, 0});
+    c.shapes.layout.push_back(DimRef{DimRef::Kind::output, static_cast<uint16_t>(j), 0, 1});
+  }
+  c.shapes.tuples = {ShapeTuple{{3, 16, 16, 3, 16, 3, 16, 3, 16}, 1}, ShapeTuple{{8, 16, 16, 8, 16, 8, 16, 8, 16}, 2}};
+  c.shapes.varying = {true, false, false, true, false, true, false, true, false};
+  ValueLiveness l0{0, 0, 1, 3, 0, 0, 3}, l1{1, 0, 1, 3, 0, 0, 3}, l2{2, 0, 0, 3, 3, 3, 0};
+  c.liveness = {l0, l1, l2};
+  const Segment s = from_candidate(c);
+  REQUIRE(s.nodes.size() == 3);
+  CHECK(s.externals[0].shape == Shape{8, 16});
+  CHECK(s.externals[1].shape == Shape{16});
+  CHECK(s.nodes[2].outputs[0].shape == Shape{8, 16});
+  CHECK(s.nodes[2].inputs[1] == ValueRef::ext(0));
+  CHECK(s.outputs == std::vector<ValueRef>{ValueRef::of(2)});
+  CHECK(s.varying[0] == std::vector<bool>{true, false});
+  const PlannedSegment p = check_against_eager(s, 5);
+  CHECK(p.num_kernels() == 1);
 }
