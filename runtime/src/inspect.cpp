@@ -145,7 +145,14 @@ Snapshot inspect() {
 
   s.counters.push_back(matcher_group());
   s.counters.push_back(memory_group(Device::cpu()));
-  if (cuda_available()) s.counters.push_back(memory_group(Device::cuda(0)));
+  if (cuda_available()) {
+    // At exit the CUDA runtime may already be unloading: its figures are then left out
+    // rather than costing the final report.
+    try {
+      s.counters.push_back(memory_group(Device::cuda(0)));
+    } catch (const std::exception&) {
+    }
+  }
   s.counters.push_back(plans_group(s.plans));
   inspect_detail::copy_decisions(s.decisions, &s.decisions_dropped);
   // Providers run before the "inspect" group is made, so it counts their failures of now.
