@@ -34,6 +34,15 @@ std::optional<lf::Snapshot> poll(const fs::path& report, int timeout_s, Pred pre
   return std::nullopt;
 }
 
+// Removes a scratch folder also when a REQUIRE ends the test early.
+struct Cleanup {
+  fs::path dir;
+  ~Cleanup() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
 void check_states_valid(const lf::Snapshot& s) {
   for (const auto& p : s.plans)
     CHECK_MESSAGE(lf::is_valid_plan_state(p.state), "plan ", p.id, " state ", p.state);
@@ -47,6 +56,7 @@ void check_states_valid(const lf::Snapshot& s) {
 // report is final and the trace holds the driver's iterations, plan replays and report writes.
 TEST_CASE("live: the CLI follows a running program's report until its final one") {
   const fs::path dir = lftest::scratch_dir("live");
+  const Cleanup cleanup{dir};
   const fs::path report = dir / "live.json", trace = dir / "trace.json";
   const pid_t pid = lftest::spawn(lftest::env_path("LF_INSPECT_DRIVER").string(), {"3"},
                                   {"LIVEFUSE=on", "LIVEFUSE_REPORT=" + report.string(),
@@ -100,7 +110,6 @@ TEST_CASE("live: the CLI follows a running program's report until its final one"
   CHECK(n["replay"] > 0);
   CHECK(n["write_report"] >= 2);
   CHECK(n["thread_name"] >= 2);  // driver-main, livefuse-report
-  fs::remove_all(dir);
 }
 
 // The demo as a user runs it (README). Asserts only what holds before the planner exists:
@@ -109,6 +118,7 @@ TEST_CASE("live: the CLI follows a running program's report until its final one"
 // final. It does not assert that a plan becomes active.
 TEST_CASE("demo: livefuse-demo with LIVEFUSE_REPORT writes a report the CLI reads") {
   const fs::path dir = lftest::scratch_dir("demo");
+  const Cleanup cleanup{dir};
   const fs::path report = dir / "demo.json", trace = dir / "demo_trace.json";
   const pid_t pid = lftest::spawn(lftest::env_path("LF_DEMO").string(),
                                   {"--iters", "40", "--layers", "1", "--device", "cpu", "--quiet"},
@@ -135,5 +145,4 @@ TEST_CASE("demo: livefuse-demo with LIVEFUSE_REPORT writes a report the CLI read
   std::ifstream f(trace);
   REQUIRE_MESSAGE(f.good(), "no trace at ", trace.string());
   CHECK_NOTHROW((void)nlohmann::json::parse(f));
-  fs::remove_all(dir);
 }
