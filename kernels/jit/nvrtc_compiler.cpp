@@ -11,8 +11,10 @@
 namespace livefuse::jit {
 
 std::vector<std::string> CompileOptions::flags() const {
-  std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17",
-                                "--ptxas-options=-v", "-default-device"};
+  // -minimal: generated kernels use no textures, runtime calls or device launches; skipping
+  // those declarations saves a few ms of NVRTC time per kernel.
+  std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17", "--ptxas-options=-v",
+                                "-default-device", "-minimal"};
   if (!fma) f.push_back("--fmad=false");
   return f;
 }
