@@ -210,6 +210,7 @@ void Monitor::reap_retired() {
 }
 
 void Monitor::run() {
+  thread_id_.store(std::this_thread::get_id());
 #if defined(__linux__)
   pthread_setname_np(pthread_self(), "lf-monitor");
 #endif
@@ -261,6 +262,8 @@ uint64_t Monitor::dropped_total() const {
 }
 
 bool Monitor::drain(std::chrono::milliseconds timeout, bool flush) {
+  // From a consumer callback (the monitor thread itself) it could only wait for itself.
+  if (std::this_thread::get_id() == thread_id_.load()) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const uint64_t target = produced_total();
   while (consumed_.load(std::memory_order_acquire) < target) {
@@ -289,7 +292,8 @@ bool Monitor::drain(std::chrono::milliseconds timeout, bool flush) {
 void Monitor::reset() { reset(MonitorOptions::from_config()); }
 
 void Monitor::reset(const MonitorOptions& o) {
-  drain(std::chrono::seconds(5));
+  // Paused (tests): what is queued stays queued and goes to the new state after resuming.
+  if (!paused_.load()) drain(std::chrono::seconds(5));
   std::lock_guard<std::mutex> lk(state_mu_);
   detector_ = std::make_unique<Detector>(o);
   options_ = o;

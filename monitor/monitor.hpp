@@ -46,7 +46,8 @@ class Monitor final : public TraceSink {
   void on_release(ValueId id) override;
   void on_sync(uint32_t stream_id) override;
 
-  // Waits until every event pushed before the call has been consumed; with `flush`, then
+  // Waits until every event pushed before the call has been consumed (not from a consumer
+  // callback: that returns false at once); with `flush`, then
   // assigns pending positions too (treats now as the end of the input: tests, inspection).
   // False on timeout (e.g. paused, or not running).
   bool drain(std::chrono::milliseconds timeout = std::chrono::seconds(30), bool flush = true);
@@ -108,6 +109,7 @@ class Monitor final : public TraceSink {
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
   std::mutex lifecycle_mu_;
   bool atexit_registered_ = false;
 

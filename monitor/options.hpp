@@ -4,10 +4,21 @@
 
 namespace livefuse::monitor {
 
+// Why hot defaults to 3. LIVEFUSE_HOT counts repeats: the first occurrence of a sequence
+// defines its program path, and each later occurrence that follows that same path counts, so
+// 3 means hot at the fourth occurrence. Repeats of one program path (not just of one
+// structure) are strong evidence of a loop -- a chance match in unrelated code does not
+// count -- so few are needed: three make the layers of a model hot within its first forward
+// pass and a decode step hot at its fourth token. Planning and compilation then run off the
+// hot path, and a plan only pays off once installed, so a higher value only delays the gain;
+// a wrong guess costs one background compile and is undone by the planner's sampling and by
+// decay. Two would also fire on a pattern that merely happened twice during warm-up.
+inline constexpr int kDefaultHot = 3;
+
 struct MonitorOptions {
   // Occurrences (of one program path, see structure_table.hpp) before a sequence is hot.
-  // Default: config().hot, i.e. LIVEFUSE_HOT, whose default is 3 -- see kDefaultHot.
-  int hot = 3;
+  // from_config(): LIVEFUSE_HOT, whose default (config.hpp) is kDefaultHot.
+  int hot = kDefaultHot;
   // Longest sequence considered (LIVEFUSE_MAX_SEGMENT). Also the lookahead of the matcher.
   int max_segment = 64;
   // Events each producer thread may have in flight; beyond it events are dropped and counted.
@@ -29,15 +40,6 @@ struct MonitorOptions {
   static MonitorOptions from_config();
 };
 
-// Why hot defaults to 3. A sequence is counted only when every op of it continues an earlier
-// occurrence of the same program path (so a chance collision in unrelated code is not
-// counted), so three occurrences are already strong evidence of a loop: the first records it,
-// the second shows the path repeats, the third that it keeps repeating. It makes the layers of
-// a model hot within its first forward pass and a decode step hot by its third token, which
-// matters because planning and compilation happen off the hot path and a plan only pays off
-// after it is installed. A higher value only delays that; a wrong guess costs a background
-// compile and is undone by the planner's sampling and by decay.
-inline constexpr int kDefaultHot = 3;
 
 struct MonitorCounters {
   uint64_t produced = 0;        // events pushed into the queues

@@ -2,9 +2,11 @@
 // StructureTable: every distinct sequence seen on each stream, keyed by (stream, signature),
 // with its decaying count, shape pattern and liveness; decides hot and cold.
 //
-// Counting: an occurrence counts when its program-point path (stream_window.hpp) is one the
-// structure already knows. The first occurrence of a structure registers its path; an
-// occurrence with a new path registers it (up to kPaths, oldest replaced) without counting.
+// Counting: only sequences whose every op continued an earlier occurrence arrive here (so the
+// very first occurrence never does: it defines the program points). An occurrence counts when
+// its program-point path (stream_window.hpp) is one the structure already knows; the first to
+// arrive creates the structure and its path; one with a new path registers it (up to kPaths,
+// oldest replaced) without counting. So the count is the number of repeats of one path.
 // Twelve layers share one path, so they count; two unrelated stretches of code that happen to
 // hash alike (random streams) do not, because their paths differ.
 #include <array>
