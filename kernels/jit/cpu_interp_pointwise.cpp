@@ -66,6 +66,24 @@ void run_pointwise_part(const KernelPart& part, const PartGeometry& g) {
     const DType d = part.inputs[k].dtype;
     in_place[k] = g.inputs[k].strides == dense && (d == DType::f32 || d == DType::i32 || d == DType::i64);
   }
+  // A value whose only use is a Store to a dense output of its own natural type is computed
+  // straight into the output (no tile copy).
+  std::vector<int> direct_out(n, -1);
+  {
+    std::vector<int> uses(n, 0);
+    for (const Instr& in : part.instrs)
+      for (int a = 0; a < in.nargs; ++a) ++uses[in.arg[a]];
+    for (const Instr& in : part.instrs) {
+      if (in.kind != InstrKind::Store) continue;
+      const int v = in.arg[0];
+      const Instr& src = part.instrs[v];
+      const DType d = in.dtype;
+      const bool natural = d == DType::f32 || d == DType::i32 || d == DType::i64;
+      if (uses[v] == 1 && natural && g.outputs[in.io].strides == dense &&
+          (src.kind == InstrKind::Op || src.kind == InstrKind::Custom))
+        direct_out[v] = in.io;
+    }
+  }
   auto body = [&](int64_t t0, int64_t t1) {
     Scratch sc(kTile);
     int64_t* mem = thread_buffer(1, static_cast<size_t>(std::max(sp.nslots, 1)) * kTile);
@@ -91,11 +109,16 @@ void run_pointwise_part(const KernelPart& part, const PartGeometry& g) {
           case InstrKind::Custom: {
             TileVal args[3];
             for (int a = 0; a < in.nargs && a < 3; ++a) args[a] = vals[in.arg[a]];
-            eval_op(in, args, len, slot_ptr(i), sc);
-            break;
+            void* dst = slot_ptr(i);
+            if (direct_out[i] >= 0)
+              dst = static_cast<char*>(g.outputs[direct_out[i]].data) + lo * static_cast<int64_t>(dtype_size(in.dtype));
+            eval_op(in, args, len, dst, sc);
+            vals[i] = TileVal{dst, nat_of(in.dtype), false};
+            continue;
           }
           case InstrKind::Store:
-            store_tile(g.outputs[in.io], in.dtype, g.shape, lo, len, vals[in.arg[0]].p);
+            if (direct_out[in.arg[0]] != in.io)
+              store_tile(g.outputs[in.io], in.dtype, g.shape, lo, len, vals[in.arg[0]].p);
             break;
           default:
             LF_ASSERT(false, instr_kind_name(in.kind), " in a pointwise part");
