@@ -176,8 +176,10 @@ int main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json = argv[++i];
-    else if (a == "--quick") quick = true;
+    if (a == "--json" && i + 1 < argc)
+      json = argv[++i];
+    else if (a == "--quick")
+      quick = true;
     else {
       std::puts("usage: livefuse-bench-monitor [--json PATH] [--quick]");
       return a == "--help" ? 0 : 2;

@@ -10,11 +10,10 @@
 // `shapes`. The structural attrs hash is Attrs::hash(), except for reshape, whose target (it
 // always equals the output shape) is left to the shape pattern so that a varying dim does not
 // split the structure. Candidates are tracked per stream: (stream, signature) is the key.
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <boost/container/small_vector.hpp>
 
 #include "runtime/op_call.hpp"
 
@@ -42,7 +41,7 @@ struct CandidateOp {
 struct ExternalSlot {
   DType dtype = DType::f32;
   uint8_t rank = 0;
-  uint16_t first_op = 0;    // first use: op position and input index
+  uint16_t first_op = 0;  // first use: op position and input index
   uint8_t first_input = 0;
 };
 
@@ -89,14 +88,14 @@ struct ValueLiveness {
 struct Candidate {
   uint64_t signature = 0;
   uint32_t stream = 0;
-  std::vector<CandidateOp> ops;        // one representative occurrence, with wiring
+  std::vector<CandidateOp> ops;  // one representative occurrence, with wiring
   std::vector<ExternalSlot> externals;
   ShapePattern shapes;
   std::vector<ValueLiveness> liveness;  // ops in order, outputs in order
-  double count = 0;             // decayed occurrence count
-  uint64_t occurrences = 0;     // counted occurrences since the sequence was first tracked
+  double count = 0;                     // decayed occurrence count
+  uint64_t occurrences = 0;             // counted occurrences since the sequence was first tracked
   bool hot = false;
-  uint32_t version = 0;         // bumped whenever it is handed to the planner again
+  uint32_t version = 0;  // bumped whenever it is handed to the planner again
   uint64_t first_seen_ns = 0;
   uint64_t last_seen_ns = 0;
 

@@ -14,8 +14,8 @@ uint64_t wire_code(const WireRef& w) {
 }  // namespace
 
 Canonicalizer::Canonicalizer(int max_segment) {
-  const uint64_t cap = std::bit_ceil(static_cast<uint64_t>(max_segment) *
-                                     (kMaxEventInputs + kMaxEventOutputs) * 2);
+  const uint64_t cap =
+      std::bit_ceil(static_cast<uint64_t>(max_segment) * (kMaxEventInputs + kMaxEventOutputs) * 2);
   keys_.resize(cap);
   vals_.resize(cap);
   stamps_.resize(cap, 0);
@@ -57,7 +57,8 @@ bool Canonicalizer::run(StreamWindow& w, uint64_t begin, uint64_t end, Canon& c)
   uint64_t sig = hash_combine(0x5167, n);
   for (uint32_t k = 0; k < n; ++k) {
     RingEvent* r = w.event_at(begin + k);
-    if (r == nullptr || r->ev.kind != EventKind::call || (r->ev.flags & kEventTruncated)) return false;
+    if (r == nullptr || r->ev.kind != EventKind::call || (r->ev.flags & kEventTruncated))
+      return false;
     const TraceEvent& ev = r->ev;
     if (k == 0) c.first_ns = ev.timestamp_ns;
     c.last_ns = ev.timestamp_ns;

@@ -14,10 +14,10 @@ struct Canon {
   uint64_t signature = 0;
   uint64_t tuple_hash = 0;
   uint32_t n_ops = 0;
-  std::vector<WireRef> wires;           // every input, ops in order
-  std::vector<uint32_t> wire_begin;     // per op (n_ops + 1 entries)
-  std::vector<uint32_t> out_begin;      // per op (n_ops + 1 entries), into the flat outputs
-  std::vector<uint8_t> out_rank;        // per flat output
+  std::vector<WireRef> wires;        // every input, ops in order
+  std::vector<uint32_t> wire_begin;  // per op (n_ops + 1 entries)
+  std::vector<uint32_t> out_begin;   // per op (n_ops + 1 entries), into the flat outputs
+  std::vector<uint8_t> out_rank;     // per flat output
   std::vector<ExternalSlot> externals;
   std::vector<uint16_t> internal_uses;  // per flat output
   std::vector<int64_t> tuple;           // external dims (slot order), then output dims

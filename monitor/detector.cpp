@@ -26,7 +26,8 @@ Detector::Detector(const MonitorOptions& o)
       canonicalizer_(o.max_segment) {}
 
 StreamWindow* Detector::find_window(uint32_t stream) {
-  if (last_hit_ < windows_.size() && windows_[last_hit_].stream == stream) return windows_[last_hit_].w.get();
+  if (last_hit_ < windows_.size() && windows_[last_hit_].stream == stream)
+    return windows_[last_hit_].w.get();
   for (size_t k = 0; k < windows_.size(); ++k)
     if (windows_[k].stream == stream) {
       last_hit_ = k;
@@ -39,7 +40,8 @@ StreamWindow& Detector::window(uint32_t stream) {
   StreamWindow* w = find_window(stream);
   if (w == nullptr) {
     if (windows_.size() >= std::max<uint32_t>(opts_.max_streams, 1)) {
-      auto victim = std::min_element(windows_.begin(), windows_.end(),
+      auto victim = std::min_element(
+          windows_.begin(), windows_.end(),
           [](const WindowEntry& a, const WindowEntry& b) { return a.last_active < b.last_active; });
       structures_.drop_stream(victim->stream);
       evicted_pp_evictions_ += victim->w->pp_evictions();
@@ -76,9 +78,15 @@ bool Detector::capturable(uint32_t opaque_id) {
 void Detector::consume(const TraceEvent& ev) {
   ++stamp_;
   switch (ev.kind) {
-    case EventKind::call: on_call_event(ev); break;
-    case EventKind::release: on_release_event(ev.value); break;
-    case EventKind::sync: on_sync_event(ev); break;
+    case EventKind::call:
+      on_call_event(ev);
+      break;
+    case EventKind::release:
+      on_release_event(ev.value);
+      break;
+    case EventKind::sync:
+      on_sync_event(ev);
+      break;
   }
   if (stamp_ % kSweepEvery == 0) sweep();
 }
@@ -100,7 +108,8 @@ void Detector::on_call_event(const TraceEvent& ev) {
   const uint64_t ah = structural_attrs_hash(ev.op, ev.attrs);
   uint64_t local = hash_combine(static_cast<uint64_t>(ev.op) + 1, ah);
   local = hash_combine(local, ev.n_in | (ev.n_out << 8) | (uint64_t{ev.flags} << 16));
-  for (int m = 0; m < ev.n_in; ++m) local = hash_combine(local, ev.in_dtype[m] | (ev.in_rank[m] << 8));
+  for (int m = 0; m < ev.n_in; ++m)
+    local = hash_combine(local, ev.in_dtype[m] | (ev.in_rank[m] << 8));
   for (int o = 0; o < ev.n_out; ++o)
     local = hash_combine(local, ev.out_dtype[o] | (ev.out_rank[o] << 8) | (1u << 16));
 
@@ -126,8 +135,8 @@ void Detector::on_call_event(const TraceEvent& ev) {
     e.prod_pos = pos;
     e.prod_output = static_cast<uint8_t>(o);
   }
-  const bool barrier = (ev.flags & kEventTruncated) ||
-                       (ev.op == OpId::opaque && !capturable(ev.attrs.custom_id));
+  const bool barrier =
+      (ev.flags & kEventTruncated) || (ev.op == OpId::opaque && !capturable(ev.attrs.custom_id));
   RingEvent& r = w.append(token, local, barrier ? SlotKind::barrier : SlotKind::op);
   r.ev = ev;
   r.local_token = local;

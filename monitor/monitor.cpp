@@ -1,10 +1,9 @@
 #include "monitor/monitor.hpp"
 
 #include <algorithm>
+#include <boost/lockfree/spsc_queue.hpp>
 #include <cstdlib>
 #include <mutex>
-
-#include <boost/lockfree/spsc_queue.hpp>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -99,8 +98,10 @@ void Monitor::stop() {
   wake_cv_.notify_all();
   if (thread_.joinable()) {
     // exit() called from a consumer callback runs this on the monitor thread itself.
-    if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
-    else thread_.join();
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach();
+    else
+      thread_.join();
   }
   running_.store(false, std::memory_order_release);
 }
@@ -229,7 +230,8 @@ void Monitor::run() {
     reap_retired();
     // Idle: poll every millisecond (producers never notify: that would cost them a syscall).
     std::unique_lock<std::mutex> lk(wake_mu_);
-    wake_cv_.wait_for(lk, std::chrono::milliseconds(1), [this] { return wake_.load() || stop_.load(); });
+    wake_cv_.wait_for(lk, std::chrono::milliseconds(1),
+                      [this] { return wake_.load() || stop_.load(); });
     wake_.store(false);
     idle = 32;
   }
@@ -241,8 +243,14 @@ void Monitor::deliver(std::vector<Candidate>& emitted,
   std::lock_guard<std::mutex> lk(consumer_mu_);
   if (consumer_ == nullptr) return;
   // A throwing planner must not take the monitor thread down with it.
-  for (const Candidate& c : emitted) try { consumer_->on_candidate(c); } catch (...) {}
-  for (const auto& [sig, stream] : cooled) try { consumer_->on_candidate_cold(sig, stream); } catch (...) {}
+  for (const Candidate& c : emitted) try {
+      consumer_->on_candidate(c);
+    } catch (...) {
+    }
+  for (const auto& [sig, stream] : cooled) try {
+      consumer_->on_candidate_cold(sig, stream);
+    } catch (...) {
+    }
 }
 
 // ---- control ------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ class Monitor final : public TraceSink {
   std::atomic<uint32_t> queue_capacity_{4096};
   std::atomic<uint32_t> max_producers_{256};
   uint64_t retired_pushed_ = 0, retired_dropped_ = 0;  // of reaped producers
-  std::atomic<uint64_t> orphan_drops_{0};               // no queue could be used
+  std::atomic<uint64_t> orphan_drops_{0};              // no queue could be used
 
   // Monitor thread only: its copy of producers_ and its batch buffer (members, not statics,
   // so nothing the thread uses is destroyed at exit).

@@ -31,33 +31,32 @@ struct MonitorOptions {
   // Counts halve every 2^half_life_log2 ops of their stream ("time" is the stream's own work,
   // so an idle stream keeps its state and a busy one forgets its old patterns).
   uint32_t half_life_log2 = 12;
-  uint32_t max_streams = 32;        // per-stream windows; the least recently active is evicted
-  uint32_t max_structures = 1024;   // distinct sequences tracked; the coldest is evicted
-  uint32_t max_shape_tuples = 16;   // concrete shape tuples kept per sequence
-  uint32_t max_producers = 256;     // threads with a queue; events of further threads are dropped
+  uint32_t max_streams = 32;       // per-stream windows; the least recently active is evicted
+  uint32_t max_structures = 1024;  // distinct sequences tracked; the coldest is evicted
+  uint32_t max_shape_tuples = 16;  // concrete shape tuples kept per sequence
+  uint32_t max_producers = 256;    // threads with a queue; events of further threads are dropped
 
   // From config() (LIVEFUSE_HOT, LIVEFUSE_MAX_SEGMENT), clamped to what the monitor supports.
   static MonitorOptions from_config();
 };
 
-
 struct MonitorCounters {
-  uint64_t produced = 0;        // events pushed into the queues
-  uint64_t drops = 0;           // events dropped (queue full, no queue, monitor stopped)
-  uint64_t events = 0;          // op call events consumed
-  uint64_t releases = 0;        // release events consumed
-  uint64_t syncs = 0;           // sync events consumed
-  uint64_t batches = 0;         // batches taken off the queues by the monitor thread
-  uint64_t producers = 0;       // threads with a live queue
-  uint64_t windows = 0;         // per-stream windows alive
+  uint64_t produced = 0;   // events pushed into the queues
+  uint64_t drops = 0;      // events dropped (queue full, no queue, monitor stopped)
+  uint64_t events = 0;     // op call events consumed
+  uint64_t releases = 0;   // release events consumed
+  uint64_t syncs = 0;      // sync events consumed
+  uint64_t batches = 0;    // batches taken off the queues by the monitor thread
+  uint64_t producers = 0;  // threads with a live queue
+  uint64_t windows = 0;    // per-stream windows alive
   uint64_t window_evictions = 0;
   uint64_t program_point_evictions = 0;
   uint64_t value_evictions = 0;  // value-index entries overwritten while still tracked
-  uint64_t segments = 0;        // sequences cut and examined
-  uint64_t structures = 0;      // distinct sequences tracked now
+  uint64_t segments = 0;         // sequences cut and examined
+  uint64_t structures = 0;       // distinct sequences tracked now
   uint64_t structure_evictions = 0;
   uint64_t shape_evictions = 0;
-  uint64_t hot = 0;             // sequences hot now
+  uint64_t hot = 0;  // sequences hot now
   uint64_t candidates_emitted = 0;
   uint64_t candidates_cooled = 0;
 };

@@ -16,8 +16,8 @@ uint64_t now_ns() {
 namespace {
 
 // Appends `t`'s rank/dtype/dims; returns false when they do not fit the event.
-inline bool put_tensor(TraceEvent& ev, const TensorImpl* t, int* nd, uint8_t* dtype,
-                       uint8_t* rank, ValueId* id) {
+inline bool put_tensor(TraceEvent& ev, const TensorImpl* t, int* nd, uint8_t* dtype, uint8_t* rank,
+                       ValueId* id) {
   if (t == nullptr) {
     *dtype = 0;
     *rank = 0;

@@ -64,7 +64,8 @@ void StreamWindow::flush(SegmentSink& sink) {
 
 uint64_t StreamWindow::match_len(uint64_t i, uint64_t j, uint64_t lim) {
   uint64_t k = 0;
-  while (k < lim && slots_[(i + k) & window_mask_].token == slots_[(j + k) & window_mask_].token) ++k;
+  while (k < lim && slots_[(i + k) & window_mask_].token == slots_[(j + k) & window_mask_].token)
+    ++k;
   return k;
 }
 

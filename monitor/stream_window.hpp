@@ -28,7 +28,7 @@
 
 namespace livefuse::monitor {
 
-inline constexpr int kMinMatch = 4;         // tokens of agreeing context for one program point
+inline constexpr int kMinMatch = 4;           // tokens of agreeing context for one program point
 inline constexpr int kMaxCandidates = 16;     // earlier positions tried for a forward match
 inline constexpr int kMaxBackCandidates = 4;  // ... and for a backward one (rarely needed)
 // How far back "the same value was read" is seen: far enough for q/k/v projections reading one
@@ -48,8 +48,8 @@ struct PpRef {
 
 // Output liveness recorded while later events arrive.
 struct OutMeta {
-  uint64_t last_use_plus1 = 0;  // 0: never used; kUsedElsewhere: read on another stream
-  uint64_t released_at = ~0ull; // stream head when the release was seen; ~0: alive
+  uint64_t last_use_plus1 = 0;   // 0: never used; kUsedElsewhere: read on another stream
+  uint64_t released_at = ~0ull;  // stream head when the release was seen; ~0: alive
 };
 inline constexpr uint64_t kUsedElsewhere = ~0ull;
 
@@ -100,8 +100,8 @@ class StreamWindow {
 
  private:
   struct Slot {
-    uint64_t token = 0;  // with near-use wiring
-    uint64_t local = 0;  // op, attrs, dtypes, ranks only
+    uint64_t token = 0;   // with near-use wiring
+    uint64_t local = 0;   // op, attrs, dtypes, ranks only
     uint64_t tri = 0;     // hash of this and the next two local tokens (0: not known)
     uint64_t chain1 = 0;  // previous assigned position in the same local-token bucket, plus one
     uint64_t chain3 = 0;  // same for the trigram bucket

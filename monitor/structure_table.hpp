@@ -53,7 +53,9 @@ class StructureTable {
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
-    size_t operator()(const Key& k) const { return k.signature ^ (uint64_t{k.stream} * 0x9e3779b97f4a7c15ull); }
+    size_t operator()(const Key& k) const {
+      return k.signature ^ (uint64_t{k.stream} * 0x9e3779b97f4a7c15ull);
+    }
   };
   struct Structure {
     Candidate cand;

@@ -96,8 +96,8 @@ struct SynthLayer {
 
 inline SynthLayer layer_weights(EventSynth& s, int d) {
   SynthLayer l;
-  const Shape shapes[] = {{d}, {d}, {d, d}, {d}, {d, d}, {d}, {d, d}, {d},
-                          {d, d}, {d}, {d}, {d}, {4 * d, d}, {4 * d}, {d, 4 * d}, {d}};
+  const Shape shapes[] = {{d},    {d}, {d, d}, {d}, {d, d},     {d},     {d, d},     {d},
+                          {d, d}, {d}, {d},    {d}, {4 * d, d}, {4 * d}, {d, 4 * d}, {d}};
   for (const Shape& sh : shapes) l.w.push_back(s.value(sh));
   return l;
 }
@@ -105,11 +105,15 @@ inline SynthLayer layer_weights(EventSynth& s, int d) {
 // A pre-LN encoder layer: 22 ops, q/k/v projections with identical op sequences. Intermediates
 // are released after the layer's last op, like locals at a function's return.
 inline constexpr int kEncoderLayerOps = 22;
-inline ValueId encoder_layer(EventSynth& s, ValueId x, const SynthLayer& L, int S, int D, int H = 2) {
+inline ValueId encoder_layer(EventSynth& s, ValueId x, const SynthLayer& L, int S, int D,
+                             int H = 2) {
   const auto& w = L.w;
   const int Dh = D / H;
   std::vector<ValueId> tmp;
-  auto t = [&](ValueId v) { tmp.push_back(v); return v; };
+  auto t = [&](ValueId v) {
+    tmp.push_back(v);
+    return v;
+  };
   const Attrs lin = ints({1, 0});
   ValueId h = t(s.call(OpId::layer_norm, {x, w[0], w[1]}, {S, D}, ln_attrs()));
   ValueId q = t(s.call(OpId::linear, {h, w[2], w[3]}, {S, D}, lin));

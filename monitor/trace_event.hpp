@@ -61,7 +61,8 @@ struct TraceEvent {
   }
 };
 
-static_assert(std::is_trivially_copyable_v<TraceEvent>, "TraceEvent is copied into a lock-free ring");
+static_assert(std::is_trivially_copyable_v<TraceEvent>,
+              "TraceEvent is copied into a lock-free ring");
 static_assert(sizeof(TraceEvent) <= 384, "keep TraceEvent small: it is copied once per op");
 
 // Hot path fills (record.cpp). They never allocate and never throw.

@@ -27,7 +27,8 @@ struct ValueEntry {
 
 class ValueIndex {
  public:
-  explicit ValueIndex(uint32_t sets_log2 = 13) : mask_((1u << sets_log2) - 1), table_((mask_ + 1) * kWays) {}
+  explicit ValueIndex(uint32_t sets_log2 = 13)
+      : mask_((1u << sets_log2) - 1), table_((mask_ + 1) * kWays) {}
 
   ValueEntry* find(ValueId id) {
     ValueEntry* set = set_of(id);

@@ -44,8 +44,8 @@ struct EncoderLayer {
 
 inline EncoderLayer make_layer(int64_t d, uint64_t seed) {
   EncoderLayer l;
-  const lf::Shape shapes[] = {{d}, {d}, {d, d}, {d}, {d, d}, {d}, {d, d}, {d},
-                              {d, d}, {d}, {d}, {d}, {4 * d, d}, {4 * d}, {d, 4 * d}, {d}};
+  const lf::Shape shapes[] = {{d},    {d}, {d, d}, {d}, {d, d},     {d},     {d, d},     {d},
+                              {d, d}, {d}, {d},    {d}, {4 * d, d}, {4 * d}, {d, 4 * d}, {d}};
   for (const lf::Shape& s : shapes) l.w.push_back(lf::rand_uniform(s, seed++, -0.2, 0.2));
   return l;
 }
@@ -53,11 +53,11 @@ inline EncoderLayer make_layer(int64_t d, uint64_t seed) {
 // A pre-LN encoder layer: 22 ops.
 inline constexpr int kLayerOps = 22;
 inline const std::vector<lf::OpId> kLayerOpIds = {
-    lf::OpId::layer_norm, lf::OpId::linear,  lf::OpId::linear,  lf::OpId::linear,
-    lf::OpId::reshape,    lf::OpId::permute, lf::OpId::reshape, lf::OpId::permute,
-    lf::OpId::reshape,    lf::OpId::permute, lf::OpId::matmul,  lf::OpId::softmax,
-    lf::OpId::matmul,     lf::OpId::permute, lf::OpId::reshape, lf::OpId::linear,
-    lf::OpId::add,        lf::OpId::layer_norm, lf::OpId::linear, lf::OpId::gelu,
+    lf::OpId::layer_norm, lf::OpId::linear,     lf::OpId::linear,  lf::OpId::linear,
+    lf::OpId::reshape,    lf::OpId::permute,    lf::OpId::reshape, lf::OpId::permute,
+    lf::OpId::reshape,    lf::OpId::permute,    lf::OpId::matmul,  lf::OpId::softmax,
+    lf::OpId::matmul,     lf::OpId::permute,    lf::OpId::reshape, lf::OpId::linear,
+    lf::OpId::add,        lf::OpId::layer_norm, lf::OpId::linear,  lf::OpId::gelu,
     lf::OpId::linear,     lf::OpId::add};
 
 inline lf::Tensor encoder_layer(const lf::Tensor& x, const EncoderLayer& L, int64_t heads = 2) {
@@ -73,12 +73,14 @@ inline lf::Tensor encoder_layer(const lf::Tensor& x, const EncoderLayer& L, int6
   lf::Tensor a = lf::softmax(lf::matmul(q, k), 1.0 / std::sqrt(static_cast<double>(Dh)));
   lf::Tensor o = lf::reshape(lf::permute(lf::matmul(a, v), {1, 0, 2}), {S, D});
   lf::Tensor x1 = lf::add(x, lf::linear(o, w[8], w[9]));
-  lf::Tensor m = lf::linear(lf::gelu(lf::linear(lf::layer_norm(x1, w[10], w[11]), w[12], w[13])), w[14], w[15]);
+  lf::Tensor m = lf::linear(lf::gelu(lf::linear(lf::layer_norm(x1, w[10], w[11]), w[12], w[13])),
+                            w[14], w[15]);
   return lf::add(x1, m);
 }
 
 // prelude (1 op) -> layers -> head (1 op) -> host read (sync). Returns the host values.
-inline std::vector<float> encoder_forward(const lf::Tensor& input, const std::vector<EncoderLayer>& layers) {
+inline std::vector<float> encoder_forward(const lf::Tensor& input,
+                                          const std::vector<EncoderLayer>& layers) {
   lf::Tensor x = lf::mul(input, 0.5);
   for (const EncoderLayer& L : layers) x = encoder_layer(x, L);
   return lf::sum(x, 1).to_floats();

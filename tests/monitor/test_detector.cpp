@@ -27,8 +27,14 @@ std::vector<Candidate> run(Detector& d, EventSynth& s) {
 }
 
 // prelude (1 op) -> n layers -> head (1 op) -> sync
-void forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers, ValueId input, int S, int D) {
-  ValueId x = s.call(OpId::mul, {input}, {S, D}, [] { Attrs a; a.scalar_operand = true; a.push_float(2); return a; }());
+void forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers, ValueId input, int S,
+             int D) {
+  ValueId x = s.call(OpId::mul, {input}, {S, D}, [] {
+    Attrs a;
+    a.scalar_operand = true;
+    a.push_float(2);
+    return a;
+  }());
   for (const auto& L : layers) {
     const ValueId y = lfmon::encoder_layer(s, x, L, S, D);
     s.release(x);
@@ -73,52 +79,52 @@ TEST_CASE("detector: a 12-layer loop is one layer-shaped candidate") {
 
 TEST_CASE("detector: two interleaved patterns give two candidates") {
   for (uint32_t seed : {7u, 8u, 9u, 10u, 11u, 12u, 13u, 14u}) {
-  CAPTURE(seed);
-  Detector d(opts());
-  EventSynth s;
-  const int S = 4, D = 8;
-  const ValueId w = s.value({D, D}), b = s.value({D});
-  auto A = [&](ValueId x) {  // 5 ops
-    ValueId h = s.call(OpId::linear, {x, w, b}, {S, D}, lfmon::ints({1, 0}));
-    ValueId g = s.call(OpId::gelu, {h}, {S, D});
-    ValueId m = s.call(OpId::mul, {g, x}, {S, D});
-    ValueId e = s.call(OpId::exp, {m}, {S, D});
-    ValueId y = s.call(OpId::add, {e, x}, {S, D});
-    for (ValueId v : {h, g, m, e}) s.release(v);
-    return y;
-  };
-  auto B = [&](ValueId x) {  // 6 ops
-    ValueId h = s.call(OpId::linear, {x, w, b}, {S, D}, lfmon::ints({1, 0}));
-    ValueId r = s.call(OpId::relu, {h}, {S, D});
-    ValueId t = s.call(OpId::tanh, {r}, {S, D});
-    ValueId q = s.call(OpId::sub, {t, h}, {S, D});
-    ValueId m = s.call(OpId::maximum, {q, x}, {S, D});
-    ValueId y = s.call(OpId::sigmoid, {m}, {S, D});
-    for (ValueId v : {h, r, t, q, m}) s.release(v);
-    return y;
-  };
-  // Blocks in varying order (a fixed start that takes every transition twice, then random):
-  // A and B are the units. (In a strict alternation A B A B, [A B] would be the unit.)
-  std::mt19937 rng(seed);
-  ValueId x = s.value({S, D});
-  const char* start = "AABBAABB";
-  for (int k = 0; k < 60; ++k) {
-    const bool a = k < 8 ? start[k] == 'A' : rng() % 2 == 0;
-    const ValueId y = a ? A(x) : B(x);
-    s.release(x);
-    x = y;
-  }
-  const auto c = run(d, s);
-  if (c.size() != 2)
-    for (const auto& cand : c) MESSAGE(describe(cand));
-  REQUIRE(c.size() == 2);
-  std::vector<size_t> sizes{c[0].size(), c[1].size()};
-  std::sort(sizes.begin(), sizes.end());
-  CHECK(sizes == std::vector<size_t>{5, 6});
-  for (const auto& cand : c) {
-    INFO(describe(cand));
-    CHECK(cand.ops.front().op == OpId::linear);
-  }
+    CAPTURE(seed);
+    Detector d(opts());
+    EventSynth s;
+    const int S = 4, D = 8;
+    const ValueId w = s.value({D, D}), b = s.value({D});
+    auto A = [&](ValueId x) {  // 5 ops
+      ValueId h = s.call(OpId::linear, {x, w, b}, {S, D}, lfmon::ints({1, 0}));
+      ValueId g = s.call(OpId::gelu, {h}, {S, D});
+      ValueId m = s.call(OpId::mul, {g, x}, {S, D});
+      ValueId e = s.call(OpId::exp, {m}, {S, D});
+      ValueId y = s.call(OpId::add, {e, x}, {S, D});
+      for (ValueId v : {h, g, m, e}) s.release(v);
+      return y;
+    };
+    auto B = [&](ValueId x) {  // 6 ops
+      ValueId h = s.call(OpId::linear, {x, w, b}, {S, D}, lfmon::ints({1, 0}));
+      ValueId r = s.call(OpId::relu, {h}, {S, D});
+      ValueId t = s.call(OpId::tanh, {r}, {S, D});
+      ValueId q = s.call(OpId::sub, {t, h}, {S, D});
+      ValueId m = s.call(OpId::maximum, {q, x}, {S, D});
+      ValueId y = s.call(OpId::sigmoid, {m}, {S, D});
+      for (ValueId v : {h, r, t, q, m}) s.release(v);
+      return y;
+    };
+    // Blocks in varying order (a fixed start that takes every transition twice, then random):
+    // A and B are the units. (In a strict alternation A B A B, [A B] would be the unit.)
+    std::mt19937 rng(seed);
+    ValueId x = s.value({S, D});
+    const char* start = "AABBAABB";
+    for (int k = 0; k < 60; ++k) {
+      const bool a = k < 8 ? start[k] == 'A' : rng() % 2 == 0;
+      const ValueId y = a ? A(x) : B(x);
+      s.release(x);
+      x = y;
+    }
+    const auto c = run(d, s);
+    if (c.size() != 2)
+      for (const auto& cand : c) MESSAGE(describe(cand));
+    REQUIRE(c.size() == 2);
+    std::vector<size_t> sizes{c[0].size(), c[1].size()};
+    std::sort(sizes.begin(), sizes.end());
+    CHECK(sizes == std::vector<size_t>{5, 6});
+    for (const auto& cand : c) {
+      INFO(describe(cand));
+      CHECK(cand.ops.front().op == OpId::linear);
+    }
   }
 }
 
@@ -153,28 +159,30 @@ TEST_CASE("detector: varying sequence length is one structure with the right var
 
 TEST_CASE("detector: random streams give no candidates") {
   for (uint32_t seed : {11u, 12u, 13u, 14u}) {
-  CAPTURE(seed);
-  Detector d(opts());
-  EventSynth s;
-  const int S = 4, D = 8;
-  std::mt19937 rng(seed);
-  std::vector<ValueId> pool;
-  for (int k = 0; k < 8; ++k) pool.push_back(s.value({S, D}));
-  const OpId unary[] = {OpId::relu, OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid};
-  const OpId binary[] = {OpId::add, OpId::mul, OpId::sub, OpId::maximum};
-  for (int k = 0; k < 20000; ++k) {
-    ValueId y;
-    const ValueId a = pool[rng() % pool.size()];
-    if (rng() % 2) y = s.call(unary[rng() % 5], {a}, {S, D});
-    else y = s.call(binary[rng() % 4], {a, pool[rng() % pool.size()]}, {S, D});
-    const size_t victim = rng() % pool.size();
-    s.release(pool[victim]);
-    pool[victim] = y;
-    if (rng() % 50 == 0) s.sync();
-  }
-  const auto c = run(d, s);
-  for (const auto& cand : c) MESSAGE(describe(cand));
-  CHECK(c.empty());
+    CAPTURE(seed);
+    Detector d(opts());
+    EventSynth s;
+    const int S = 4, D = 8;
+    std::mt19937 rng(seed);
+    std::vector<ValueId> pool;
+    for (int k = 0; k < 8; ++k) pool.push_back(s.value({S, D}));
+    const OpId unary[] = {OpId::relu, OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid};
+    const OpId binary[] = {OpId::add, OpId::mul, OpId::sub, OpId::maximum};
+    for (int k = 0; k < 20000; ++k) {
+      ValueId y;
+      const ValueId a = pool[rng() % pool.size()];
+      if (rng() % 2)
+        y = s.call(unary[rng() % 5], {a}, {S, D});
+      else
+        y = s.call(binary[rng() % 4], {a, pool[rng() % pool.size()]}, {S, D});
+      const size_t victim = rng() % pool.size();
+      s.release(pool[victim]);
+      pool[victim] = y;
+      if (rng() % 50 == 0) s.sync();
+    }
+    const auto c = run(d, s);
+    for (const auto& cand : c) MESSAGE(describe(cand));
+    CHECK(c.empty());
   }
 }
 
@@ -227,7 +235,8 @@ TEST_CASE("detector: caps evict and count") {
   // Many distinct structures on one stream: only max_structures are kept.
   EventSynth s(7);
   ValueId x = s.value({S, D});
-  const OpId ops[] = {OpId::relu, OpId::exp, OpId::neg, OpId::tanh, OpId::sigmoid, OpId::silu, OpId::erf};
+  const OpId ops[] = {OpId::relu,    OpId::exp,  OpId::neg, OpId::tanh,
+                      OpId::sigmoid, OpId::silu, OpId::erf};
   for (int p = 0; p < 7; ++p)
     for (int rep = 0; rep < 6; ++rep) {
       x = s.call(ops[p], {x}, {S, D});
@@ -260,7 +269,8 @@ TEST_CASE("detector: a head that starts like the layer does not split the layer"
       x = y;
     }
     // Final norm + a biased projection: the same ops (and tokens) as the layer's first two.
-    const ValueId h = s.call(OpId::layer_norm, {x, head.w[0], head.w[1]}, {S, D}, lfmon::ln_attrs());
+    const ValueId h =
+        s.call(OpId::layer_norm, {x, head.w[0], head.w[1]}, {S, D}, lfmon::ln_attrs());
     const ValueId o = s.call(OpId::linear, {h, head.w[2], head.w[3]}, {S, D}, lfmon::ints({1, 0}));
     const ValueId r = s.call(OpId::sum, {o}, {S}, lfmon::ints({1, 0}));
     s.sync();

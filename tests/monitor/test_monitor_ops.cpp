@@ -72,7 +72,8 @@ TEST_CASE("monitor: two interleaved patterns give two candidates") {
   std::vector<lf::OpId> firsts{c[0].ops[0].op, c[1].ops[0].op};
   std::sort(firsts.begin(), firsts.end());
   CHECK(firsts == std::vector<lf::OpId>{lf::OpId::layer_norm, lf::OpId::linear});
-  for (const Candidate& cand : c) CHECK(cand.size() == (cand.ops[0].op == lf::OpId::linear ? 5u : 6u));
+  for (const Candidate& cand : c)
+    CHECK(cand.size() == (cand.ops[0].op == lf::OpId::linear ? 5u : 6u));
 }
 
 TEST_CASE("monitor: a varying sequence length is one structure with the right varying dim") {
@@ -115,14 +116,30 @@ TEST_CASE("monitor: random op streams give no candidates") {
     const lf::Tensor& b = pool[rng() % pool.size()];
     lf::Tensor y;
     switch (rng() % 8) {
-      case 0: y = lf::relu(a); break;
-      case 1: y = lf::tanh(a); break;
-      case 2: y = lf::neg(a); break;
-      case 3: y = lf::sigmoid(a); break;
-      case 4: y = lf::add(a, b); break;
-      case 5: y = lf::mul(a, b); break;
-      case 6: y = lf::sub(a, b); break;
-      default: y = lf::maximum(a, b); break;
+      case 0:
+        y = lf::relu(a);
+        break;
+      case 1:
+        y = lf::tanh(a);
+        break;
+      case 2:
+        y = lf::neg(a);
+        break;
+      case 3:
+        y = lf::sigmoid(a);
+        break;
+      case 4:
+        y = lf::add(a, b);
+        break;
+      case 5:
+        y = lf::mul(a, b);
+        break;
+      case 6:
+        y = lf::sub(a, b);
+        break;
+      default:
+        y = lf::maximum(a, b);
+        break;
     }
     pool[rng() % pool.size()] = y;
     if (rng() % 64 == 0) (void)y.to_floats();

@@ -79,8 +79,9 @@ TEST_CASE("monitor: overload drops and counts events and never blocks") {
     for (int k = 0; k < kOps; ++k) {
       const auto t0 = std::chrono::steady_clock::now();
       x = lf::relu(lf::neg(x));
-      max_op_ms = std::max(max_op_ms, std::chrono::duration<double, std::milli>(
-                                          std::chrono::steady_clock::now() - t0).count());
+      max_op_ms = std::max(
+          max_op_ms,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   });
   producer.join();
@@ -131,7 +132,8 @@ namespace {
 
 // Runs the shutdown helper; returns its exit status, or -1 on a signal / timeout.
 int run_helper(const std::string& mode, double* seconds) {
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "monitor" / "lf-monitor-shutdown";
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "monitor" /
+                   "lf-monitor-shutdown";
   REQUIRE_MESSAGE(std::filesystem::exists(exe), "build the helper first: ", exe.string());
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = fork();
