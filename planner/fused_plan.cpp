@@ -1,6 +1,7 @@
 #include "planner/fused_plan.hpp"
 
 #include "livefuse/config.hpp"
+#include "livefuse/inspect.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "runtime/executor.hpp"
@@ -44,6 +45,60 @@ bool FusedPlan::writes(int op, int out) const {
 }
 
 std::string FusedPlan::describe() const { return planned_.describe(); }
+
+void FusedPlan::details(PlanDetails& d) const {
+  const Segment& seg = planned_.segment;
+  for (size_t e = 0; e < seg.externals.size(); ++e) d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
+  int g = 0;
+  auto kernel_info = [&](const FusedKernelStep& f) {
+    KernelInfo k;
+    k.name = f.spec->name;
+    if (f.compiled) {
+      k.source = f.compiled->rendered.source;
+      k.compile_ms = f.compiled->compile_ms;
+      k.cache = f.compiled->from_disk ? "disk" : "miss";
+      k.log = f.compiled->log;
+    } else {
+      k.source = jit::to_string(*f.spec);  // the CPU interpreter runs this program
+      if (!f.compile_error.empty()) k.log = f.compile_error;
+    }
+    d.kernels.push_back(std::move(k));
+    return f.spec->name;
+  };
+  for (const Step& s : planned_.steps) {
+    FusionGroupInfo gi;
+    gi.name = "g" + std::to_string(g++);
+    if (const auto* f = std::get_if<FusedKernelStep>(&s.body)) {
+      gi.kind = f->spec->parts.size() > 1 ? "horizontal" : "vertical";
+      gi.ops = f->nodes;
+      gi.kernel = kernel_info(*f);
+    } else if (const auto* m = std::get_if<GemmStep>(&s.body)) {
+      gi.kind = m->tail ? "gemm_epilogue" : "gemm";
+      gi.ops.push_back(m->node);
+      if (m->tail) {
+        gi.ops.insert(gi.ops.end(), m->tail->nodes.begin(), m->tail->nodes.end());
+        gi.kernel = kernel_info(*m->tail);
+      }
+    } else if (const auto* e = std::get_if<EagerStep>(&s.body)) {
+      gi.kind = "unfused";
+      gi.ops.push_back(e->node);
+    } else if (const auto* v = std::get_if<ViewStep>(&s.body)) {
+      gi.kind = "view";
+      gi.ops.push_back(v->node);
+    } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
+      gi.kind = "opaque";
+      gi.ops.push_back(o->node);
+    }
+    d.groups.push_back(std::move(gi));
+  }
+  for (const Decision& dec : planned_.decisions) d.decisions.emplace_back(dec.what, dec.reason);
+  d.notes.emplace_back("launches", std::to_string(planned_.summary.plan_launches) + " (eager " +
+                                       std::to_string(planned_.summary.eager_launches) + ")");
+  d.notes.emplace_back("graphs", use_graphs_ ? "on" : "off");
+  d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
+  d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
+  d.notes.emplace_back("binding_sets", std::to_string(sets_.size()));
+}
 
 bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   std::lock_guard<std::mutex> g(run_mu_);

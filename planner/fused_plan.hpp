@@ -21,6 +21,7 @@ class FusedPlan final : public Plan {
   bool run(Window& w, const std::vector<std::pair<int, int>>& values_needed) override;
   bool writes(int op, int out) const override;
   std::string describe() const override;
+  void details(PlanDetails& d) const override;
 
   const PlannedSegment& planned() const { return planned_; }
   uint64_t graph_hits() const { return graph_hits_; }

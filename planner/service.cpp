@@ -13,6 +13,7 @@
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
 #include "planner/planner.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
 #if LIVEFUSE_HAS_CUDA
@@ -76,7 +77,19 @@ class Service final : public monitor::CandidateConsumer {
     started_ = true;
     // Detached and never joined: the worker may be inside NVRTC at exit; it holds no state that
     // static destruction frees (the service and the table are leaked on purpose).
-    std::thread([this] { loop(); }).detach();
+    std::thread([this] {
+      trace::set_thread_name("livefuse-planner");
+      loop();
+    }).detach();
+    register_counter_source("planner", [this](CounterSink& sink) {
+      const ServiceCounters c = counters();
+      sink.add("candidates", c.candidates);
+      sink.add("planned", c.planned);
+      sink.add("published", c.published);
+      sink.add("skipped", c.skipped);
+      sink.add("failed", c.failed);
+      sink.add("retired", c.retired);
+    });
   }
 
   bool wait_idle(std::chrono::milliseconds timeout) {
@@ -145,6 +158,8 @@ class Service final : public monitor::CandidateConsumer {
       }
     }
     Device device = Device::cpu();
+    trace::Scope ts("compile", "plan_segment");
+    const std::string subject = monitor::describe(c).substr(0, 120);
     try {
       device = stream_by_id(c.stream).device();
       Segment seg = from_candidate(c);
@@ -157,6 +172,7 @@ class Service final : public monitor::CandidateConsumer {
         compile_plan(planned, jit::KernelCompiler::global(), co);
       } else if (planned.summary.fused_kernels == 0) {
         // On the CPU a plan only pays through fusion (there are no launches to save).
+        record_decision("planner", subject, "skip", "no fusion possible: on the CPU a plan only pays through fusion");
         std::lock_guard<std::mutex> g(mu_);
         ++ctr_.skipped;
         planned_[key] = {0, c.version, c.shapes.tuples.size()};
@@ -174,6 +190,7 @@ class Service final : public monitor::CandidateConsumer {
                           std::to_string(plan->planned().summary.plan_launches) + " launches (eager " +
                           std::to_string(plan->planned().summary.eager_launches) + ")";
       const uint64_t id = plan->id;
+      record_decision("planner", subject, "publish plan " + std::to_string(id), plan->last_reason);
       PlanTable::get().publish(std::move(plan));
       if (old_plan) PlanTable::get().retire(old_plan, "replaced: the shape mix changed");
       std::lock_guard<std::mutex> g(mu_);
@@ -181,6 +198,7 @@ class Service final : public monitor::CandidateConsumer {
       ++ctr_.published;
       planned_[key] = {id, c.version, c.shapes.tuples.size()};
     } catch (const std::exception& e) {
+      record_decision("planner", subject, "failed to plan", e.what());
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.failed;
       planned_[key] = {0, c.version, c.shapes.tuples.size()};

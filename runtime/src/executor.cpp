@@ -7,6 +7,8 @@
 #include "kernels/backend.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
+#include "livefuse/inspect.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/registry.hpp"
@@ -168,6 +170,8 @@ void start_background() {
 }  // namespace
 
 TensorList Executor::submit(OpCall& call) {
+  // Report and trace writers run in every mode (a report of LIVEFUSE=off is useful too).
+  start_background_services();
   const OutputInfos infos = infer_outputs(call);
   const Device device = call.inputs.empty() ? default_device() : call.inputs[0].device();
   const Stream stream = Stream::current(device);
@@ -182,6 +186,7 @@ TensorList Executor::submit(OpCall& call) {
     for (const Tensor& t : call.inputs)
       if (t.impl()->pending) materialize(*t.impl());
     outs = make_outputs(call, infos, device, nullptr);
+    trace::Scope ts("op", op_name(call.op));
     run_eager_into(call, outs, stream);
   }
   if (cfg.mode != Mode::off)

@@ -12,6 +12,7 @@
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
 #include "monitor/detector.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
 namespace livefuse::matcher {
@@ -102,6 +103,7 @@ void clear(StreamWindow& sw) {
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
 void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   if (!sw.active) return;
+  trace::Scope ts("matcher", "flush_eager");
   reason.fetch_add(1, std::memory_order_relaxed);
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
   try {
@@ -142,8 +144,7 @@ void record_sample(Plan& p, bool via_plan, double us) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused, eager,
                 sample_pairs());
-  p.last_reason = buf;
-  p.state = fused < eager ? PlanState::active : PlanState::rejected;
+  record_transition_locked(p, fused < eager ? PlanState::active : PlanState::rejected, buf);
 }
 
 void complete(StreamWindow& sw) {
@@ -173,10 +174,8 @@ void complete(StreamWindow& sw) {
     }
   }
   sw.w.externals = cand.externals;
-  if (plan.state.load() == PlanState::sampling && sample_pairs() == 0) {
-    plan.state = PlanState::active;
-    plan.last_reason = "active: sampling disabled (LIVEFUSE_SAMPLE=0)";
-  }
+  if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
+    record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
   const bool sampling = plan.state.load() == PlanState::sampling;
   const bool via_plan = !sampling || sample_choice(plan);
   const auto t0 = std::chrono::steady_clock::now();
@@ -186,11 +185,11 @@ void complete(StreamWindow& sw) {
   } else {
     bool ok = false;
     plan.last_run_cold = false;
+    trace::Scope ts("plan", sampling ? "replay_sampled" : "replay");
     try {
       ok = plan.run(sw.w, needed);
     } catch (const std::exception& e) {
-      plan.state = PlanState::failed;
-      plan.last_reason = std::string("failed while running: ") + e.what();
+      record_transition(plan, PlanState::failed, std::string("failed while running: ") + e.what());
       flush(sw, ctr.flush_error);
       return;
     }

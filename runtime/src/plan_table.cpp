@@ -1,4 +1,5 @@
 #include "livefuse/error.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
 namespace livefuse {
@@ -51,10 +52,7 @@ void PlanTable::retire(uint64_t plan_id, const std::string& reason) {
   std::lock_guard<std::mutex> g(mu_);
   auto next = std::make_shared<Snapshot>();
   for (const auto& p : snap_->plans) {
-    if (p->id == plan_id) {
-      p->state = PlanState::retired;
-      p->last_reason = reason;
-    }
+    if (p->id == plan_id) record_transition(*p, PlanState::retired, reason);
     next->plans.push_back(p);
   }
   snap_ = std::move(next);
