@@ -230,8 +230,16 @@ TEST_CASE("bert weights: safetensors round trip, 'bert.' prefix, missing key, wr
   // Unprefixed names load too, exactly.
   const BertModel exact =
       BertModel::from_safetensors(c.cfg, path, lf::DType::f32, lf::Device::cpu());
-  CHECK(exact.forward(c.ids_t(lf::Device::cpu())).to_doubles() ==
-        m.forward(c.ids_t(lf::Device::cpu())).to_doubles());
+  // The weights round-trip bit-exactly; the outputs may come from a fused plan on one call and
+  // eager kernels on the other (reductions in another order), so they agree to rounding.
+  for (const auto& [name, t] : exact.named_parameters()) {
+    bool found = false;
+    for (const auto& [n2, t2] : m.named_parameters())
+      if (n2 == name) found = true, CHECK_MESSAGE(t.to_doubles() == t2.to_doubles(), name);
+    CHECK_MESSAGE(found, name);
+  }
+  CHECK(lftest::allclose(exact.forward(c.ids_t(lf::Device::cpu())).to_doubles(),
+                         m.forward(c.ids_t(lf::Device::cpu())).to_doubles(), 1e-5, 1e-6));
   std::remove(path.c_str());
 }
 

@@ -32,7 +32,7 @@ TEST_CASE("monitor: a 12-layer encoder loop gives exactly one layer-shaped candi
   CHECK(layer.externals.size() == 17);  // x + 16 weights: each layer's own are slots, not ids
   CHECK(layer.hot);
   CHECK(layer.occurrences >= 11 + 3 * 12 - 2);
-  CHECK(layer.stream == lf::Stream::current(lf::Device::cpu()).id());
+  CHECK(layer.stream == lf::Stream::current(input.device()).id());
   for (const auto& l : layer.liveness) {
     INFO("op ", l.op);
     CHECK(l.must_materialize() == (l.op == kLayerOps - 1));

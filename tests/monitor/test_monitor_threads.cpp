@@ -34,7 +34,7 @@ TEST_CASE("monitor: 4 user threads on 4 streams give per-stream results") {
       const lf::Stream s = lf::Stream::create(lf::Device::cpu());
       lf::StreamGuard guard(s);
       stream_ids[t] = s.id();
-      lf::Tensor x = lf::rand_uniform({4, 8}, 10 + t, -0.5, 0.5);
+      lf::Tensor x = lf::rand_uniform({4, 8}, 10 + t, -0.5, 0.5, lf::DType::f32, lf::Device::cpu());
       for (int k = 0; k < 60; ++k) x = thread_body(t, x);
       (void)x.to_floats();
     });
