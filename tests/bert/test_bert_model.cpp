@@ -235,7 +235,10 @@ TEST_CASE("bert weights: safetensors round trip, 'bert.' prefix, missing key, wr
   for (const auto& [name, t] : exact.named_parameters()) {
     bool found = false;
     for (const auto& [n2, t2] : m.named_parameters())
-      if (n2 == name) found = true, CHECK_MESSAGE(t.to_doubles() == t2.to_doubles(), name);
+      if (n2 == name) {
+        found = true;
+        CHECK_MESSAGE(t.to_doubles() == t2.to_doubles(), name);
+      }
     CHECK_MESSAGE(found, name);
   }
   CHECK(lftest::allclose(exact.forward(c.ids_t(lf::Device::cpu())).to_doubles(),
