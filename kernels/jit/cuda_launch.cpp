@@ -15,12 +15,15 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-std::atomic<int> g_row_items{16};
+std::atomic<int> g_row_items{0};  // 0: the heuristic below
 
 // Row launch shape: threads per row (a power of two, 32..kRowMaxThreads, about `items` columns
-// each: short rows get one warp and no __syncthreads at all) and rows per block.
-void row_shape(int64_t cols, unsigned& tpr, unsigned& rpb) {
-  const int64_t items = g_row_items.load(std::memory_order_relaxed);
+// each: short rows get one warp and no __syncthreads at all) and rows per block. Measured on an
+// H200 (bench/fusion_bench.cpp sweeps it): 8 columns a thread for rows up to 2048 f32 and 16
+// beyond; twice that for 2-byte dtypes, whose 16-byte packs hold 8 columns.
+void row_shape(int64_t cols, int row_vec, unsigned& tpr, unsigned& rpb) {
+  int64_t items = g_row_items.load(std::memory_order_relaxed);
+  if (items <= 0) items = (cols <= 2048 ? 8 : 16) * (row_vec >= 8 ? 2 : 1);
   int64_t t = 32;
   while (t < kRowMaxThreads && t * items < cols) t *= 2;
   tpr = static_cast<unsigned>(t);
@@ -58,7 +61,7 @@ bool pick(const CompiledKernel& k, std::initializer_list<std::pair<Variant, bool
 }
 }  // namespace
 
-void set_row_items_per_thread(int items) { g_row_items.store(std::max(1, items)); }
+void set_row_items_per_thread(int items) { g_row_items.store(std::max(0, items)); }
 
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
                            int smem_optin, std::string* error) {
@@ -90,7 +93,7 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
     return c;
   }
   const PartGeometry& g = geos[0];
-  row_shape(g.cols, c.block_x, c.block_y);
+  row_shape(g.cols, k.rendered.row_vec, c.block_x, c.block_y);
   const int ncache = k.rendered.ncache;
   const int64_t per_row = static_cast<int64_t>(ncache) * g.cols * 4;
   while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
