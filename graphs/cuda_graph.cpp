@@ -48,7 +48,7 @@ bool CudaGraphExec::update(const CudaGraph& g) {
 void CudaGraphExec::launch(cudaStream_t s) const { LF_CUDA_CHECK(cudaGraphLaunch(e_, s)); }
 
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
-  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   try {
     enqueue();
   } catch (...) {

@@ -45,8 +45,9 @@ class CudaGraphExec {
   cudaGraphExec_t e_ = nullptr;
 };
 
-// Captures the work `enqueue` puts on `stream` (thread-local capture mode, so other threads'
-// CUDA calls are not affected). On an exception the capture is ended and the error rethrown.
+// Captures the work `enqueue` puts on `stream` (relaxed capture mode: module loads and handle
+// creation that a first use may do are legal; the runtime allocates before capturing).
+// On an exception the capture is ended and the error rethrown.
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue);
 
 struct GraphCacheCounters {
@@ -64,6 +65,7 @@ class GraphCache {
   const CudaGraphExec& get_or_build(uint64_t key, cudaStream_t capture_stream,
                                     const std::function<void()>& enqueue, size_t* nodes);
   const GraphCacheCounters& counters() const { return ctr_; }
+  bool contains(uint64_t key) const { return map_.count(key) != 0; }
   size_t size() const { return map_.size(); }
 
  private:

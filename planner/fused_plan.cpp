@@ -172,6 +172,14 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
     for (int d = 0; d < i.shape.rank; ++d) key = mix(key, static_cast<uint64_t>(i.shape.v[d]));
   }
+  // A binding seen for the first time runs directly: it also warms every kernel module and
+  // library handle, and a one-off binding never pays for a capture. The second time it is
+  // captured; from then on it replays.
+  if (!graphs_->contains(key) && seen_once_.insert(key).second) {
+    if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
+    run_plan(planned_, values, st);
+    return true;
+  }
   const uint64_t misses_before = graphs_->counters().misses;
   size_t nodes = 0;
   // Views get their storage when their step runs; during capture that is host-side only.

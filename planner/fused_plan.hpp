@@ -5,6 +5,7 @@
 // with LIVEFUSE_GRAPHS=0, or when bindings never repeat, they are launched directly.
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 
 #include "planner/plan.hpp"
 #include "runtime/plan.hpp"
@@ -41,6 +42,7 @@ class FusedPlan final : public Plan {
   int bind_outputs(std::vector<Tensor>& values, uint64_t shape_key, void* stream);
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
+  std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
   static constexpr size_t kMaxSets = 12;
   std::vector<bool> written_;  // per value id
   bool use_graphs_ = true;
