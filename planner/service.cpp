@@ -143,6 +143,13 @@ class Service final : public monitor::CandidateConsumer {
   }
 
   void handle(const monitor::Candidate& c) {
+    // The mode is read per candidate: tests and tools switch it at run time.
+    const Mode mode = config().mode;
+    if (mode == Mode::off || mode == Mode::trace) {
+      std::lock_guard<std::mutex> g(mu_);
+      ++ctr_.skipped;
+      return;
+    }
     const std::pair<uint64_t, uint32_t> key{c.signature, c.stream};
     uint64_t old_plan = 0;
     {
@@ -185,8 +192,8 @@ class Service final : public monitor::CandidateConsumer {
       plan->id = next_id_++;
       plan->name = monitor::describe(c);
       if (plan->name.size() > 120) plan->name = plan->name.substr(0, 117) + "...";
-      plan->state = config().mode == Mode::on ? PlanState::sampling : PlanState::sampling;
-      plan->last_reason = "planned: " + std::to_string(plan->planned().summary.ops) + " ops in " +
+      plan->state = PlanState::sampling;
+      plan->last_reason = std::string(mode == Mode::shadow ? "shadow (never replaces eager): " : "") + "planned: " + std::to_string(plan->planned().summary.ops) + " ops in " +
                           std::to_string(plan->planned().summary.plan_launches) + " launches (eager " +
                           std::to_string(plan->planned().summary.eager_launches) + ")";
       const uint64_t id = plan->id;

@@ -15,6 +15,9 @@ namespace matcher {
 // Returns the (pending or finished) outputs when the call was taken by a plan window; nullopt
 // when it must run eagerly now (any window it broke has been flushed first).
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream);
+// LIVEFUSE=shadow: follows plans over calls that already ran eagerly and counts the calls a
+// plan would have served (MatcherCounters::shadow_would_serve). Never defers anything.
+void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& stream);
 // Flushes the window holding `t` (if any) / every window of this thread.
 void flush_for(const TensorImpl& t);
 void flush_all();

@@ -188,6 +188,7 @@ TensorList Executor::submit(OpCall& call) {
     outs = make_outputs(call, infos, device, nullptr);
     trace::Scope ts("op", op_name(call.op));
     run_eager_into(call, outs, stream);
+    if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
   }
   if (cfg.mode != Mode::off)
     if (TraceSink* sink = trace_sink()) sink->on_call(call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());

@@ -47,6 +47,7 @@ struct ThreadState {
   uint64_t version = ~0ull;
   std::shared_ptr<const PlanTable::Snapshot> snap;
   std::vector<std::unique_ptr<StreamWindow>> windows;
+  std::vector<std::unique_ptr<StreamWindow>> shadow_windows;  // LIVEFUSE=shadow
   // A thread that ends with deferred work (handed to another thread, say) completes it first.
   ~ThreadState() {
     for (auto& w : windows) settle_quietly(*w);
@@ -69,7 +70,16 @@ bool op_matches(const PlanOp& p, const OpCall& c, uint64_t attrs_hash) {
   return true;
 }
 
-bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Candidate& cand) {
+bool is_window_output(const StreamWindow& sw, const TensorImpl* t) {
+  for (const TensorList& outs : sw.w.outputs)
+    for (const Tensor& o : outs)
+      if (o.impl() == t) return true;
+  return false;
+}
+
+// `shadow`: the window's outputs are real (LIVEFUSE=shadow observes, never defers).
+bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Candidate& cand,
+                    bool shadow = false) {
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     const PlanInput& in = p.inputs[i];
     const TensorImpl* t = c.inputs[i].impl();
@@ -78,7 +88,8 @@ bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Ca
           sw.w.outputs[in.op][in.out].impl() != t)
         return false;
     } else {
-      if (t->pending == &sw) return false;  // an internal value where the plan expects an input
+      // An internal value where the plan expects an input.
+      if (shadow ? is_window_output(sw, t) : t->pending == &sw) return false;
       Tensor& slot = cand.externals[in.slot];
       if (slot.defined() && slot.impl() != t) return false;
     }
@@ -284,6 +295,61 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     }
   }
   return outs;
+}
+
+void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& stream) {
+  PlanTable& table = PlanTable::get();
+  if (const uint64_t v = table.version(); v != t_state.version) {
+    t_state.snap = table.snapshot();
+    t_state.version = v;
+  }
+  if (!t_state.snap || t_state.snap->plans.empty()) return;
+  StreamWindow* found = nullptr;
+  for (auto& w : t_state.shadow_windows)
+    if (w->stream.id() == stream.id()) found = w.get();
+  if (!found) {
+    t_state.shadow_windows.push_back(std::make_unique<StreamWindow>());
+    found = t_state.shadow_windows.back().get();
+    found->stream = stream;
+  }
+  StreamWindow& sw = *found;
+  auto reset = [&] {
+    sw.w.outputs.clear();
+    sw.candidates.clear();
+    sw.active = false;
+  };
+  const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
+  const DeviceKind kind = stream.device().kind;
+  if (sw.active) {
+    const size_t pos = sw.w.outputs.size();
+    std::vector<Candidate> next;
+    for (Candidate& c : sw.candidates) {
+      Candidate trial = c;
+      if (pos < c.plan->ops.size() && op_matches(c.plan->ops[pos], call, h) &&
+          wiring_matches(c.plan->ops[pos], call, sw, trial, true))
+        next.push_back(std::move(trial));
+    }
+    if (next.empty()) reset();
+    else sw.candidates = std::move(next);
+  }
+  if (!sw.active) {
+    for (const auto& p : t_state.snap->plans) {
+      if (p->device_kind != kind || p->ops.empty() || !op_matches(p->ops[0], call, h)) continue;
+      Candidate c{p.get(), std::vector<Tensor>(p->n_external)};
+      if (wiring_matches(p->ops[0], call, sw, c, true)) sw.candidates.push_back(std::move(c));
+    }
+    if (sw.candidates.empty()) return;
+    sw.active = true;
+    sw.keep = t_state.snap;
+  }
+  sw.w.outputs.push_back(outs);
+  for (const Candidate& c : sw.candidates) {
+    if (c.plan->ops.size() == sw.w.outputs.size()) {
+      matcher_counters().shadow_would_serve.fetch_add(sw.w.outputs.size(), std::memory_order_relaxed);
+      reset();
+      break;
+    }
+  }
 }
 
 // A sync point: a complete window runs its plan; an incomplete one is flushed eagerly.

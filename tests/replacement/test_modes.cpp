@@ -1,0 +1,82 @@
+// Every LIVEFUSE mode does what DESIGN.md says, on the same loop.
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "runtime/plan.hpp"
+#include "test_util.hpp"
+
+namespace lf = livefuse;
+
+namespace {
+const lf::Device cpu = lf::Device::cpu();
+
+lf::Tensor body(const lf::Tensor& x, const lf::Tensor& g) {
+  return lf::gelu(lf::layer_norm(lf::add(lf::mul(x, 2.0), x), g, lf::Tensor(), 1e-5));
+}
+
+struct Run {
+  uint64_t events = 0, plans = 0, served = 0, deferred = 0, shadow = 0;
+  bool equal = true;
+};
+
+Run run_mode(lf::Mode m) {
+  lf::synchronize(cpu);
+  lf::Config c = lf::config();
+  c.mode = lf::Mode::on;
+  lf::set_config_for_testing(c);
+  lf::monitor::Monitor::instance().reset();
+  lf::planner::wait_service_idle();
+  lf::planner::reset_service_for_testing();
+  lf::PlanTable::get().clear_for_testing();
+  c.mode = m;
+  c.sample = 0;
+  lf::set_config_for_testing(c);
+  const lf::Tensor x = lf::rand_uniform({8, 48}, 1, -1, 1, lf::DType::f32, cpu);
+  const lf::Tensor g = lf::rand_uniform({48}, 2, 0.5, 1.5, lf::DType::f32, cpu);
+  const auto& mc = lf::matcher_counters();
+  const uint64_t ev0 = lf::monitor::Monitor::instance().counters().events, s0 = mc.served, d0 = mc.deferred,
+                 sh0 = mc.shadow_would_serve;
+  std::vector<double> first;
+  Run r;
+  for (int it = 0; it < 24; ++it) {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = body(h, g);
+    std::vector<double> v = h.to_doubles();
+    if (it == 0) first = v;
+    r.equal &= lftest::allclose(v, first, 1e-5, 1e-6);
+    if (it == 6) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  lf::monitor::Monitor::instance().drain();
+  r.events = lf::monitor::Monitor::instance().counters().events - ev0;
+  r.plans = lf::PlanTable::get().snapshot()->plans.size();
+  r.served = mc.served - s0;
+  r.deferred = mc.deferred - d0;
+  r.shadow = mc.shadow_would_serve - sh0;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("modes: off is plain eager, trace only records, shadow plans but never replaces, on serves") {
+  const lf::Config saved = lf::config();
+  const Run off = run_mode(lf::Mode::off);
+  const Run trace = run_mode(lf::Mode::trace);
+  const Run shadow = run_mode(lf::Mode::shadow);
+  const Run on = run_mode(lf::Mode::on);
+  lf::set_config_for_testing(saved);
+  CHECK(off.events == 0);
+  CHECK(off.plans == 0);
+  CHECK(off.deferred == 0);
+  CHECK(trace.events > 0);
+  CHECK(trace.plans == 0);
+  CHECK(trace.deferred == 0);
+  CHECK(shadow.events > 0);
+  CHECK(shadow.plans > 0);
+  CHECK(shadow.deferred == 0);
+  CHECK(shadow.served == 0);
+  CHECK(shadow.shadow > 0);
+  CHECK(on.plans > 0);
+  CHECK(on.served > 0);
+  for (const Run* r : {&off, &trace, &shadow, &on}) CHECK(r->equal);
+}
