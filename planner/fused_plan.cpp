@@ -5,6 +5,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/faults.hpp"
 #include "runtime/memory_pool.hpp"
 
 namespace livefuse::planner {
@@ -110,6 +111,7 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   LF_ASSERT(values.size() == planned_.values.size(), "window has ", values.size(), " values, plan ",
             planned_.values.size());
   ++runs_;
+  if (faults::fire(faults::Point::run)) throw Error("[plan] injected fault at run");
   if (device_kind == DeviceKind::cpu) {
     run_plan(planned_, values, nullptr);
     return true;
@@ -180,6 +182,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     run_plan(planned_, values, st);
     return true;
   }
+  if (faults::fire(faults::Point::instantiate)) throw Error("[plan] injected fault at graph instantiate");
   const uint64_t misses_before = graphs_->counters().misses;
   size_t nodes = 0;
   // Views get their storage when their step runs; during capture that is host-side only.

@@ -14,6 +14,7 @@
 #include "planner/fused_plan.hpp"
 #include "planner/planner.hpp"
 #include "runtime/inspect_registry.hpp"
+#include "runtime/faults.hpp"
 #include "runtime/plan.hpp"
 
 #if LIVEFUSE_HAS_CUDA
@@ -169,9 +170,11 @@ class Service final : public monitor::CandidateConsumer {
     const std::string subject = monitor::describe(c).substr(0, 120);
     try {
       device = stream_by_id(c.stream).device();
+      if (faults::fire(faults::Point::plan)) throw Error("[planner] injected fault at plan");
       Segment seg = from_candidate(c);
       PlannerOptions opts = default_planner_options(device);
       PlannedSegment planned = plan_segment(seg, opts);
+      if (faults::fire(faults::Point::compile)) throw Error("[planner] injected fault at compile");
       if (device.is_cuda()) {
         jit::CompileOptions co;
         co.arch = device_arch(device);

@@ -76,6 +76,7 @@ class Plan {
   // Set by run() when it paid a one-time cost (a graph capture): live sampling ignores such
   // runs, since steady state is what decides whether the plan is faster.
   bool last_run_cold = false;
+  std::atomic<int> verified_runs{0};  // LIVEFUSE_VERIFY: replays checked against eager so far
   // Live sampling: alternate plan and eager on the first completions, keep the faster.
   std::mutex sample_mu;
   std::vector<double> sampled_plan_us, sampled_eager_us;
@@ -107,7 +108,8 @@ class PlanTable {
 // Counters the matcher keeps (inspect() reports them).
 struct MatcherCounters {
   std::atomic<uint64_t> calls{0}, deferred{0}, served{0}, completions{0}, flush_divergent{0},
-      flush_sync{0}, flush_escaped{0}, flush_error{0}, plan_declined{0}, shadow_would_serve{0};
+      flush_sync{0}, flush_escaped{0}, flush_error{0}, plan_declined{0}, shadow_would_serve{0},
+      verify_mismatches{0};
 };
 MatcherCounters& matcher_counters();
 

@@ -64,7 +64,8 @@ CounterGroup matcher_group() {
            {"flush_escaped", v(m.flush_escaped)},
            {"flush_error", v(m.flush_error)},
            {"plan_declined", v(m.plan_declined)},
-           {"shadow_would_serve", v(m.shadow_would_serve)}}};
+           {"shadow_would_serve", v(m.shadow_would_serve)},
+           {"verify_mismatches", v(m.verify_mismatches)}}};
 }
 
 CounterGroup memory_group(Device d) {

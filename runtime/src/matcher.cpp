@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <optional>
 
 #include "livefuse/config.hpp"
@@ -158,6 +160,8 @@ void record_sample(Plan& p, bool via_plan, double us) {
   record_transition_locked(p, fused < eager ? PlanState::active : PlanState::rejected, buf);
 }
 
+void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan);
+
 void complete(StreamWindow& sw) {
   Candidate cand = std::move(*sw.ready);
   sw.ready.reset();
@@ -211,12 +215,59 @@ void complete(StreamWindow& sw) {
     }
     plan.hits.fetch_add(1, std::memory_order_relaxed);
     ctr.served.fetch_add(n, std::memory_order_relaxed);
-    clear(sw);
+    if (plan.verified_runs.fetch_add(1) < config().verify) {
+      verify_against_eager(sw, needed, plan);
+    } else {
+      clear(sw);
+    }
   }
   if (sampling && !(via_plan && plan.last_run_cold)) {
     device_sync(sw.stream);
     record_sample(plan, via_plan,
                   std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
+// LIVEFUSE_VERIFY: runs the window again eagerly, on fresh outputs, and compares every value
+// the program can observe. A mismatch fails the plan and hands the program the eager values.
+void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan) {
+  const size_t n = sw.w.calls.size();
+  std::vector<TensorList> ref(n);
+  std::vector<std::pair<const TensorImpl*, Tensor>> remap;
+  for (size_t j = 0; j < n; ++j) {
+    OpCall c = sw.w.calls[j];
+    for (Tensor& in : c.inputs)
+      for (const auto& [from, to] : remap)
+        if (in.impl() == from) in = to;
+    const OutputInfos infos = infer_outputs(c);
+    ref[j] = Executor::make_outputs(c, infos, sw.stream.device(), nullptr);
+    Executor::run_eager_into(c, ref[j], sw.stream);
+    for (size_t k = 0; k < ref[j].size(); ++k) remap.emplace_back(sw.w.outputs[j][k].impl(), ref[j][k]);
+  }
+  std::vector<std::pair<Tensor, Tensor>> check;  // (plan's value, eager value)
+  for (auto [j, k] : needed) check.emplace_back(sw.w.outputs[j][k], ref[j][k]);
+  clear(sw);  // values are no longer pending: they can be read now
+  for (size_t q = 0; q < check.size(); ++q) {
+    const Tensor &got = check[q].first, &want = check[q].second;
+    const DType t = want.dtype();
+    const double rtol = t == DType::f32 ? 1e-4 : (t == DType::f16 ? 1e-2 : (t == DType::bf16 ? 5e-2 : 0.0));
+    const std::vector<double> g = got.to_doubles(), w = want.to_doubles();
+    for (size_t i = 0; i < g.size(); ++i) {
+      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
+      if (both_nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= rtol * (std::abs(w[i]) + 1e-3)) continue;
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "verify: value %zu of %zu differs from eager at element %zu (%g vs %g)", q,
+                    check.size(), i, g[i], w[i]);
+      record_transition(plan, PlanState::failed, buf);
+      matcher_counters().verify_mismatches.fetch_add(1);
+      // The program gets the eager values.
+      for (auto& [mine, eager] : check) {
+        mine.impl()->storage = eager.impl()->storage;
+        mine.impl()->offset = eager.impl()->offset;
+        mine.impl()->strides = eager.impl()->strides;
+      }
+      return;
+    }
   }
 }
 
