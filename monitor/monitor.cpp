@@ -10,6 +10,7 @@
 #endif
 
 #include "livefuse/config.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "monitor/detector.hpp"
 #include "monitor/trace_event.hpp"
 
@@ -351,6 +352,25 @@ void ensure_started() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (config().mode != Mode::off) Monitor::instance().start();
+    // The monitor is leaked, so its counter source stays valid through the final report.
+    register_counter_source("monitor", [](CounterSink& sink) {
+      const MonitorCounters c = Monitor::instance().counters();
+      sink.add("events", c.events);
+      sink.add("produced", c.produced);
+      sink.add("drops", c.drops);
+      sink.add("releases", c.releases);
+      sink.add("syncs", c.syncs);
+      sink.add("batches", c.batches);
+      sink.add("windows", c.windows);
+      sink.add("window_evictions", c.window_evictions);
+      sink.add("structures", c.structures);
+      sink.add("structure_evictions", c.structure_evictions);
+      sink.add("shape_evictions", c.shape_evictions);
+      sink.add("value_evictions", c.value_evictions);
+      sink.add("hot", c.hot);
+      sink.add("candidates_emitted", c.candidates_emitted);
+      sink.add("candidates_cooled", c.candidates_cooled);
+    });
     done.store(true, std::memory_order_release);
   });
 }

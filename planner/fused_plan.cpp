@@ -41,6 +41,16 @@ FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::mo
 #endif
 }
 
+void FusedPlan::graph_counters(uint64_t out[5]) const {
+  out[0] = graph_hits_, out[1] = graph_misses_, out[2] = out[3] = out[4] = 0;
+#if LIVEFUSE_HAS_CUDA
+  if (graphs_) {
+    const auto& c = graphs_->counters();
+    out[2] = c.instantiations, out[3] = c.updates, out[4] = c.evictions;
+  }
+#endif
+}
+
 bool FusedPlan::writes(int op, int out) const {
   return written_[planned_.segment.value_id(ValueRef::of(op, out))];
 }

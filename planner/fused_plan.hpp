@@ -28,6 +28,8 @@ class FusedPlan final : public Plan {
   uint64_t graph_hits() const { return graph_hits_; }
   uint64_t graph_misses() const { return graph_misses_; }
   bool uses_graphs() const { return use_graphs_; }
+  // Graph cache figures of this plan: hits, misses, instantiations, updates, evictions.
+  void graph_counters(uint64_t out[5]) const;
 
  private:
   bool run_cuda(std::vector<Tensor>& values, const Window& w);

@@ -91,6 +91,37 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("failed", c.failed);
       sink.add("retired", c.retired);
     });
+    register_counter_source("kernel_cache", [](CounterSink& sink) {
+      jit::KernelCompiler& k = jit::KernelCompiler::global();
+      const jit::CompilerStats s = k.stats();
+      const jit::CacheCounters c = k.cache().counters();
+      sink.add("compiled", s.compiled);
+      sink.add("compile_failed", s.failed);
+      sink.add("deduplicated", s.deduplicated);
+      sink.add("memory_hits", c.memory_hits);
+      sink.add("memory_misses", c.memory_misses);
+      sink.add("memory_evictions", c.memory_evictions);
+      sink.add("disk_hits", c.disk_hits);
+      sink.add("disk_misses", c.disk_misses);
+      sink.add("disk_writes", c.disk_writes);
+      sink.add("disk_rejected", c.disk_rejected);
+      sink.add("disk_evictions", c.disk_evictions);
+    });
+    register_counter_source("graphs", [](CounterSink& sink) {
+      uint64_t sum[5] = {0, 0, 0, 0, 0};
+      for (const auto& p : PlanTable::get().snapshot()->plans) {
+        if (const auto* f = dynamic_cast<const FusedPlan*>(p.get())) {
+          uint64_t c[5];
+          f->graph_counters(c);
+          for (int i = 0; i < 5; ++i) sum[i] += c[i];
+        }
+      }
+      sink.add("replays", sum[0]);
+      sink.add("captures", sum[1]);
+      sink.add("instantiations", sum[2]);
+      sink.add("updates", sum[3]);
+      sink.add("evictions", sum[4]);
+    });
   }
 
   bool wait_idle(std::chrono::milliseconds timeout) {
