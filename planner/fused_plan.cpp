@@ -105,6 +105,7 @@ void FusedPlan::details(PlanDetails& d) const {
   for (const Decision& dec : planned_.decisions) d.decisions.emplace_back(dec.what, dec.reason);
   d.notes.emplace_back("launches", std::to_string(planned_.summary.plan_launches) + " (eager " +
                                        std::to_string(planned_.summary.eager_launches) + ")");
+  for (const auto& [key, sg] : graphs_by_shape_) d.graphs.push_back({sg.shapes, sg.replays, static_cast<int>(sg.nodes)});
   d.notes.emplace_back("graphs", use_graphs_ ? "on" : "off");
   d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
   d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
@@ -211,6 +212,13 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     last_run_cold = true;
   }
   exec.launch(st);
+  if (graphs_by_shape_.size() < 256 || graphs_by_shape_.count(shape_key)) {
+    ShapeGraphs& sg = graphs_by_shape_[shape_key];
+    if (sg.shapes.empty())
+      for (const Tensor& e : w.externals) sg.shapes += (sg.shapes.empty() ? "" : " ") + e.shape().str();
+    ++sg.replays;
+    sg.nodes = nodes;
+  }
   if (runs_ == kGraphProbation && graph_hits_ * 2 < runs_) use_graphs_ = false;
   return true;
 #else

@@ -5,6 +5,7 @@
 // with LIVEFUSE_GRAPHS=0, or when bindings never repeat, they are launched directly.
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "planner/plan.hpp"
@@ -45,6 +46,12 @@ class FusedPlan final : public Plan {
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
   std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
+  struct ShapeGraphs {
+    std::string shapes;  // the externals' concrete shapes
+    uint64_t replays = 0;
+    size_t nodes = 0;
+  };
+  std::unordered_map<uint64_t, ShapeGraphs> graphs_by_shape_;  // by shape key (bounded)
   static constexpr size_t kMaxSets = 12;
   std::vector<bool> written_;  // per value id
   bool use_graphs_ = true;

@@ -102,6 +102,7 @@ bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Ca
 }
 
 void clear(StreamWindow& sw) {
+  if (sw.active) trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   for (auto& outs : sw.w.outputs)
     for (auto& t : outs) t.impl()->pending = nullptr;
   sw.w.calls.clear();
@@ -118,6 +119,7 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   if (!sw.active) return;
   trace::Scope ts("matcher", "flush_eager");
   reason.fetch_add(1, std::memory_order_relaxed);
+  trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
   try {
     for (size_t j = 0; j < sw.w.calls.size(); ++j)
@@ -289,6 +291,7 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   }
   if (sw.candidates.empty()) return false;
   sw.active = true;
+  trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   sw.keep = t_state.snap;
   sw.w.stream_id = sw.stream.id();
   sw.w.device = sw.stream.device();
