@@ -1,8 +1,10 @@
 // Plans an eager elementwise call: compute type, broadcast layout, fast or strided path.
 #include <cstdint>
+#include <cstdio>
 
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/ops_host.hpp"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -106,6 +108,14 @@ void run_elementwise(const OpCall& call, const Tensor& out, cudaStream_t s) {
   p.idx32 = fits_uint32(p.layout);
 
   p.path = choose_path(p);
+  if (config().log == LogLevel::debug) {  // which kernel an op takes, and why not a faster one
+    static const char* const kPaths[] = {"vec", "vec_strided", "strided"};
+    std::fprintf(stderr, "[cuda] ew %s %s%s rank %d -> %s%s (out %% 16 = %d, in0 %% 16 = %d)\n",
+                 std::string(op_name(p.op)).c_str(), std::string(dtype_name(p.out_dtype)).c_str(),
+                 out.shape().str().c_str(), p.layout.rank, kPaths[static_cast<int>(p.path)],
+                 p.idx32 ? "" : " (64-bit index)", static_cast<int>(reinterpret_cast<uintptr_t>(p.out) % 16),
+                 static_cast<int>(reinterpret_cast<uintptr_t>(p.in[0]) % 16));
+  }
   launch_elementwise(p, s);
 }
 

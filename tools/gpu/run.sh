@@ -90,9 +90,9 @@ for b in "$B"/bench/livefuse-bench-*; do
   s0=$(date +%s)
   # The eager benchmark measures plain eager execution; the others measure fusion at work and
   # keep the environment's mode.
-  mode=${LIVEFUSE:-}
-  [ "$name" = livefuse-bench-eager ] && mode=off
-  LIVEFUSE=$mode timeout -k 5 "$(cap 150 60)" "$b" --json "$OUT/bench/$name.json" > "$OUT/bench/$name.log" 2>&1
+  envs=()
+  [ "$name" = livefuse-bench-eager ] && envs=(LIVEFUSE=off)
+  env "${envs[@]}" timeout -k 5 "$(cap 150 60)" "$b" --json "$OUT/bench/$name.json" > "$OUT/bench/$name.log" 2>&1
   echo "$name: rc=$? ($(( $(date +%s) - s0 )) s)"
 done
 
