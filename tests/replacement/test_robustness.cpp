@@ -191,7 +191,10 @@ TEST_CASE("threads: 4 threads on 4 streams, each with its own loop, all eager-eq
         std::vector<double> v = h.to_doubles();
         if (it == 0) first = v;
         else if (!lftest::allclose(v, first, 1e-5, 1e-6)) bad.fetch_add(1);
-        if (it == 10) lf::monitor::Monitor::instance().drain();
+        if (it == 10) {
+          lf::monitor::Monitor::instance().drain();
+          lf::planner::wait_service_idle();
+        }
       }
     });
   for (auto& th : threads) th.join();
