@@ -16,9 +16,9 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
   v ^= v >> 29;
   return (h ^ v) * 0xbf58476d1ce4e5b9ull;
 }
-// After this many CUDA runs, a plan whose bindings rarely repeat stops capturing graphs: a
-// capture per run costs more host time than direct launches.
-constexpr uint64_t kGraphProbation = 32;
+// A plan whose bindings never repeat stops capturing graphs (a capture per run costs more host
+// time than direct launches); judged per window of this many CUDA runs.
+constexpr uint64_t kGraphProbation = 64;
 }  // namespace
 
 FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::move(planned)) {
@@ -203,7 +203,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     ++graph_hits_;
     // A hit skips the steps, so views must still be bound to their sources here.
     for (size_t v = 0; v < values.size(); ++v) {
-      if (planned_.values[v] != ValueKind::View) continue;
+      if (planned_.values[v] != ValueKind::View || !written_[v]) continue;
       const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
       Executor::run_eager_into(w.calls[r.node], w.outputs[r.node], stream);
     }
@@ -219,7 +219,14 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     ++sg.replays;
     sg.nodes = nodes;
   }
-  if (runs_ == kGraphProbation && graph_hits_ * 2 < runs_) use_graphs_ = false;
+  // Probation, over windows of kGraphProbation runs: while captures outnumber replays the
+  // bindings are not repeating (a model with many layers needs a few windows to warm up, so
+  // only a window with no replay at all after warm-up turns graphs off).
+  if (runs_ % kGraphProbation == 0) {
+    const uint64_t hits = graph_hits_ - window_hits_, misses = graph_misses_ - window_misses_;
+    if (runs_ >= 4 * kGraphProbation && hits == 0 && misses > 0) use_graphs_ = false;
+    window_hits_ = graph_hits_, window_misses_ = graph_misses_;
+  }
   return true;
 #else
   (void)values;

@@ -56,6 +56,7 @@ class FusedPlan final : public Plan {
   std::vector<bool> written_;  // per value id
   bool use_graphs_ = true;
   uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;
+  uint64_t window_hits_ = 0, window_misses_ = 0;  // at the start of the probation window
   std::mutex run_mu_;  // a plan may be completed by two threads at once
 #if LIVEFUSE_HAS_CUDA
   std::unique_ptr<graphs::GraphCache> graphs_;
