@@ -68,9 +68,9 @@ void run_embedding(const OpCall& call, const Tensor& out, cudaStream_t s) {
     if (cap == cudaStreamCaptureStatusNone) {
       int64_t example = 0;
       const int64_t bad = take_gather_error(s, &example);
-      LF_CHECK(bad == 0, "embedding", bad, " id(s) out of range for a weight of ", p.num,
-               " rows (e.g. ", example, "); their output rows are NaN. ids ", ids.shape().str(),
-               " ", dtype_name(ids.dtype()), ", weight ", w.shape().str());
+      LF_CHECK(bad == 0, "embedding", bad, " id(s) out of range [0, ", p.num, ") (e.g. ", example,
+               "); their output rows are NaN. ids ", ids.shape().str(), " ", dtype_name(ids.dtype()),
+               ", weight ", w.shape().str());
     }
   }
 }

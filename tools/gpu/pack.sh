@@ -20,6 +20,7 @@ fi
 # -k 0: a target that fails to build (someone's work in progress) must not keep the others
 # from being built and run; the failure is reported at the end.
 build_ok=1
+ninja -C "$BUILD" -t cleandead >/dev/null 2>&1 || true  # outputs of targets that no longer exist
 ninja -C "$BUILD" -j"${JOBS:-2}" -k 0 || build_ok=0
 if [ ! -f "$BUILD/liblivefuse.so" ]; then
   echo "pack.sh: liblivefuse.so did not build; nothing to pack" >&2
