@@ -97,6 +97,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
          return false;
        }},
       bool_row("LIVEFUSE_FMA", &Config::fma),
+      bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
       {"LIVEFUSE_DEVICE", "cpu or cuda",
        [](const std::string& s, Config& c) {
          if (s != "cpu" && s != "cuda") return false;

@@ -25,6 +25,7 @@ struct Config {
   std::string trace_path;
   LogLevel log = LogLevel::warn;
   bool fma = true;
+  bool cuda_cache = true;      // LIVEFUSE_CUDA_CACHE: reuse freed CUDA blocks per stream
   std::string device;          // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
