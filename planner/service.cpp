@@ -1,6 +1,7 @@
 #include "planner/service.hpp"
 
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -58,10 +59,14 @@ int device_arch(const Device& d) {
   return 90;
 }
 
+class Service;
+Service& service();
+
 class Service final : public monitor::CandidateConsumer {
  public:
   void on_candidate(const monitor::Candidate& c) override {
     std::lock_guard<std::mutex> g(mu_);
+    if (stopping_) return;
     ++ctr_.candidates;
     queue_.push_back(c);
     cv_.notify_all();
@@ -76,8 +81,9 @@ class Service final : public monitor::CandidateConsumer {
     std::lock_guard<std::mutex> g(mu_);
     if (started_) return;
     started_ = true;
-    // Detached and never joined: the worker may be inside NVRTC at exit; it holds no state that
-    // static destruction frees (the service and the table are leaked on purpose).
+    // Detached: at exit an atexit handler stops it between jobs (waiting a bounded time for the
+    // job in hand), so it is not planning while static destructors run.
+    std::atexit([] { service().stop(std::chrono::seconds(5)); });
     std::thread([this] {
       trace::set_thread_name("livefuse-planner");
       loop();
@@ -129,6 +135,15 @@ class Service final : public monitor::CandidateConsumer {
     return idle_cv_.wait_for(g, timeout, [&] { return queue_.empty() && cold_.empty() && !busy_; });
   }
 
+  void stop(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> g(mu_);
+    stopping_ = true;
+    queue_.clear();
+    cold_.clear();
+    cv_.notify_all();
+    idle_cv_.wait_for(g, timeout, [&] { return !busy_; });
+  }
+
   ServiceCounters counters() {
     std::lock_guard<std::mutex> g(mu_);
     return ctr_;
@@ -148,7 +163,8 @@ class Service final : public monitor::CandidateConsumer {
         std::unique_lock<std::mutex> g(mu_);
         busy_ = false;
         idle_cv_.notify_all();
-        cv_.wait(g, [&] { return !queue_.empty() || !cold_.empty(); });
+        cv_.wait(g, [&] { return stopping_ || !queue_.empty() || !cold_.empty(); });
+        if (stopping_) return;
         busy_ = true;
         cold.swap(cold_);
         if (!queue_.empty()) {
@@ -259,7 +275,7 @@ class Service final : public monitor::CandidateConsumer {
   std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
   ServiceCounters ctr_;
   std::string last_error_;
-  bool started_ = false, busy_ = false;
+  bool started_ = false, busy_ = false, stopping_ = false;
   uint64_t next_id_ = 1;
 };
 
