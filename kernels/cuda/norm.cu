@@ -1,7 +1,7 @@
 // layer_norm and rms_norm over the last dim, f32 accumulation.
 // layer_norm takes two reduction passes (mean, then the sum of squared deviations: no
-// cancellation, unlike E[x^2] - E[x]^2) and a write pass; rms_norm one and one. Re-reads of a
-// row hit L1/L2.
+// cancellation, unlike E[x^2] - E[x]^2) and a write pass; rms_norm one and one. Rows of up to
+// 1024 elements are held in registers between the passes; longer rows are re-read (L1/L2).
 #include "kernels/cuda/rowwise.cuh"
 
 namespace livefuse::cuda {
@@ -66,12 +66,61 @@ __global__ void __launch_bounds__(kRowThreads) norm_kernel(const RowArgs a) {
   }
 }
 
+// Rows that fit in registers (contiguous, aligned, n <= 1024): one read, a warp per row;
+// mean and variance (still two passes, exact) from registers.
+template <class S, int V, bool kRms>
+__global__ void __launch_bounds__(kRowThreads) norm_cached_kernel(const RowArgs a) {
+  constexpr int kC = kCachedFloats / V;  // chunks per lane
+  const int lane = threadIdx.x % 32;
+  const int per_block = blockDim.x / 32;
+  const int64_t chunks = a.n / V;
+  const float inv_n = 1.0f / static_cast<float>(a.n);
+  for (int64_t row = int64_t{blockIdx.x} * per_block + threadIdx.x / 32; row < a.rows;
+       row += int64_t{gridDim.x} * per_block) {
+    int64_t off[2];
+    a.oc.get(row, off);
+    const void* x = elem_ptr<S>(a.x, off[0]);
+    float v[kC][V];
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const int64_t j = lane + 32 * c;
+      if (j >= chunks) continue;
+      load_chunk<S, V>(x, 1, j, v[c]);
+#pragma unroll
+      for (int t = 0; t < V; ++t) sum += v[c][t];
+    }
+    const float mean = kRms ? 0.0f : warp_sum(sum) * inv_n;
+    float sq = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      if (lane + 32 * c >= chunks) continue;
+#pragma unroll
+      for (int t = 0; t < V; ++t) sq += (v[c][t] - mean) * (v[c][t] - mean);
+    }
+    const float rstd = lf_rsqrt(warp_sum(sq) * inv_n + a.eps);
+    void* out = static_cast<typename S::Bits*>(a.out) + row * a.n;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const int64_t j = lane + 32 * c;
+      if (j >= chunks) continue;
+#pragma unroll
+      for (int t = 0; t < V; ++t) v[c][t] = (v[c][t] - mean) * rstd;
+      apply_affine<S, V>(a, j, v[c]);
+      store_chunk<S, V>(out, j, v[c]);
+    }
+  }
+}
+
 template <class S, bool kRms>
 void launch(const RowPlan& p, cudaStream_t s) {
   constexpr int kV = Vec16<typename S::Bits>::kN;
   bool vec = false;
   RowArgs a = make_row_args(p, kV, &vec);
-  if (vec) {
+  if (vec && row_fits_registers(p.n)) {
+    const unsigned grid = warp_row_grid(a);
+    norm_cached_kernel<S, kV, kRms><<<grid, kRowThreads, 0, s>>>(a);
+  } else if (vec) {
     const unsigned grid = row_grid(a, p.n / kV);
     norm_kernel<S, kV, kRms><<<grid, kRowThreads, 0, s>>>(a);
   } else {

@@ -118,6 +118,27 @@ inline unsigned row_grid(RowArgs& a, int64_t chunks_per_row) {
   return static_cast<unsigned>(std::clamp<int64_t>(need, 1, cap));
 }
 
+// Rows of up to 32 * kCachedFloats elements are read once into registers (kCachedFloats per
+// lane of one warp) and reduced and written from there: one read of the row from memory
+// instead of two or three, which is what bounds the multi-pass kernels for BERT-sized rows.
+inline constexpr int kCachedFloats = 32;
+
+inline bool row_fits_registers(int64_t n) { return n <= 32 * kCachedFloats; }
+
+// Host: a warp per row, 8 rows per block, grid-stride.
+inline unsigned warp_row_grid(RowArgs& a) {
+  const DeviceInfo& info = current_device_info();
+  a.group = 32;
+  const int64_t rows_per_block = kRowThreads / 32;
+  const int64_t need = (a.rows + rows_per_block - 1) / rows_per_block;
+  const int64_t cap = int64_t{info.sm_count} * (info.max_threads_per_sm / kRowThreads) * 4;
+  return static_cast<unsigned>(std::clamp<int64_t>(need, 1, cap));
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  return warp_all_reduce(v, [](float a, float b) { return fmaxf(a, b); });
+}
+
 // Group-wide reduction of one float (warp shuffle, then shared memory across the warps of a
 // block-mode group). `smem`: 32 floats. All threads of the block must call it together.
 __device__ __forceinline__ float group_sum(float v, int group, float* smem) {

@@ -84,12 +84,70 @@ __global__ void __launch_bounds__(kRowThreads) softmax_kernel(const RowArgs a) {
   }
 }
 
+// Rows that fit in registers (contiguous, aligned, n <= 1024): one read, a warp per row.
+// Max first, then the sum of exponentials, from registers. NaN anywhere in a row (also an
+// all -inf row: -inf - -inf) makes the whole row NaN, as in PyTorch.
+template <class S, int V>
+__global__ void __launch_bounds__(kRowThreads) softmax_cached_kernel(const RowArgs a) {
+  constexpr int kC = kCachedFloats / V;  // chunks per lane
+  const int lane = threadIdx.x % 32;
+  const int per_block = blockDim.x / 32;
+  const int64_t chunks = a.n / V;
+  const float scale2 = a.scale * kLog2e;
+  for (int64_t row = int64_t{blockIdx.x} * per_block + threadIdx.x / 32; row < a.rows;
+       row += int64_t{gridDim.x} * per_block) {
+    int64_t off[2];
+    a.oc.get(row, off);
+    const void* x = elem_ptr<S>(a.x, off[0]);
+    const void* mask = a.mask ? elem_ptr<S>(a.mask, off[1]) : nullptr;
+    float z[kC][V];
+    float mx = kNegInf;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const int64_t j = lane + 32 * c;
+      if (j >= chunks) continue;
+      float m[V];
+      load_chunk<S, V>(x, 1, j, z[c]);
+      if (mask) load_chunk<S, V>(mask, 1, j, m);
+#pragma unroll
+      for (int t = 0; t < V; ++t) {
+        z[c][t] = fmaf(z[c][t], scale2, mask ? m[t] * kLog2e : 0.0f);
+        mx = fmaxf(mx, z[c][t]);
+      }
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      if (lane + 32 * c >= chunks) continue;
+#pragma unroll
+      for (int t = 0; t < V; ++t) {
+        z[c][t] = exp2f(z[c][t] - mx);
+        sum += z[c][t];
+      }
+    }
+    const float inv = 1.0f / warp_sum(sum);
+    void* out = static_cast<typename S::Bits*>(a.out) + row * a.n;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const int64_t j = lane + 32 * c;
+      if (j >= chunks) continue;
+#pragma unroll
+      for (int t = 0; t < V; ++t) z[c][t] *= inv;
+      store_chunk<S, V>(out, j, z[c]);
+    }
+  }
+}
+
 template <class S>
 void launch(const RowPlan& p, cudaStream_t s) {
   constexpr int kV = Vec16<typename S::Bits>::kN;
   bool vec = false;
   RowArgs a = make_row_args(p, kV, &vec);
-  if (vec) {
+  if (vec && row_fits_registers(p.n)) {
+    const unsigned grid = warp_row_grid(a);
+    softmax_cached_kernel<S, kV><<<grid, kRowThreads, 0, s>>>(a);
+  } else if (vec) {
     const unsigned grid = row_grid(a, p.n / kV);
     softmax_kernel<S, kV><<<grid, kRowThreads, 0, s>>>(a);
   } else {
