@@ -5,6 +5,7 @@
 //   eager_elementwise_bw  large elementwise ops as achieved bandwidth (bytes read + written per
 //                         second), and as a fraction of a measured device-to-device copy
 //                         (cudaMemcpyAsync / memcpy, also counted read + write).
+//   eager_row_bw          softmax / layer_norm / rms_norm, bytes read + written per second
 //   linear                BERT-like shapes, f16 / bf16 / f32 (and f32 with TF32): median time
 //                         and TFLOP/s.
 // Device times come from CUDA events around batches of calls; every figure is a median.
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/eager_bench_util.hpp"
 #include "livefuse/livefuse.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -28,104 +30,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-struct Record {
-  std::string name, variant, size;
-  double median_us = 0;
-  std::vector<std::pair<std::string, double>> derived;
-  std::vector<std::pair<std::string, std::string>> tags;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
-void write_json(const std::string& path, const std::vector<Record>& recs) {
-  std::ofstream f(path);
-  if (!f) throw lf::Error("[bench] cannot write " + path);
-  f << "[\n";
-  for (size_t i = 0; i < recs.size(); ++i) {
-    const Record& r = recs[i];
-    f << "  {\"name\": \"" << json_escape(r.name) << "\", \"variant\": \"" << json_escape(r.variant)
-      << "\", \"size\": \"" << json_escape(r.size) << "\", \"median_us\": " << r.median_us;
-    for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
-    for (const auto& [k, v] : r.tags) f << ", \"" << k << "\": \"" << json_escape(v) << "\"";
-    f << "}" << (i + 1 < recs.size() ? "," : "") << "\n";
-  }
-  f << "]\n";
-}
-
-void print_record(const Record& r) {
-  std::printf("%-22s %-22s %-22s %12.3f", r.name.c_str(), r.variant.c_str(), r.size.c_str(), r.median_us);
-  for (const auto& [k, v] : r.derived) std::printf("  %s=%.4g", k.c_str(), v);
-  std::printf("\n");
-}
-
-// Host time of `fn` per call: `reps` batches of `batch` calls, synchronised between batches.
-double host_us_per_call(lf::Device dev, int reps, int batch, const std::function<void()>& fn) {
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    lf::synchronize(dev);
-    const auto t0 = Clock::now();
-    for (int i = 0; i < batch; ++i) fn();
-    const auto t1 = Clock::now();
-    t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
-  }
-  lf::synchronize(dev);
-  return median(t);
-}
-
-#if LIVEFUSE_HAS_CUDA
-#define BENCH_CUDA(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t e_ = (call);                                                        \
-    if (e_ != cudaSuccess) throw lf::Error(std::string("[bench] ") + #call + ": " + cudaGetErrorString(e_)); \
-  } while (0)
-
-// Device time of `fn` per call, from CUDA events around batches on the current stream.
-double device_us_per_call(lf::Device dev, int reps, int batch, const std::function<void()>& fn) {
-  cudaStream_t s = static_cast<cudaStream_t>(lf::Stream::current(dev).handle());
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  fn();  // warm-up (first-call setup: plans, workspaces)
-  lf::synchronize(dev);
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0, s));
-    for (int i = 0; i < batch; ++i) fn();
-    BENCH_CUDA(cudaEventRecord(e1, s));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(1000.0 * ms / batch);
-  }
-  lf::synchronize(dev);
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
-  return median(t);
-}
-#endif
-
-double time_per_call(lf::Device dev, int reps, int batch, const std::function<void()>& fn) {
-#if LIVEFUSE_HAS_CUDA
-  if (dev.is_cuda()) return device_us_per_call(dev, reps, batch, fn);
-#endif
-  fn();
-  return host_us_per_call(dev, reps, batch, fn);
-}
+using namespace eager_bench;
 
 struct Bench {
   lf::Device dev;
@@ -169,8 +74,12 @@ struct Bench {
       const double backend = host_us_per_call(dev, reps, batch, [&] {
         livefuse::cuda::run(call, std::span<const lf::Tensor>(&c, 1), s);
       });
-      add({"eager_op_overhead", "cuda_backend_only", std::to_string(n), backend,
-           {{"over_bare_us", backend - bare}}, {}});
+      add({"eager_op_overhead",
+           "cuda_backend_only",
+           std::to_string(n),
+           backend,
+           {{"over_bare_us", backend - bare}},
+           {}});
       backend_us = backend;
     }
 #endif
@@ -185,7 +94,12 @@ struct Bench {
     const std::string size = std::to_string(n);
     add({"eager_op_overhead", "lf_add_f32", size, eager, {}, {}});
     add({"eager_op_overhead", bare_name, size, bare, {}, {}});
-    Record ov{"eager_op_overhead", "overhead", size, eager - bare, {{"eager_us", eager}, {"bare_us", bare}}, {}};
+    Record ov{"eager_op_overhead",
+              "overhead",
+              size,
+              eager - bare,
+              {{"eager_us", eager}, {"bare_us", bare}},
+              {}};
     if (backend_us >= 0) {
       ov.derived.push_back({"backend_share_us", backend_us - bare});
       ov.derived.push_back({"runtime_share_us", eager - backend_us});
@@ -216,8 +130,12 @@ struct Bench {
       });
     }
     const double gbs = 2.0 * static_cast<double>(bytes) / (us * 1e3);
-    add({"copy_bw", dev.is_cuda() ? "cudaMemcpyAsync_d2d" : "memcpy", std::to_string(bytes), us,
-         {{"gbytes_per_s", gbs}}, {}});
+    add({"copy_bw",
+         dev.is_cuda() ? "cudaMemcpyAsync_d2d" : "memcpy",
+         std::to_string(bytes),
+         us,
+         {{"gbytes_per_s", gbs}},
+         {}});
     return gbs;
   }
 
@@ -247,8 +165,12 @@ struct Bench {
                                       [&] { lf::Tensor y = c.fn(a, b); });
       const double bytes = static_cast<double>(n) * lf::dtype_size(c.dt) * (c.reads + c.writes);
       const double gbs = bytes / (us * 1e3);
-      add({"eager_elementwise_bw", c.variant, std::to_string(n), us,
-           {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}}, {}});
+      add({"eager_elementwise_bw",
+           c.variant,
+           std::to_string(n),
+           us,
+           {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}},
+           {}});
     }
     // A broadcast (bias-add) and a strided view take the general kernel: reported for contrast.
     {
@@ -258,14 +180,22 @@ struct Bench {
       const double us = time_per_call(dev, quick ? 5 : 15, dev.is_cuda() ? 10 : 1,
                                       [&] { lf::Tensor y = lf::add(x, bias); });
       const double gbs = static_cast<double>(n) * 2 * 2 / (us * 1e3);
-      add({"eager_elementwise_bw", "bias_add_f16_broadcast", std::to_string(n), us,
-           {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}}, {}});
+      add({"eager_elementwise_bw",
+           "bias_add_f16_broadcast",
+           std::to_string(n),
+           us,
+           {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}},
+           {}});
       lf::Tensor xt = lf::transpose(x, 0, 1);
       const double us2 = time_per_call(dev, quick ? 5 : 15, dev.is_cuda() ? 10 : 1,
                                        [&] { lf::Tensor y = lf::contiguous(xt); });
       const double gbs2 = static_cast<double>(n) * 2 * 2 / (us2 * 1e3);
-      add({"eager_elementwise_bw", "transpose_copy_f16", std::to_string(n), us2,
-           {{"gbytes_per_s", gbs2}, {"fraction_of_copy_bw", gbs2 / copy}}, {}});
+      add({"eager_elementwise_bw",
+           "transpose_copy_f16",
+           std::to_string(n),
+           us2,
+           {{"gbytes_per_s", gbs2}, {"fraction_of_copy_bw", gbs2 / copy}},
+           {}});
     }
     return copy;
   }
@@ -279,8 +209,10 @@ struct Bench {
       bool mask;
       int op;  // 0 softmax, 1 layer_norm, 2 rms_norm
     };
-    const std::vector<Case> cases = {{"softmax_f16_n512_mask", 512, true, 0}, {"softmax_f16_n4096", 4096, false, 0},
-                                     {"softmax_f16_n32768", 32768, false, 0}, {"layer_norm_f16_n768", 768, false, 1},
+    const std::vector<Case> cases = {{"softmax_f16_n512_mask", 512, true, 0},
+                                     {"softmax_f16_n4096", 4096, false, 0},
+                                     {"softmax_f16_n32768", 32768, false, 0},
+                                     {"layer_norm_f16_n768", 768, false, 1},
                                      {"rms_norm_f16_n4096", 4096, false, 2}};
     for (const Case& c : cases) {
       const int64_t rows = total / c.n;
@@ -290,12 +222,16 @@ struct Bench {
       lf::Tensor bias = lf::rand_uniform({c.n}, 34, -1, 1, lf::DType::f16, dev);
       const double us = time_per_call(dev, quick ? 5 : 15, dev.is_cuda() ? 10 : 1, [&] {
         lf::Tensor y = c.op == 0   ? lf::softmax(x, 0.125, c.mask ? m : lf::Tensor{})
-                       : c.op == 1 ? lf::layer_norm(x, w, bias, 1e-5)
+                         : c.op == 1 ? lf::layer_norm(x, w, bias, 1e-5)
                                    : lf::rms_norm(x, w, 1e-6);
       });
       const double gbs = static_cast<double>(total) * 2 * 2 / (us * 1e3);
-      add({"eager_row_bw", c.variant, std::to_string(rows) + "x" + std::to_string(c.n), us,
-           {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}}, {}});
+      add({"eager_row_bw",
+           c.variant,
+           std::to_string(rows) + "x" + std::to_string(c.n),
+           us,
+           {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}},
+           {}});
     }
   }
 
@@ -306,16 +242,21 @@ struct Bench {
     };
     // BERT-base at batch 32 x seq 128 (4096 tokens): QKV, attention out, FFN up, FFN down; and
     // one latency-bound shape (128 tokens).
-    std::vector<Shape3> shapes = {{4096, 768, 2304}, {4096, 768, 768}, {4096, 768, 3072},
-                                  {4096, 3072, 768}, {128, 768, 3072}};
+    std::vector<Shape3> shapes = {{4096, 768, 2304},
+                                  {4096, 768, 768},
+                                  {4096, 768, 3072},
+                                  {4096, 3072, 768},
+                                  {128, 768, 3072}};
     if (dev.is_cpu()) shapes = {{128, 768, 768}, {128, 768, 3072}};
     struct V {
       const char* name;
       lf::DType dt;
       bool tf32;
     };
-    std::vector<V> variants = {{"f16", lf::DType::f16, false}, {"bf16", lf::DType::bf16, false},
-                               {"f32", lf::DType::f32, false}, {"f32_tf32", lf::DType::f32, true}};
+    std::vector<V> variants = {{"f16", lf::DType::f16, false},
+                               {"bf16", lf::DType::bf16, false},
+                               {"f32", lf::DType::f32, false},
+                               {"f32_tf32", lf::DType::f32, true}};
     if (dev.is_cpu()) variants = {{"f32", lf::DType::f32, false}};
     for (const V& v : variants) {
       lf::set_allow_tf32(v.tf32);
@@ -326,9 +267,16 @@ struct Bench {
         const double us = time_per_call(dev, quick ? 5 : 20, dev.is_cuda() ? 10 : 1,
                                         [&] { lf::Tensor y = lf::linear(x, w, b); });
         const double flop = 2.0 * s.m * s.k * s.n;
-        const std::string size = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
-        add({"linear", v.name, size, us,
-             {{"tflops", flop / (us * 1e6)}, {"m", double(s.m)}, {"k", double(s.k)}, {"n", double(s.n)}},
+        const std::string size =
+            std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n);
+        add({"linear",
+             v.name,
+             size,
+             us,
+             {{"tflops", flop / (us * 1e6)},
+              {"m", double(s.m)},
+              {"k", double(s.k)},
+              {"n", double(s.n)}},
              {}});
       }
     }
@@ -336,7 +284,9 @@ struct Bench {
   }
 };
 
-void usage() { std::puts("usage: livefuse-bench-eager [--device cpu|cuda] [--json PATH] [--quick]"); }
+void usage() {
+  std::puts("usage: livefuse-bench-eager [--device cpu|cuda] [--json PATH] [--quick]");
+}
 
 }  // namespace
 
@@ -359,7 +309,8 @@ int main(int argc, char** argv) {
     b.dev = device.empty() ? lf::default_device() : lf::parse_device(device);
     b.quick = quick;
     b.mode = std::string(lf::mode_name(lf::config().mode));
-    if (b.dev.is_cuda() && !lf::cuda_available()) throw lf::Error("[bench] --device cuda but no GPU is available");
+    if (b.dev.is_cuda() && !lf::cuda_available())
+      throw lf::Error("[bench] --device cuda but no GPU is available");
     std::printf("livefuse-bench-eager on %s (LIVEFUSE=%s)\n", b.dev.str().c_str(), b.mode.c_str());
     std::printf("%-22s %-22s %-22s %12s\n", "name", "variant", "size", "median_us");
     b.op_overhead();

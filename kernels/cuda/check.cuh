@@ -18,28 +18,28 @@ namespace livefuse::cuda::detail {
 
 // LF_CUDA_CALL(cudaMemcpyAsync(...)): throws naming the call on any error.
 #define LF_CUDA_CALL(call)                                                            \
-  do {                                                                                 \
-    const cudaError_t lf_err_ = (call);                                                \
-    if (lf_err_ != cudaSuccess)                                                        \
-      ::livefuse::cuda::detail::throw_cuda_error(lf_err_, #call, __FILE__, __LINE__);  \
+  do {                                                                                \
+    const cudaError_t lf_err_ = (call);                                               \
+    if (lf_err_ != cudaSuccess)                                                       \
+      ::livefuse::cuda::detail::throw_cuda_error(lf_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a <<<>>> launch: reports a bad configuration or a sticky error, naming the kernel.
 // cudaPeekAtLastError (not Get) so the check costs no state change on success.
-#define LF_CUDA_LAUNCH_CHECK(kernel_name)                                                    \
-  do {                                                                                       \
-    const cudaError_t lf_err_ = cudaPeekAtLastError();                                       \
-    if (lf_err_ != cudaSuccess) {                                                            \
-      (void)cudaGetLastError();                                                              \
+#define LF_CUDA_LAUNCH_CHECK(kernel_name)                                                     \
+  do {                                                                                        \
+    const cudaError_t lf_err_ = cudaPeekAtLastError();                                        \
+    if (lf_err_ != cudaSuccess) {                                                             \
+      (void)cudaGetLastError();                                                               \
       ::livefuse::cuda::detail::throw_cuda_error(lf_err_, "launch of " kernel_name, __FILE__, \
-                                                 __LINE__);                                  \
-    }                                                                                        \
+                                                 __LINE__);                                   \
+    }                                                                                         \
   } while (0)
 
 // LF_CUBLAS_CALL(cublasLtMatmul(...)): cublasStatus_t, 0 = CUBLAS_STATUS_SUCCESS.
-#define LF_CUBLAS_CALL(call)                                                            \
-  do {                                                                                   \
-    const int lf_st_ = static_cast<int>(call);                                           \
-    if (lf_st_ != 0)                                                                     \
-      ::livefuse::cuda::detail::throw_cublas_error(lf_st_, #call, __FILE__, __LINE__);   \
+#define LF_CUBLAS_CALL(call)                                                           \
+  do {                                                                                 \
+    const int lf_st_ = static_cast<int>(call);                                         \
+    if (lf_st_ != 0)                                                                   \
+      ::livefuse::cuda::detail::throw_cublas_error(lf_st_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -14,8 +14,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
                                        cudaGetErrorString(err), ") at ", file, ":", line));
 }
 void throw_cublas_error(int status, const char* call, const char* file, int line) {
-  throw Error(livefuse::detail::concat("[cublasLt] ", call, " failed with status ", status,
-                                       " at ", file, ":", line));
+  throw Error(livefuse::detail::concat("[cublasLt] ", call, " failed with status ", status, " at ",
+                                       file, ":", line));
 }
 }  // namespace detail
 
@@ -38,10 +38,12 @@ const DeviceInfo& device_info(int device) {
   LF_ASSERT(device >= 0 && device < kMaxDevices, "device index ", device, " out of range");
   InfoSlot& slot = g_infos[device];
   std::call_once(slot.once, [&] {
-    LF_CUDA_CALL(cudaDeviceGetAttribute(&slot.info.sm_count, cudaDevAttrMultiProcessorCount, device));
+    LF_CUDA_CALL(
+        cudaDeviceGetAttribute(&slot.info.sm_count, cudaDevAttrMultiProcessorCount, device));
     LF_CUDA_CALL(cudaDeviceGetAttribute(&slot.info.max_threads_per_sm,
-                                         cudaDevAttrMaxThreadsPerMultiProcessor, device));
-    LF_CUDA_CALL(cudaDeviceGetAttribute(&slot.info.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+                                        cudaDevAttrMaxThreadsPerMultiProcessor, device));
+    LF_CUDA_CALL(
+        cudaDeviceGetAttribute(&slot.info.cc_major, cudaDevAttrComputeCapabilityMajor, device));
   });
   return slot.info;
 }

@@ -16,13 +16,19 @@ void run(const OpCall& call, std::span<const Tensor> outputs, void* stream) {
     case OpCategory::Elementwise:
       if (call.op == OpId::custom) return jit::launch_custom_eager(call, outputs, stream);
       return run_elementwise(call, out, s);
-    case OpCategory::Reduction: return run_reduction(call, out, s);
-    case OpCategory::Normalization: return run_normalization(call, out, s);
+    case OpCategory::Reduction:
+      return run_reduction(call, out, s);
+    case OpCategory::Normalization:
+      return run_normalization(call, out, s);
     case OpCategory::Matmul:
-      return call.op == OpId::matmul ? run_matmul(call, out, stream) : run_linear(call, out, stream);
-    case OpCategory::Layout: return run_layout(call, out, s);
-    case OpCategory::Gather: return run_embedding(call, out, s);
-    case OpCategory::Opaque: break;  // the executor launches opaque kernels itself
+      return call.op == OpId::matmul ? run_matmul(call, out, stream)
+                                     : run_linear(call, out, stream);
+    case OpCategory::Layout:
+      return run_layout(call, out, s);
+    case OpCategory::Gather:
+      return run_embedding(call, out, s);
+    case OpCategory::Opaque:
+      break;  // the executor launches opaque kernels itself
   }
   LF_ASSERT(false, "op ", op_name(call.op), " should not reach the CUDA backend");
 }

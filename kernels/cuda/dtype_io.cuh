@@ -15,12 +15,18 @@ namespace livefuse::cuda {
 template <class T, class I>
 __device__ __forceinline__ T load_as(const void* p, I i, DType dt) {
   switch (dt) {
-    case DType::f32: return static_cast<T>(static_cast<const float*>(p)[i]);
-    case DType::f16: return static_cast<T>(lf_h2f(static_cast<const lf_u16*>(p)[i]));
-    case DType::bf16: return static_cast<T>(lf_bf2f(static_cast<const lf_u16*>(p)[i]));
-    case DType::i32: return static_cast<T>(static_cast<const int32_t*>(p)[i]);
-    case DType::i64: return static_cast<T>(static_cast<const int64_t*>(p)[i]);
-    case DType::boolean: return static_cast<T>(static_cast<const uint8_t*>(p)[i] != 0);
+    case DType::f32:
+      return static_cast<T>(static_cast<const float*>(p)[i]);
+    case DType::f16:
+      return static_cast<T>(lf_h2f(static_cast<const lf_u16*>(p)[i]));
+    case DType::bf16:
+      return static_cast<T>(lf_bf2f(static_cast<const lf_u16*>(p)[i]));
+    case DType::i32:
+      return static_cast<T>(static_cast<const int32_t*>(p)[i]);
+    case DType::i64:
+      return static_cast<T>(static_cast<const int64_t*>(p)[i]);
+    case DType::boolean:
+      return static_cast<T>(static_cast<const uint8_t*>(p)[i] != 0);
   }
   return T(0);
 }
@@ -30,12 +36,18 @@ __device__ __forceinline__ T load_as(const void* p, I i, DType dt) {
 template <class I>
 __device__ __forceinline__ bool load_truth(const void* p, I i, DType dt) {
   switch (dt) {
-    case DType::f32: return static_cast<const float*>(p)[i] != 0.0f;
-    case DType::f16: return (static_cast<const lf_u16*>(p)[i] & 0x7fffu) != 0;
-    case DType::bf16: return (static_cast<const lf_u16*>(p)[i] & 0x7fffu) != 0;
-    case DType::i32: return static_cast<const int32_t*>(p)[i] != 0;
-    case DType::i64: return static_cast<const int64_t*>(p)[i] != 0;
-    case DType::boolean: return static_cast<const uint8_t*>(p)[i] != 0;
+    case DType::f32:
+      return static_cast<const float*>(p)[i] != 0.0f;
+    case DType::f16:
+      return (static_cast<const lf_u16*>(p)[i] & 0x7fffu) != 0;
+    case DType::bf16:
+      return (static_cast<const lf_u16*>(p)[i] & 0x7fffu) != 0;
+    case DType::i32:
+      return static_cast<const int32_t*>(p)[i] != 0;
+    case DType::i64:
+      return static_cast<const int64_t*>(p)[i] != 0;
+    case DType::boolean:
+      return static_cast<const uint8_t*>(p)[i] != 0;
   }
   return false;
 }
@@ -43,12 +55,24 @@ __device__ __forceinline__ bool load_truth(const void* p, I i, DType dt) {
 template <class T, class I>
 __device__ __forceinline__ void store_as(void* p, I i, DType dt, T v) {
   switch (dt) {
-    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DType::f16: static_cast<lf_u16*>(p)[i] = lf_f2h(static_cast<float>(v)); break;
-    case DType::bf16: static_cast<lf_u16*>(p)[i] = lf_f2bf(static_cast<float>(v)); break;
-    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DType::boolean: static_cast<uint8_t*>(p)[i] = (v != T(0)) ? 1 : 0; break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::f16:
+      static_cast<lf_u16*>(p)[i] = lf_f2h(static_cast<float>(v));
+      break;
+    case DType::bf16:
+      static_cast<lf_u16*>(p)[i] = lf_f2bf(static_cast<float>(v));
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::i64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case DType::boolean:
+      static_cast<uint8_t*>(p)[i] = (v != T(0)) ? 1 : 0;
+      break;
   }
 }
 
@@ -96,9 +120,12 @@ struct alignas(16) Vec16 {
 template <class F>
 inline auto with_float_storage(DType dt, F&& f) {
   switch (dt) {
-    case DType::f16: return f(F16{});
-    case DType::bf16: return f(BF16{});
-    default: return f(F32{});
+    case DType::f16:
+      return f(F16{});
+    case DType::bf16:
+      return f(BF16{});
+    default:
+      return f(F32{});
   }
 }
 

@@ -1,8 +1,9 @@
 // Plans an eager elementwise call: compute type, broadcast layout, fast or strided path.
+#include "kernels/cuda/elementwise.hpp"
+
 #include <cstdint>
 #include <cstdio>
 
-#include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/ops_host.hpp"
 #include "livefuse/config.hpp"
 
@@ -22,9 +23,12 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool vec_storage_matches(Compute c, DType t) {
   switch (c) {
-    case Compute::f32: return is_floating(t);
-    case Compute::i32: return t == DType::i32;
-    case Compute::i64: return t == DType::i64;
+    case Compute::f32:
+      return is_floating(t);
+    case Compute::i32:
+      return t == DType::i32;
+    case Compute::i64:
+      return t == DType::i64;
   }
   return false;
 }
@@ -113,7 +117,8 @@ void run_elementwise(const OpCall& call, const Tensor& out, cudaStream_t s) {
     std::fprintf(stderr, "[cuda] ew %s %s%s rank %d -> %s%s (out %% 16 = %d, in0 %% 16 = %d)\n",
                  std::string(op_name(p.op)).c_str(), std::string(dtype_name(p.out_dtype)).c_str(),
                  out.shape().str().c_str(), p.layout.rank, kPaths[static_cast<int>(p.path)],
-                 p.idx32 ? "" : " (64-bit index)", static_cast<int>(reinterpret_cast<uintptr_t>(p.out) % 16),
+                 p.idx32 ? "" : " (64-bit index)",
+                 static_cast<int>(reinterpret_cast<uintptr_t>(p.out) % 16),
                  static_cast<int>(reinterpret_cast<uintptr_t>(p.in[0]) % 16));
   }
   launch_elementwise(p, s);

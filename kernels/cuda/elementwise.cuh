@@ -24,16 +24,20 @@
 namespace livefuse::cuda {
 
 // ---- functors from the table ------------------------------------------------------------
-#define LF_EW_FUNCTOR(name, arity_, cat, flags, expr)                               \
-  struct EwOp_##name {                                                              \
-    static constexpr OpId kId = OpId::name;                                         \
-    static constexpr int kArity = (arity_) < 1 ? 1 : (arity_);                      \
-    static constexpr bool kIntOk = ::livefuse::detail::flags;                       \
-    template <class T>                                                              \
-    __device__ __forceinline__ T operator()(T a, T b, T c, T s0, T s1) const {      \
-      (void)a; (void)b; (void)c; (void)s0; (void)s1;                                \
-      return static_cast<T>(expr);                                                  \
-    }                                                                               \
+#define LF_EW_FUNCTOR(name, arity_, cat, flags, expr)                          \
+  struct EwOp_##name {                                                         \
+    static constexpr OpId kId = OpId::name;                                    \
+    static constexpr int kArity = (arity_) < 1 ? 1 : (arity_);                 \
+    static constexpr bool kIntOk = ::livefuse::detail::flags;                  \
+    template <class T>                                                         \
+    __device__ __forceinline__ T operator()(T a, T b, T c, T s0, T s1) const { \
+      (void)a;                                                                 \
+      (void)b;                                                                 \
+      (void)c;                                                                 \
+      (void)s0;                                                                \
+      (void)s1;                                                                \
+      return static_cast<T>(expr);                                             \
+    }                                                                          \
   };
 LF_OP_TABLE(LF_EW_FUNCTOR)
 #undef LF_EW_FUNCTOR
@@ -270,9 +274,12 @@ void launch_ew_typed(const EwPlan& p, cudaStream_t s) {
     if (p.path != EwPath::strided) {
       if constexpr (std::is_same_v<T, float>) {
         switch (p.out_dtype) {
-          case DType::f16: return launch_vector_path<Op, F16, T>(p, s);
-          case DType::bf16: return launch_vector_path<Op, BF16, T>(p, s);
-          default: return launch_vector_path<Op, F32, T>(p, s);
+          case DType::f16:
+            return launch_vector_path<Op, F16, T>(p, s);
+          case DType::bf16:
+            return launch_vector_path<Op, BF16, T>(p, s);
+          default:
+            return launch_vector_path<Op, F32, T>(p, s);
         }
       } else if constexpr (std::is_same_v<T, int32_t>) {
         return launch_vector_path<Op, I32, T>(p, s);
@@ -303,18 +310,19 @@ void launch_ew_op(const EwPlan& p, cudaStream_t s) {
 template <class Pred>
 bool launch_group(const EwPlan& p, cudaStream_t s) {
   switch (p.op) {
-#define LF_EW_CASE(name, arity, cat, flags, expr)                                          \
-  case OpId::name:                                                                          \
+#define LF_EW_CASE(name, arity, cat, flags, expr)                                             \
+  case OpId::name:                                                                            \
     if constexpr (OpCategory::cat == OpCategory::Elementwise && OpId::name != OpId::custom && \
-                  Pred::take(arity, ::livefuse::detail::flags, OpId::name)) {               \
-      launch_ew_op<EwOp_##name>(p, s);                                                      \
-      return true;                                                                          \
-    } else {                                                                                \
-      return false;                                                                         \
+                  Pred::take(arity, ::livefuse::detail::flags, OpId::name)) {                 \
+      launch_ew_op<EwOp_##name>(p, s);                                                        \
+      return true;                                                                            \
+    } else {                                                                                  \
+      return false;                                                                           \
     }
     LF_OP_TABLE(LF_EW_CASE)
 #undef LF_EW_CASE
-    default: return false;
+    default:
+      return false;
   }
 }
 

@@ -42,7 +42,7 @@ struct EwPlan {
   // layout: operand 0 = output (dense), operands 1..arity = inputs (immediates get stride 0).
   StridedLayout layout;
   EwPath path = EwPath::strided;
-  bool idx32 = true;   // 32-bit index math (strided path)
+  bool idx32 = true;  // 32-bit index math (strided path)
 };
 
 // Build the plan (host), then hand it to the group that owns its op.

@@ -10,6 +10,8 @@ struct FloatUnary {
 };
 }  // namespace
 
-bool launch_ew_float_unary(const EwPlan& p, cudaStream_t s) { return launch_group<FloatUnary>(p, s); }
+bool launch_ew_float_unary(const EwPlan& p, cudaStream_t s) {
+  return launch_group<FloatUnary>(p, s);
+}
 
 }  // namespace livefuse::cuda

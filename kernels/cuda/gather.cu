@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(256) gather_kernel(const GatherArgs a) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   constexpr bool kVec = sizeof(Word) == 16;
-  for (int64_t r = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; r < a.n_ids; r += warps) {
+  for (int64_t r = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32; r < a.n_ids;
+       r += warps) {
     int64_t off[1];
     a.oc.get(r, off);
     const int64_t id = load_as<int64_t>(a.ids, off[0], a.ids_dt);
@@ -68,8 +69,8 @@ __global__ void __launch_bounds__(256) gather_kernel(const GatherArgs a) {
       continue;
     }
     if constexpr (kVec) {
-      const Word* src = reinterpret_cast<const Word*>(
-          static_cast<const char*>(a.w) + id * a.w_rs * a.es);
+      const Word* src =
+          reinterpret_cast<const Word*>(static_cast<const char*>(a.w) + id * a.w_rs * a.es);
       for (int64_t j = lane; j < words; j += 32) dst[j] = src[j];
     } else {
       const Word* src = static_cast<const Word*>(a.w) + id * a.w_rs;
@@ -80,9 +81,12 @@ __global__ void __launch_bounds__(256) gather_kernel(const GatherArgs a) {
 
 uint16_t nan_bits_of(DType t) {
   switch (t) {
-    case DType::f16: return 0x7e00;
-    case DType::bf16: return 0x7fc0;
-    default: return 0;
+    case DType::f16:
+      return 0x7e00;
+    case DType::bf16:
+      return 0x7fc0;
+    default:
+      return 0;
   }
 }
 
@@ -106,8 +110,8 @@ void launch_gather(const GatherPlan& p, cudaStream_t s) {
   a.oc = OffsetCalc<int64_t, 1>::make(p.ids_layout, 0);
   const size_t es = dtype_size(p.dtype);
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  const bool vec = p.w_col_stride == 1 && (p.dim * es) % 16 == 0 && (p.w_row_stride * es) % 16 == 0 &&
-                   aligned(p.weight) && aligned(p.out);
+  const bool vec = p.w_col_stride == 1 && (p.dim * es) % 16 == 0 &&
+                   (p.w_row_stride * es) % 16 == 0 && aligned(p.weight) && aligned(p.out);
   const int64_t blocks = (p.n_ids + 7) / 8;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30));
   if (vec) {
@@ -122,13 +126,13 @@ void launch_gather(const GatherPlan& p, cudaStream_t s) {
 
 int64_t take_gather_error(cudaStream_t s, int64_t* example) {
   unsigned long long host[2] = {0, 0};
-  LF_CUDA_CALL(cudaMemcpyFromSymbolAsync(host, g_gather_error, sizeof(host), 0,
-                                          cudaMemcpyDeviceToHost, s));
+  LF_CUDA_CALL(
+      cudaMemcpyFromSymbolAsync(host, g_gather_error, sizeof(host), 0, cudaMemcpyDeviceToHost, s));
   LF_CUDA_CALL(cudaStreamSynchronize(s));
   if (host[0] != 0) {
     const unsigned long long zero[2] = {0, 0};
-    LF_CUDA_CALL(cudaMemcpyToSymbolAsync(g_gather_error, zero, sizeof(zero), 0,
-                                          cudaMemcpyHostToDevice, s));
+    LF_CUDA_CALL(
+        cudaMemcpyToSymbolAsync(g_gather_error, zero, sizeof(zero), 0, cudaMemcpyHostToDevice, s));
     LF_CUDA_CALL(cudaStreamSynchronize(s));
   }
   if (example) *example = static_cast<int64_t>(host[1]);

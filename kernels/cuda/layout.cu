@@ -56,7 +56,8 @@ void launch_typed(void* dst, const void* src, const StridedLayout& l, cudaStream
   a.src = static_cast<const Word*>(src);
   a.n = static_cast<Idx>(l.numel());
   a.oc = OffsetCalc<Idx, 2>::make(l, 0);
-  copy_kernel<Word, Idx><<<grid_for((l.numel() + kCopyUnroll - 1) / kCopyUnroll), kEwThreads, 0, s>>>(a);
+  copy_kernel<Word, Idx>
+      <<<grid_for((l.numel() + kCopyUnroll - 1) / kCopyUnroll), kEwThreads, 0, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("copy_kernel");
 }
 
@@ -76,14 +77,14 @@ template <class Word>
 struct TransposeArgs {
   Word* dst;
   const Word* src;
-  int64_t P, Q;                  // p: the source's contiguous dim, q: the destination's
+  int64_t P, Q;  // p: the source's contiguous dim, q: the destination's
   int64_t dst_p, dst_q, src_p, src_q;
   int64_t batch;
-  OffsetCalc<int64_t, 2> oc;     // the other dims: (dst, src)
+  OffsetCalc<int64_t, 2> oc;  // the other dims: (dst, src)
 };
 
 template <class Word>
-__global__ void __launch_bounds__(kTile * kTileRows) transpose_kernel(const TransposeArgs<Word> a) {
+__global__ void __launch_bounds__(kTile* kTileRows) transpose_kernel(const TransposeArgs<Word> a) {
   __shared__ Word tile[kTile][kTile + 1];
   const int64_t tiles_p = (a.P + kTile - 1) / kTile, tiles_q = (a.Q + kTile - 1) / kTile;
   for (int64_t b = blockIdx.z; b < a.batch; b += gridDim.z) {
@@ -100,7 +101,8 @@ __global__ void __launch_bounds__(kTile * kTileRows) transpose_kernel(const Tran
         const int64_t q = tq * kTile + threadIdx.x;  // writes walk q: coalesced in the destination
         for (int j = threadIdx.y; j < kTile; j += kTileRows) {
           const int64_t pp = tp * kTile + j;
-          if (pp < a.P && q < a.Q) a.dst[off[0] + pp * a.dst_p + q * a.dst_q] = tile[threadIdx.x][j];
+          if (pp < a.P && q < a.Q)
+            a.dst[off[0] + pp * a.dst_p + q * a.dst_q] = tile[threadIdx.x][j];
         }
         __syncthreads();
       }
@@ -170,11 +172,16 @@ void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l
     for (int p = 0; p < inner; ++p) {
       if (l.strides[1][p] != 1 || l.sizes[p] < 8) continue;
       switch (es) {
-        case 1: return launch_transpose<uint8_t>(dst, src, l, p, s);
-        case 2: return launch_transpose<uint16_t>(dst, src, l, p, s);
-        case 4: return launch_transpose<uint32_t>(dst, src, l, p, s);
-        case 8: return launch_transpose<uint64_t>(dst, src, l, p, s);
-        default: break;
+        case 1:
+          return launch_transpose<uint8_t>(dst, src, l, p, s);
+        case 2:
+          return launch_transpose<uint16_t>(dst, src, l, p, s);
+        case 4:
+          return launch_transpose<uint32_t>(dst, src, l, p, s);
+        case 8:
+          return launch_transpose<uint64_t>(dst, src, l, p, s);
+        default:
+          break;
       }
     }
   }
@@ -187,12 +194,18 @@ void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l
     es = w;
   }
   switch (es) {
-    case 1: return launch_word<uint8_t>(dst, src, l, s);
-    case 2: return launch_word<uint16_t>(dst, src, l, s);
-    case 4: return launch_word<uint32_t>(dst, src, l, s);
-    case 8: return launch_word<uint64_t>(dst, src, l, s);
-    case 16: return launch_word<Vec16<uint32_t>>(dst, src, l, s);
-    default: LF_ASSERT(false, "unsupported element size ", es);
+    case 1:
+      return launch_word<uint8_t>(dst, src, l, s);
+    case 2:
+      return launch_word<uint16_t>(dst, src, l, s);
+    case 4:
+      return launch_word<uint32_t>(dst, src, l, s);
+    case 8:
+      return launch_word<uint64_t>(dst, src, l, s);
+    case 16:
+      return launch_word<Vec16<uint32_t>>(dst, src, l, s);
+    default:
+      LF_ASSERT(false, "unsupported element size ", es);
   }
 }
 

@@ -16,13 +16,13 @@ void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l
 struct GatherPlan {
   const void* weight = nullptr;
   DType dtype = DType::f32;
-  int64_t num = 0, dim = 0;          // weight [num, dim]
+  int64_t num = 0, dim = 0;  // weight [num, dim]
   int64_t w_row_stride = 0, w_col_stride = 1;
   const void* ids = nullptr;
   DType ids_dtype = DType::i64;
   int64_t n_ids = 0;
-  StridedLayout ids_layout;          // operand 0 = ids' strides
-  void* out = nullptr;               // dense [n_ids, dim]
+  StridedLayout ids_layout;  // operand 0 = ids' strides
+  void* out = nullptr;       // dense [n_ids, dim]
 };
 
 // Rows of weight picked by ids. An id outside [0, num) cannot be reported at launch time

@@ -27,7 +27,8 @@ void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s) {
           StridedLayout l = make_layout(x.shape());
           add_operand(l, x.shape(), ost);
           add_operand(l, x.shape(), x.strides());
-          char* dst = static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es);
+          char* dst =
+              static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es);
           launch_copy(dst, x.impl()->data(), es, l, s);
         }
         at += x.shape()[dim];
@@ -69,8 +70,8 @@ void run_embedding(const OpCall& call, const Tensor& out, cudaStream_t s) {
       int64_t example = 0;
       const int64_t bad = take_gather_error(s, &example);
       LF_CHECK(bad == 0, "embedding", bad, " id(s) out of range [0, ", p.num, ") (e.g. ", example,
-               "); their output rows are NaN. ids ", ids.shape().str(), " ", dtype_name(ids.dtype()),
-               ", weight ", w.shape().str());
+               "); their output rows are NaN. ids ", ids.shape().str(), " ",
+               dtype_name(ids.dtype()), ", weight ", w.shape().str());
     }
   }
 }

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(256) reduce_row_kernel(const ReduceArgs a, int
 constexpr int kColX = 32, kColY = 8;
 
 template <class R, class Acc>
-__global__ void __launch_bounds__(kColX * kColY) reduce_col_kernel(const ReduceArgs a) {
+__global__ void __launch_bounds__(kColX* kColY) reduce_col_kernel(const ReduceArgs a) {
   using State = typename R::State;
   __shared__ State smem[kColY][kColX];
   const int64_t o = int64_t{blockIdx.x} * kColX + threadIdx.x;
@@ -177,9 +177,11 @@ void launch_reduce(const ReducePlan& p, cudaStream_t s) {
   switch (p.kind) {
     case ReduceKind::sum:
     case ReduceKind::mean:
-      return p.int_acc ? launch<SumR<int64_t>, int64_t>(p, a, s) : launch<SumR<float>, float>(p, a, s);
+      return p.int_acc ? launch<SumR<int64_t>, int64_t>(p, a, s)
+                       : launch<SumR<float>, float>(p, a, s);
     case ReduceKind::max:
-      return p.int_acc ? launch<MaxR<int64_t>, int64_t>(p, a, s) : launch<MaxR<float>, float>(p, a, s);
+      return p.int_acc ? launch<MaxR<int64_t>, int64_t>(p, a, s)
+                       : launch<MaxR<float>, float>(p, a, s);
     case ReduceKind::argmax:
       return p.int_acc ? launch<ArgMaxR<int64_t>, int64_t>(p, a, s)
                        : launch<ArgMaxR<float>, float>(p, a, s);

@@ -8,11 +8,16 @@ namespace {
 
 ReduceKind reduce_kind(OpId op) {
   switch (op) {
-    case OpId::sum: return ReduceKind::sum;
-    case OpId::mean: return ReduceKind::mean;
-    case OpId::max: return ReduceKind::max;
-    case OpId::argmax: return ReduceKind::argmax;
-    default: LF_ASSERT(false, "not a reduction: ", op_name(op));
+    case OpId::sum:
+      return ReduceKind::sum;
+    case OpId::mean:
+      return ReduceKind::mean;
+    case OpId::max:
+      return ReduceKind::max;
+    case OpId::argmax:
+      return ReduceKind::argmax;
+    default:
+      LF_ASSERT(false, "not a reduction: ", op_name(op));
   }
 }
 
@@ -94,7 +99,8 @@ void run_normalization(const OpCall& call, const Tensor& out, cudaStream_t s) {
       }
       return launch_rms_norm(p, s);
     }
-    default: LF_ASSERT(false, "not a normalization: ", op_name(call.op));
+    default:
+      LF_ASSERT(false, "not a normalization: ", op_name(call.op));
   }
 }
 

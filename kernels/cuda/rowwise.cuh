@@ -23,7 +23,7 @@ struct RowArgs {
   int64_t rows, n;
   int64_t x_cs, mask_cs, w_cs, b_cs;  // strides along the row
   float scale, eps;
-  int group;  // threads per row: 32 or blockDim.x
+  int group;                  // threads per row: 32 or blockDim.x
   OffsetCalc<int64_t, 2> oc;  // row -> (x offset, mask offset)
 };
 

@@ -24,10 +24,10 @@ struct RowPlan {
   int64_t x_col_stride = 1;
   // Over the leading dims: operand 0 = x's strides, operand 1 = mask's (0 where broadcast).
   StridedLayout outer;
-  RowOperand mask;           // softmax
-  RowOperand weight, bias;   // norms (stride along the row; no row offset)
-  float scale = 1.0f;        // softmax
-  float eps = 0.0f;          // norms
+  RowOperand mask;          // softmax
+  RowOperand weight, bias;  // norms (stride along the row; no row offset)
+  float scale = 1.0f;       // softmax
+  float eps = 0.0f;         // norms
 };
 
 void launch_softmax(const RowPlan& p, cudaStream_t s);

@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(kRowThreads) softmax_kernel(const RowArgs a) {
       load_chunk<S, V>(x, a.x_cs, j, v);
       if (mask) load_chunk<S, V>(mask, a.mask_cs, j, m);
 #pragma unroll
-      for (int t = 0; t < V; ++t) v[t] = exp2f(fmaf(v[t], scale2, mask ? m[t] * kLog2e : 0.0f) - ms.m) * inv;
+      for (int t = 0; t < V; ++t)
+        v[t] = exp2f(fmaf(v[t], scale2, mask ? m[t] * kLog2e : 0.0f) - ms.m) * inv;
       store_chunk<S, V>(out, j, v);
     }
   }

@@ -13,7 +13,7 @@ inline constexpr int kMaxOperands = 4;
 struct StridedLayout {
   int rank = 0;
   int n_operands = 0;
-  int64_t sizes[kMaxDims] = {};                 // outermost first
+  int64_t sizes[kMaxDims] = {};                  // outermost first
   int64_t strides[kMaxOperands][kMaxDims] = {};  // in elements; 0 = broadcast
 
   int64_t numel() const {

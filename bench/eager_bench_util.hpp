@@ -1,0 +1,122 @@
+#pragma once
+// Records, JSON output and timing for livefuse-bench-eager: medians of host time (steady
+// clock, synchronised between batches) or of device time (CUDA events around batches).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "livefuse/livefuse.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace eager_bench {
+
+using Clock = std::chrono::steady_clock;
+
+struct Record {
+  std::string name, variant, size;
+  double median_us = 0;
+  std::vector<std::pair<std::string, double>> derived;
+  std::vector<std::pair<std::string, std::string>> tags;
+};
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+inline std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+inline void write_json(const std::string& path, const std::vector<Record>& recs) {
+  std::ofstream f(path);
+  if (!f) throw lf::Error("[bench] cannot write " + path);
+  f << "[\n";
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const Record& r = recs[i];
+    f << "  {\"name\": \"" << json_escape(r.name) << "\", \"variant\": \"" << json_escape(r.variant)
+      << "\", \"size\": \"" << json_escape(r.size) << "\", \"median_us\": " << r.median_us;
+    for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
+    for (const auto& [k, v] : r.tags) f << ", \"" << k << "\": \"" << json_escape(v) << "\"";
+    f << "}" << (i + 1 < recs.size() ? "," : "") << "\n";
+  }
+  f << "]\n";
+}
+
+inline void print_record(const Record& r) {
+  std::printf("%-22s %-22s %-22s %12.3f", r.name.c_str(), r.variant.c_str(), r.size.c_str(),
+              r.median_us);
+  for (const auto& [k, v] : r.derived) std::printf("  %s=%.4g", k.c_str(), v);
+  std::printf("\n");
+}
+
+// Host time of `fn` per call: `reps` batches of `batch` calls, synchronised between batches.
+inline double host_us_per_call(lf::Device dev, int reps, int batch,
+                               const std::function<void()>& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    lf::synchronize(dev);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) fn();
+    const auto t1 = Clock::now();
+    t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
+  }
+  lf::synchronize(dev);
+  return median(t);
+}
+
+#if LIVEFUSE_HAS_CUDA
+#define BENCH_CUDA(call)                                                                \
+  do {                                                                                  \
+    const cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess)                                                              \
+      throw lf::Error(std::string("[bench] ") + #call + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+
+// Device time of `fn` per call, from CUDA events around batches on the current stream.
+inline double device_us_per_call(lf::Device dev, int reps, int batch,
+                                 const std::function<void()>& fn) {
+  cudaStream_t s = static_cast<cudaStream_t>(lf::Stream::current(dev).handle());
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  fn();  // warm-up (first-call setup: plans, workspaces)
+  lf::synchronize(dev);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, s));
+    for (int i = 0; i < batch; ++i) fn();
+    BENCH_CUDA(cudaEventRecord(e1, s));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(1000.0 * ms / batch);
+  }
+  lf::synchronize(dev);
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  return median(t);
+}
+#endif
+
+inline double time_per_call(lf::Device dev, int reps, int batch, const std::function<void()>& fn) {
+#if LIVEFUSE_HAS_CUDA
+  if (dev.is_cuda()) return device_us_per_call(dev, reps, batch, fn);
+#endif
+  fn();
+  return host_us_per_call(dev, reps, batch, fn);
+}
+
+}  // namespace eager_bench
