@@ -56,8 +56,8 @@ void launch_typed(void* dst, const void* src, const StridedLayout& l, cudaStream
   a.src = static_cast<const Word*>(src);
   a.n = static_cast<Idx>(l.numel());
   a.oc = OffsetCalc<Idx, 2>::make(l, 0);
-  copy_kernel<Word, Idx>
-      <<<grid_for((l.numel() + kCopyUnroll - 1) / kCopyUnroll), kEwThreads, 0, s>>>(a);
+  const unsigned grid = grid_for((l.numel() + kCopyUnroll - 1) / kCopyUnroll);
+  copy_kernel<Word, Idx><<<grid, kEwThreads, 0, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("copy_kernel");
 }
 
