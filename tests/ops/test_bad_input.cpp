@@ -1,5 +1,6 @@
 // Bad input: each mistake is a livefuse::Error whose message names the op, what was given and
 // what was expected; the runtime keeps working afterwards.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -39,6 +40,16 @@ void run_cases(const std::vector<Expect>& cases, Device dev) {
 }  // namespace
 
 TEST_CASE("bad input: shape, dtype, rank and dim mistakes name the op and operands") {
+  // On CUDA, embedding ids are range-checked on the device and reported at the call only under
+  // LIVEFUSE_VERIFY (reading the flag back is a host sync, impossible inside a graph capture).
+  const lf::Config saved = lf::config();
+  lf::Config checked = saved;
+  checked.verify = std::max(1, saved.verify);
+  lf::set_config_for_testing(checked);
+  struct Restore {
+    lf::Config c;
+    ~Restore() { lf::set_config_for_testing(c); }
+  } restore{saved};
   for (Device dev : lftest::devices()) {
     const Tensor a23 = rand_tensor({2, 3}, DType::f32, dev, 1);
     const Tensor a4 = rand_tensor({4}, DType::f32, dev, 2);
