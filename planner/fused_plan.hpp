@@ -57,7 +57,9 @@ class FusedPlan final : public Plan {
   bool use_graphs_ = true;
   uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;
   uint64_t window_hits_ = 0, window_misses_ = 0;  // at the start of the probation window
-  std::mutex run_mu_;  // a plan may be completed by two threads at once
+  // A plan may be completed by two threads at once, and inspected by the report thread while
+  // a run compiles a missing kernel variant into a step.
+  mutable std::mutex run_mu_;
 #if LIVEFUSE_HAS_CUDA
   std::unique_ptr<graphs::GraphCache> graphs_;
 #endif
