@@ -42,7 +42,7 @@ FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::mo
 }
 
 void FusedPlan::graph_counters(uint64_t out[5]) const {
-  std::lock_guard<std::mutex> g(run_mu_);
+  std::lock_guard<std::mutex> lock(run_mu_);
   out[0] = graph_hits_, out[1] = graph_misses_, out[2] = out[3] = out[4] = 0;
 #if LIVEFUSE_HAS_CUDA
   if (graphs_) {
@@ -59,7 +59,7 @@ bool FusedPlan::writes(int op, int out) const {
 std::string FusedPlan::describe() const { return planned_.describe(); }
 
 void FusedPlan::details(PlanDetails& d) const {
-  std::lock_guard<std::mutex> g(run_mu_);
+  std::lock_guard<std::mutex> lock(run_mu_);
   const Segment& seg = planned_.segment;
   for (size_t e = 0; e < seg.externals.size(); ++e) d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
   int g = 0;
