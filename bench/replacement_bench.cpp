@@ -23,7 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace lf = livefuse;
 
-double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
 double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
@@ -62,7 +64,8 @@ void reset_pipeline(lf::Device dev) {
   lf::PlanTable::get().clear_for_testing();
 }
 
-std::vector<double> timed_calls(const lf::Tensor& x, lf::Device dev, int n, std::vector<bool>* served = nullptr) {
+std::vector<double> timed_calls(const lf::Tensor& x, lf::Device dev, int n,
+                                std::vector<bool>* served = nullptr) {
   std::vector<double> t;
   for (int i = 0; i < n; ++i) {
     const uint64_t s0 = lf::matcher_counters().served;
@@ -82,11 +85,16 @@ int main(int argc, char** argv) {
   int64_t size = 4096;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--device" && i + 1 < argc) device_arg = argv[++i];
-    else if (a == "--size" && i + 1 < argc) size = std::stoll(argv[++i]);
+    if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--device" && i + 1 < argc)
+      device_arg = argv[++i];
+    else if (a == "--size" && i + 1 < argc)
+      size = std::stoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]\n");
+      std::fprintf(
+          stderr,
+          "usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]\n");
       return 2;
     }
   }
@@ -125,9 +133,15 @@ int main(int argc, char** argv) {
   }
   const std::vector<double> fused = timed_calls(x, dev, 2000);
   const double fused_med = pct(fused, 0.5);
-  recs.push_back({"chain10_call", "livefuse_on", sz, fused_med,
+  recs.push_back({"chain10_call",
+                  "livefuse_on",
+                  sz,
+                  fused_med,
                   {{"p99_us", pct(fused, 0.99)}, {"speedup_vs_off", eager_med / fused_med}}});
-  recs.push_back({"time_to_fused", "livefuse_on", sz, time_to_fused_ms * 1000.0,
+  recs.push_back({"time_to_fused",
+                  "livefuse_on",
+                  sz,
+                  time_to_fused_ms * 1000.0,
                   {{"time_ms", time_to_fused_ms},
                    {"calls", static_cast<double>(before_fused.size())},
                    {"p99_while_compiling_us", pct(before_fused, 0.99)},
@@ -150,7 +164,10 @@ int main(int argc, char** argv) {
     return pct(per, 0.5);
   };
   const double off_op = host_per_op(lf::Mode::off), on_op = host_per_op(lf::Mode::on);
-  recs.push_back({"matcher_overhead", "no_plan", sz, on_op - off_op,
+  recs.push_back({"matcher_overhead",
+                  "no_plan",
+                  sz,
+                  on_op - off_op,
                   {{"host_us_per_op_on", on_op}, {"host_us_per_op_off", off_op}}});
   set_mode(lf::Mode::on);
 
@@ -158,15 +175,16 @@ int main(int argc, char** argv) {
   for (const Record& r : recs) {
     std::string d;
     for (const auto& [k, v] : r.derived) d += k + "=" + std::to_string(v) + " ";
-    std::printf("%-18s %-14s %10s %12.3f  %s\n", r.name.c_str(), r.variant.c_str(), r.size.c_str(), r.median_us, d.c_str());
+    std::printf("%-18s %-14s %10s %12.3f  %s\n", r.name.c_str(), r.variant.c_str(), r.size.c_str(),
+                r.median_us, d.c_str());
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     f << "[\n";
     for (size_t i = 0; i < recs.size(); ++i) {
       const Record& r = recs[i];
-      f << "  {\"name\": \"" << r.name << "\", \"variant\": \"" << r.variant << "\", \"size\": \"" << r.size
-        << "\", \"device\": \"" << dev.str() << "\", \"median_us\": " << r.median_us;
+      f << "  {\"name\": \"" << r.name << "\", \"variant\": \"" << r.variant << "\", \"size\": \""
+        << r.size << "\", \"device\": \"" << dev.str() << "\", \"median_us\": " << r.median_us;
       for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
       f << "}" << (i + 1 < recs.size() ? ",\n" : "\n");
     }

@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "examples/encoder_block.hpp"
 #include "examples/demo_stats.hpp"
+#include "examples/encoder_block.hpp"
 
 namespace {
 void usage() {
-  std::puts("usage: livefuse-demo [--iters N] [--device cpu|cuda] [--layers N] [--seq N] [--batch N]\n"
-            "                     [--dtype f32|f16|bf16] [--quiet]");
+  std::puts(
+      "usage: livefuse-demo [--iters N] [--device cpu|cuda] [--layers N] [--seq N] [--batch N]\n"
+      "                     [--dtype f32|f16|bf16] [--quiet]");
 }
 }  // namespace
 
@@ -34,34 +35,54 @@ int main(int argc, char** argv) {
         const std::string v = next();
         size_t pos = 0;
         int r = 0;
-        try { r = std::stoi(v, &pos); } catch (...) { pos = 0; }
-        if (pos != v.size() || r <= 0) throw lf::Error("[demo] " + a + " expects a positive integer, got '" + v + "'");
+        try {
+          r = std::stoi(v, &pos);
+        } catch (...) {
+          pos = 0;
+        }
+        if (pos != v.size() || r <= 0)
+          throw lf::Error("[demo] " + a + " expects a positive integer, got '" + v + "'");
         return r;
       };
-      if (a == "--iters") iters = next_int();
-      else if (a == "--layers") layers = next_int();
-      else if (a == "--seq") seq = next_int();
-      else if (a == "--batch") batch = next_int();
-      else if (a == "--device") device_arg = next();
-      else if (a == "--dtype") dtype_arg = next();
-      else if (a == "--quiet") quiet = true;
-      else if (a == "--help" || a == "-h") return usage(), 0;
-      else throw lf::Error("[demo] unknown argument '" + a + "'");
+      if (a == "--iters")
+        iters = next_int();
+      else if (a == "--layers")
+        layers = next_int();
+      else if (a == "--seq")
+        seq = next_int();
+      else if (a == "--batch")
+        batch = next_int();
+      else if (a == "--device")
+        device_arg = next();
+      else if (a == "--dtype")
+        dtype_arg = next();
+      else if (a == "--quiet")
+        quiet = true;
+      else if (a == "--help" || a == "-h")
+        return usage(), 0;
+      else
+        throw lf::Error("[demo] unknown argument '" + a + "'");
     }
     const lf::Device dev = device_arg.empty() ? lf::default_device() : lf::parse_device(device_arg);
-    if (dev.is_cuda() && !lf::cuda_available()) throw lf::Error("[demo] --device cuda but no GPU is available");
-    const lf::DType dt = dtype_arg.empty() ? (dev.is_cuda() ? lf::DType::f16 : lf::DType::f32) : lf::parse_dtype(dtype_arg);
-    const int64_t hidden = dev.is_cuda() ? 768 : 256, heads = dev.is_cuda() ? 12 : 4, ffn = 4 * hidden;
+    if (dev.is_cuda() && !lf::cuda_available())
+      throw lf::Error("[demo] --device cuda but no GPU is available");
+    const lf::DType dt = dtype_arg.empty() ? (dev.is_cuda() ? lf::DType::f16 : lf::DType::f32)
+                                           : lf::parse_dtype(dtype_arg);
+    const int64_t hidden = dev.is_cuda() ? 768 : 256, heads = dev.is_cuda() ? 12 : 4,
+                  ffn = 4 * hidden;
     if (dev.is_cuda()) seq = std::max<int64_t>(seq, 128);
     if (iters < 0) iters = dev.is_cuda() ? 400 : 60;
 
     std::vector<demo::EncoderBlock> blocks;
-    for (int l = 0; l < layers; ++l) blocks.emplace_back(hidden, heads, ffn, dt, dev, 1000 + 100 * l);
+    for (int l = 0; l < layers; ++l)
+      blocks.emplace_back(hidden, heads, ffn, dt, dev, 1000 + 100 * l);
     const lf::Tensor x = lf::rand_uniform({batch, seq, hidden}, 7, -1, 1, dt, dev);
-    std::printf("livefuse-demo: %d-layer encoder, hidden %lld, heads %lld, batch %lld, seq %lld, %s on %s, mode %s\n",
-                layers, (long long)hidden, (long long)heads, (long long)batch, (long long)seq,
-                std::string(lf::dtype_name(dt)).c_str(), dev.str().c_str(),
-                std::string(lf::mode_name(lf::config().mode)).c_str());
+    std::printf(
+        "livefuse-demo: %d-layer encoder, hidden %lld, heads %lld, batch %lld, seq %lld, %s on %s, "
+        "mode %s\n",
+        layers, (long long)hidden, (long long)heads, (long long)batch, (long long)seq,
+        std::string(lf::dtype_name(dt)).c_str(), dev.str().c_str(),
+        std::string(lf::mode_name(lf::config().mode)).c_str());
 
     std::vector<double> ms;
     float checksum = 0;
@@ -70,18 +91,21 @@ int main(int argc, char** argv) {
       lf::Tensor h = x;
       for (const auto& b : blocks) h = b(h, lf::Tensor());
       lf::synchronize(dev);
-      const double dt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double dt_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       ms.push_back(dt_ms);
       if (it == iters - 1) checksum = h.to_floats()[0];
       if (!quiet && (it < 10 || it % std::max(1, iters / 20) == 0 || it == iters - 1))
         std::printf("iter %4d  %8.3f ms  %s\n", it, dt_ms, demo::progress_note().c_str());
     }
-    std::vector<double> tail(ms.end() - std::min<size_t>(ms.size(), std::max<size_t>(1, ms.size() / 4)), ms.end());
+    std::vector<double> tail(
+        ms.end() - std::min<size_t>(ms.size(), std::max<size_t>(1, ms.size() / 4)), ms.end());
     std::sort(tail.begin(), tail.end());
     std::vector<double> head(ms.begin(), ms.begin() + std::min<size_t>(ms.size(), 3));
     std::sort(head.begin(), head.end());
-    std::printf("summary: first=%.3f ms steady_median=%.3f ms checksum=%.6f %s\n", head[head.size() / 2],
-                tail[tail.size() / 2], checksum, demo::summary_fields().c_str());
+    std::printf("summary: first=%.3f ms steady_median=%.3f ms checksum=%.6f %s\n",
+                head[head.size() / 2], tail[tail.size() / 2], checksum,
+                demo::summary_fields().c_str());
     return 0;
   } catch (const lf::Error& e) {
     std::fprintf(stderr, "livefuse-demo: %s\n", e.what());

@@ -28,14 +28,16 @@ Counts counts() {
 std::string progress_note() {
   const Counts c = counts();
   char buf[96];
-  std::snprintf(buf, sizeof buf, "plans=%zu active=%zu served=%.0f%%", c.plans, c.active, 100.0 * c.served);
+  std::snprintf(buf, sizeof buf, "plans=%zu active=%zu served=%.0f%%", c.plans, c.active,
+                100.0 * c.served);
   return buf;
 }
 
 std::string summary_fields() {
   const Counts c = counts();
   char buf[96];
-  std::snprintf(buf, sizeof buf, "plans=%zu active=%zu served_by_plans=%.3f", c.plans, c.active, c.served);
+  std::snprintf(buf, sizeof buf, "plans=%zu active=%zu served_by_plans=%.3f", c.plans, c.active,
+                c.served);
   return buf;
 }
 

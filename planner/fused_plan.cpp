@@ -1,8 +1,8 @@
 #include "planner/fused_plan.hpp"
 
 #include "livefuse/config.hpp"
-#include "livefuse/inspect.hpp"
 #include "livefuse/error.hpp"
+#include "livefuse/inspect.hpp"
 #include "livefuse/stream.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/faults.hpp"
@@ -61,7 +61,8 @@ std::string FusedPlan::describe() const { return planned_.describe(); }
 void FusedPlan::details(PlanDetails& d) const {
   std::lock_guard<std::mutex> lock(run_mu_);
   const Segment& seg = planned_.segment;
-  for (size_t e = 0; e < seg.externals.size(); ++e) d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
+  for (size_t e = 0; e < seg.externals.size(); ++e)
+    d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
   int g = 0;
   auto kernel_info = [&](const FusedKernelStep& f) {
     KernelInfo k;
@@ -107,7 +108,8 @@ void FusedPlan::details(PlanDetails& d) const {
   for (const Decision& dec : planned_.decisions) d.decisions.emplace_back(dec.what, dec.reason);
   d.notes.emplace_back("launches", std::to_string(planned_.summary.plan_launches) + " (eager " +
                                        std::to_string(planned_.summary.eager_launches) + ")");
-  for (const auto& [key, sg] : graphs_by_shape_) d.graphs.push_back({sg.shapes, sg.replays, static_cast<int>(sg.nodes)});
+  for (const auto& [key, sg] : graphs_by_shape_)
+    d.graphs.push_back({sg.shapes, sg.replays, static_cast<int>(sg.nodes)});
   d.notes.emplace_back("graphs", use_graphs_ ? "on" : "off");
   d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
   d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
@@ -164,7 +166,8 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
   auto st = static_cast<cudaStream_t>(stream.handle());
   uint64_t shape_key = 0x3b;
   for (const Tensor& t : values)
-    for (int d = 0; d < t.impl()->shape.rank; ++d) shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
+    for (int d = 0; d < t.impl()->shape.rank; ++d)
+      shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
   // Every written value gets its storage before any capture: an allocation inside a capture
   // would become graph-owned memory.
   const int set = bind_outputs(values, shape_key, st);
@@ -195,12 +198,13 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     run_plan(planned_, values, st);
     return true;
   }
-  if (faults::fire(faults::Point::instantiate)) throw Error("[plan] injected fault at graph instantiate");
+  if (faults::fire(faults::Point::instantiate))
+    throw Error("[plan] injected fault at graph instantiate");
   const uint64_t misses_before = graphs_->counters().misses;
   size_t nodes = 0;
   // Views get their storage when their step runs; during capture that is host-side only.
-  const graphs::CudaGraphExec& exec =
-      graphs_->get_or_build(key, st, [&] { run_plan(planned_, values, st); }, &nodes);
+  const graphs::CudaGraphExec& exec = graphs_->get_or_build(
+      key, st, [&] { run_plan(planned_, values, st); }, &nodes);
   if (graphs_->counters().misses == misses_before) {
     ++graph_hits_;
     // A hit skips the steps, so views must still be bound to their sources here.
@@ -217,7 +221,8 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
   if (graphs_by_shape_.size() < 256 || graphs_by_shape_.count(shape_key)) {
     ShapeGraphs& sg = graphs_by_shape_[shape_key];
     if (sg.shapes.empty())
-      for (const Tensor& e : w.externals) sg.shapes += (sg.shapes.empty() ? "" : " ") + e.shape().str();
+      for (const Tensor& e : w.externals)
+        sg.shapes += (sg.shapes.empty() ? "" : " ") + e.shape().str();
     ++sg.replays;
     sg.nodes = nodes;
   }

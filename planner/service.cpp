@@ -14,8 +14,8 @@
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
 #include "planner/planner.hpp"
-#include "runtime/inspect_registry.hpp"
 #include "runtime/faults.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
 #if LIVEFUSE_HAS_CUDA
@@ -229,7 +229,8 @@ class Service final : public monitor::CandidateConsumer {
         compile_plan(planned, jit::KernelCompiler::global(), co);
       } else if (planned.summary.fused_kernels == 0) {
         // On the CPU a plan only pays through fusion (there are no launches to save).
-        record_decision("planner", subject, "skip", "no fusion possible: on the CPU a plan only pays through fusion");
+        record_decision("planner", subject, "skip",
+                        "no fusion possible: on the CPU a plan only pays through fusion");
         std::lock_guard<std::mutex> g(mu_);
         ++ctr_.skipped;
         planned_[key] = {0, c.version, c.shapes.tuples.size()};
@@ -243,9 +244,11 @@ class Service final : public monitor::CandidateConsumer {
       plan->name = monitor::describe(c);
       if (plan->name.size() > 120) plan->name = plan->name.substr(0, 117) + "...";
       plan->state = PlanState::sampling;
-      plan->last_reason = std::string(mode == Mode::shadow ? "shadow (never replaces eager): " : "") + "planned: " + std::to_string(plan->planned().summary.ops) + " ops in " +
-                          std::to_string(plan->planned().summary.plan_launches) + " launches (eager " +
-                          std::to_string(plan->planned().summary.eager_launches) + ")";
+      plan->last_reason =
+          std::string(mode == Mode::shadow ? "shadow (never replaces eager): " : "") +
+          "planned: " + std::to_string(plan->planned().summary.ops) + " ops in " +
+          std::to_string(plan->planned().summary.plan_launches) + " launches (eager " +
+          std::to_string(plan->planned().summary.eager_launches) + ")";
       const uint64_t id = plan->id;
       record_decision("planner", subject, "publish plan " + std::to_string(id), plan->last_reason);
       PlanTable::get().publish(std::move(plan));

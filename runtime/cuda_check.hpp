@@ -5,11 +5,11 @@
 
 #include "livefuse/error.hpp"
 
-#define LF_CUDA_CHECK(call)                                                                 \
-  do {                                                                                      \
-    cudaError_t lf_err_ = (call);                                                           \
-    if (lf_err_ != cudaSuccess)                                                             \
-      throw ::livefuse::Error(::livefuse::detail::concat("[cuda] ", #call, " failed: ",     \
-                                                         cudaGetErrorString(lf_err_)));     \
+#define LF_CUDA_CHECK(call)                                                                        \
+  do {                                                                                             \
+    cudaError_t lf_err_ = (call);                                                                  \
+    if (lf_err_ != cudaSuccess)                                                                    \
+      throw ::livefuse::Error(                                                                     \
+          ::livefuse::detail::concat("[cuda] ", #call, " failed: ", cudaGetErrorString(lf_err_))); \
   } while (0)
 #endif

@@ -5,5 +5,6 @@
 
 namespace livefuse {
 // A tensor of `dtype` on `device` holding `v` (converted; dense row-major).
-Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType dtype, Device device);
+Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType dtype,
+                         Device device);
 }  // namespace livefuse

@@ -22,11 +22,10 @@
 //   custom        custom_id = CustomOp id; inputs: its arity
 //   opaque        custom_id = OpaqueKernel id; out_specs = outputs
 #include <array>
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <span>
 #include <vector>
-
-#include <boost/container/small_vector.hpp>
 
 #include "livefuse/custom.hpp"
 #include "livefuse/detail/op_table.hpp"

@@ -23,7 +23,7 @@ namespace livefuse {
 struct PlanDetails;  // livefuse/inspect.hpp
 
 struct PlanInput {
-  int op = -1;    // >= 0: output `out` of window op `op`
+  int op = -1;  // >= 0: output `out` of window op `op`
   int out = 0;
   int slot = -1;  // >= 0: external slot
   bool internal() const { return op >= 0; }
@@ -39,9 +39,9 @@ struct PlanOp {
 
 // The deferred calls of one stream that (so far) follow a plan.
 struct Window {
-  std::vector<OpCall> calls;            // inputs are the real values (pending ones included)
-  std::vector<TensorList> outputs;      // pending values handed to the user
-  std::vector<Tensor> externals;        // by slot
+  std::vector<OpCall> calls;        // inputs are the real values (pending ones included)
+  std::vector<TensorList> outputs;  // pending values handed to the user
+  std::vector<Tensor> externals;    // by slot
   uint32_t stream_id = 0;
   Device device;
 };
@@ -92,7 +92,7 @@ class PlanTable {
     std::vector<std::shared_ptr<Plan>> plans;
   };
   static PlanTable& get();
-  void publish(std::shared_ptr<Plan> p);   // adds; evicts the oldest inactive beyond the cap
+  void publish(std::shared_ptr<Plan> p);  // adds; evicts the oldest inactive beyond the cap
   void retire(uint64_t plan_id, const std::string& reason);
   std::shared_ptr<const Snapshot> snapshot() const;
   uint64_t version() const { return version_.load(std::memory_order_acquire); }

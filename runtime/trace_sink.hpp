@@ -25,6 +25,8 @@ namespace detail {
 extern std::atomic<TraceSink*> g_trace_sink;
 }
 inline TraceSink* trace_sink() { return detail::g_trace_sink.load(std::memory_order_acquire); }
-inline void set_trace_sink(TraceSink* s) { detail::g_trace_sink.store(s, std::memory_order_release); }
+inline void set_trace_sink(TraceSink* s) {
+  detail::g_trace_sink.store(s, std::memory_order_release);
+}
 
 }  // namespace livefuse

@@ -24,7 +24,8 @@ DType parse_dtype(std::string_view s) {
   if (s == "i32" || s == "int32") return DType::i32;
   if (s == "i64" || s == "int64") return DType::i64;
   if (s == "bool") return DType::boolean;
-  throw Error(detail::concat("[dtype] unknown dtype '", s, "'; expected f32, f16, bf16, i32, i64 or bool"));
+  throw Error(
+      detail::concat("[dtype] unknown dtype '", s, "'; expected f32, f16, bf16, i32, i64 or bool"));
 }
 
 std::string Device::str() const {
@@ -42,20 +43,28 @@ Device parse_device(std::string_view s) {
 
 std::string_view category_name(OpCategory c) {
   switch (c) {
-    case OpCategory::Elementwise: return "elementwise";
-    case OpCategory::Reduction: return "reduction";
-    case OpCategory::Normalization: return "normalization";
-    case OpCategory::Matmul: return "matmul";
-    case OpCategory::Layout: return "layout";
-    case OpCategory::Gather: return "gather";
-    case OpCategory::Opaque: return "opaque";
+    case OpCategory::Elementwise:
+      return "elementwise";
+    case OpCategory::Reduction:
+      return "reduction";
+    case OpCategory::Normalization:
+      return "normalization";
+    case OpCategory::Matmul:
+      return "matmul";
+    case OpCategory::Layout:
+      return "layout";
+    case OpCategory::Gather:
+      return "gather";
+    case OpCategory::Opaque:
+      return "opaque";
   }
   return "?";
 }
 
 // ---- Dims ------------------------------------------------------------------------------
 Dims::Dims(std::initializer_list<int64_t> il) {
-  LF_CHECK(il.size() <= kMaxDims, "shape", "rank ", il.size(), " exceeds the maximum of ", kMaxDims);
+  LF_CHECK(il.size() <= kMaxDims, "shape", "rank ", il.size(), " exceeds the maximum of ",
+           kMaxDims);
   for (int64_t x : il) v[rank++] = x;
 }
 Dims::Dims(std::span<const int64_t> s) {
@@ -106,8 +115,9 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 
 int normalize_dim(int64_t dim, int rank, const char* op) {
   const int64_t d = dim < 0 ? dim + rank : dim;
-  LF_CHECK(d >= 0 && d < std::max(rank, 1), op, "dim ", dim, " is out of range for a tensor of rank ",
-           rank, " (expected ", -std::max(rank, 1), "..", std::max(rank, 1) - 1, ")");
+  LF_CHECK(d >= 0 && d < std::max(rank, 1), op, "dim ", dim,
+           " is out of range for a tensor of rank ", rank, " (expected ", -std::max(rank, 1), "..",
+           std::max(rank, 1) - 1, ")");
   return static_cast<int>(d);
 }
 

@@ -16,10 +16,14 @@ namespace livefuse {
 
 std::string_view mode_name(Mode m) {
   switch (m) {
-    case Mode::off: return "off";
-    case Mode::trace: return "trace";
-    case Mode::shadow: return "shadow";
-    case Mode::on: return "on";
+    case Mode::off:
+      return "off";
+    case Mode::trace:
+      return "trace";
+    case Mode::shadow:
+      return "shadow";
+    case Mode::on:
+      return "on";
   }
   return "?";
 }
@@ -58,10 +62,12 @@ struct Row {
 
 std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
   auto int_row = [](const char* name, const char* acc, int lo, int hi, int Config::*field) {
-    return Row{name, acc, [=](const std::string& s, Config& c) { return parse_int(s, lo, hi, &(c.*field)); }};
+    return Row{name, acc,
+               [=](const std::string& s, Config& c) { return parse_int(s, lo, hi, &(c.*field)); }};
   };
   auto bool_row = [](const char* name, bool Config::*field) {
-    return Row{name, "0 or 1", [=](const std::string& s, Config& c) { return parse_bool01(s, &(c.*field)); }};
+    return Row{name, "0 or 1",
+               [=](const std::string& s, Config& c) { return parse_bool01(s, &(c.*field)); }};
   };
   (void)getenv_fn;
   return {
@@ -85,9 +91,11 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
        }},
       int_row("LIVEFUSE_VERIFY", "an integer 0..1000000", 0, 1000000, &Config::verify),
       int_row("LIVEFUSE_SAMPLE", "an integer 0..1000", 0, 1000, &Config::sample),
-      {"LIVEFUSE_REPORT", "a file path", [](const std::string& s, Config& c) { return c.report_path = s, !s.empty(); }},
+      {"LIVEFUSE_REPORT", "a file path",
+       [](const std::string& s, Config& c) { return c.report_path = s, !s.empty(); }},
       int_row("LIVEFUSE_REPORT_MS", "an integer 10..3600000", 10, 3600000, &Config::report_ms),
-      {"LIVEFUSE_TRACE", "a file path", [](const std::string& s, Config& c) { return c.trace_path = s, !s.empty(); }},
+      {"LIVEFUSE_TRACE", "a file path",
+       [](const std::string& s, Config& c) { return c.trace_path = s, !s.empty(); }},
       {"LIVEFUSE_LOG", "error, warn, info or debug",
        [](const std::string& s, Config& c) {
          if (s == "error") return c.log = LogLevel::error, true;
@@ -126,8 +134,9 @@ Config parse_config(const char* (*getenv_fn)(const char*), std::vector<std::stri
     } else {
       c.sources.emplace_back(r.name, "env (invalid, default used)");
       if (warnings)
-        warnings->push_back(detail::concat("[config] ", r.name, "='", v, "' is not valid (expected ",
-                                           r.accepted, "); using the default"));
+        warnings->push_back(detail::concat("[config] ", r.name, "='", v,
+                                           "' is not valid (expected ", r.accepted,
+                                           "); using the default"));
     }
   }
   return c;

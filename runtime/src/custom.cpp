@@ -45,16 +45,19 @@ const OpaqueKernelDef& opaque_kernel(uint32_t id) {
 
 CustomOp register_elementwise(const std::string& name, int arity, const std::string& cuda_expr,
                               CpuScalarFn cpu_fn) {
-  LF_CHECK(valid_identifier(name), "register_elementwise", "name '", name, "' must be a C identifier");
-  LF_CHECK(arity >= 1 && arity <= 3, "register_elementwise", "op '", name, "': arity must be 1, 2 or 3, got ", arity);
+  LF_CHECK(valid_identifier(name), "register_elementwise", "name '", name,
+           "' must be a C identifier");
+  LF_CHECK(arity >= 1 && arity <= 3, "register_elementwise", "op '", name,
+           "': arity must be 1, 2 or 3, got ", arity);
   LF_CHECK(!cuda_expr.empty(), "register_elementwise", "op '", name, "': empty CUDA expression");
   LF_CHECK(cpu_fn != nullptr, "register_elementwise", "op '", name, "': null CPU function");
   Registry& r = registry();
   std::lock_guard<std::mutex> g(r.mu);
   for (const CustomElementwiseDef& d : r.customs) {
     if (d.name != name) continue;
-    LF_CHECK(d.arity == arity && d.cuda_expr == cuda_expr && d.cpu_fn == cpu_fn, "register_elementwise",
-             "op '", name, "' is already registered with a different definition");
+    LF_CHECK(d.arity == arity && d.cuda_expr == cuda_expr && d.cpu_fn == cpu_fn,
+             "register_elementwise", "op '", name,
+             "' is already registered with a different definition");
     return CustomOp(d.id);
   }
   const uint32_t id = static_cast<uint32_t>(r.customs.size() + 1);
@@ -73,7 +76,9 @@ Tensor apply_custom(uint32_t id, std::initializer_list<Tensor> xs) {
 }  // namespace
 
 Tensor CustomOp::operator()(const Tensor& a) const { return apply_custom(id_, {a}); }
-Tensor CustomOp::operator()(const Tensor& a, const Tensor& b) const { return apply_custom(id_, {a, b}); }
+Tensor CustomOp::operator()(const Tensor& a, const Tensor& b) const {
+  return apply_custom(id_, {a, b});
+}
 Tensor CustomOp::operator()(const Tensor& a, const Tensor& b, const Tensor& c) const {
   return apply_custom(id_, {a, b, c});
 }

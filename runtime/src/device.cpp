@@ -1,5 +1,6 @@
-#include "livefuse/config.hpp"
 #include "livefuse/device.hpp"
+
+#include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "runtime/cuda_check.hpp"
 

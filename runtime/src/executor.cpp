@@ -1,13 +1,13 @@
 // Executor::submit -- every op call of the program passes here exactly once.
 #include "runtime/executor.hpp"
 
+#include "kernels/backend.hpp"
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
+#include "livefuse/inspect.hpp"
 #include "livefuse/stream.hpp"
-#include "kernels/backend.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
-#include "livefuse/inspect.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
@@ -31,7 +31,8 @@ void run_backend(const OpCall& call, std::span<const Tensor> outs, const Stream&
   cuda::run(call, outs, stream.handle());
 #else
   (void)stream;
-  throw Error("[" + std::string(op_name(call.op)) + "] CUDA tensor given but livefuse was built without CUDA");
+  throw Error("[" + std::string(op_name(call.op)) +
+              "] CUDA tensor given but livefuse was built without CUDA");
 #endif
 }
 
@@ -72,12 +73,14 @@ void run_opaque(const OpCall& call, const TensorList& outs, const Stream& stream
 
 namespace {
 bool is_view_op(const OpCall& call) {
-  return call.category() == OpCategory::Layout && call.op != OpId::concat && call.op != OpId::contiguous;
+  return call.category() == OpCategory::Layout && call.op != OpId::concat &&
+         call.op != OpId::contiguous;
 }
 
 // Strides (and offset) a view will have, from its source's metadata only: pending sources
 // have no storage yet, but their layout is already fixed.
-void view_layout(const OpCall& call, const Shape& shape, Strides* st, int64_t* offset, bool* dense) {
+void view_layout(const OpCall& call, const Shape& shape, Strides* st, int64_t* offset,
+                 bool* dense) {
   const TensorImpl& x = *call.inputs[0].impl();
   const Attrs& a = call.attrs;
   *dense = false;
@@ -99,7 +102,8 @@ void view_layout(const OpCall& call, const Shape& shape, Strides* st, int64_t* o
       *offset = x.offset + a.i[1] * x.strides[d];
       break;
     }
-    default: LF_ASSERT(false, "not a view op: ", op_name(call.op));
+    default:
+      LF_ASSERT(false, "not a view op: ", op_name(call.op));
   }
 }
 }  // namespace
@@ -112,15 +116,18 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
     int64_t offset = 0;
     bool dense = false;
     view_layout(call, infos[0].shape, &st, &offset, &dense);
-    std::shared_ptr<Storage> storage = pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
-    auto impl = std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype, device);
+    std::shared_ptr<Storage> storage =
+        pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
+    auto impl =
+        std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype, device);
     impl->pending = pending_tag;
     outs.push_back(Tensor(std::move(impl)));
     return outs;
   }
   for (const OutputInfo& o : infos) {
     if (pending_tag) {
-      auto impl = std::make_shared<TensorImpl>(nullptr, 0, o.shape, contiguous_strides(o.shape), o.dtype, device);
+      auto impl = std::make_shared<TensorImpl>(nullptr, 0, o.shape, contiguous_strides(o.shape),
+                                               o.dtype, device);
       impl->pending = pending_tag;
       outs.push_back(Tensor(std::move(impl)));
     } else {
@@ -191,7 +198,8 @@ TensorList Executor::submit(OpCall& call) {
     if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
   }
   if (cfg.mode != Mode::off)
-    if (TraceSink* sink = trace_sink()) sink->on_call(call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
+    if (TraceSink* sink = trace_sink())
+      sink->on_call(call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   return outs;
 }
 

@@ -21,12 +21,18 @@ bool fire(Point p) {
 
 const char* point_name(Point p) {
   switch (p) {
-    case Point::plan: return "plan";
-    case Point::compile: return "compile";
-    case Point::load: return "load";
-    case Point::instantiate: return "instantiate";
-    case Point::run: return "run";
-    case Point::kCount: break;
+    case Point::plan:
+      return "plan";
+    case Point::compile:
+      return "compile";
+    case Point::load:
+      return "load";
+    case Point::instantiate:
+      return "instantiate";
+    case Point::run:
+      return "run";
+    case Point::kCount:
+      break;
   }
   return "?";
 }

@@ -18,13 +18,14 @@ void check_common(const OpCall& c, const char* op) {
     LF_CHECK(c.inputs[k].defined(), op, "input ", k, " is an undefined Tensor", given(c));
   const Device d = c.inputs[0].device();
   for (size_t k = 1; k < c.inputs.size(); ++k)
-    LF_CHECK(c.inputs[k].device() == d, op, "inputs are on different devices: input 0 on ",
-             d.str(), ", input ", k, " on ", c.inputs[k].device().str(), given(c));
+    LF_CHECK(c.inputs[k].device() == d, op, "inputs are on different devices: input 0 on ", d.str(),
+             ", input ", k, " on ", c.inputs[k].device().str(), given(c));
 }
 
 void check_float(const OpCall& c, const char* op, size_t k) {
-  LF_CHECK(is_floating(c.inputs[k].dtype()), op, "expected a floating dtype (f32, f16 or bf16) for input ",
-           k, ", got ", dtype_name(c.inputs[k].dtype()), given(c));
+  LF_CHECK(is_floating(c.inputs[k].dtype()), op,
+           "expected a floating dtype (f32, f16 or bf16) for input ", k, ", got ",
+           dtype_name(c.inputs[k].dtype()), given(c));
 }
 
 void check_same_dtype(const OpCall& c, const char* op, size_t a, size_t b) {
@@ -48,16 +49,18 @@ OutputInfos elementwise(OpCall& c, const char* op) {
   }
   // `where`'s condition may be any dtype; the values must agree.
   const size_t first_value = c.op == OpId::where ? 1 : 0;
-  for (size_t k = first_value + 1; k < c.inputs.size(); ++k) check_same_dtype(c, op, first_value, k);
+  for (size_t k = first_value + 1; k < c.inputs.size(); ++k)
+    check_same_dtype(c, op, first_value, k);
   const DType t = c.inputs[first_value].dtype();
   if (c.op == OpId::cast) return one(c.inputs[0].shape(), c.attrs.dtype);
   if (!info.int_ok || c.op == OpId::custom) check_float(c, op, first_value);
-  LF_CHECK(t != DType::boolean || c.op == OpId::where, op, "bool inputs are not supported (cast first)",
-           given(c));
+  LF_CHECK(t != DType::boolean || c.op == OpId::where, op,
+           "bool inputs are not supported (cast first)", given(c));
   Shape s = c.inputs[0].shape();
   for (size_t k = 1; k < c.inputs.size(); ++k) s = broadcast_shapes(s, c.inputs[k].shape(), op);
   if (c.op == OpId::clamp)
-    LF_CHECK(c.attrs.f[0] <= c.attrs.f[1], op, "lo (", c.attrs.f[0], ") must be <= hi (", c.attrs.f[1], ")", given(c));
+    LF_CHECK(c.attrs.f[0] <= c.attrs.f[1], op, "lo (", c.attrs.f[0], ") must be <= hi (",
+             c.attrs.f[1], ")", given(c));
   return one(s, t);
 }
 
@@ -73,8 +76,10 @@ OutputInfos reduction(OpCall& c, const char* op) {
     LF_CHECK(x.shape()[d] > 0, op, "cannot reduce over dim ", d, " of size 0", given(c));
   Shape s;
   for (int k = 0; k < x.rank(); ++k) {
-    if (k != d) s.push_back(x.shape()[k]);
-    else if (c.attrs.i[1]) s.push_back(1);
+    if (k != d)
+      s.push_back(x.shape()[k]);
+    else if (c.attrs.i[1])
+      s.push_back(1);
   }
   return one(s, c.op == OpId::argmax ? DType::i64 : x.dtype());
 }
@@ -102,8 +107,8 @@ OutputInfos normalization(OpCall& c, const char* op) {
         const int64_t dm = m[m.rank - 1 - k], dx = x.shape()[x.rank() - 1 - k];
         fits = dm == dx || dm == 1;
       }
-      LF_CHECK(fits, op, "mask of shape ", m.str(), " must broadcast to the scores' shape ", x.shape().str(),
-               given(c));
+      LF_CHECK(fits, op, "mask of shape ", m.str(), " must broadcast to the scores' shape ",
+               x.shape().str(), given(c));
     }
   } else {
     expected += static_cast<size_t>(c.attrs.i[0] + (c.op == OpId::layer_norm ? c.attrs.i[1] : 0));
@@ -122,8 +127,8 @@ OutputInfos matmul(OpCall& c, const char* op) {
   check_same_dtype(c, op, 0, 1);
   LF_CHECK(a.rank() >= 2 && b.rank() >= 2, op, "expected operands of rank >= 2", given(c));
   const int64_t k1 = a.shape()[a.rank() - 1], k2 = b.shape()[b.rank() - 2];
-  LF_CHECK(k1 == k2, op, "inner dimensions differ: ", a.shape().str(), " @ ", b.shape().str(),
-           " (", k1, " vs ", k2, ")");
+  LF_CHECK(k1 == k2, op, "inner dimensions differ: ", a.shape().str(), " @ ", b.shape().str(), " (",
+           k1, " vs ", k2, ")");
   Shape ba(std::span<const int64_t>(a.shape().begin(), a.rank() - 2));
   Shape bb(std::span<const int64_t>(b.shape().begin(), b.rank() - 2));
   Shape s = broadcast_shapes(ba, bb, op);
@@ -133,17 +138,20 @@ OutputInfos matmul(OpCall& c, const char* op) {
 }
 
 OutputInfos linear(OpCall& c, const char* op) {
-  LF_CHECK(c.inputs.size() == 2u + static_cast<size_t>(c.attrs.i[0]), op, "expected x, weight", c.attrs.i[0] ? ", bias" : "", given(c));
+  LF_CHECK(c.inputs.size() == 2u + static_cast<size_t>(c.attrs.i[0]), op, "expected x, weight",
+           c.attrs.i[0] ? ", bias" : "", given(c));
   const Tensor &x = c.inputs[0], &w = c.inputs[1];
   check_float(c, op, 0);
   check_same_dtype(c, op, 0, 1);
-  LF_CHECK(x.rank() >= 1 && w.rank() == 2, op, "expected x of rank >= 1 and weight [out, in]", given(c));
+  LF_CHECK(x.rank() >= 1 && w.rank() == 2, op, "expected x of rank >= 1 and weight [out, in]",
+           given(c));
   LF_CHECK(x.shape()[x.rank() - 1] == w.shape()[1], op, "x's last dim (", x.shape()[x.rank() - 1],
            ") must equal weight's in-features (", w.shape()[1], ")", given(c));
   if (c.attrs.i[0]) {
     check_same_dtype(c, op, 0, 2);
-    LF_CHECK(c.inputs[2].rank() == 1 && c.inputs[2].shape()[0] == w.shape()[0], op, "bias must have shape [",
-             w.shape()[0], "], got ", c.inputs[2].shape().str(), given(c));
+    LF_CHECK(c.inputs[2].rank() == 1 && c.inputs[2].shape()[0] == w.shape()[0], op,
+             "bias must have shape [", w.shape()[0], "], got ", c.inputs[2].shape().str(),
+             given(c));
   }
   Shape s = x.shape();
   s[s.rank - 1] = w.shape()[0];
@@ -177,8 +185,8 @@ OutputInfos layout(OpCall& c, const char* op) {
       return one(s, x.dtype());
     }
     case OpId::permute: {
-      LF_CHECK(c.attrs.ni == x.rank(), op, "permutation has ", int(c.attrs.ni), " dims but the tensor has rank ",
-               x.rank(), given(c));
+      LF_CHECK(c.attrs.ni == x.rank(), op, "permutation has ", int(c.attrs.ni),
+               " dims but the tensor has rank ", x.rank(), given(c));
       std::array<bool, kMaxDims> seen{};
       Shape s;
       for (int k = 0; k < c.attrs.ni; ++k) {
@@ -202,7 +210,8 @@ OutputInfos layout(OpCall& c, const char* op) {
       s[d] = (end - start + step - 1) / step;
       return one(s, x.dtype());
     }
-    case OpId::contiguous: return one(x.shape(), x.dtype());
+    case OpId::contiguous:
+      return one(x.shape(), x.dtype());
     case OpId::concat: {
       const int d = normalize_dim(c.attrs.i[0], x.rank(), op);
       c.attrs.i[0] = d;
@@ -210,15 +219,17 @@ OutputInfos layout(OpCall& c, const char* op) {
       for (size_t k = 1; k < c.inputs.size(); ++k) {
         const Tensor& y = c.inputs[k];
         check_same_dtype(c, op, 0, k);
-        LF_CHECK(y.rank() == x.rank(), op, "input ", k, " has rank ", y.rank(), ", expected ", x.rank(), given(c));
+        LF_CHECK(y.rank() == x.rank(), op, "input ", k, " has rank ", y.rank(), ", expected ",
+                 x.rank(), given(c));
         for (int j = 0; j < x.rank(); ++j)
-          LF_CHECK(j == d || y.shape()[j] == x.shape()[j], op, "input ", k, " has shape ", y.shape().str(),
-                   "; all dims but ", d, " must match ", x.shape().str());
+          LF_CHECK(j == d || y.shape()[j] == x.shape()[j], op, "input ", k, " has shape ",
+                   y.shape().str(), "; all dims but ", d, " must match ", x.shape().str());
         s[d] += y.shape()[d];
       }
       return one(s, x.dtype());
     }
-    default: break;
+    default:
+      break;
   }
   LF_ASSERT(false, "unhandled layout op ", op_name(c.op));
 }
@@ -228,7 +239,8 @@ OutputInfos embedding(OpCall& c, const char* op) {
   const Tensor &w = c.inputs[0], &ids = c.inputs[1];
   check_float(c, op, 0);
   LF_CHECK(w.rank() == 2, op, "weight must be [num, dim]", given(c));
-  LF_CHECK(is_integral(ids.dtype()), op, "ids must be i32 or i64, got ", dtype_name(ids.dtype()), given(c));
+  LF_CHECK(is_integral(ids.dtype()), op, "ids must be i32 or i64, got ", dtype_name(ids.dtype()),
+           given(c));
   Shape s = ids.shape();
   s.push_back(w.shape()[1]);
   return one(s, w.dtype());
@@ -244,10 +256,12 @@ OutputInfos infer_outputs(OpCall& c) {
     const OpaqueKernelDef& k = opaque_kernel(c.attrs.custom_id);
     for (size_t i = 0; i < c.inputs.size(); ++i)
       LF_CHECK(c.inputs[i].defined(), k.name, "input ", i, " is an undefined Tensor");
-    LF_CHECK(c.out_specs && !c.out_specs->empty(), k.name, "an opaque kernel needs at least one output spec");
+    LF_CHECK(c.out_specs && !c.out_specs->empty(), k.name,
+             "an opaque kernel needs at least one output spec");
     OutputInfos outs;
     for (const OutputSpec& s : *c.out_specs) {
-      for (int64_t d : s.shape) LF_CHECK(d >= 0, k.name, "negative dim in output shape ", s.shape.str());
+      for (int64_t d : s.shape)
+        LF_CHECK(d >= 0, k.name, "negative dim in output shape ", s.shape.str());
       outs.push_back({s.shape, s.dtype});
     }
     return outs;
@@ -257,13 +271,20 @@ OutputInfos infer_outputs(OpCall& c) {
     LF_CHECK(t.impl()->storage != nullptr || t.impl()->pending != nullptr || t.numel() == 0, op,
              "input ", t.str(), " has no storage");
   switch (c.category()) {
-    case OpCategory::Elementwise: return elementwise(c, op);
-    case OpCategory::Reduction: return reduction(c, op);
-    case OpCategory::Normalization: return normalization(c, op);
-    case OpCategory::Matmul: return c.op == OpId::matmul ? matmul(c, op) : linear(c, op);
-    case OpCategory::Layout: return layout(c, op);
-    case OpCategory::Gather: return embedding(c, op);
-    case OpCategory::Opaque: break;
+    case OpCategory::Elementwise:
+      return elementwise(c, op);
+    case OpCategory::Reduction:
+      return reduction(c, op);
+    case OpCategory::Normalization:
+      return normalization(c, op);
+    case OpCategory::Matmul:
+      return c.op == OpId::matmul ? matmul(c, op) : linear(c, op);
+    case OpCategory::Layout:
+      return layout(c, op);
+    case OpCategory::Gather:
+      return embedding(c, op);
+    case OpCategory::Opaque:
+      break;
   }
   LF_ASSERT(false, "unhandled op ", op);
 }

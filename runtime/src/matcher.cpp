@@ -11,9 +11,9 @@
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
+#include "monitor/detector.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
-#include "monitor/detector.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
@@ -66,7 +66,8 @@ StreamWindow& window_for(const Stream& s) {
 }
 
 bool op_matches(const PlanOp& p, const OpCall& c, uint64_t attrs_hash) {
-  if (p.op != c.op || p.attrs_hash != attrs_hash || p.inputs.size() != c.inputs.size()) return false;
+  if (p.op != c.op || p.attrs_hash != attrs_hash || p.inputs.size() != c.inputs.size())
+    return false;
   for (size_t i = 0; i < c.inputs.size(); ++i)
     if (p.in_dtypes[i] != c.inputs[i].dtype() || p.in_ranks[i] != c.inputs[i].rank()) return false;
   return true;
@@ -133,7 +134,8 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
 
 void device_sync(const Stream& s) {
 #if LIVEFUSE_HAS_CUDA
-  if (s.device().is_cuda()) LF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle())));
+  if (s.device().is_cuda())
+    LF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle())));
 #else
   (void)s;
 #endif
@@ -153,16 +155,18 @@ bool sample_choice(Plan& p) {
 void record_sample(Plan& p, bool via_plan, double us) {
   std::lock_guard<std::mutex> g(p.sample_mu);
   (via_plan ? p.sampled_plan_us : p.sampled_eager_us).push_back(us);
-  if (p.sampled_plan_us.size() < sample_pairs() || p.sampled_eager_us.size() < sample_pairs()) return;
+  if (p.sampled_plan_us.size() < sample_pairs() || p.sampled_eager_us.size() < sample_pairs())
+    return;
   if (p.state.load() != PlanState::sampling) return;
   const double fused = median(p.sampled_plan_us), eager = median(p.sampled_eager_us);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused, eager,
-                sample_pairs());
+  std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused,
+                eager, sample_pairs());
   record_transition_locked(p, fused < eager ? PlanState::active : PlanState::rejected, buf);
 }
 
-void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan);
+void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed,
+                          Plan& plan);
 
 void complete(StreamWindow& sw) {
   Candidate cand = std::move(*sw.ready);
@@ -225,14 +229,16 @@ void complete(StreamWindow& sw) {
   }
   if (sampling && !(via_plan && plan.last_run_cold)) {
     device_sync(sw.stream);
-    record_sample(plan, via_plan,
-                  std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    record_sample(
+        plan, via_plan,
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 
 // LIVEFUSE_VERIFY: runs the window again eagerly, on fresh outputs, and compares every value
 // the program can observe. A mismatch fails the plan and hands the program the eager values.
-void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan) {
+void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed,
+                          Plan& plan) {
   const size_t n = sw.w.calls.size();
   std::vector<TensorList> ref(n);
   std::vector<std::pair<const TensorImpl*, Tensor>> remap;
@@ -244,7 +250,8 @@ void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int
     const OutputInfos infos = infer_outputs(c);
     ref[j] = Executor::make_outputs(c, infos, sw.stream.device(), nullptr);
     Executor::run_eager_into(c, ref[j], sw.stream);
-    for (size_t k = 0; k < ref[j].size(); ++k) remap.emplace_back(sw.w.outputs[j][k].impl(), ref[j][k]);
+    for (size_t k = 0; k < ref[j].size(); ++k)
+      remap.emplace_back(sw.w.outputs[j][k].impl(), ref[j][k]);
   }
   std::vector<std::pair<Tensor, Tensor>> check;  // (plan's value, eager value)
   for (auto [j, k] : needed) check.emplace_back(sw.w.outputs[j][k], ref[j][k]);
@@ -252,13 +259,16 @@ void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int
   for (size_t q = 0; q < check.size(); ++q) {
     const Tensor &got = check[q].first, &want = check[q].second;
     const DType t = want.dtype();
-    const double rtol = t == DType::f32 ? 1e-4 : (t == DType::f16 ? 1e-2 : (t == DType::bf16 ? 5e-2 : 0.0));
+    const double rtol =
+        t == DType::f32 ? 1e-4 : (t == DType::f16 ? 1e-2 : (t == DType::bf16 ? 5e-2 : 0.0));
     const std::vector<double> g = got.to_doubles(), w = want.to_doubles();
     for (size_t i = 0; i < g.size(); ++i) {
       const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-      if (both_nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= rtol * (std::abs(w[i]) + 1e-3)) continue;
+      if (both_nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= rtol * (std::abs(w[i]) + 1e-3))
+        continue;
       char buf[200];
-      std::snprintf(buf, sizeof buf, "verify: value %zu of %zu differs from eager at element %zu (%g vs %g)", q,
+      std::snprintf(buf, sizeof buf,
+                    "verify: value %zu of %zu differs from eager at element %zu (%g vs %g)", q,
                     check.size(), i, g[i], w[i]);
       record_transition(plan, PlanState::failed, buf);
       matcher_counters().verify_mismatches.fetch_add(1);
@@ -275,7 +285,8 @@ void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int
 
 bool usable(const Plan& p, DeviceKind kind) {
   const PlanState s = p.state.load(std::memory_order_relaxed);
-  return p.device_kind == kind && (s == PlanState::active || s == PlanState::sampling) && !p.ops.empty();
+  return p.device_kind == kind && (s == PlanState::active || s == PlanState::sampling) &&
+         !p.ops.empty();
 }
 
 // Starts a window when `call` can be op 0 of some plan.
@@ -322,7 +333,8 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     for (Candidate& c : sw.candidates) {
       if (pos >= c.plan->ops.size() || !usable(*c.plan, stream.device().kind)) continue;
       Candidate trial = c;
-      if (op_matches(c.plan->ops[pos], call, h) && wiring_matches(c.plan->ops[pos], call, sw, trial))
+      if (op_matches(c.plan->ops[pos], call, h) &&
+          wiring_matches(c.plan->ops[pos], call, sw, trial))
         next.push_back(std::move(trial));
     }
     if (next.empty()) {
@@ -383,8 +395,10 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
           wiring_matches(c.plan->ops[pos], call, sw, trial, true))
         next.push_back(std::move(trial));
     }
-    if (next.empty()) reset();
-    else sw.candidates = std::move(next);
+    if (next.empty())
+      reset();
+    else
+      sw.candidates = std::move(next);
   }
   if (!sw.active) {
     for (const auto& p : t_state.snap->plans) {
@@ -399,7 +413,8 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
   sw.w.outputs.push_back(outs);
   for (const Candidate& c : sw.candidates) {
     if (c.plan->ops.size() == sw.w.outputs.size()) {
-      matcher_counters().shadow_would_serve.fetch_add(sw.w.outputs.size(), std::memory_order_relaxed);
+      matcher_counters().shadow_would_serve.fetch_add(sw.w.outputs.size(),
+                                                      std::memory_order_relaxed);
       reset();
       break;
     }

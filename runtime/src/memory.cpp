@@ -36,7 +36,7 @@ Counters& cpu_counters() {
 // ---- CPU: size classes of powers of two from 256 B; blocks above 1 GiB are not cached ----
 class CpuPool {
  public:
-  static constexpr int kClasses = 23;                 // 256 B .. 1 GiB
+  static constexpr int kClasses = 23;                    // 256 B .. 1 GiB
   static constexpr size_t kMaxCached = size_t(2) << 30;  // cap; beyond it blocks are freed
 
   void* get(size_t bytes, size_t* cls_bytes) {
@@ -159,7 +159,9 @@ class CudaBlockCache {
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<size_t>()(k.bytes) * 31 + std::hash<void*>()(k.stream); }
+    size_t operator()(const Key& k) const {
+      return std::hash<size_t>()(k.bytes) * 31 + std::hash<void*>()(k.stream);
+    }
   };
   std::mutex mu_;
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;

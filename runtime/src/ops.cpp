@@ -56,8 +56,8 @@ LF_UNARY(silu)
 LF_UNARY(erf)
 #undef LF_UNARY
 
-#define LF_BINARY(name)                                                                      \
-  Tensor name(const Tensor& a, const Tensor& b) { return call2(OpId::name, a, b); }         \
+#define LF_BINARY(name)                                                             \
+  Tensor name(const Tensor& a, const Tensor& b) { return call2(OpId::name, a, b); } \
   Tensor name(const Tensor& a, double b) { return scalar2(OpId::name, a, b); }
 LF_BINARY(add)
 LF_BINARY(sub)
@@ -88,10 +88,18 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return Executor::submit1(c);
 }
 
-Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return call1(OpId::sum, x, dim_attrs(dim, keepdim)); }
-Tensor mean(const Tensor& x, int64_t dim, bool keepdim) { return call1(OpId::mean, x, dim_attrs(dim, keepdim)); }
-Tensor max(const Tensor& x, int64_t dim, bool keepdim) { return call1(OpId::max, x, dim_attrs(dim, keepdim)); }
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) { return call1(OpId::argmax, x, dim_attrs(dim, keepdim)); }
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  return call1(OpId::sum, x, dim_attrs(dim, keepdim));
+}
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  return call1(OpId::mean, x, dim_attrs(dim, keepdim));
+}
+Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
+  return call1(OpId::max, x, dim_attrs(dim, keepdim));
+}
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
+  return call1(OpId::argmax, x, dim_attrs(dim, keepdim));
+}
 
 Tensor softmax(const Tensor& x, double scale, const Tensor& mask) {
   OpCall c;
@@ -158,11 +166,14 @@ Tensor permute(const Tensor& x, const Dims& dims) {
   for (int64_t d : dims) at.push_int(d);
   return call1(OpId::permute, x, at);
 }
-Tensor permute(const Tensor& x, std::initializer_list<int64_t> dims) { return permute(x, Dims(dims)); }
+Tensor permute(const Tensor& x, std::initializer_list<int64_t> dims) {
+  return permute(x, Dims(dims));
+}
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   LF_CHECK(x.defined(), "transpose", "input is an undefined Tensor");
-  const int a = normalize_dim(d0, x.rank(), "transpose"), b = normalize_dim(d1, x.rank(), "transpose");
+  const int a = normalize_dim(d0, x.rank(), "transpose"),
+            b = normalize_dim(d1, x.rank(), "transpose");
   Dims perm;
   for (int k = 0; k < x.rank(); ++k) perm.push_back(k);
   std::swap(perm[a], perm[b]);
@@ -193,6 +204,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   return Executor::submit1(c);
 }
 
-Tensor embedding(const Tensor& weight, const Tensor& ids) { return call2(OpId::embedding, weight, ids); }
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  return call2(OpId::embedding, weight, ids);
+}
 
 }  // namespace livefuse

@@ -6,11 +6,16 @@ namespace livefuse {
 
 std::string_view plan_state_name(PlanState s) {
   switch (s) {
-    case PlanState::sampling: return "sampling";
-    case PlanState::active: return "active";
-    case PlanState::rejected: return "rejected";
-    case PlanState::retired: return "retired";
-    case PlanState::failed: return "failed";
+    case PlanState::sampling:
+      return "sampling";
+    case PlanState::active:
+      return "active";
+    case PlanState::rejected:
+      return "rejected";
+    case PlanState::retired:
+      return "retired";
+    case PlanState::failed:
+      return "failed";
   }
   return "?";
 }

@@ -21,7 +21,8 @@ inline double unit(uint64_t seed, uint64_t i) {  // in [0, 1)
 }
 }  // namespace
 
-Tensor rand_uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype, Device device) {
+Tensor rand_uniform(const Shape& shape, uint64_t seed, double lo, double hi, DType dtype,
+                    Device device) {
   LF_CHECK(hi >= lo, "rand_uniform", "hi (", hi, ") must be >= lo (", lo, ")");
   std::vector<double> v(static_cast<size_t>(shape.numel()));
   for (size_t k = 0; k < v.size(); ++k) {
@@ -31,7 +32,8 @@ Tensor rand_uniform(const Shape& shape, uint64_t seed, double lo, double hi, DTy
   return from_doubles_impl(v, shape, dtype, device);
 }
 
-Tensor rand_normal(const Shape& shape, uint64_t seed, double mean, double stddev, DType dtype, Device device) {
+Tensor rand_normal(const Shape& shape, uint64_t seed, double mean, double stddev, DType dtype,
+                   Device device) {
   std::vector<double> v(static_cast<size_t>(shape.numel()));
   for (size_t k = 0; k < v.size(); ++k) {  // Box-Muller, one value per pair of uniforms
     const double u1 = 1.0 - unit(seed, 2 * k), u2 = unit(seed, 2 * k + 1);

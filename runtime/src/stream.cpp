@@ -72,7 +72,8 @@ Stream Stream::create(Device device) {
 }
 
 Stream Stream::wrap(void* cuda_stream, Device device) {
-  LF_CHECK(device.is_cuda(), "Stream::wrap", "only CUDA streams can be wrapped, got ", device.str());
+  LF_CHECK(device.is_cuda(), "Stream::wrap", "only CUDA streams can be wrapped, got ",
+           device.str());
   return StreamRegistry::get().add(cuda_stream, device);
 }
 
@@ -105,8 +106,10 @@ StreamGuard::StreamGuard(const Stream& s) {
     Executor::flush_all();
     if (TraceSink* sink = trace_sink()) sink->on_sync(prev_.id());
   }
-  if (s.device().is_cpu()) t_cpu_current = s, t_cpu_set = true;
-  else t_cuda_current = s, t_cuda_set = true;
+  if (s.device().is_cpu())
+    t_cpu_current = s, t_cpu_set = true;
+  else
+    t_cuda_current = s, t_cuda_set = true;
 }
 
 StreamGuard::~StreamGuard() {
@@ -119,8 +122,10 @@ StreamGuard::~StreamGuard() {
     }
     if (TraceSink* sink = trace_sink()) sink->on_sync(cur.id());
   }
-  if (prev_.device().is_cpu()) t_cpu_current = prev_;
-  else t_cuda_current = prev_;
+  if (prev_.device().is_cpu())
+    t_cpu_current = prev_;
+  else
+    t_cuda_current = prev_;
 }
 
 void synchronize(Device device) { Stream::current(device).synchronize(); }

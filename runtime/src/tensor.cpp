@@ -4,13 +4,13 @@
 #include <atomic>
 #include <cstring>
 
+#include "kernels/device/lf_math.cuh"
 #include "livefuse/error.hpp"
 #include "livefuse/ops.hpp"
 #include "livefuse/stream.hpp"
-#include "kernels/device/lf_math.cuh"
-#include "runtime/host_values.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/host_values.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/trace_sink.hpp"
 
@@ -26,7 +26,12 @@ Storage::~Storage() {
 
 TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Strides st, DType dt,
                        Device dev)
-    : storage(std::move(s)), offset(off), shape(sh), strides(st), dtype(dt), device(dev),
+    : storage(std::move(s)),
+      offset(off),
+      shape(sh),
+      strides(st),
+      dtype(dt),
+      device(dev),
       id(g_next_value_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 TensorImpl::~TensorImpl() {
@@ -34,7 +39,8 @@ TensorImpl::~TensorImpl() {
 }
 
 void* TensorImpl::data() const {
-  LF_ASSERT(storage != nullptr, "value ", id, " has no storage (pending: ", pending != nullptr, ")");
+  LF_ASSERT(storage != nullptr, "value ", id, " has no storage (pending: ", pending != nullptr,
+            ")");
   return static_cast<char*>(storage->ptr) + offset * static_cast<int64_t>(dtype_size(dtype));
 }
 
@@ -49,13 +55,34 @@ bool TensorImpl::is_contiguous() const {
 
 // ---- accessors -------------------------------------------------------------------------
 #define LF_NEED_DEFINED(what) LF_CHECK(impl_ != nullptr, what, "called on an undefined Tensor")
-const Shape& Tensor::shape() const { LF_NEED_DEFINED("Tensor::shape"); return impl_->shape; }
-const Strides& Tensor::strides() const { LF_NEED_DEFINED("Tensor::strides"); return impl_->strides; }
-DType Tensor::dtype() const { LF_NEED_DEFINED("Tensor::dtype"); return impl_->dtype; }
-Device Tensor::device() const { LF_NEED_DEFINED("Tensor::device"); return impl_->device; }
-ValueId Tensor::id() const { LF_NEED_DEFINED("Tensor::id"); return impl_->id; }
-bool Tensor::is_contiguous() const { LF_NEED_DEFINED("Tensor::is_contiguous"); return impl_->is_contiguous(); }
-size_t Tensor::nbytes() const { LF_NEED_DEFINED("Tensor::nbytes"); return impl_->nbytes(); }
+const Shape& Tensor::shape() const {
+  LF_NEED_DEFINED("Tensor::shape");
+  return impl_->shape;
+}
+const Strides& Tensor::strides() const {
+  LF_NEED_DEFINED("Tensor::strides");
+  return impl_->strides;
+}
+DType Tensor::dtype() const {
+  LF_NEED_DEFINED("Tensor::dtype");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  LF_NEED_DEFINED("Tensor::device");
+  return impl_->device;
+}
+ValueId Tensor::id() const {
+  LF_NEED_DEFINED("Tensor::id");
+  return impl_->id;
+}
+bool Tensor::is_contiguous() const {
+  LF_NEED_DEFINED("Tensor::is_contiguous");
+  return impl_->is_contiguous();
+}
+size_t Tensor::nbytes() const {
+  LF_NEED_DEFINED("Tensor::nbytes");
+  return impl_->nbytes();
+}
 
 int64_t Tensor::dim(int i) const {
   const int d = normalize_dim(i, rank(), "Tensor::dim");
@@ -97,12 +124,39 @@ std::vector<Out> host_values(const Tensor& t) {
   const unsigned char* r = raw.data();
   for (int64_t k = 0; k < n; ++k) {
     switch (t.dtype()) {
-      case DType::f32: { float v; std::memcpy(&v, r + 4 * k, 4); out[k] = static_cast<Out>(v); break; }
-      case DType::f16: { uint16_t v; std::memcpy(&v, r + 2 * k, 2); out[k] = static_cast<Out>(lf_h2f(v)); break; }
-      case DType::bf16: { uint16_t v; std::memcpy(&v, r + 2 * k, 2); out[k] = static_cast<Out>(lf_bf2f(v)); break; }
-      case DType::i32: { int32_t v; std::memcpy(&v, r + 4 * k, 4); out[k] = static_cast<Out>(v); break; }
-      case DType::i64: { int64_t v; std::memcpy(&v, r + 8 * k, 8); out[k] = static_cast<Out>(v); break; }
-      case DType::boolean: out[k] = static_cast<Out>(r[k] != 0); break;
+      case DType::f32: {
+        float v;
+        std::memcpy(&v, r + 4 * k, 4);
+        out[k] = static_cast<Out>(v);
+        break;
+      }
+      case DType::f16: {
+        uint16_t v;
+        std::memcpy(&v, r + 2 * k, 2);
+        out[k] = static_cast<Out>(lf_h2f(v));
+        break;
+      }
+      case DType::bf16: {
+        uint16_t v;
+        std::memcpy(&v, r + 2 * k, 2);
+        out[k] = static_cast<Out>(lf_bf2f(v));
+        break;
+      }
+      case DType::i32: {
+        int32_t v;
+        std::memcpy(&v, r + 4 * k, 4);
+        out[k] = static_cast<Out>(v);
+        break;
+      }
+      case DType::i64: {
+        int64_t v;
+        std::memcpy(&v, r + 8 * k, 8);
+        out[k] = static_cast<Out>(v);
+        break;
+      }
+      case DType::boolean:
+        out[k] = static_cast<Out>(r[k] != 0);
+        break;
     }
   }
   return out;
@@ -128,8 +182,12 @@ Tensor Tensor::to(Device d) const {
 }
 
 Tensor Tensor::reshape(const Shape& s) const { return livefuse::reshape(*this, s); }
-Tensor Tensor::permute(std::initializer_list<int64_t> dims) const { return livefuse::permute(*this, dims); }
-Tensor Tensor::transpose(int64_t d0, int64_t d1) const { return livefuse::transpose(*this, d0, d1); }
+Tensor Tensor::permute(std::initializer_list<int64_t> dims) const {
+  return livefuse::permute(*this, dims);
+}
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  return livefuse::transpose(*this, d0, d1);
+}
 Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) const {
   return livefuse::slice(*this, dim, start, end, step);
 }
@@ -190,18 +248,41 @@ namespace {
 void store_values(const double* v, int64_t n, DType dtype, unsigned char* out) {
   for (int64_t k = 0; k < n; ++k) {
     switch (dtype) {
-      case DType::f32: { float x = static_cast<float>(v[k]); std::memcpy(out + 4 * k, &x, 4); break; }
-      case DType::f16: { uint16_t x = lf_f2h(static_cast<float>(v[k])); std::memcpy(out + 2 * k, &x, 2); break; }
-      case DType::bf16: { uint16_t x = lf_f2bf(static_cast<float>(v[k])); std::memcpy(out + 2 * k, &x, 2); break; }
-      case DType::i32: { int32_t x = static_cast<int32_t>(v[k]); std::memcpy(out + 4 * k, &x, 4); break; }
-      case DType::i64: { int64_t x = static_cast<int64_t>(v[k]); std::memcpy(out + 8 * k, &x, 8); break; }
-      case DType::boolean: out[k] = v[k] != 0.0; break;
+      case DType::f32: {
+        float x = static_cast<float>(v[k]);
+        std::memcpy(out + 4 * k, &x, 4);
+        break;
+      }
+      case DType::f16: {
+        uint16_t x = lf_f2h(static_cast<float>(v[k]));
+        std::memcpy(out + 2 * k, &x, 2);
+        break;
+      }
+      case DType::bf16: {
+        uint16_t x = lf_f2bf(static_cast<float>(v[k]));
+        std::memcpy(out + 2 * k, &x, 2);
+        break;
+      }
+      case DType::i32: {
+        int32_t x = static_cast<int32_t>(v[k]);
+        std::memcpy(out + 4 * k, &x, 4);
+        break;
+      }
+      case DType::i64: {
+        int64_t x = static_cast<int64_t>(v[k]);
+        std::memcpy(out + 8 * k, &x, 8);
+        break;
+      }
+      case DType::boolean:
+        out[k] = v[k] != 0.0;
+        break;
     }
   }
 }
 }  // namespace
 
-Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType dtype, Device device) {
+Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType dtype,
+                         Device device) {
   LF_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "from_host", v.size(),
            " values given for shape ", shape.str(), " (", shape.numel(), " expected)");
   std::vector<unsigned char> raw(v.size() * dtype_size(dtype));
@@ -210,7 +291,8 @@ Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
-  return from_doubles_impl(std::vector<double>(static_cast<size_t>(shape.numel()), value), shape, dtype, device);
+  return from_doubles_impl(std::vector<double>(static_cast<size_t>(shape.numel()), value), shape,
+                           dtype, device);
 }
 
 Tensor arange(int64_t n, DType dtype, Device device) {

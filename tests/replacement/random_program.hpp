@@ -24,7 +24,21 @@ class RandomProgram {
   size_t ops_per_run() const { return n_calls_; }
 
  private:
-  enum Kind { Unary, Binary, Scalar, Reduce, Softmax, LayerNorm, RmsNorm, Linear, Matmul, Transpose2, Reshape2, Custom, Where };
+  enum Kind {
+    Unary,
+    Binary,
+    Scalar,
+    Reduce,
+    Softmax,
+    LayerNorm,
+    RmsNorm,
+    Linear,
+    Matmul,
+    Transpose2,
+    Reshape2,
+    Custom,
+    Where
+  };
   struct Step {
     Kind kind;
     livefuse::OpId op = livefuse::OpId::kCount;
@@ -34,8 +48,9 @@ class RandomProgram {
   livefuse::Device dev_;
   livefuse::DType dtype_;
   int64_t rows_, cols_;
-  std::vector<livefuse::Tensor> inputs_;  // X [R,C], Y [R,C], v [C], W [C,C], bias [C], gamma [C], col [R,1]
-  std::vector<int> shape_of_;            // per value: 0 = [R,C], 1 = [C], 2 = [R,1]
+  std::vector<livefuse::Tensor>
+      inputs_;                 // X [R,C], Y [R,C], v [C], W [C,C], bias [C], gamma [C], col [R,1]
+  std::vector<int> shape_of_;  // per value: 0 = [R,C], 1 = [C], 2 = [R,1]
   std::vector<Step> steps_;
   std::vector<int> kept_;
   std::string text_;

@@ -33,11 +33,14 @@ void reset_pipeline() {
   lf::PlanTable::get().clear_for_testing();
 }
 
-double rtol_for(lf::DType t) { return t == lf::DType::f32 ? 2e-4 : (t == lf::DType::f16 ? 1e-2 : 5e-2); }
+double rtol_for(lf::DType t) {
+  return t == lf::DType::f32 ? 2e-4 : (t == lf::DType::f16 ? 1e-2 : 5e-2);
+}
 
 FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
   FuzzResult r;
-  const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f32, lf::DType::f16, lf::DType::bf16};
+  const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f32, lf::DType::f16,
+                              lf::DType::bf16};
   for (int p = 0; p < programs; ++p) {
     const lf::DType dt = dtypes[p % 5];
     lftest::RandomProgram prog(seed0 + p, dev, dt);
@@ -55,9 +58,9 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
         if (!lftest::allclose(got, ref[k], rtol_for(dt), rtol_for(dt) * 0.1, &bad)) {
           ++r.mismatches;
           if (r.first_failure.empty())
-            r.first_failure = prog.describe() + " iter " + std::to_string(it) + " output " + std::to_string(k) +
-                              " index " + std::to_string(bad) + ": got " + std::to_string(got[bad]) + " want " +
-                              std::to_string(ref[k][bad]);
+            r.first_failure = prog.describe() + " iter " + std::to_string(it) + " output " +
+                              std::to_string(k) + " index " + std::to_string(bad) + ": got " +
+                              std::to_string(got[bad]) + " want " + std::to_string(ref[k][bad]);
         }
       }
       if (it == lf::config().hot + 1) {
@@ -84,8 +87,9 @@ TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on the CPU"
   const lf::Config saved = lf::config();
   const FuzzResult r = fuzz(lf::Device::cpu(), programs_from_env(2000), 16, 1);
   lf::set_config_for_testing(saved);
-  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served << " ("
-                      << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0) << "%)");
+  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served
+                      << " (" << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0)
+                      << "%)");
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
   CHECK(r.calls > 0);
   CHECK(double(r.served) >= 0.5 * double(r.calls));
@@ -95,8 +99,9 @@ LF_CUDA_TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on 
   const lf::Config saved = lf::config();
   const FuzzResult r = fuzz(lf::Device::cuda(0), programs_from_env(2000) / 10, 16, 100000);
   lf::set_config_for_testing(saved);
-  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served << " ("
-                      << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0) << "%)");
+  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served
+                      << " (" << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0)
+                      << "%)");
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
   CHECK(double(r.served) >= 0.5 * double(r.calls));
 }

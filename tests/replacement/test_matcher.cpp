@@ -9,7 +9,9 @@ namespace {
 const lf::Device cpu = lf::Device::cpu();
 
 // Temporaries die as soon as the next op has them: nothing but the result escapes.
-lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) { return lf::add(lf::tanh(lf::mul(x, w)), x); }
+lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) {
+  return lf::add(lf::tanh(lf::mul(x, w)), x);
+}
 
 struct Fixture {
   Fixture() {
@@ -29,7 +31,8 @@ struct Fixture {
 
 std::vector<double> eager_block(const lf::Tensor& x, const lf::Tensor& w) {
   std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), out(xs.size());
-  for (size_t i = 0; i < xs.size(); ++i) out[i] = std::tanh(float(xs[i] * ws[i % ws.size()])) + xs[i];
+  for (size_t i = 0; i < xs.size(); ++i)
+    out[i] = std::tanh(float(xs[i] * ws[i % ws.size()])) + xs[i];
   return out;
 }
 }  // namespace
@@ -69,7 +72,8 @@ TEST_CASE("matcher: divergence and sync points flush deferred calls eagerly, in 
   CHECK(b.impl()->pending != nullptr);
   lf::Tensor c = lf::sub(b, x);
   CHECK(lf::matcher_counters().flush_divergent - div0 == 1);
-  std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), cs = c.to_doubles(), as = a.to_doubles();
+  std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), cs = c.to_doubles(),
+                      as = a.to_doubles();
   for (size_t i = 0; i < xs.size(); ++i) {
     CHECK(as[i] == doctest::Approx(float(xs[i] * ws[i])));
     CHECK(cs[i] == doctest::Approx(std::tanh(float(xs[i] * ws[i])) - xs[i]).epsilon(1e-5));
@@ -138,7 +142,8 @@ TEST_CASE("matcher: an error in the middle of a deferred window loses nothing") 
   lf::PlanTable::get().publish(plan);
   lf::Tensor a = lf::mul(x, w);
   lf::Tensor b = lf::tanh(a);
-  CHECK_THROWS_AS((void)lf::add(b, lf::rand_uniform({3}, 1, -1, 1, lf::DType::f32, cpu)), lf::Error);
+  CHECK_THROWS_AS((void)lf::add(b, lf::rand_uniform({3}, 1, -1, 1, lf::DType::f32, cpu)),
+                  lf::Error);
   lf::Tensor c = lf::add(b, x);  // the window goes on after the bad call
   lf::synchronize(cpu);
   CHECK(plan->runs == 1);

@@ -33,8 +33,8 @@ Run run_mode(lf::Mode m) {
   const lf::Tensor x = lf::rand_uniform({8, 48}, 1, -1, 1, lf::DType::f32, cpu);
   const lf::Tensor g = lf::rand_uniform({48}, 2, 0.5, 1.5, lf::DType::f32, cpu);
   const auto& mc = lf::matcher_counters();
-  const uint64_t ev0 = lf::monitor::Monitor::instance().counters().events, s0 = mc.served, d0 = mc.deferred,
-                 sh0 = mc.shadow_would_serve;
+  const uint64_t ev0 = lf::monitor::Monitor::instance().counters().events, s0 = mc.served,
+                 d0 = mc.deferred, sh0 = mc.shadow_would_serve;
   std::vector<double> first;
   Run r;
   for (int it = 0; it < 24; ++it) {
@@ -58,7 +58,8 @@ Run run_mode(lf::Mode m) {
 }
 }  // namespace
 
-TEST_CASE("modes: off is plain eager, trace only records, shadow plans but never replaces, on serves") {
+TEST_CASE(
+    "modes: off is plain eager, trace only records, shadow plans but never replaces, on serves") {
   const lf::Config saved = lf::config();
   const Run off = run_mode(lf::Mode::off);
   const Run trace = run_mode(lf::Mode::trace);

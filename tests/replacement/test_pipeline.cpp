@@ -7,7 +7,8 @@
 namespace lf = livefuse;
 
 namespace {
-lf::Tensor layer(const lf::Tensor& x, const lf::Tensor& w, const lf::Tensor& b, const lf::Tensor& g) {
+lf::Tensor layer(const lf::Tensor& x, const lf::Tensor& w, const lf::Tensor& b,
+                 const lf::Tensor& g) {
   lf::Tensor h = lf::add(lf::linear(x, w, b), x);
   return lf::gelu(lf::layer_norm(h, g, b, 1e-5));
 }
@@ -46,7 +47,8 @@ TEST_CASE("pipeline: a repeating layer becomes a plan that serves calls with eag
   MESSAGE("plans: " << snap->plans.size() << ", candidates: " << mon.candidates().size()
                     << ", served: " << lf::matcher_counters().served);
   for (const auto& p : snap->plans)
-    MESSAGE(p->name << " state=" << lf::plan_state_name(p->state) << " hits=" << p->hits << " " << p->last_reason);
+    MESSAGE(p->name << " state=" << lf::plan_state_name(p->state) << " hits=" << p->hits << " "
+                    << p->last_reason);
   REQUIRE(!snap->plans.empty());
   CHECK(lf::matcher_counters().served > 0);
 }

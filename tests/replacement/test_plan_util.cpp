@@ -12,7 +12,8 @@ namespace {
 // Captures the wiring of the calls `body` makes through a temporary trace sink.
 class Recorder : public livefuse::TraceSink {
  public:
-  void on_call(const livefuse::OpCall& c, std::span<const livefuse::Tensor> outs, uint32_t) override {
+  void on_call(const livefuse::OpCall& c, std::span<const livefuse::Tensor> outs,
+               uint32_t) override {
     livefuse::PlanOp op;
     op.op = c.op;
     op.attrs_hash = livefuse::monitor::structural_attrs_hash(c.op, c.attrs);
@@ -30,7 +31,8 @@ class Recorder : public livefuse::TraceSink {
       }
       op.inputs.push_back(in);
     }
-    for (size_t k = 0; k < outs.size(); ++k) produced[outs[k].id()] = {static_cast<int>(ops.size()), static_cast<int>(k)};
+    for (size_t k = 0; k < outs.size(); ++k)
+      produced[outs[k].id()] = {static_cast<int>(ops.size()), static_cast<int>(k)};
     ops.push_back(op);
   }
   void on_release(livefuse::ValueId) override {}

@@ -20,7 +20,8 @@ class RecordingPlan : public livefuse::Plan {
     }
     if (decline) return false;
     livefuse::Stream s = livefuse::Stream::current(w.device);
-    for (size_t j = 0; j < w.calls.size(); ++j) livefuse::Executor::run_eager_into(w.calls[j], w.outputs[j], s);
+    for (size_t j = 0; j < w.calls.size(); ++j)
+      livefuse::Executor::run_eager_into(w.calls[j], w.outputs[j], s);
     return true;
   }
   bool writes(int op, int) const override { return !hidden_op || op != *hidden_op; }

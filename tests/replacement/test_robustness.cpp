@@ -98,7 +98,8 @@ TEST_CASE("faults: a failure while running marks the plan failed and the window 
   loop(X(), G());
   bool failed = false;
   for (const auto& p : lf::PlanTable::get().snapshot()->plans)
-    failed |= p->state == lf::PlanState::failed && p->last_reason.find("injected fault at run") != std::string::npos;
+    failed |= p->state == lf::PlanState::failed &&
+              p->last_reason.find("injected fault at run") != std::string::npos;
   CHECK(failed);
   while (lf::faults::fire(lf::faults::Point::run)) {
   }
@@ -119,7 +120,9 @@ class CorruptingPlan : public lftest::RecordingPlan {
 };
 }  // namespace
 
-TEST_CASE("verify: LIVEFUSE_VERIFY checks replays against eager; a mismatch fails the plan, the program sees eager values") {
+TEST_CASE(
+    "verify: LIVEFUSE_VERIFY checks replays against eager; a mismatch fails the plan, the program "
+    "sees eager values") {
   const lf::Config saved = lf::config();
   lf::Config c = base();
   c.verify = 3;
@@ -140,7 +143,8 @@ TEST_CASE("verify: LIVEFUSE_VERIFY checks replays against eager; a mismatch fail
   lf::PlanTable::get().publish(plan);
   lf::Tensor y = lf::tanh(lf::mul(x, x));
   std::vector<double> xs = x.to_doubles(), ys = y.to_doubles();
-  for (size_t i = 0; i < xs.size(); ++i) CHECK(ys[i] == doctest::Approx(std::tanh(float(xs[i] * xs[i]))));
+  for (size_t i = 0; i < xs.size(); ++i)
+    CHECK(ys[i] == doctest::Approx(std::tanh(float(xs[i] * xs[i]))));
   CHECK(plan->state == lf::PlanState::failed);
   CHECK(plan->last_reason.find("verify") != std::string::npos);
   CHECK(lf::matcher_counters().verify_mismatches == mm0 + 1);
@@ -148,7 +152,8 @@ TEST_CASE("verify: LIVEFUSE_VERIFY checks replays against eager; a mismatch fail
   lf::set_config_for_testing(saved);
 }
 
-TEST_CASE("varying shapes: one structure at several sequence lengths stays eager-equal and is served") {
+TEST_CASE(
+    "varying shapes: one structure at several sequence lengths stays eager-equal and is served") {
   const lf::Config saved = lf::config();
   fresh(base());
   const lf::Tensor g = G();
@@ -189,8 +194,10 @@ TEST_CASE("threads: 4 threads on 4 streams, each with its own loop, all eager-eq
         lf::Tensor h = x;
         for (int l = 0; l < 3 + t % 2; ++l) h = body(h, g);
         std::vector<double> v = h.to_doubles();
-        if (it == 0) first = v;
-        else if (!lftest::allclose(v, first, 1e-5, 1e-6)) bad.fetch_add(1);
+        if (it == 0)
+          first = v;
+        else if (!lftest::allclose(v, first, 1e-5, 1e-6))
+          bad.fetch_add(1);
         if (it == 10) {
           lf::monitor::Monitor::instance().drain();
           lf::planner::wait_service_idle();
@@ -203,12 +210,14 @@ TEST_CASE("threads: 4 threads on 4 streams, each with its own loop, all eager-eq
   lf::set_config_for_testing(saved);
 }
 
-TEST_CASE("LIVEFUSE_FUSION=0: no fused kernels, so on the CPU nothing is planned and results are eager") {
+TEST_CASE(
+    "LIVEFUSE_FUSION=0: no fused kernels, so on the CPU nothing is planned and results are eager") {
   const lf::Config saved = lf::config();
   lf::Config c = base();
   c.fusion = false;
   fresh(c);
   loop(X(), G());
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans) CHECK(p->state != lf::PlanState::active);
+  for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+    CHECK(p->state != lf::PlanState::active);
   lf::set_config_for_testing(saved);
 }

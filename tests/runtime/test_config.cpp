@@ -27,7 +27,7 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
   CHECK(c.cache_dir == "/home/u/.cache/livefuse");
   CHECK(source_of(c, "LIVEFUSE_HOT") == "default");
 
-  g_env = {{"LIVEFUSE", "shadow"}, {"LIVEFUSE_HOT", "5"}, {"LIVEFUSE_CACHE_DIR", "off"},
+  g_env = {{"LIVEFUSE", "shadow"},   {"LIVEFUSE_HOT", "5"}, {"LIVEFUSE_CACHE_DIR", "off"},
            {"LIVEFUSE_GRAPHS", "0"}, {"LIVEFUSE_FMA", "0"}, {"LIVEFUSE_LOG", "debug"}};
   c = lf::parse_config(fake_getenv, &warnings);
   CHECK(warnings.empty());

@@ -1,15 +1,17 @@
+#include <dlpack/dlpack.h>
+
 #include <cstring>
 
 #include "livefuse/dlpack.hpp"
 #include "test_util.hpp"
-#include <dlpack/dlpack.h>
 
 namespace lf = livefuse;
 
 TEST_CASE("tensor creation, dtypes and host round trip") {
   for (lf::Device dev : lftest::devices()) {
     CAPTURE(dev.str());
-    for (lf::DType t : {lf::DType::f32, lf::DType::f16, lf::DType::bf16, lf::DType::i32, lf::DType::i64}) {
+    for (lf::DType t :
+         {lf::DType::f32, lf::DType::f16, lf::DType::bf16, lf::DType::i32, lf::DType::i64}) {
       CAPTURE(lf::dtype_name(t));
       lf::Tensor a = lf::arange(7, t, dev);
       CHECK(a.shape() == lf::Shape{7});
@@ -24,7 +26,8 @@ TEST_CASE("tensor creation, dtypes and host round trip") {
 }
 
 TEST_CASE("f16 and bf16 conversions round to nearest even and keep specials") {
-  const std::vector<float> vals = {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 6.1035156e-05f, 3.14159265f,
+  const std::vector<float> vals = {0.0f,     -0.0f,     1.0f,           -2.5f,
+                                   65504.0f, 1e-7f,     6.1035156e-05f, 3.14159265f,
                                    INFINITY, -INFINITY, 70000.0f};
   lf::Tensor h = lf::from_floats(vals, {11}, lf::DType::f16, lf::Device::cpu());
   std::vector<float> back = h.to_floats();
@@ -34,7 +37,7 @@ TEST_CASE("f16 and bf16 conversions round to nearest even and keep specials") {
   CHECK(back[6] == 6.1035156e-05f);
   CHECK(std::abs(back[7] - 3.140625f) < 1e-6);  // nearest f16 to pi
   CHECK(std::isinf(back[8]));
-  CHECK(std::isinf(back[10]));  // overflow rounds to inf
+  CHECK(std::isinf(back[10]));                       // overflow rounds to inf
   CHECK(std::abs(back[5] - 1.1920929e-07f) < 1e-9);  // subnormal
   lf::Tensor b = lf::from_floats({3.14159265f, NAN, 1.0f}, {3}, lf::DType::bf16, lf::Device::cpu());
   std::vector<float> bb = b.to_floats();

@@ -12,21 +12,21 @@ enum class LogLevel : uint8_t { error, warn, info, debug };
 
 struct Config {
   Mode mode = Mode::on;
-  int hot = 3;                 // repeats before a sequence is hot (see config.cpp for why)
-  int max_segment = 64;        // longest sequence considered
-  bool graphs = true;          // LIVEFUSE_GRAPHS
-  bool fusion = true;          // LIVEFUSE_FUSION
+  int hot = 3;           // repeats before a sequence is hot (see config.cpp for why)
+  int max_segment = 64;  // longest sequence considered
+  bool graphs = true;    // LIVEFUSE_GRAPHS
+  bool fusion = true;    // LIVEFUSE_FUSION
   int compile_threads = 2;
-  std::string cache_dir;       // empty: memory-only ("off")
-  int verify = 0;              // first N replays of each plan also run eagerly and compared
-  int sample = 5;              // LIVEFUSE_SAMPLE: timed plan/eager pairs before a plan is kept (0: keep)
+  std::string cache_dir;  // empty: memory-only ("off")
+  int verify = 0;         // first N replays of each plan also run eagerly and compared
+  int sample = 5;         // LIVEFUSE_SAMPLE: timed plan/eager pairs before a plan is kept (0: keep)
   std::string report_path;
   int report_ms = 1000;
   std::string trace_path;
   LogLevel log = LogLevel::warn;
   bool fma = true;
-  bool cuda_cache = true;      // LIVEFUSE_CUDA_CACHE: reuse freed CUDA blocks per stream
-  std::string device;          // "", "cpu" or "cuda"
+  bool cuda_cache = true;  // LIVEFUSE_CUDA_CACHE: reuse freed CUDA blocks per stream
+  std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
   std::vector<std::pair<std::string, std::string>> sources;
