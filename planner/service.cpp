@@ -67,6 +67,11 @@ class Service final : public monitor::CandidateConsumer {
   void on_candidate(const monitor::Candidate& c) override {
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_) return;
+    if (paused_) {
+      ++ctr_.candidates;
+      ++ctr_.skipped;
+      return;
+    }
     ++ctr_.candidates;
     queue_.push_back(c);
     cv_.notify_all();
@@ -142,6 +147,11 @@ class Service final : public monitor::CandidateConsumer {
     cold_.clear();
     cv_.notify_all();
     idle_cv_.wait_for(g, timeout, [&] { return !busy_; });
+  }
+
+  void set_paused(bool p) {
+    std::lock_guard<std::mutex> g(mu_);
+    paused_ = p;
   }
 
   ServiceCounters counters() {
@@ -278,7 +288,7 @@ class Service final : public monitor::CandidateConsumer {
   std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
   ServiceCounters ctr_;
   std::string last_error_;
-  bool started_ = false, busy_ = false, stopping_ = false;
+  bool started_ = false, busy_ = false, stopping_ = false, paused_ = false;
   uint64_t next_id_ = 1;
 };
 
@@ -302,5 +312,7 @@ void ensure_service_started() {
 bool wait_service_idle(std::chrono::milliseconds timeout) { return service().wait_idle(timeout); }
 ServiceCounters service_counters() { return service().counters(); }
 void reset_service_for_testing() { service().reset(); }
+
+void set_service_paused(bool paused) { service().set_paused(paused); }
 
 }  // namespace livefuse::planner

@@ -16,6 +16,8 @@ void ensure_service_started();
 // Waits until every candidate handed over so far has been planned (tests, benchmarks).
 bool wait_service_idle(std::chrono::milliseconds timeout = std::chrono::seconds(60));
 ServiceCounters service_counters();
+// While paused, candidates are counted and dropped (benchmarks of the unplanned hot path).
+void set_service_paused(bool paused);
 // Forgets which candidates were planned (tests that reset the monitor and the PlanTable).
 void reset_service_for_testing();
 
