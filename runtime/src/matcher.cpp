@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <mutex>
+#include <unordered_set>
 
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
@@ -32,6 +34,10 @@ struct Candidate {
 };
 
 struct StreamWindow {
+  // Taken by the owning thread for each call, and by any thread that reaches a sync point on
+  // one of the window's values (a result handed to another thread before the owner synced).
+  // Recursive: a plan's own steps may reach a sync point on the window they are completing.
+  std::recursive_mutex mu;
   Stream stream;
   std::vector<Candidate> candidates;
   Window w;
@@ -51,17 +57,32 @@ struct ThreadState {
   std::vector<std::unique_ptr<StreamWindow>> windows;
   std::vector<std::unique_ptr<StreamWindow>> shadow_windows;  // LIVEFUSE=shadow
   // A thread that ends with deferred work (handed to another thread, say) completes it first.
+  // The windows themselves are leaked (a few per thread): another thread that saw a pending
+  // tag a moment earlier may still lock one.
   ~ThreadState() {
-    for (auto& w : windows) settle_quietly(*w);
+    for (auto& w : windows) {
+      settle_quietly(*w);
+      (void)w.release();
+    }
   }
 };
 thread_local ThreadState t_state;
+
+// Every window ever made, so a sync point on another thread can tell a window's tag from any
+// other use of TensorImpl::pending. Windows are never freed (see ~ThreadState).
+std::mutex g_registry_mu;
+std::unordered_set<const void*>& registry() {
+  static auto* r = new std::unordered_set<const void*>;
+  return *r;
+}
 
 StreamWindow& window_for(const Stream& s) {
   for (auto& w : t_state.windows)
     if (w->stream.id() == s.id()) return *w;
   t_state.windows.push_back(std::make_unique<StreamWindow>());
   t_state.windows.back()->stream = s;
+  std::lock_guard<std::mutex> g(g_registry_mu);
+  registry().insert(t_state.windows.back().get());
   return *t_state.windows.back();
 }
 
@@ -323,9 +344,12 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
   if (!any_plan && t_state.windows.empty()) return std::nullopt;
   StreamWindow& sw = window_for(stream);
-  if (sw.ready) complete(sw);
+  // Inputs pending in other windows are settled first, before this window's lock is taken:
+  // two threads handing each other pending values must not wait on each other's windows.
   for (const Tensor& in : call.inputs)
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
+  std::lock_guard<std::recursive_mutex> lock(sw.mu);
+  if (sw.ready) complete(sw);
   const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
   if (sw.active) {
     const size_t pos = sw.w.calls.size();
@@ -423,6 +447,7 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
 
 // A sync point: a complete window runs its plan; an incomplete one is flushed eagerly.
 void settle(StreamWindow& sw) {
+  std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
   if (sw.active) flush(sw, matcher_counters().flush_sync);
 }
@@ -439,8 +464,18 @@ void settle_quietly(StreamWindow& sw) {
 }  // namespace
 
 void flush_for(const TensorImpl& t) {
+  void* tag = t.pending.load();
+  if (!tag) return;
   for (auto& w : t_state.windows)
-    if (t.pending == w.get()) settle(*w);
+    if (tag == w.get()) return settle(*w);
+  // A value deferred on another thread.
+  {
+    std::lock_guard<std::mutex> g(g_registry_mu);
+    if (!registry().count(tag)) return;
+  }
+  StreamWindow& other = *static_cast<StreamWindow*>(tag);
+  std::lock_guard<std::recursive_mutex> lock(other.mu);
+  if (t.pending.load() == tag) settle(other);
 }
 
 void flush_all() {

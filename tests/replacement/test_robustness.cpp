@@ -221,3 +221,30 @@ TEST_CASE(
     CHECK(p->state != lf::PlanState::active);
   lf::set_config_for_testing(saved);
 }
+
+TEST_CASE("threads: a result handed to another thread before its producer synced is made real there") {
+  const lf::Config saved = lf::config();
+  fresh(base());
+  const lf::Tensor x = X(), g = G();
+  const std::vector<double> want = eager_result(x, g);
+  // Plans get installed first, so the last window of each iteration is still pending when the
+  // producer hands the result over.
+  lf::Tensor handed;
+  for (int it = 0; it < 12; ++it) {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = body(h, g);
+    if (it < 11) (void)h.to_doubles();
+    else handed = h;
+    if (it == 6) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  REQUIRE(handed.impl()->pending.load() != nullptr);  // still owned by this thread's window
+  std::vector<double> got;
+  std::thread consumer([&] { got = handed.to_doubles(); });
+  consumer.join();
+  CHECK(lftest::allclose(got, want, 1e-5, 1e-6));
+  CHECK(handed.impl()->pending.load() == nullptr);
+  lf::set_config_for_testing(saved);
+}

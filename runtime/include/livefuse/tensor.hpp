@@ -2,6 +2,7 @@
 // Tensor: a shared handle to a value. Storage is contiguous row-major; a Tensor may be a view
 // (offset + strides) of another's storage. Ops accept views and materialise only where they
 // must. Every Tensor has a ValueId (structural traces use ids, never addresses).
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,8 +47,9 @@ class TensorImpl {
   DType dtype;
   Device device;
   ValueId id;
-  // Set while a deferred plan window will produce this value (runtime/matcher owns it).
-  void* pending = nullptr;
+  // Set while a deferred plan window will produce this value (runtime/matcher owns it). Atomic:
+  // another thread may reach a sync point on this value while its window is being completed.
+  std::atomic<void*> pending{nullptr};
 };
 
 class Tensor {
