@@ -1,6 +1,7 @@
 #include "planner/service.hpp"
 
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -15,6 +16,7 @@
 #include "planner/fused_plan.hpp"
 #include "planner/planner.hpp"
 #include "runtime/faults.hpp"
+#include "livefuse/inspect.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 
@@ -102,6 +104,27 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("failed", c.failed);
       sink.add("retired", c.retired);
     });
+    // Plans not yet in the PlanTable: hot candidates waiting (candidate) and the one being
+    // planned and compiled (compiling).
+    register_plan_source("planner", [this](std::vector<PlanInfo>& out) {
+      std::lock_guard<std::mutex> g(mu_);
+      auto info = [&](const monitor::Candidate& c, const char* state, uint64_t n) {
+        PlanInfo p;
+        p.id = (uint64_t(1) << 62) + n;  // ids apart from the PlanTable's
+        p.name = monitor::describe(c).substr(0, 120);
+        p.state = state;
+        p.origin = "planner";
+        char sig[20];
+        std::snprintf(sig, sizeof sig, "%016llx", static_cast<unsigned long long>(c.signature));
+        p.signature = sig;
+        p.n_external = static_cast<int>(c.externals.size());
+        p.last_reason = "hot: " + std::to_string(c.occurrences) + " occurrences";
+        out.push_back(std::move(p));
+      };
+      uint64_t n = 0;
+      if (busy_ && current_) info(*current_, "compiling", n++);
+      for (const monitor::Candidate& c : queue_) info(c, "candidate", n++);
+    });
     register_counter_source("kernel_cache", [](CounterSink& sink) {
       jit::KernelCompiler& k = jit::KernelCompiler::global();
       const jit::CompilerStats s = k.stats();
@@ -180,10 +203,13 @@ class Service final : public monitor::CandidateConsumer {
         if (!queue_.empty()) {
           c = std::move(queue_.front());
           queue_.pop_front();
+          current_ = std::make_shared<monitor::Candidate>(c);
         }
       }
       for (auto [sig, stream] : cold) retire(sig, stream);
       if (!c.ops.empty()) handle(c);
+      std::lock_guard<std::mutex> g(mu_);
+      current_.reset();
     }
   }
 
@@ -289,6 +315,7 @@ class Service final : public monitor::CandidateConsumer {
   ServiceCounters ctr_;
   std::string last_error_;
   bool started_ = false, busy_ = false, stopping_ = false, paused_ = false;
+  std::shared_ptr<monitor::Candidate> current_;  // being planned (inspection)
   uint64_t next_id_ = 1;
 };
 
