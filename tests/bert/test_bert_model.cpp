@@ -242,7 +242,7 @@ TEST_CASE("bert weights: safetensors round trip, 'bert.' prefix, missing key, wr
     CHECK_MESSAGE(found, name);
   }
   CHECK(lftest::allclose(exact.forward(c.ids_t(lf::Device::cpu())).to_doubles(),
-                         m.forward(c.ids_t(lf::Device::cpu())).to_doubles(), 1e-5, 1e-6));
+                         m.forward(c.ids_t(lf::Device::cpu())).to_doubles(), 1e-4, 1e-5));
   std::remove(path.c_str());
 }
 
