@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include "livefuse/config.hpp"
@@ -317,17 +317,43 @@ bool usable(const Plan& p, DeviceKind kind) {
          !p.ops.empty();
 }
 
-// Starts a window when `call` can be op 0 of some plan.
-bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
+void refresh_snapshot() {
+  PlanTable& table = PlanTable::get();
+  if (const uint64_t v = table.version(); v != t_state.version) {
+    t_state.snap = table.snapshot();
+    t_state.version = v;
+  }
+}
+
+// The plans whose op 0 `call` can be (the window is empty, so an input the plan expects from
+// inside the window cannot match).
+void open_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool shadow) {
   const DeviceKind kind = sw.stream.device().kind;
   for (const auto& p : t_state.snap->plans) {
     if (!usable(*p, kind) || !op_matches(p->ops[0], call, h)) continue;
     Candidate c{p.get(), std::vector<Tensor>(p->n_external)};
-    bool internal = false;
-    for (const PlanInput& in : p->ops[0].inputs) internal |= in.internal();
-    if (internal || !wiring_matches(p->ops[0], call, sw, c)) continue;
-    sw.candidates.push_back(std::move(c));
+    if (wiring_matches(p->ops[0], call, sw, c, shadow)) sw.candidates.push_back(std::move(c));
   }
+}
+
+// Keeps the candidates whose op at the window's next position is `call`; false when none is left.
+bool advance_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool shadow) {
+  const size_t pos = sw.w.outputs.size();
+  std::vector<Candidate> next;
+  for (Candidate& c : sw.candidates) {
+    if (pos >= c.plan->ops.size() || !usable(*c.plan, sw.stream.device().kind)) continue;
+    Candidate trial = c;
+    if (op_matches(c.plan->ops[pos], call, h) &&
+        wiring_matches(c.plan->ops[pos], call, sw, trial, shadow))
+      next.push_back(std::move(trial));
+  }
+  sw.candidates = std::move(next);
+  return !sw.candidates.empty();
+}
+
+// Starts a window when `call` can be op 0 of some plan.
+bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
+  open_candidates(sw, call, h, false);
   if (sw.candidates.empty()) return false;
   sw.active = true;
   trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
@@ -340,12 +366,7 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
 }  // namespace
 
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream) {
-  PlanTable& table = PlanTable::get();
-  const uint64_t v = table.version();
-  if (v != t_state.version) {
-    t_state.snap = table.snapshot();
-    t_state.version = v;
-  }
+  refresh_snapshot();
   auto& ctr = matcher_counters();
   ctr.calls.fetch_add(1, std::memory_order_relaxed);
   const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
@@ -358,22 +379,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
   const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
-  if (sw.active) {
-    const size_t pos = sw.w.calls.size();
-    std::vector<Candidate> next;
-    for (Candidate& c : sw.candidates) {
-      if (pos >= c.plan->ops.size() || !usable(*c.plan, stream.device().kind)) continue;
-      Candidate trial = c;
-      if (op_matches(c.plan->ops[pos], call, h) &&
-          wiring_matches(c.plan->ops[pos], call, sw, trial))
-        next.push_back(std::move(trial));
-    }
-    if (next.empty()) {
-      flush(sw, ctr.flush_divergent);
-    } else {
-      sw.candidates = std::move(next);
-    }
-  }
+  if (sw.active && !advance_candidates(sw, call, h, false)) flush(sw, ctr.flush_divergent);
   if (!sw.active) {
     if (!any_plan) return std::nullopt;
     // Values pending in another window of this thread are made real before a new window
@@ -395,11 +401,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
 }
 
 void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& stream) {
-  PlanTable& table = PlanTable::get();
-  if (const uint64_t v = table.version(); v != t_state.version) {
-    t_state.snap = table.snapshot();
-    t_state.version = v;
-  }
+  refresh_snapshot();
   if (!t_state.snap || t_state.snap->plans.empty()) return;
   StreamWindow* found = nullptr;
   for (auto& w : t_state.shadow_windows)
@@ -416,27 +418,9 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
     sw.active = false;
   };
   const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
-  const DeviceKind kind = stream.device().kind;
-  if (sw.active) {
-    const size_t pos = sw.w.outputs.size();
-    std::vector<Candidate> next;
-    for (Candidate& c : sw.candidates) {
-      Candidate trial = c;
-      if (pos < c.plan->ops.size() && op_matches(c.plan->ops[pos], call, h) &&
-          wiring_matches(c.plan->ops[pos], call, sw, trial, true))
-        next.push_back(std::move(trial));
-    }
-    if (next.empty())
-      reset();
-    else
-      sw.candidates = std::move(next);
-  }
+  if (sw.active && !advance_candidates(sw, call, h, true)) reset();
   if (!sw.active) {
-    for (const auto& p : t_state.snap->plans) {
-      if (p->device_kind != kind || p->ops.empty() || !op_matches(p->ops[0], call, h)) continue;
-      Candidate c{p.get(), std::vector<Tensor>(p->n_external)};
-      if (wiring_matches(p->ops[0], call, sw, c, true)) sw.candidates.push_back(std::move(c));
-    }
+    open_candidates(sw, call, h, true);
     if (sw.candidates.empty()) return;
     sw.active = true;
     sw.keep = t_state.snap;
