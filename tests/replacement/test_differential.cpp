@@ -7,7 +7,7 @@
 #include "planner/service.hpp"
 #include "random_program.hpp"
 #include "runtime/plan.hpp"
-#include "test_util.hpp"
+#include "test_plan_util.hpp"
 
 namespace lf = livefuse;
 
@@ -25,14 +25,6 @@ lf::Config with_mode(lf::Mode m) {
   return c;
 }
 
-void reset_pipeline() {
-  lf::synchronize(lf::Device::cpu());
-  lf::monitor::Monitor::instance().reset();
-  lf::planner::wait_service_idle();
-  lf::planner::reset_service_for_testing();
-  lf::PlanTable::get().clear_for_testing();
-}
-
 double rtol_for(lf::DType t) {
   return t == lf::DType::f32 ? 2e-4 : (t == lf::DType::f16 ? 1e-2 : 5e-2);
 }
@@ -44,7 +36,7 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
   for (int p = 0; p < programs; ++p) {
     const lf::DType dt = dtypes[p % 5];
     lftest::RandomProgram prog(seed0 + p, dev, dt);
-    reset_pipeline();
+    lftest::reset_pipeline();
     lf::set_config_for_testing(with_mode(lf::Mode::off));
     std::vector<std::vector<double>> ref;
     for (const lf::Tensor& t : prog.run()) ref.push_back(t.to_doubles());
@@ -72,7 +64,7 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
     r.served += lf::matcher_counters().served - served0;
     ++r.programs;
   }
-  reset_pipeline();
+  lftest::reset_pipeline();
   return r;
 }
 

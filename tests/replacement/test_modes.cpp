@@ -2,7 +2,7 @@
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
-#include "test_util.hpp"
+#include "test_plan_util.hpp"
 
 namespace lf = livefuse;
 
@@ -19,14 +19,8 @@ struct Run {
 };
 
 Run run_mode(lf::Mode m) {
-  lf::synchronize(cpu);
+  lftest::reset_pipeline();
   lf::Config c = lf::config();
-  c.mode = lf::Mode::on;
-  lf::set_config_for_testing(c);
-  lf::monitor::Monitor::instance().reset();
-  lf::planner::wait_service_idle();
-  lf::planner::reset_service_for_testing();
-  lf::PlanTable::get().clear_for_testing();
   c.mode = m;
   c.sample = 0;
   lf::set_config_for_testing(c);

@@ -4,6 +4,7 @@
 
 #include "monitor/detector.hpp"
 #include "monitor/monitor.hpp"
+#include "planner/service.hpp"
 #include "runtime/trace_sink.hpp"
 
 namespace lftest {
@@ -42,6 +43,19 @@ class Recorder : public livefuse::TraceSink {
   std::map<livefuse::ValueId, int> slots;
 };
 }  // namespace
+
+void reset_pipeline() {
+  livefuse::synchronize(livefuse::Device::cpu());
+  const livefuse::Config saved = livefuse::config();
+  livefuse::Config on = saved;
+  on.mode = livefuse::Mode::on;  // the monitor drains only while it runs
+  livefuse::set_config_for_testing(on);
+  livefuse::monitor::Monitor::instance().reset();
+  livefuse::planner::wait_service_idle();
+  livefuse::planner::reset_service_for_testing();
+  livefuse::PlanTable::get().clear_for_testing();
+  livefuse::set_config_for_testing(saved);
+}
 
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body) {
   // The monitor installs itself as the sink on the first traced call: start it before

@@ -30,6 +30,10 @@ class RecordingPlan : public livefuse::Plan {
   std::optional<int> hidden_op;  // an intermediate the plan "keeps in registers"
 };
 
+// Forgets every hot sequence, planned candidate and installed plan (the configuration in force
+// is kept), so the next loop starts the pipeline from scratch.
+void reset_pipeline();
+
 // Builds a plan from the calls that `body` makes: records (op, attrs, dtypes, wiring).
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body);
 

@@ -17,15 +17,8 @@ lf::Tensor body(const lf::Tensor& x, const lf::Tensor& g) {
   return lf::gelu(lf::layer_norm(lf::add(lf::mul(x, 2.0), x), g, lf::Tensor(), 1e-5));
 }
 
-void fresh(lf::Config c) {
-  lf::synchronize(cpu);
-  lf::Config on = lf::config();
-  on.mode = lf::Mode::on;
-  lf::set_config_for_testing(on);
-  lf::monitor::Monitor::instance().reset();
-  lf::planner::wait_service_idle();
-  lf::planner::reset_service_for_testing();
-  lf::PlanTable::get().clear_for_testing();
+void fresh(const lf::Config& c) {
+  lftest::reset_pipeline();
   lf::set_config_for_testing(c);
 }
 
@@ -222,7 +215,8 @@ TEST_CASE(
   lf::set_config_for_testing(saved);
 }
 
-TEST_CASE("threads: a result handed to another thread before its producer synced is made real there") {
+TEST_CASE(
+    "threads: a result handed to another thread before its producer synced is made real there") {
   const lf::Config saved = lf::config();
   fresh(base());
   const lf::Tensor x = X(), g = G();
@@ -233,8 +227,10 @@ TEST_CASE("threads: a result handed to another thread before its producer synced
   for (int it = 0; it < 12; ++it) {
     lf::Tensor h = x;
     for (int l = 0; l < 3; ++l) h = body(h, g);
-    if (it < 11) (void)h.to_doubles();
-    else handed = h;
+    if (it < 11)
+      (void)h.to_doubles();
+    else
+      handed = h;
     if (it == 6) {
       lf::monitor::Monitor::instance().drain();
       lf::planner::wait_service_idle();
