@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "runtime/plan.hpp"
+#include "livefuse/inspect.hpp"
 
 namespace demo {
 
@@ -11,16 +11,18 @@ struct Counts {
   size_t plans = 0, active = 0;
   double served = 0;
 };
+// From the public snapshot, as any program would read it.
 Counts counts() {
+  const livefuse::Snapshot s = livefuse::inspect();
   Counts c;
-  auto snap = livefuse::PlanTable::get().snapshot();
-  for (const auto& p : snap->plans) {
+  for (const livefuse::PlanInfo& p : s.plans) {
+    if (p.origin != "plan_table") continue;  // planned ones only, not candidates in the queue
     ++c.plans;
-    c.active += p->state.load() == livefuse::PlanState::active;
+    c.active += p.state == "active";
   }
-  const auto& m = livefuse::matcher_counters();
-  const double calls = static_cast<double>(m.calls.load());
-  c.served = calls > 0 ? static_cast<double>(m.served.load()) / calls : 0.0;
+  const double calls = static_cast<double>(s.counter("matcher", "calls").value_or(0));
+  c.served =
+      calls > 0 ? static_cast<double>(s.counter("matcher", "served").value_or(0)) / calls : 0.0;
   return c;
 }
 }  // namespace
