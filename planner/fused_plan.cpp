@@ -184,11 +184,11 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
     return true;
   }
   // A graph bakes in every pointer and shape it was captured with: that is its key.
+  // (shape_key already holds every shape; the addresses are added here.)
   uint64_t key = mix(shape_key, static_cast<uint64_t>(set + 1));
   for (const Tensor& t : values) {
     const TensorImpl& i = *t.impl();
     key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
-    for (int d = 0; d < i.shape.rank; ++d) key = mix(key, static_cast<uint64_t>(i.shape.v[d]));
   }
   // A binding seen for the first time runs directly: it also warms every kernel module and
   // library handle, and a one-off binding never pays for a capture. The second time it is
