@@ -3,6 +3,11 @@
 //                       followed by a synchronize), LIVEFUSE=off vs on in steady state
 //   time_to_fused       from the first call of a new loop until >= 90% of the last 20 calls were
 //                       served by plans; p99 call latency while compiling vs eager steady state
+//                       (`issue_us`: the calls alone; `sync_us`: the rest -- plan launch, GPU
+//                       time and the round trip of the synchronize)
+//   chain10_pipelined   the same chain called 200 times back to back, one synchronize at the
+//                       end: per-call time of a serving loop where host and device overlap
+//   launch_sync_floor   one eager op + synchronize: the round trip no per-call figure beats
 //   matcher_overhead    host time per eager op with no plan installed: mode on (monitor +
 //                       matcher) minus mode off
 // Usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]
@@ -64,18 +69,40 @@ void reset_pipeline(lf::Device dev) {
   lf::PlanTable::get().clear_for_testing();
 }
 
-std::vector<double> timed_calls(const lf::Tensor& x, lf::Device dev, int n,
-                                std::vector<bool>* served = nullptr) {
-  std::vector<double> t;
+struct Timed {
+  std::vector<double> total, issue;  // per call: chain + synchronize; the chain's calls alone
+};
+
+Timed timed_calls(const lf::Tensor& x, lf::Device dev, int n) {
+  Timed t;
   for (int i = 0; i < n; ++i) {
-    const uint64_t s0 = lf::matcher_counters().served;
     const auto t0 = Clock::now();
-    lf::Tensor y = chain10(x);
+    {
+      lf::Tensor y = chain10(x);
+      t.issue.push_back(us_since(t0));
+    }
     lf::synchronize(dev);
-    t.push_back(us_since(t0));
-    if (served) served->push_back(lf::matcher_counters().served - s0 >= 10);
+    t.total.push_back(us_since(t0));
   }
   return t;
+}
+
+// Per-call time of `reps` batches of 200 back-to-back chains, one synchronize per batch.
+double pipelined_us(const lf::Tensor& x, lf::Device dev, int reps = 20) {
+  std::vector<double> per;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 200; ++i) (void)chain10(x);
+    lf::synchronize(dev);
+    per.push_back(us_since(t0) / 200.0);
+  }
+  return pct(per, 0.5);
+}
+
+Record call_record(const char* variant, const std::string& sz, const Timed& t) {
+  const double med = pct(t.total, 0.5), issue = pct(t.issue, 0.5);
+  return {"chain10_call", variant, sz, med,
+          {{"p99_us", pct(t.total, 0.99)}, {"issue_us", issue}, {"sync_us", med - issue}}};
 }
 
 }  // namespace
@@ -103,12 +130,24 @@ int main(int argc, char** argv) {
   const lf::Tensor x = lf::rand_uniform({size}, 1, -1, 1, lf::DType::f32, dev);
   const std::string sz = std::to_string(size);
 
-  // Eager steady state.
+  // Eager steady state, and the round trip of one op + synchronize.
   set_mode(lf::Mode::off);
   timed_calls(x, dev, 200);
-  const std::vector<double> eager = timed_calls(x, dev, 2000);
-  const double eager_med = pct(eager, 0.5);
-  recs.push_back({"chain10_call", "livefuse_off", sz, eager_med, {{"p99_us", pct(eager, 0.99)}}});
+  const Timed eager = timed_calls(x, dev, 2000);
+  const double eager_med = pct(eager.total, 0.5);
+  recs.push_back(call_record("livefuse_off", sz, eager));
+  const double eager_pipe = pipelined_us(x, dev);
+  recs.push_back({"chain10_pipelined", "livefuse_off", sz, eager_pipe, {}});
+  {
+    std::vector<double> floor;
+    for (int i = 0; i < 2000; ++i) {
+      const auto t0 = Clock::now();
+      (void)lf::add(x, 1.0);
+      lf::synchronize(dev);
+      floor.push_back(us_since(t0));
+    }
+    recs.push_back({"launch_sync_floor", "one_eager_op", sz, pct(floor, 0.5), {}});
+  }
 
   // A new loop with fusion on: time to fused, latency while compiling, then steady state.
   set_mode(lf::Mode::on);
@@ -131,13 +170,13 @@ int main(int argc, char** argv) {
       if (ok >= 18) time_to_fused_ms = us_since(t_start) / 1000.0;
     }
   }
-  const std::vector<double> fused = timed_calls(x, dev, 2000);
-  const double fused_med = pct(fused, 0.5);
-  recs.push_back({"chain10_call",
-                  "livefuse_on",
-                  sz,
-                  fused_med,
-                  {{"p99_us", pct(fused, 0.99)}, {"speedup_vs_off", eager_med / fused_med}}});
+  const Timed fused = timed_calls(x, dev, 2000);
+  Record on = call_record("livefuse_on", sz, fused);
+  on.derived.push_back({"speedup_vs_off", eager_med / on.median_us});
+  recs.push_back(on);
+  const double fused_pipe = pipelined_us(x, dev);
+  recs.push_back(
+      {"chain10_pipelined", "livefuse_on", sz, fused_pipe, {{"speedup_vs_off", eager_pipe / fused_pipe}}});
   recs.push_back({"time_to_fused",
                   "livefuse_on",
                   sz,

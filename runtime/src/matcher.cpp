@@ -337,18 +337,24 @@ void open_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool shad
 }
 
 // Keeps the candidates whose op at the window's next position is `call`; false when none is left.
+// Filters in place: wiring_matches binds a candidate's slots only once the whole op matched, so
+// a rejected candidate is left untouched and no copy is needed (this runs for every deferred
+// call).
 bool advance_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool shadow) {
   const size_t pos = sw.w.outputs.size();
-  std::vector<Candidate> next;
-  for (Candidate& c : sw.candidates) {
-    if (pos >= c.plan->ops.size() || !usable(*c.plan, sw.stream.device().kind)) continue;
-    Candidate trial = c;
-    if (op_matches(c.plan->ops[pos], call, h) &&
-        wiring_matches(c.plan->ops[pos], call, sw, trial, shadow))
-      next.push_back(std::move(trial));
+  const DeviceKind kind = sw.stream.device().kind;
+  size_t kept = 0;
+  for (size_t i = 0; i < sw.candidates.size(); ++i) {
+    Candidate& c = sw.candidates[i];
+    const bool ok = pos < c.plan->ops.size() && usable(*c.plan, kind) &&
+                    op_matches(c.plan->ops[pos], call, h) &&
+                    wiring_matches(c.plan->ops[pos], call, sw, c, shadow);
+    if (!ok) continue;
+    if (kept != i) sw.candidates[kept] = std::move(c);
+    ++kept;
   }
-  sw.candidates = std::move(next);
-  return !sw.candidates.empty();
+  sw.candidates.resize(kept);
+  return kept != 0;
 }
 
 // Starts a window when `call` can be op 0 of some plan.
