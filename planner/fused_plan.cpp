@@ -7,6 +7,9 @@
 #include "runtime/executor.hpp"
 #include "runtime/faults.hpp"
 #include "runtime/memory_pool.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "runtime/cuda_check.hpp"
+#endif
 
 namespace livefuse::planner {
 
@@ -81,6 +84,8 @@ void FusedPlan::details(PlanDetails& d) const {
   };
   for (const Step& s : planned_.steps) {
     FusionGroupInfo gi;
+    if (profiled_runs_ > 0 && static_cast<size_t>(g) < step_us_.size())
+      gi.gpu_us = step_us_[g] / static_cast<double>(profiled_runs_);
     gi.name = "g" + std::to_string(g++);
     if (const auto* f = std::get_if<FusedKernelStep>(&s.body)) {
       gi.kind = f->spec->parts.size() > 1 ? "horizontal" : "vertical";
@@ -179,6 +184,10 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
         t.storage = allocate_storage(t.device, t.nbytes(), st);
     }
   }
+  if (config().profile) {
+    run_profiled(values, st);
+    return true;
+  }
   if (!use_graphs_) {
     run_plan(planned_, values, st);
     return true;
@@ -239,6 +248,39 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
   (void)values;
   (void)w;
   throw Error("[plan] CUDA plan on a build without CUDA");
+#endif
+}
+
+void FusedPlan::run_profiled(std::span<const Tensor> values, void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  auto st = static_cast<cudaStream_t>(stream);
+  const size_t n = planned_.steps.size();
+  if (step_events_.size() != n + 1) {
+    step_events_.resize(n + 1);
+    for (void*& e : step_events_) {
+      cudaEvent_t ev = nullptr;
+      LF_CUDA_CHECK(cudaEventCreate(&ev));
+      e = ev;
+    }
+    step_us_.assign(n, 0.0);
+  }
+  const auto ev = [&](size_t i) { return static_cast<cudaEvent_t>(step_events_[i]); };
+  LF_CUDA_CHECK(cudaEventRecord(ev(0), st));
+  for (size_t i = 0; i < n; ++i) {
+    launch_step_cuda(planned_, planned_.steps[i], values, st);
+    LF_CUDA_CHECK(cudaEventRecord(ev(i + 1), st));
+  }
+  LF_CUDA_CHECK(cudaEventSynchronize(ev(n)));
+  if (runs_ == 1) return;  // cold: module loads, first cuBLASLt heuristics
+  for (size_t i = 0; i < n; ++i) {
+    float ms = 0;
+    LF_CUDA_CHECK(cudaEventElapsedTime(&ms, ev(i), ev(i + 1)));
+    step_us_[i] += 1e3 * ms;
+  }
+  ++profiled_runs_;
+#else
+  (void)values;
+  (void)stream;
 #endif
 }
 

@@ -34,6 +34,8 @@ class FusedPlan final : public Plan {
 
  private:
   bool run_cuda(std::vector<Tensor>& values, const Window& w);
+  // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.
+  void run_profiled(std::span<const Tensor> values, void* stream);
   // Plan-owned buffers for every value the plan writes, for one tuple of shapes. The user's
   // tensors share them (zero copy); a set is reused only once every tensor sharing it is gone
   // (no overwritten outputs), so in a loop the same few sets rotate and the graphs captured
@@ -57,6 +59,9 @@ class FusedPlan final : public Plan {
   bool use_graphs_ = true;
   uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;
   uint64_t window_hits_ = 0, window_misses_ = 0;  // at the start of the probation window
+  std::vector<double> step_us_;                   // LIVEFUSE_PROFILE: GPU time per step, summed
+  uint64_t profiled_runs_ = 0;                    // ... over this many runs (the first, cold, not counted)
+  std::vector<void*> step_events_;                // cudaEvent_t, steps + 1, made once
   // A plan may be completed by two threads at once, and inspected by the report thread while
   // a run compiles a missing kernel variant into a step.
   mutable std::mutex run_mu_;

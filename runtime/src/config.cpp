@@ -106,6 +106,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
        }},
       bool_row("LIVEFUSE_FMA", &Config::fma),
       bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
+      bool_row("LIVEFUSE_PROFILE", &Config::profile),
       {"LIVEFUSE_DEVICE", "cpu or cuda",
        [](const std::string& s, Config& c) {
          if (s != "cpu" && s != "cuda") return false;

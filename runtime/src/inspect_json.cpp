@@ -34,7 +34,11 @@ Json plan_json(const PlanInfo& p) {
   const PlanDetails& d = p.details;
   Json groups = Json::array();
   for (const FusionGroupInfo& g : d.groups)
-    groups.push_back({{"name", g.name}, {"kind", g.kind}, {"ops", g.ops}, {"kernel", g.kernel}});
+    groups.push_back({{"name", g.name},
+                      {"kind", g.kind},
+                      {"ops", g.ops},
+                      {"kernel", g.kernel},
+                      {"gpu_us", opt(g.gpu_us)}});
   Json kernels = Json::array();
   for (const KernelInfo& k : d.kernels)
     kernels.push_back({{"name", k.name},
@@ -186,6 +190,7 @@ PlanInfo plan_from(const Json& j, const std::string& w) {
     read(groups[k], "kind", g.kind, gw);
     read(groups[k], "ops", g.ops, gw);
     read(groups[k], "kernel", g.kernel, gw);
+    read_opt(groups[k], "gpu_us", g.gpu_us, gw);
     d.groups.push_back(std::move(g));
   }
   const Json& kernels = array_at(j, "kernels", w, false);

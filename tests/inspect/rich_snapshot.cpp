@@ -39,8 +39,8 @@ PlanInfo active_plan() {
   PlanDetails& d = p.details;
   d.shape_pattern = "[B,S,768] [768] [768] [3072,768] [3072]";
   d.compile_ms = 41.3;
-  d.groups = {{"g0", "row", {0}, "lf_row_ln_f16_768"},
-              {"g1", "gemm_epilogue", {1, 2}, "lf_gemm_gelu_f16"}};
+  d.groups = {{"g0", "row", {0}, "lf_row_ln_f16_768", std::nullopt},
+              {"g1", "gemm_epilogue", {1, 2}, "lf_gemm_gelu_f16", std::nullopt}};
   d.kernels = {{"lf_row_ln_f16_768",
                 "#include \"lf_fused.cuh\"\n"
                 "extern \"C\" __global__ void lf_row_ln_f16_768(const __half* x, const __half* w,\n"
@@ -76,7 +76,7 @@ PlanInfo small_plan(uint64_t id, const char* state, const char* reason) {
            op("add", {"%1.0", "$0"}, {"f32", "f32"}, {2, 2}, "0x0000000000000000")};
   p.last_reason = reason;
   p.details.shape_pattern = "[N,64] [64]";
-  p.details.groups = {{"g0", "vertical", {0, 1, 2}, "cpu_fused_0"}};
+  p.details.groups = {{"g0", "vertical", {0, 1, 2}, "cpu_fused_0", std::nullopt}};
   p.details.kernels = {{"cpu_fused_0", "t0 = mul(in0, in1)\nt1 = tanh(t0)\nout0 = add(t1, in0)\n",
                         0.25, "memory", ""}};
   return p;
@@ -174,7 +174,7 @@ Snapshot rich_snapshot() {
   PlanInfo failed = small_plan(4, "failed", "NVRTC: 1 error compiling lf_vert_f32_3");
   failed.device = "cuda";
   failed.description = "1 fused kernel (NVRTC)";
-  failed.details.groups = {{"g0", "vertical", {0, 1, 2}, "lf_vert_f32_3"}};
+  failed.details.groups = {{"g0", "vertical", {0, 1, 2}, "lf_vert_f32_3", std::nullopt}};
   failed.details.kernels = {
       {"lf_vert_f32_3", "extern \"C\" __global__ void lf_vert_f32_3(float* y) { y[0] = tanhf(; }\n",
        std::nullopt, "miss",
@@ -198,7 +198,7 @@ Snapshot rich_snapshot() {
   PlanInfo compiling = small_plan(8, "compiling", "1 kernel queued");
   compiling.origin = "planner";
   compiling.description = "1 kernel queued";
-  compiling.details.groups = {{"g0", "vertical", {0, 1, 2}, "cpu_fused_1"}};
+  compiling.details.groups = {{"g0", "vertical", {0, 1, 2}, "cpu_fused_1", std::nullopt}};
   compiling.details.kernels.clear();
   s.plans.push_back(compiling);
   s.decisions = {

@@ -25,7 +25,7 @@ class ShownPlan : public lf::Plan {
     if (throw_in_details) throw lf::Error("[test] details failed");
     d.shape_pattern = "[A,B,C,D,E] [E]";
     d.kernels.push_back({"k_test", "__global__ void k_test() {}", 12.5, "miss", ""});
-    d.groups.push_back({"g0", "vertical", {0, 1}, "k_test"});
+    d.groups.push_back({"g0", "vertical", {0, 1}, "k_test", 3.5});
     d.graphs.push_back({"[1,2,3,4,5] [5]", 7, 2});
   }
   bool throw_in_details = false;
@@ -99,6 +99,11 @@ TEST_CASE("inspect: a published plan shows its ops, samples, details and state")
   REQUIRE(i.details.kernels.size() == 1);
   CHECK(i.details.kernels[0].compile_ms == 12.5);
   CHECK(i.details.graphs.at(0).replays == 7);
+  REQUIRE(i.details.groups.size() == 1);
+  CHECK(i.details.groups[0].gpu_us == 3.5);
+  // ... and through the JSON report (gpu_us is additive to schema 1: older reports read null).
+  const lf::Snapshot back = lf::snapshot_from_json(lf::snapshot_to_json(s));
+  CHECK(find(back, 501).details.groups.at(0).gpu_us == 3.5);
   CHECK(s.counter("plans", "total") == 1u);
   CHECK(s.counter("plans", "sampling") == 1u);
   CHECK(s.counter("plans", "replays") == 17u);

@@ -1,4 +1,5 @@
 // Every LIVEFUSE mode does what DESIGN.md says, on the same loop.
+#include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
@@ -74,4 +75,44 @@ TEST_CASE(
   CHECK(on.plans > 0);
   CHECK(on.served > 0);
   for (const Run* r : {&off, &trace, &shadow, &on}) CHECK(r->equal);
+}
+
+LF_CUDA_TEST_CASE("modes: LIVEFUSE_PROFILE times every fusion group of a CUDA plan, same values") {
+  const lf::Config saved = lf::config();
+  lftest::reset_pipeline();
+  lf::Config c = lf::config();
+  c.mode = lf::Mode::on;
+  c.sample = 0;
+  c.profile = true;
+  lf::set_config_for_testing(c);
+  const lf::Device gpu = lf::Device::cuda(0);
+  const lf::Tensor x = lf::rand_uniform({64, 256}, 3, -1, 1, lf::DType::f32, gpu);
+  const lf::Tensor g = lf::rand_uniform({256}, 4, 0.5, 1.5, lf::DType::f32, gpu);
+  std::vector<double> first;
+  bool equal = true;
+  for (int it = 0; it < 40; ++it) {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = body(h, g);
+    const std::vector<double> v = h.to_doubles();
+    if (it == 0) first = v;
+    equal &= lftest::allclose(v, first, 1e-5, 1e-6);
+    if (it == 6) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  const lf::Snapshot s = lf::inspect();
+  lf::set_config_for_testing(saved);
+  CHECK(equal);
+  int timed = 0;
+  for (const lf::PlanInfo& p : s.plans) {
+    if (p.hits < 3) continue;
+    for (const lf::FusionGroupInfo& gi : p.details.groups) {
+      REQUIRE_MESSAGE(gi.gpu_us.has_value(), "plan ", p.id, " group ", gi.name, " not timed");
+      CHECK(*gi.gpu_us >= 0.0);
+      CHECK(*gi.gpu_us < 1e5);
+      timed += gi.kernel.empty() ? 0 : 1;
+    }
+  }
+  CHECK(timed > 0);  // at least one replayed plan with a timed kernel
 }

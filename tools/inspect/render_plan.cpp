@@ -55,8 +55,9 @@ std::string groups(const PlanInfo& p) {
   for (const FusionGroupInfo& g : p.details.groups) {
     std::string list;
     for (size_t k = 0; k < g.ops.size(); ++k) list += (k ? "," : "") + std::to_string(g.ops[k]);
-    r += strf("  %-6s %-14s ops %-16s %s\n", g.name.c_str(), g.kind.c_str(), list.c_str(),
-              g.kernel.empty() ? "(eager)" : ("kernel " + g.kernel).c_str());
+    const std::string gpu = g.gpu_us ? strf("%9.2f us", *g.gpu_us) : std::string(12, ' ');
+    r += strf("  %-6s %-14s %s  ops %-16s %s\n", g.name.c_str(), g.kind.c_str(), gpu.c_str(),
+              list.c_str(), g.kernel.empty() ? "(eager)" : ("kernel " + g.kernel).c_str());
   }
   return r;
 }

@@ -26,6 +26,10 @@ struct Config {
   LogLevel log = LogLevel::warn;
   bool fma = true;
   bool cuda_cache = true;  // LIVEFUSE_CUDA_CACHE: reuse freed CUDA blocks per stream
+  // LIVEFUSE_PROFILE: CUDA plans run their steps one by one between events (no graph) and
+  // record each fusion group's GPU time (inspect(), report: groups[].gpu_us). Diagnostic: it
+  // synchronizes after every replay.
+  bool profile = false;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".

@@ -48,6 +48,7 @@ struct FusionGroupInfo {
   std::string kind;      // "vertical", "horizontal", "gemm_epilogue", "template", "unfused", ...
   std::vector<int> ops;  // indices into the plan's ops
   std::string kernel;    // name of the kernel that runs it ("" when none: eager step)
+  std::optional<double> gpu_us;  // mean GPU time per replay (LIVEFUSE_PROFILE=1 only)
   bool operator==(const FusionGroupInfo&) const = default;
 };
 
