@@ -169,9 +169,10 @@ def torch_compiled(model, ids, mask, iters, warmup):
 # ---- livefuse ------------------------------------------------------------------------------------
 
 def run_livefuse(binary, mode, weights, config, dtype, ids_path, mask_path, out_path, json_path,
-                 iters, warmup_ms, report_path, timeout):
+                 iters, warmup_ms, report_path, timeout, extra_env=None):
     env = dict(os.environ)
     env["LIVEFUSE"] = mode
+    env.update(extra_env or {})
     if report_path:
         env["LIVEFUSE_REPORT"] = report_path
     cmd = [binary, "--weights", weights, "--config", config, "--dtype", dtype, "--device", "cuda",
@@ -221,7 +222,7 @@ def main():
     ap.add_argument("--livefuse-warmup-ms", type=float, default=10000,
                     help="livefuse-bert --warmup-ms with fusion on (background compilation)")
     ap.add_argument("--skip", default="", help="comma list of variants to skip: "
-                    "eager,cuda_graph,compile,livefuse_off,livefuse_on")
+                    "eager,cuda_graph,compile,livefuse_off,livefuse_on,livefuse_profile")
     ap.add_argument("--workdir", default=None, help="where weights, inputs, outputs go")
     ap.add_argument("--timeout", type=int, default=900, help="per livefuse-bert run, seconds")
     ap.add_argument("--json", default="bert_compare.json", help="results file")
@@ -301,6 +302,17 @@ def main():
                     log(f"  livefuse {mode}: {rec.get('error')}")
                 run[key] = rec
 
+            if "livefuse_profile" not in skip and "result" in run.get("livefuse_on", {}):
+                # Where the GPU time goes: the fused run again with LIVEFUSE_PROFILE=1 (plans run
+                # step by step between events; its timing is not the steady state).
+                rec = run_livefuse(binary, "on", weights, config, dt, ids_path, mask_path,
+                                   os.path.join(workdir, f"out_{dt}_b{b}_profile.npy"),
+                                   os.path.join(workdir, f"lf_{dt}_b{b}_profile.json"),
+                                   min(args.iters, 30), args.livefuse_warmup_ms,
+                                   os.path.join(workdir, f"report_{dt}_b{b}_profile.json"),
+                                   args.timeout, {"LIVEFUSE_PROFILE": "1"})
+                run["livefuse_profile"] = {k: rec[k] for k in ("report", "error") if k in rec}
+
             variants = [("eager", torch_eager), ("cuda_graph", torch_cuda_graph),
                         ("compile", torch_compiled)]
             for name, fn in variants:
@@ -320,6 +332,7 @@ def main():
     results["all_within_tolerance"] = all_ok
     print_table(results)
     print_breakdown(results)
+    print_gpu_profile(results)
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     log(f"\nwrote {args.json}")
@@ -371,6 +384,35 @@ def print_breakdown(results):
                 f"{(f'{f:.1f}' if f is not None else '-'):>9} "
                 f"{(f'{e:.1f}' if e is not None else '-'):>9} "
                 f"{(f'{sp:.2f}' if sp is not None else '-'):>7}  {p.get('name', '')}")
+
+
+def print_gpu_profile(results):
+    """Per fusion group of every plan that served, its mean GPU time per replay, from the
+    LIVEFUSE_PROFILE=1 run's report: the per-kernel view of where a forward's time goes."""
+    for r in results["runs"]:
+        rep = r.get("livefuse_profile", {}).get("report")
+        if not isinstance(rep, dict):
+            continue
+        plans = [p for p in rep.get("plans") or [] if p.get("hits", 0) > 0]
+        log(f"\nGPU time per fusion group (LIVEFUSE_PROFILE=1), {r['dtype']} batch {r['batch']}")
+        by_kind = {}
+        for p in plans:
+            ops = p.get("ops") or []
+            groups = (p.get("details") or p).get("groups") or []
+            timed = [g for g in groups if g.get("gpu_us") is not None]
+            if not timed:
+                continue
+            total = sum(g["gpu_us"] for g in timed)
+            log(f"  plan {p.get('id')} ({p.get('state')}, {p.get('hits')} hits): "
+                f"{total:.1f} us per replay, {len(timed)} steps")
+            for g in timed:
+                names = ",".join(ops[i].get("op", "?") for i in g.get("ops", []) if i < len(ops))
+                log(f"    {g['gpu_us']:8.2f} us  {g.get('kind', ''):14} {names}")
+                k = g.get("kind", "")
+                by_kind[k] = by_kind.get(k, 0.0) + g["gpu_us"]
+        if by_kind:
+            log("  by kind, summed over the plans' steps: " +
+                ", ".join(f"{k} {v:.1f} us" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])))
 
 
 if __name__ == "__main__":
