@@ -11,11 +11,39 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "runtime/executor.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemm_lt.hpp"
+#endif
 
 namespace livefuse::planner {
 namespace {
 
-std::atomic<GemmEpilogueRunner> g_epilogue_runner{nullptr};
+#if LIVEFUSE_HAS_CUDA
+// The CUDA backend's cuBLASLt epilogues (BIAS, RELU_BIAS, GELU_BIAS).
+bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias, const Tensor& out,
+                       void* stream) {
+  cuda::LtAct act = cuda::LtAct::none;
+  switch (e) {
+    case GemmEpilogue::None:
+      return false;
+    case GemmEpilogue::Bias:
+      break;
+    case GemmEpilogue::ReluBias:
+      act = cuda::LtAct::relu;
+      break;
+    case GemmEpilogue::GeluBias:
+      act = cuda::LtAct::gelu_tanh;
+      break;
+  }
+  return cuda::run_gemm_epilogue(gemm, static_cast<uint8_t>(act), bias, out, stream);
+}
+constexpr GemmEpilogueRunner kDefaultEpilogueRunner = cublaslt_epilogue;
+#else
+constexpr GemmEpilogueRunner kDefaultEpilogueRunner = nullptr;
+#endif
+
+std::atomic<GemmEpilogueRunner> g_epilogue_runner{kDefaultEpilogueRunner};
 
 // Gives a pending Materialized value dense storage (the window's pending outputs have none).
 void ensure_storage(const Tensor& t) {

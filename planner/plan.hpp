@@ -17,8 +17,8 @@
 // Step kinds:
 //   FusedKernel  one KernelSpec launch (pointwise, row or horizontal); CPU: the interpreter
 //   Gemm         matmul/linear via the backend, then its pointwise tail as one fused kernel;
-//                `epilogue` says which cuBLASLt epilogue covers the tail when a backend runner
-//                is installed (set_gemm_epilogue_runner)
+//                `epilogue` says which cuBLASLt epilogue covers the tail: CUDA builds run it
+//                through cuBLASLt (set_gemm_epilogue_runner replaces or removes that runner)
 //   Eager        one op through Executor::run_eager_into (the eager backends)
 //   View         a layout op: no kernel (a dense copy only for a reshape of a non-contiguous view)
 //   Opaque       a user kernel
@@ -103,7 +103,7 @@ void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* str
 // fresh dense tensors (views as views) on the externals' device. The runtime binds its own.
 std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tensor>& externals);
 
-// cuBLASLt epilogue hook: the CUDA backend installs a runner that computes gemm + epilogue into
+// cuBLASLt epilogue hook (CUDA builds start with cuBLASLt's): a runner that computes gemm + epilogue into
 // `out` (returns false when it cannot, then the GEMM + tail kernel path runs).
 using GemmEpilogueRunner = bool (*)(const OpCall& gemm, GemmEpilogue epilogue, const Tensor* bias,
                                     const Tensor& out, void* stream);

@@ -45,7 +45,7 @@ struct OutView {
 
 // out[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias[N]); batch dims broadcast.
 void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf32,
-             cudaStream_t s) {
+             cudaStream_t s, LtAct act = LtAct::none) {
   const DType dt = out.dtype;
   const int ra = a.shape.rank, rb = b.shape.rank, ro = out.shape.rank;
   const int64_t M = a.shape[ra - 2], K = a.shape[ra - 1], N = b.shape[rb - 1];
@@ -58,6 +58,7 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
   c.dtype = dt;
   c.tf32 = tf32;
   c.bias = bias;
+  c.act = act;
   c.m = N, c.n = M, c.k = K, c.ldd = N;
   // cuBLASLt's A is our b, its B is our a (see the top of this file).
   Tensor tmp_a, tmp_b;
@@ -147,20 +148,60 @@ void run_matmul(const OpCall& call, const Tensor& out, void* stream) {
           static_cast<cudaStream_t>(stream));
 }
 
+namespace {
+// linear's operands as matmul views: x [.., K] (a vector as [1, K]) and W[N, K]^T as a [K, N]
+// view (strides swapped, no copy).
+void linear_views(const OpCall& call, MatView* a, MatView* b) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  *a = view_of(x);
+  if (a->shape.rank == 1) {  // [K] -> [1, K]
+    a->shape = Shape{1, x.shape()[0]};
+    a->strides = Strides{x.shape()[0], x.strides()[0]};
+  }
+  *b = MatView{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
+               Strides{w.strides()[1], w.strides()[0]}};
+}
+}  // namespace
+
+bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias, const Tensor& out,
+                       void* stream) {
+  // The epilogue writes a dense output and reads the bias as a dense, 16-byte aligned vector of
+  // the output's dtype; anything else is left to the GEMM + tail kernel path.
+  if (out.numel() == 0 || !out.is_contiguous()) return false;
+  if (call.op != OpId::linear && call.op != OpId::matmul) return false;
+  const void* bias_ptr = nullptr;
+  if (bias) {
+    if (bias->dtype() != out.dtype() || bias->rank() != 1 ||
+        bias->shape()[0] != out.shape()[out.rank() - 1] || bias->strides()[0] != 1 ||
+        reinterpret_cast<uintptr_t>(bias->impl()->data()) % 16 != 0)
+      return false;
+    bias_ptr = bias->impl()->data();
+  }
+  MatView a{}, b{};
+  bool tf32 = false;
+  if (call.op == OpId::linear) {
+    linear_views(call, &a, &b);
+    tf32 = call.attrs.i[1] != 0;
+  } else {
+    a = view_of(call.inputs[0]), b = view_of(call.inputs[1]);
+    tf32 = call.attrs.ni > 1 && call.attrs.i[1] != 0;
+    if (a.shape.rank < 2 || b.shape.rank < 2) return false;  // vector products: no epilogue
+  }
+  if (a.shape[a.shape.rank - 1] == 0) return false;  // K == 0: gemm_nd writes zeros only
+  OutView o{out.impl()->data(), out.shape(), out.dtype(), out.device()};
+  if (o.shape.rank == 1) o.shape = Shape{1, out.shape()[0]};
+  gemm_nd(a, b, o, bias_ptr, tf32, static_cast<cudaStream_t>(stream), static_cast<LtAct>(act));
+  return true;
+}
+
 void run_linear(const OpCall& call, const Tensor& out, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Tensor& x = call.inputs[0];
-  const Tensor& w = call.inputs[1];
   const bool has_bias = call.attrs.i[0] != 0;
   const bool tf32 = call.attrs.i[1] != 0;
-  MatView a = view_of(x);
-  if (a.shape.rank == 1) {  // [K] -> [1, K]
-    a.shape = Shape{1, x.shape()[0]};
-    a.strides = Strides{x.shape()[0], x.strides()[0]};
-  }
-  // W[N, K]^T as a [K, N] view: strides swapped, no copy.
-  const MatView b{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
-                  Strides{w.strides()[1], w.strides()[0]}};
+  MatView a{}, b{};
+  linear_views(call, &a, &b);
   // The epilogue reads the bias as a dense, aligned vector; anything else is added after.
   const void* epilogue_bias = nullptr;
   if (has_bias) {

@@ -57,7 +57,7 @@ void* workspace_for(int device, cudaStream_t s) {
 }
 
 struct GemmKey {
-  std::array<int64_t, 20> v{};
+  std::array<int64_t, 21> v{};
   bool operator==(const GemmKey& o) const { return v == o.v; }
 };
 struct GemmKeyHash {
@@ -126,7 +126,8 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
            alignment_of(c.b.ptr),
            alignment_of(c.d),
            c.bias ? alignment_of(c.bias) : 0,
-           device};
+           device,
+           static_cast<int64_t>(c.act)};
   auto it = plans.find(key);
   if (it != plans.end()) return it->second.get();
   if (plans.size() >= kMaxPlans) plans.clear();
@@ -140,10 +141,22 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
                                                 sizeof(c.a.op)));
   LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &c.b.op,
                                                 sizeof(c.b.op)));
-  if (c.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (c.act) {
+    case LtAct::none:
+      epi = c.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      break;
+    case LtAct::relu:
+      epi = c.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      break;
+    case LtAct::gelu_tanh:
+      epi = c.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      break;
+  }
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT)
     LF_CUBLAS_CALL(
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (c.bias) {
     LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t,
                                                   sizeof(t)));
     LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,

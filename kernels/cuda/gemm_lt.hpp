@@ -22,7 +22,11 @@ struct LtMat {
 // no unit stride (it must be copied).
 bool as_transposed(int64_t R, int64_t C, int64_t sr, int64_t sc, LtMat* m);
 
-// D = op(A) op(B) (+ bias per row of D), `batch` strided matrices.
+// The activation cuBLASLt applies after the (bias and) product, in its epilogue. Its GELU is
+// the tanh approximation (gelu_tanh), never erf gelu.
+enum class LtAct : uint8_t { none, relu, gelu_tanh };
+
+// D = act(op(A) op(B) (+ bias per row of D)), `batch` strided matrices.
 struct LtCall {
   DType dtype = DType::f32;
   bool tf32 = false;
@@ -31,6 +35,7 @@ struct LtCall {
   int64_t m = 0, n = 0, k = 0, ldd = 0;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
   const void* bias = nullptr;
+  LtAct act = LtAct::none;
 };
 
 // Enqueues the call on `s`. Allocates nothing after the stream's first GEMM.

@@ -103,6 +103,13 @@ std::vector<Case> cases(DType dt) {
     b.output(b.add(OpId::tanh, {x}));
     out.push_back({"gemm tail + horizontal", b.build(), 2});  // GELU_BIAS epilogue + one horizontal launch
   }
+  {
+    // A batched matmul + bias add + relu: the RELU_BIAS epilogue on the folded GEMM.
+    SegmentBuilder b;
+    const ValueRef x = b.input({3, 16, 40}, dt), w = b.input({40, 24}, dt), bias = b.input({24}, dt);
+    b.output(b.add(OpId::relu, {b.add(OpId::add, {b.add(OpId::matmul, {x, w}), bias})}));
+    out.push_back({"matmul + bias + relu epilogue", b.build(), 1});
+  }
   return out;
 }
 
