@@ -113,20 +113,27 @@ void Detector::on_call_event(const TraceEvent& ev) {
   for (int o = 0; o < ev.n_out; ++o)
     local = hash_combine(local, ev.out_dtype[o] | (ev.out_rank[o] << 8) | (1u << 16));
 
-  // The token adds near reuse: "input m is the value input u of the op d positions back read".
+  // The token adds near reuse: "input m is the value input u of the op d positions back read,
+  // and that read was the r-th of a run of near reads" (stream_window.hpp, the Note, 1).
   uint64_t token = local;
   for (int m = 0; m < ev.n_in; ++m) {
     const ValueId id = ev.in_ids[m];
     if (id == 0) continue;
     ValueEntry& e = values_.find_or_insert(id, stamp_);
     uint64_t feature = (uint64_t{static_cast<uint32_t>(m)} << 16) | 0xffff;
-    if (e.use_stream == w.stream() && pos - e.use_pos <= static_cast<uint64_t>(kNearUse))
-      feature = (uint64_t{static_cast<uint32_t>(m)} << 16) | ((pos - e.use_pos) << 8) | e.use_input;
+    uint8_t rank = 0;
+    if (e.use_stream == w.stream() && e.use_pos >= w.barrier_end() &&
+        pos - e.use_pos <= static_cast<uint64_t>(kNearUse)) {
+      rank = static_cast<uint8_t>(std::min(e.use_rank + 1, kMaxNearRank));
+      feature = (uint64_t{rank} << 32) | (uint64_t{static_cast<uint32_t>(m)} << 16) |
+                ((pos - e.use_pos) << 8) | e.use_input;
+    }
     token = hash_combine(token, feature);
     if (e.prod_stream != kNoStream) mark_use(e, id, w, pos);
     e.use_stream = w.stream();
     e.use_pos = pos;
     e.use_input = static_cast<uint8_t>(m);
+    e.use_rank = rank;
   }
   for (int o = 0; o < ev.n_out; ++o) {
     if (ev.out_ids[o] == 0) continue;

@@ -45,6 +45,7 @@ RingEvent& StreamWindow::append(uint64_t token, uint64_t local, SlotKind kind) {
   s.token = token;
   s.local = local;
   s.kind = kind;
+  if (kind == SlotKind::barrier) barrier_end_ = head_ + 1;
   RingEvent& r = ring_[head_ & ring_mask_];
   r.pos = head_;
   r.local_token = 0;
@@ -77,13 +78,15 @@ uint64_t StreamWindow::match_len(uint64_t i, uint64_t j, uint64_t lim) {
 //     A = [linear, gelu, ..] and B = [linear, relu, ..]: the linear belongs to the block it
 //     starts, which only a search at the linear itself, with its own lookahead, can see).
 //  2. Backward: else, among earlier positions of the same op, one whose kMinMatch preceding
-//     ops are the same ops, counting back no further than the start of a sequence (reaching
-//     the same start is enough: a block's third op is identified by the two before it); the
-//     candidate itself must not start a sequence. This keeps the tail of a loop in the loop
-//     when the lookahead diverges (the last layer is followed by the head, not by another
-//     layer), and the first occurrence of a block whose input came from elsewhere (other
-//     near-use wiring) with the later ones; but an op after a loop that merely looks like the
-//     loop's first op (a final layer_norm) is not that op.
+//     ops are the same ops with the same wiring (tokens: q/k/v, three [linear, reshape,
+//     permute] blocks, are told apart only by it), counting back no further than the start of
+//     a sequence (reaching the same start is enough: a block's third op is identified by the
+//     two before it); the candidate itself must not start a sequence. This keeps the tail of a
+//     loop in the loop when the lookahead diverges (the last layer is followed by the head,
+//     not by another layer); but an op after a loop that merely looks like the loop's first op
+//     (a final layer_norm) is not that op: it would give the loop head a second successor.
+//     Unless a barrier follows it: then it has no successor (BERT's last closing layer_norm,
+//     then the sync, is the point where every layer was entered, not a 25th op of the last).
 void StreamWindow::search(uint64_t i) {
   const Slot& si = slot(i);
   const uint64_t lim = std::min(lookahead_, head_ - i);
@@ -116,8 +119,10 @@ void StreamWindow::search(uint64_t i) {
     phrase_left_ = best_len >= kMinMatch ? best_len - (kMinMatch - 1) : 1;
     return;
   }
+  // An op followed by a barrier has no successor: it cannot make a loop head a branch.
+  const bool last_before_barrier = i + 1 < head_ && slot(i + 1).kind == SlotKind::barrier;
   auto try_backward = [&](uint64_t j) {
-    if (!live(slot(j).pp) || pps_[slot(j).pp.idx].entry) return false;
+    if (!live(slot(j).pp) || (pps_[slot(j).pp.idx].entry && !last_before_barrier)) return false;
     bool same_start = false;
     const uint64_t back = back_len(i, j, &same_start);
     if (back < static_cast<uint64_t>(kMinMatch) && !(same_start && back > 0)) return false;
@@ -151,7 +156,7 @@ uint64_t StreamWindow::back_len(uint64_t i, uint64_t j, bool* same_start) {
   while (k < static_cast<uint64_t>(kMinMatch) && j > k && in_window(j - k - 1)) {
     const Slot& a = slot(i - k - 1);
     const Slot& b = slot(j - k - 1);
-    if (a.kind != SlotKind::op || a.local != b.local || !live(b.pp)) break;
+    if (a.kind != SlotKind::op || a.token != b.token || !live(b.pp)) break;
     ++k;
     if (pps_[b.pp.idx].entry) {
       *same_start = a.pp == b.pp;

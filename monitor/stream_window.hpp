@@ -4,8 +4,22 @@
 // [ Note -- how sequences are found ]
 // 1. Tokens. Each op becomes a local token (op, structural attrs, dtypes, ranks) and a token
 //    that adds, per input, whether the same value was read by one of the previous kNearUse ops
-//    (which one, which input): enough to tell q/k/v projections of one layer apart, and it never
-//    depends on anything further back (so layer 1 and layer 7 agree).
+//    (which one, which input) and, if so, that read's rank: how many reads of the value came
+//    before it in a run of near reads (each within kNearUse of the next), up to kMaxNearRank.
+//    A value read by several sibling ops in a row -- q/k/v projections of one normalised input,
+//    gate/up of an MLP, k/v of cross-attention -- is a fan-out, not a loop: the rank gives
+//    each sibling its own token. The distance alone does not: in BERT each projection is
+//    followed by its reshape and permute, so k and v both read h 3 ops after the previous read;
+//    [reshape, permute, linear(h, 3 back), reshape, permute] would then occur twice, 3 apart,
+//    the k projection would inherit the q projection's program points (2.) and every layer
+//    would be cut into pieces at that repeat (3.). With the rank the q/k/v linears read h as
+//    "far", "3 back, rank 1" and "3 back, rank 2". A fan-out wider than kMaxNearRank + 1 looks
+//    like a loop from there on. Nothing further back than kNearUse * kMaxNearRank positions
+//    enters a token (so layer 1 and layer 7 agree); a weight read once per block by
+//    consecutive blocks longer than kNearUse is never seen at all, and between shorter blocks
+//    the rank saturates after kMaxNearRank of them. Runs, and near reads, never reach across a
+//    barrier (a sync, a non-capturable op): the ops on its two sides are never in one sequence,
+//    so what lies before it is context, not wiring.
 // 2. Program points. A position that continues an earlier stretch of the stream inherits that
 //    position's program point (LZ77-style phrases, lookahead max_segment; see search() for the
 //    forward and backward rules). Twelve layers map onto the program points of the first; a
@@ -18,7 +32,14 @@
 //    "bubble" -- two points with the same op and the same neighbours, i.e. one op whose wiring
 //    differs in some occurrences -- is not a branch. What lies between cuts is a maximal unit:
 //    a whole layer, never every sub-run of one. (A run of ops shared by two different loops is
-//    a unit of its own: it does repeat in different contexts.)
+//    a unit of its own: it does repeat in different contexts.) A loop is cut where it is
+//    entered, which need not be where the source's loop body starts: in post-LN BERT the
+//    embedding ends with a layer_norm that is the same op, followed by the same ops, as the
+//    layer_norm closing each layer, so the stream is [embedding] (layer_norm [the other 23
+//    ops of a layer])^n layer_norm, and the unit is the layer's 24 ops rotated by one:
+//    [layer_norm, q/k/v, ..., add]. Nothing in the stream tells that layer_norm's two call
+//    sites apart; the other rotation would show only at the stream's end (the last
+//    layer_norm, then a sync), after the first forward pass has made this one hot.
 // 4. A sequence all of whose positions continued earlier ones goes to the SegmentSink with the
 //    hash of its program-point path (the structure table counts only repeats of one path).
 #include <cstdint>
@@ -35,6 +56,10 @@ inline constexpr int kMaxBackCandidates = 4;  // ... and for a backward one (rar
 // normalised input, short enough that a weight shared by consecutive blocks is not seen (that
 // would make each block's tokens depend on the block before it).
 inline constexpr int kNearUse = 4;
+// Reads of one value in a run of near reads that get their own token (note, 1): q/k/v and one
+// more sibling. Each further step lets a loop of short blocks sharing a weight take one more
+// block before its tokens are steady.
+inline constexpr int kMaxNearRank = 3;
 
 enum class SlotKind : uint8_t { op, barrier };
 
@@ -84,6 +109,8 @@ class StreamWindow {
   uint32_t epoch() const { return static_cast<uint32_t>(head_ >> half_life_log2_); }
   uint64_t pp_evictions() const { return pp_evictions_; }
   uint64_t segments() const { return segments_; }
+  // The position after the latest barrier (a sync, a non-capturable op); 0: none yet.
+  uint64_t barrier_end() const { return barrier_end_; }
 
   // Appends one position; returns its ring slot (the caller fills ev / hashes for calls).
   RingEvent& append(uint64_t token, uint64_t local_token, SlotKind kind);
@@ -159,6 +186,7 @@ class StreamWindow {
   uint64_t pp_evictions_ = 0;
 
   uint64_t head_ = 0;  // positions appended
+  uint64_t barrier_end_ = 0;
   uint64_t next_ = 0;  // positions assigned
   uint64_t phrase_off_ = 0;
   uint64_t phrase_left_ = 0;

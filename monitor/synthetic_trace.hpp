@@ -144,6 +144,51 @@ inline ValueId encoder_layer(EventSynth& s, ValueId x, const SynthLayer& L, int 
   return out;
 }
 
+// A post-LN BERT encoder layer as examples/bert/bert.cpp records it (Hugging Face BertLayer,
+// eager attention): 24 ops, and the q/k/v projections each followed by their own reshape and
+// permute, so the three read the layer input 3 and 6 ops apart. `x` is [B, S, D]; `mask`, when
+// not 0, is the additive attention mask every layer's softmax reads.
+inline constexpr int kBertLayerOps = 24;
+inline ValueId bert_layer(EventSynth& s, ValueId x, const SynthLayer& L, int B, int S, int D,
+                          int H = 4, ValueId mask = 0) {
+  const auto& w = L.w;
+  const int Dh = D / H;
+  std::vector<ValueId> tmp;
+  auto t = [&](ValueId v) {
+    tmp.push_back(v);
+    return v;
+  };
+  const Attrs lin = ints({1, 0});
+  auto split_heads = [&](ValueId p) {
+    p = t(s.call(OpId::reshape, {p}, {B, S, H, Dh}, ints({B, S, H, Dh})));
+    return t(s.call(OpId::permute, {p}, {B, H, S, Dh}, ints({0, 2, 1, 3})));
+  };
+  const ValueId q = split_heads(t(s.call(OpId::linear, {x, w[2], w[3]}, {B, S, D}, lin)));
+  const ValueId k = split_heads(t(s.call(OpId::linear, {x, w[4], w[5]}, {B, S, D}, lin)));
+  const ValueId v = split_heads(t(s.call(OpId::linear, {x, w[6], w[7]}, {B, S, D}, lin)));
+  const ValueId kt = t(s.call(OpId::permute, {k}, {B, H, Dh, S}, ints({0, 1, 3, 2})));
+  ValueId a = t(s.call(OpId::matmul, {q, kt}, {B, H, S, S}, ints({0, 0})));
+  Attrs sm;
+  sm.push_float(0.125);
+  sm.push_int(mask != 0 ? 1 : 0);
+  a = t(mask != 0 ? s.call(OpId::softmax, {a, mask}, {B, H, S, S}, sm)
+                  : s.call(OpId::softmax, {a}, {B, H, S, S}, sm));
+  ValueId o = t(s.call(OpId::matmul, {a, v}, {B, H, S, Dh}, ints({0, 0})));
+  o = t(s.call(OpId::permute, {o}, {B, S, H, Dh}, ints({0, 2, 1, 3})));
+  o = t(s.call(OpId::contiguous, {o}, {B, S, H, Dh}));
+  o = t(s.call(OpId::reshape, {o}, {B, S, D}, ints({B, S, D})));
+  o = t(s.call(OpId::linear, {o, w[8], w[9]}, {B, S, D}, lin));
+  ValueId h1 = t(s.call(OpId::add, {o, x}, {B, S, D}));
+  h1 = t(s.call(OpId::layer_norm, {h1, w[0], w[1]}, {B, S, D}, ln_attrs()));
+  ValueId m = t(s.call(OpId::linear, {h1, w[12], w[13]}, {B, S, 4 * D}, lin));
+  m = t(s.call(OpId::gelu, {m}, {B, S, 4 * D}));
+  m = t(s.call(OpId::linear, {m, w[14], w[15]}, {B, S, D}, lin));
+  m = t(s.call(OpId::add, {m, h1}, {B, S, D}));
+  const ValueId out = s.call(OpId::layer_norm, {m, w[10], w[11]}, {B, S, D}, ln_attrs());
+  for (ValueId id : tmp) s.release(id);
+  return out;
+}
+
 }  // namespace synth
 
 }  // namespace livefuse::monitor

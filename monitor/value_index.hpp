@@ -22,6 +22,7 @@ struct ValueEntry {
   uint32_t use_stream = kNoStream;
   uint32_t prod_stream = kNoStream;
   uint8_t use_input = 0;
+  uint8_t use_rank = 0;  // earlier reads in the last use's run of near reads (stream_window.hpp)
   uint8_t prod_output = 0;
 };
 

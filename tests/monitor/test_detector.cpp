@@ -319,3 +319,124 @@ TEST_CASE("detector: a strict alternation is one unit; a step between syncs is o
   CHECK(c[0].size() == 3);
   CHECK(c[0].ops[2].out_dtypes[0] == DType::i64);
 }
+
+namespace {
+
+// BERT's embedding prologue (word + token type + position embeddings, add, add, layer_norm:
+// 8 ops), then the layers, then a host read of the output (a sync).
+void bert_forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers,
+                  const std::vector<ValueId>& emb, ValueId mask, int B, int S, int D) {
+  const ValueId ids = s.value({B, S}, DType::i64);
+  const ValueId words = s.call(OpId::embedding, {emb[0], ids}, {B, S, D});
+  const ValueId ts = s.call(OpId::slice, {emb[3]}, {S}, lfmon::ints({0, 0, S, 1}), DType::i64);
+  const ValueId types = s.call(OpId::embedding, {emb[1], ts}, {S, D});
+  const ValueId ps = s.call(OpId::slice, {emb[4]}, {S}, lfmon::ints({0, 0, S, 1}), DType::i64);
+  const ValueId positions = s.call(OpId::embedding, {emb[2], ps}, {S, D});
+  const ValueId e0 = s.call(OpId::add, {words, types}, {B, S, D});
+  const ValueId e1 = s.call(OpId::add, {e0, positions}, {B, S, D});
+  ValueId x = s.call(OpId::layer_norm, {e1, emb[5], emb[6]}, {B, S, D}, lfmon::ln_attrs());
+  for (ValueId v : {ids, words, ts, types, ps, positions, e0, e1}) s.release(v);
+  for (const auto& L : layers) {
+    const ValueId y = lfmon::bert_layer(s, x, L, B, S, D, 4, mask);
+    s.release(x);
+    x = y;
+  }
+  s.sync();
+  s.release(x);
+}
+
+}  // namespace
+
+// Post-LN BERT: the embedding ends with a layer_norm that is the same op as each layer's closing
+// layer_norm and is followed by the same ops, so the stream is [embedding 7] (LN [layer 23])^n LN:
+// the loop is entered at that layer_norm, and the unit is the layer's 24 ops starting there.
+// What must not happen: q/k/v, three identical [linear, reshape, permute] blocks reading one
+// input, mistaken for a loop of three (fragments of 2, 3 and 16 ops).
+TEST_CASE("detector: a BERT encoder is one 24-op unit per layer, q/k/v included") {
+  using lfmon::kBertLayerOps;
+  const OpId kUnit[kBertLayerOps] = {
+      OpId::layer_norm, OpId::linear,  OpId::reshape, OpId::permute, OpId::linear,
+      OpId::reshape,    OpId::permute, OpId::linear,  OpId::reshape, OpId::permute,
+      OpId::permute,    OpId::matmul,  OpId::softmax, OpId::matmul,  OpId::permute,
+      OpId::contiguous, OpId::reshape, OpId::linear,  OpId::add,     OpId::layer_norm,
+      OpId::linear,     OpId::gelu,    OpId::linear,  OpId::add};
+  for (const int n_layers : {4, 7, 12})
+    for (const bool masked : {false, true}) {
+      CAPTURE(n_layers);
+      CAPTURE(masked);
+      Detector d(opts());
+      EventSynth s;
+      const int B = 1, S = 8, D = 16, V = 50;
+      std::vector<lfmon::SynthLayer> layers;
+      for (int l = 0; l < n_layers; ++l) layers.push_back(lfmon::layer_weights(s, D));
+      const std::vector<ValueId> emb = {
+          s.value({V, D}),           s.value({2, D}), s.value({32, D}), s.value({32}, DType::i64),
+          s.value({32}, DType::i64), s.value({D}),    s.value({D})};
+      const ValueId mask = masked ? s.value({B, 1, 1, S}) : 0;
+      for (int it = 0; it < 5; ++it) bert_forward(s, layers, emb, mask, B, S, D);
+      const auto c = run(d, s);
+      if (c.size() != 2)
+        for (const auto& cand : c) MESSAGE(cand.size(), ": ", describe(cand));
+      REQUIRE(c.size() == 2);
+      const bool first_is_layer = c[0].size() == kBertLayerOps;
+      const Candidate& layer = c[first_is_layer ? 0 : 1];
+      const Candidate& prologue = c[first_is_layer ? 1 : 0];
+      INFO(describe(layer));
+      REQUIRE(layer.size() == kBertLayerOps);
+      for (int k = 0; k < kBertLayerOps; ++k) CHECK(layer.ops[k].op == kUnit[k]);
+      // q, k and v read the layer_norm's output, and so does the residual add.
+      for (int k : {1, 4, 7})
+        CHECK(layer.ops[k].inputs[0] == WireRef{WireRef::Kind::internal, 0, 0});
+      CHECK(layer.ops[18].inputs[1] == WireRef{WireRef::Kind::internal, 0, 0});
+      // Every layer of every pass is one occurrence; the first one defines the path.
+      CHECK(layer.occurrences >= static_cast<uint64_t>(5 * n_layers - 1));
+      CHECK(layer.shapes.tuples.size() == 1);
+      CHECK(prologue.size() == 7);
+      CHECK(prologue.ops.front().op == OpId::embedding);
+    }
+}
+
+TEST_CASE("detector: a prologue that also reads the loop's input does not split the loop") {
+  // The first block's linear reads x right after the prologue's relu did (near use), the later
+  // ones read x fresh: the first block is different wiring and stays with the prologue.
+  for (const int readers : {0, 1, 2}) {
+    CAPTURE(readers);
+    Detector d(opts());
+    EventSynth s;
+    const int S = 4, D = 8;
+    std::vector<ValueId> ws, bs;
+    for (int k = 0; k < 6; ++k) ws.push_back(s.value({D, D})), bs.push_back(s.value({D}));
+    for (int it = 0; it < 5; ++it) {
+      const ValueId in = s.value({S, D});
+      ValueId x = s.call(OpId::exp, {in}, {S, D});
+      std::vector<ValueId> side;
+      if (readers >= 1) side.push_back(s.call(OpId::relu, {x}, {S, D}));
+      if (readers >= 2) side.push_back(s.call(OpId::tanh, {x}, {S, D}));
+      for (int k = 0; k < 6; ++k) {
+        const ValueId h = s.call(OpId::linear, {x, ws[k], bs[k]}, {S, D}, lfmon::ints({1, 0}));
+        const ValueId g = s.call(OpId::gelu, {h}, {S, D});
+        const ValueId m = s.call(OpId::mul, {g, x}, {S, D});
+        const ValueId e = s.call(OpId::exp, {m}, {S, D});
+        const ValueId y = s.call(OpId::add, {e, x}, {S, D});
+        for (ValueId v : {h, g, m, e, x}) s.release(v);
+        x = y;
+      }
+      const ValueId out = s.call(OpId::sum, {x}, {S}, lfmon::ints({1, 0}));
+      s.sync();
+      for (ValueId v : {x, out, in}) s.release(v);
+      for (ValueId v : side) s.release(v);
+    }
+    const auto c = run(d, s);
+    for (const auto& cand : c) MESSAGE(describe(cand));
+    bool block = false;
+    for (const auto& cand : c) {
+      if (cand.ops.front().op == OpId::exp) continue;  // the prologue (with the first block)
+      CHECK(cand.size() == 5);
+      CHECK(cand.ops.front().op == OpId::linear);
+      CHECK(cand.ops.back().op == OpId::add);
+      CHECK(cand.occurrences >= 5 * 5 - 2);
+      block = true;
+    }
+    CHECK(block);
+  }
+}
