@@ -51,12 +51,15 @@ std::string ops(const PlanInfo& p) {
 
 std::string groups(const PlanInfo& p) {
   if (p.details.groups.empty()) return "";
-  std::string r = "\nFUSION GROUPS\n";
+  bool profiled = false;
+  for (const FusionGroupInfo& g : p.details.groups) profiled |= g.gpu_us.has_value();
+  std::string r = profiled ? "\nFUSION GROUPS (mean GPU time per replay)\n" : "\nFUSION GROUPS\n";
   for (const FusionGroupInfo& g : p.details.groups) {
     std::string list;
     for (size_t k = 0; k < g.ops.size(); ++k) list += (k ? "," : "") + std::to_string(g.ops[k]);
-    const std::string gpu = g.gpu_us ? strf("%9.2f us", *g.gpu_us) : std::string(12, ' ');
-    r += strf("  %-6s %-14s %s  ops %-16s %s\n", g.name.c_str(), g.kind.c_str(), gpu.c_str(),
+    // The GPU time column appears only for profiled plans (LIVEFUSE_PROFILE=1).
+    const std::string gpu = !profiled ? "" : g.gpu_us ? strf("%9.2f us  ", *g.gpu_us) : std::string(14, ' ');
+    r += strf("  %-6s %-14s %sops %-16s %s\n", g.name.c_str(), g.kind.c_str(), gpu.c_str(),
               list.c_str(), g.kernel.empty() ? "(eager)" : ("kernel " + g.kernel).c_str());
   }
   return r;
