@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
     const int64_t hidden = dev.is_cuda() ? 768 : 256, heads = dev.is_cuda() ? 12 : 4,
                   ffn = 4 * hidden;
     if (dev.is_cuda()) seq = std::max<int64_t>(seq, 128);
-    if (iters < 0) iters = dev.is_cuda() ? 400 : 60;
+    // A few seconds of work: long enough on the GPU for plans to be compiled and take over.
+    if (iters < 0) iters = dev.is_cuda() ? 5000 : 60;
 
     std::vector<demo::EncoderBlock> blocks;
     for (int l = 0; l < layers; ++l)

@@ -32,8 +32,8 @@ echo "== PyTorch chain peers"
 timeout -k 5 120 python3 bench/peers/torch_chain.py 4096 "$OUT/bench/torch_chain.json" 2>&1 | tail -6
 pack_out
 echo "== demo"
-timeout -k 5 60 "$B/examples/livefuse-demo" --iters 300 > "$OUT/demo.log" 2>&1
-grep -E "^iter +(0|1|2|3|5|10|50|100|200|299) |summary" "$OUT/demo.log"
+timeout -k 5 60 "$B/examples/livefuse-demo" > "$OUT/demo.log" 2>&1
+awk 'NR <= 8 || /summary/ || NR % 4 == 0' "$OUT/demo.log"
 pack_out
 if [ "${BERT:-1}" = 1 ]; then
   echo "== BERT vs PyTorch ($(( $(date +%s) - START )) s)"
