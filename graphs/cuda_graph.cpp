@@ -2,6 +2,7 @@
 #include "graphs/cuda_graph.hpp"
 
 #include "runtime/cuda_check.hpp"
+#include "runtime/memory_pool.hpp"
 
 namespace livefuse::graphs {
 
@@ -50,6 +51,7 @@ void CudaGraphExec::launch(cudaStream_t s) const { LF_CUDA_CHECK(cudaGraphLaunch
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
   LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   try {
+    CaptureScope scope;  // temporaries allocated by the steps become graph memory nodes
     enqueue();
   } catch (...) {
     cudaGraph_t g = nullptr;

@@ -13,4 +13,19 @@ namespace livefuse {
 // Storage of `bytes` on `device`, freed back to the pool (on `stream` for CUDA) when released.
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream);
 
+// Set while this thread captures a CUDA graph (graphs/ sets it). An allocation made then is a
+// graph memory node: it bypasses the per-stream block cache both ways (a cached block must
+// never be one the graph owns, nor a graph own a block the cache hands out again later).
+class CaptureScope {
+ public:
+  CaptureScope();
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
+};
+
 }  // namespace livefuse

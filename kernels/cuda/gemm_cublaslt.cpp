@@ -124,6 +124,27 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
   }
   int64_t outer = 1;
   for (int d = 0; d < inner; ++d) outer *= l.sizes[d];
+  // Batch dims that do not collapse to one stride -- heads split out of a [B, S, H*D]
+  // projection are [B, H, S, D] with strides (S*H*D, D, H*D, 1) -- would cost a host-loop
+  // launch per outer batch. A dense copy of such an operand is one kernel, and then one
+  // strided-batch GEMM covers every batch.
+  if (outer > 2) {
+    const auto dense = [](const MatView& v) {
+      return v.strides == contiguous_strides(v.shape);
+    };
+    bool copied = false;
+    if (ab == ob && !dense(a)) {
+      tmp_a = materialise(a, dt, out.device, s);
+      a = view_of(tmp_a);
+      copied = true;
+    }
+    if (bb == ob && !dense(b)) {
+      tmp_b = materialise(b, dt, out.device, s);
+      b = view_of(tmp_b);
+      copied = true;
+    }
+    if (copied) return gemm_nd(a, b, out, bias, tf32, s, act);
+  }
   const size_t es = dtype_size(dt);
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, off[3] = {0, 0, 0};

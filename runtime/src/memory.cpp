@@ -176,6 +176,13 @@ CudaBlockCache& cuda_cache() {
 
 }  // namespace
 
+namespace {
+thread_local bool t_capturing = false;
+}
+CaptureScope::CaptureScope() : prev_(t_capturing) { t_capturing = true; }
+CaptureScope::~CaptureScope() { t_capturing = prev_; }
+bool CaptureScope::active() { return t_capturing; }
+
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream) {
   auto s = std::make_shared<Storage>();
   s->device = device;
@@ -194,7 +201,7 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   (void)cuda_pool(device.index);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   void* p = nullptr;
-  const bool cache = config().cuda_cache;
+  const bool cache = config().cuda_cache && !t_capturing;
   if (bytes > 0 && cache) p = cuda_cache().get(bytes, st);
   if (bytes > 0 && !p) {
     cudaError_t e = cudaMallocAsync(&p, bytes, st);
