@@ -20,10 +20,12 @@ std::atomic<int> g_row_items{0};  // 0: the heuristic below
 // Row launch shape: threads per row (a power of two, 32..kRowMaxThreads, about `items` columns
 // each: short rows get one warp and no __syncthreads at all) and rows per block. Measured on an
 // H200 (bench/fusion_bench.cpp sweeps it): 8 columns a thread for rows up to 2048 f32 and 16
-// beyond; twice that for 2-byte dtypes, whose 16-byte packs hold 8 columns.
-void row_shape(int64_t cols, int row_vec, unsigned& tpr, unsigned& rpb) {
+// beyond; twice that for 2-byte dtypes, whose 16-byte packs hold 8 columns. A variant that holds
+// the row in registers takes `regs` columns a thread (at most that many: it has no more).
+void row_shape(int64_t cols, int row_vec, int regs, unsigned& tpr, unsigned& rpb) {
   int64_t items = g_row_items.load(std::memory_order_relaxed);
-  if (items <= 0) items = (cols <= 2048 ? 8 : 16) * (row_vec >= 8 ? 2 : 1);
+  if (regs > 0) items = items > 0 ? std::min<int64_t>(items, regs) : regs;
+  else if (items <= 0) items = (cols <= 2048 ? 8 : 16) * (row_vec >= 8 ? 2 : 1);
   int64_t t = 32;
   while (t < kRowMaxThreads && t * items < cols) t *= 2;
   tpr = static_cast<unsigned>(t);
@@ -93,11 +95,9 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
     return c;
   }
   const PartGeometry& g = geos[0];
-  row_shape(g.cols, k.rendered.row_vec, c.block_x, c.block_y);
-  const int ncache = k.rendered.ncache;
-  const int64_t per_row = static_cast<int64_t>(ncache) * g.cols * 4;
-  while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
-  const bool cache_ok = ncache > 0 && per_row <= smem_optin;
+  const int ncache = k.rendered.ncache, regs = k.rendered.row_regs;
+  const int64_t per_row = regs > 0 ? 0 : static_cast<int64_t>(ncache) * g.cols * 4;
+  const bool cache_ok = ncache > 0 && (regs > 0 ? g.cols <= int64_t{kRowMaxThreads} * regs : per_row <= smem_optin);
   // 16-byte column packs: unit column strides, packs that never straddle a row, aligned rows.
   const int rv = k.rendered.row_vec;
   bool vec_ok = rv > 1 && g.cols % rv == 0;
@@ -114,7 +114,12 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
                 {Variant::VecRecomputeI64, vec_ok}, {Variant::RecomputeI64, true}},
             c, spec.name, error))
     return c;
-  if (is_cache_row(c.variant)) c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
+  const bool cached = is_cache_row(c.variant);
+  row_shape(g.cols, rv, cached ? regs : 0, c.block_x, c.block_y);
+  if (cached && per_row > 0) {
+    while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
+    c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
+  }
   c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
   return c;
 }

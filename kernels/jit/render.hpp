@@ -6,7 +6,8 @@
 //
 // Every spec renders to one module with several entry points (variants), picked per launch:
 //   pointwise: vec (16-byte loads/stores, dense operands)  | strided (any strides, broadcast)
-//   row:       cache (Full values reused from shared mem)  | recompute (re-reads inputs)
+//   row:       cache (Full values kept in registers, or shared memory when there are many)
+//              | recompute (re-reads inputs)
 // each with 32-bit and 64-bit indexing. Sizes, strides and pointers are kernel parameters
 // (one struct of 64-bit words, see ArgLayout), so a kernel is independent of concrete shapes.
 #include <string>
@@ -57,7 +58,9 @@ struct RenderedKernel {
   std::string source;
   std::string prefix;   // entry point names are prefix + "_" + variant_suffix
   int vec = 1;          // pointwise: elements per thread of the vec variants
-  int ncache = 0;       // row: Full values cached per column (floats)
+  int ncache = 0;       // row: Full values a shared-memory cache would hold per column (floats)
+  int row_regs = 0;     // row: columns per thread the cache variants hold in registers (0: they
+                        // cache in shared memory, ncache floats per column)
   int row_vec = 1;      // row: columns per 16-byte pack in the vec variants
   ArgLayout layout;
   std::vector<Variant> variants;

@@ -215,10 +215,10 @@ std::string to_storage(DType d, const std::string& x) {
 }
 
 std::string decompose(const std::string& index, int rank_word, int shape_word,
-                      const std::vector<std::pair<std::string, int>>& offs) {
+                      const std::vector<std::pair<std::string, int>>& offs, bool unroll) {
   std::ostringstream os;
   os << "  {\n    I lf_r = " << index << ";\n    const int lf_rank = (int)A.w[" << rank_word << "];\n";
-  os << "#pragma unroll\n    for (int d = " << (kMaxDims - 1) << "; d >= 0; --d) {\n";
+  os << "#pragma unroll" << (unroll ? "" : " 1") << "\n    for (int d = " << (kMaxDims - 1) << "; d >= 0; --d) {\n";
   os << "      if (d < lf_rank) {\n";
   os << "        I lf_c;\n        if (d == 0) { lf_c = lf_r; } else {\n";
   os << "          const I lf_n = (I)A.w[" << shape_word << " + d];\n";
@@ -262,27 +262,25 @@ __device__ __forceinline__ float lf_warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = lf_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Across warps: warp partials through shared memory, then one more shuffle tree (no loop over
+// the warps: at most 16 a row).
 __device__ __forceinline__ float lf_row_sum(float v, float* red) {
   v = lf_warp_sum(v);
   if (blockDim.x <= 32) return v;
-  const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr;
+  const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr, lane = threadIdx.x & 31;
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) red[base + (threadIdx.x >> 5)] = v;
+  if (lane == 0) red[base + (threadIdx.x >> 5)] = v;
   __syncthreads();
-  float s = red[base];
-  for (int k = 1; k < wpr; ++k) s += red[base + k];
-  return s;
+  return lf_warp_sum(lane < wpr ? red[base + lane] : 0.0f);
 }
 __device__ __forceinline__ float lf_row_max(float v, float* red) {
   v = lf_warp_max(v);
   if (blockDim.x <= 32) return v;
-  const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr;
+  const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr, lane = threadIdx.x & 31;
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) red[base + (threadIdx.x >> 5)] = v;
+  if (lane == 0) red[base + (threadIdx.x >> 5)] = v;
   __syncthreads();
-  float s = red[base];
-  for (int k = 1; k < wpr; ++k) s = lf_max(s, red[base + k]);
-  return s;
+  return lf_warp_max(lane < wpr ? red[base + lane] : __int_as_float(0xff800000));
 }
 )LF";
   return s;

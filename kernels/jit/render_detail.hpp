@@ -21,9 +21,10 @@ std::string from_storage(DType d, const std::string& x);
 std::string to_storage(DType d, const std::string& x);
 // The helpers every generated module starts with (embedded sources + reductions, packs).
 std::string preamble();
-// Offsets of every io from a linear index (unrolled over the runtime rank, outermost dim
-// without a division). `off` names one I variable per io; `shape_word` the part's shape[0].
+// Offsets of every io from a linear index (over the runtime rank, outermost dim without a
+// division). `off` names one I variable per io; `shape_word` the part's shape[0]. Unrolled
+// for per-element use; a loop (one division in the code, not seven: NVRTC time) once per row.
 std::string decompose(const std::string& index, int rank_word, int shape_word,
-                      const std::vector<std::pair<std::string, int>>& offsets_and_stride_words);
+                      const std::vector<std::pair<std::string, int>>& offsets_and_stride_words, bool unroll);
 
 }  // namespace livefuse::jit::render_detail

@@ -46,7 +46,7 @@ void render_part(std::ostringstream& os, const KernelPart& part, const ArgLayout
     os << "  I " << off_name(k) << " = 0;\n";
     offs.push_back({off_name(k), (k < nin ? lp.in[k] : lp.out[k - nin]) + 1});
   }
-  os << decompose("i", lp.base + 1, lp.base + 2, offs);
+  os << decompose("i", lp.base + 1, lp.base + 2, offs, true);
   os << "  lf_p" << p << "_at<I>(A";
   for (size_t k = 0; k < nin + nout; ++k) os << ", " << off_name(k);
   os << ");\n}\n\n";

@@ -1,6 +1,13 @@
 // Row kernels: blockDim.x threads per row (a multiple of 32), blockDim.y rows per block. The
 // schedule (row_schedule.hpp) gives the column loops; between loops the row's reductions are
 // finished with warp shuffles (and shared memory across warps) and row values computed.
+//
+// Where a cache variant keeps the values later loops need:
+//   registers (row_regs > 0): each thread owns at most row_regs columns of its row -- packs
+//     (lf_p * threads + thread) -- and every loop is unrolled over them, so a cached value is an
+//     array of registers: the row is read from global memory once and written once, and nothing
+//     goes through shared memory. Rows longer than row_regs * kRowMaxThreads cannot run it.
+//   shared memory (row_regs == 0, too many values to hold): ncache floats per column.
 #include <algorithm>
 #include <sstream>
 
@@ -12,39 +19,70 @@ namespace livefuse::jit {
 namespace {
 using namespace render_detail;
 
+enum class Store : uint8_t { None, Regs, Smem };
+
+// Registers a thread spends on cached values: 16 floats hold one value at 16 columns a thread
+// (8192 columns with 512 threads, 1024 with 64); more held values get fewer columns each, down
+// to one pack. Every column a thread owns is another unrolled copy of the
+// loop bodies, so this also bounds NVRTC time (32 cost about 1.5x the compile time of 16).
+constexpr int kRegBudget = 16;
+constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memory
+
 std::string nat_float(DType d, const std::string& x) {
   if (d == DType::f16) return "lf_nat_f16(" + x + ")";
   if (d == DType::bf16) return "lf_nat_bf16(" + x + ")";
   return x;
 }
 
-// vec > 1: every Full io is read and written as packs of `vec` consecutive columns (16 bytes
-// for the narrowest dtype); the launch checks unit column strides, alignment and cols % vec.
-void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout::Part& lp, bool cache,
-                 const RowSchedule& s, int vec) {
-  const size_t nin = part.inputs.size(), nout = part.outputs.size();
-  auto rname = [](size_t k) { return "r" + std::to_string(k); };
-  auto cname = [](size_t k) { return "c" + std::to_string(k); };
-  auto word = [&](size_t k) { return k < nin ? lp.in[k] : lp.out[k - nin]; };
-  os << "template <typename I>\n__device__ __forceinline__ void lf_row_" << (cache ? "cache" : "recompute")
-     << (vec > 1 ? "_v" : "") << "(const LfArgs& A, float* lf_smem, float* lf_red) {\n";
-  os << "  const int lf_tid = threadIdx.x, lf_tpr = blockDim.x;\n";
-  os << "  const I lf_rows = (I)A.w[0], lf_cols = (I)A.w[10];\n";
-  os << "  const I lf_row = (I)blockIdx.x * (I)blockDim.y + (I)threadIdx.y;\n";
-  os << "  const bool lf_valid = lf_row < lf_rows;\n";
-  std::vector<std::pair<std::string, int>> offs;
-  for (size_t k = 0; k < nin + nout; ++k) {
-    os << "  I " << rname(k) << " = 0; const I " << cname(k) << " = (I)A.w[" << word(k) + 9 << "];\n";
-    offs.push_back({rname(k), word(k) + 1});
-  }
-  os << decompose("(lf_valid ? lf_row : (I)0)", 1, 2, offs);
-  if (cache && s.ncache > 0)
-    os << "  float* lf_cache = lf_smem + (I)threadIdx.y * (I)" << s.ncache << " * lf_cols;\n";
-  else
-    os << "  (void)lf_smem;\n";
+struct Body {
+  const KernelPart& part;
+  const ArgLayout::Part& lp;
+  const RowSchedule& s;
+  Store store;
+  int vec;  // columns per access: > 1 reads and writes 16-byte packs
+  int np;   // Regs: column groups (packs, or single columns) a thread owns
 
-  for (int sec = 0; sec <= s.nloops; ++sec) {
+  size_t nin() const { return part.inputs.size(); }
+  std::string rname(size_t k) const { return "r" + std::to_string(k); }
+  std::string cname(size_t k) const { return "c" + std::to_string(k); }
+  int word(size_t k) const { return k < nin() ? lp.in[k] : lp.out[k - nin()]; }
+  std::string name() const {
+    return std::string("lf_row_") + (store == Store::None ? "recompute" : "cache") + (vec > 1 ? "_v" : "");
+  }
+  // Cached value i at element `e` of the current group.
+  std::string reg(int i, const std::string& e) const {
+    return "lf_k" + std::to_string(i) + "[lf_p * " + std::to_string(vec) + " + " + e + "]";
+  }
+
+  void prologue(std::ostringstream& os) const {
+    os << "template <typename I>\n__device__ __forceinline__ void " << name()
+       << "(const LfArgs& A, float* lf_smem, float* lf_red) {\n";
+    os << "  const int lf_tid = threadIdx.x, lf_tpr = blockDim.x;\n";
+    os << "  const I lf_rows = (I)A.w[0], lf_cols = (I)A.w[10];\n";
+    os << "  const I lf_row = (I)blockIdx.x * (I)blockDim.y + (I)threadIdx.y;\n";
+    os << "  const bool lf_valid = lf_row < lf_rows;\n";
+    const size_t nio = nin() + part.outputs.size();
+    std::vector<std::pair<std::string, int>> offs;
+    for (size_t k = 0; k < nio; ++k) {
+      os << "  I " << rname(k) << " = 0;";
+      if (vec == 1) os << " const I " << cname(k) << " = (I)A.w[" << word(k) + 9 << "];";
+      os << "\n";
+      offs.push_back({rname(k), word(k) + 1});
+    }
+    os << decompose("(lf_valid ? lf_row : (I)0)", 1, 2, offs, false);
+    if (store == Store::Smem && s.ncache > 0)
+      os << "  float* lf_cache = lf_smem + (I)threadIdx.y * (I)" << s.ncache << " * lf_cols;\n";
+    else
+      os << "  (void)lf_smem;\n";
+    if (store == Store::Regs)
+      for (int i = 0; i < static_cast<int>(part.instrs.size()); ++i)
+        if (s.cache_slot[i] >= 0)
+          os << "  " << nat_type(part.instrs[i].dtype) << " lf_k" << i << "[" << np * vec << "];\n";
+  }
+
+  void section(std::ostringstream& os, int sec) const {
     os << "  // ---- section " << sec << "\n";
+    const size_t nin = this->nin();
     for (int i : s.section[sec]) {
       const Instr& in = part.instrs[i];
       const std::string v = "v" + std::to_string(i);
@@ -66,38 +104,15 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
         default: os << "  " << value_stmt(in, i, "lf_cols") << "\n";
       }
     }
-    if (sec == s.nloops) break;
-    os << "  // ---- loop " << sec << "\n";
-    for (int i : s.loop_reduce[sec]) {
-      const bool sum = part.instrs[i].kind == InstrKind::ReduceSum;
-      os << "  float lf_acc" << i << " = " << (sum ? "0.0f" : "__int_as_float(0xff800000)") << ";\n";
-    }
-    const std::string ind = vec > 1 ? "      " : "    ";
-    if (vec > 1) {
-      os << "  for (I lf_c0 = (I)lf_tid * (I)" << vec << "; lf_valid && lf_c0 < lf_cols; lf_c0 += (I)lf_tpr * (I)" << vec << ") {\n";
-      for (int i : s.loop_eval[sec]) {
-        const Instr& in = part.instrs[i];
-        if (in.kind != InstrKind::Load) continue;
-        const std::string st = storage_type(in.dtype);
-        os << "    " << st << " lf_s" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_s" << i << ", ((const " << st
-           << "*)A.w[" << lp.in[in.io] << "]) + " << rname(in.io) << " + lf_c0);\n";
-      }
-      for (int i : s.loop_store[sec])
-        os << "    " << storage_type(part.instrs[i].dtype) << " lf_so" << i << "[" << vec << "];\n";
-      if (cache) {
-        for (int i : s.loop_cache_read[sec])
-          os << "    float lf_cr" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_cr" << i << ", lf_cache + (I)"
-             << s.cache_slot[i] << " * lf_cols + lf_c0);\n";
-        for (int i : s.loop_cache_write[sec]) os << "    float lf_cw" << i << "[" << vec << "];\n";
-      }
-      os << "#pragma unroll\n    for (int e = 0; e < " << vec << "; ++e) {\n      const I lf_c = lf_c0 + e;\n";
-    } else {
-      os << "#pragma unroll 4\n  for (I lf_c = lf_tid; lf_valid && lf_c < lf_cols; lf_c += lf_tpr) {\n";
-    }
-    // Packs go to shared memory as 16-byte accesses too (one float per column would make
-    // `vec` threads hit one bank).
+  }
+
+  // The per-column work of loop `sec` for one column (element `e` of a pack when vec > 1).
+  void columns(std::ostringstream& os, int sec, const std::string& ind) const {
+    const size_t nin = this->nin();
     for (int i : s.loop_cache_read[sec]) {
-      if (vec > 1) os << ind << "const float v" << i << " = lf_cr" << i << "[e];\n";
+      const std::string t = nat_type(part.instrs[i].dtype);
+      if (store == Store::Regs) os << ind << "const " << t << " v" << i << " = " << reg(i, vec > 1 ? "e" : "0") << ";\n";
+      else if (vec > 1) os << ind << "const float v" << i << " = lf_cr" << i << "[e];\n";
       else os << ind << "const float v" << i << " = lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c];\n";
     }
     for (int i : s.loop_eval[sec]) {
@@ -111,11 +126,11 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
         os << ind << value_stmt(in, i, "lf_cols") << "\n";
       }
     }
-    if (cache)
-      for (int i : s.loop_cache_write[sec]) {
-        if (vec > 1) os << ind << "lf_cw" << i << "[e] = v" << i << ";\n";
-        else os << ind << "lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c] = v" << i << ";\n";
-      }
+    for (int i : s.loop_cache_write[sec]) {
+      if (store == Store::Regs) os << ind << reg(i, vec > 1 ? "e" : "0") << " = v" << i << ";\n";
+      else if (vec > 1) os << ind << "lf_cw" << i << "[e] = v" << i << ";\n";
+      else os << ind << "lf_cache[(I)" << s.cache_slot[i] << " * lf_cols + lf_c] = v" << i << ";\n";
+    }
     for (int i : s.loop_reduce[sec]) {
       const int a = part.instrs[i].arg[0];
       if (part.instrs[i].kind == InstrKind::ReduceSum) os << ind << "lf_acc" << i << " += v" << a << ";\n";
@@ -128,21 +143,79 @@ void render_body(std::ostringstream& os, const KernelPart& part, const ArgLayout
       if (vec > 1) os << ind << "lf_so" << i << "[e] = " << to_storage(in.dtype, v) << ";\n";
       else os << ind << store_stmt(in.dtype, lp.out[in.io], rname(k) + " + lf_c * " + cname(k), v) << "\n";
     }
-    if (vec > 1) {
-      os << "    }\n";
-      if (cache)
-        for (int i : s.loop_cache_write[sec])
-          os << "    lf_stpack<" << vec << ">(lf_cache + (I)" << s.cache_slot[i] << " * lf_cols + lf_c0, lf_cw" << i << ");\n";
-      for (int i : s.loop_store[sec]) {
-        const Instr& in = part.instrs[i];
-        os << "    lf_stpack<" << vec << ">(((" << storage_type(in.dtype) << "*)A.w[" << lp.out[in.io] << "]) + "
-           << rname(nin + in.io) << " + lf_c0, lf_so" << i << ");\n";
+  }
+
+  // One pack of `vec` columns starting at lf_c0: 16-byte loads, the columns, 16-byte stores.
+  void pack(std::ostringstream& os, int sec, const std::string& ind) const {
+    for (int i : s.loop_eval[sec]) {
+      const Instr& in = part.instrs[i];
+      if (in.kind != InstrKind::Load) continue;
+      const std::string st = storage_type(in.dtype);
+      os << ind << st << " lf_s" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_s" << i << ", ((const " << st
+         << "*)A.w[" << lp.in[in.io] << "]) + " << rname(in.io) << " + lf_c0);\n";
+    }
+    for (int i : s.loop_store[sec]) os << ind << storage_type(part.instrs[i].dtype) << " lf_so" << i << "[" << vec << "];\n";
+    if (store == Store::Smem) {
+      // Packs go to shared memory as 16-byte accesses too (one float per column would make
+      // `vec` threads hit one bank).
+      for (int i : s.loop_cache_read[sec])
+        os << ind << "float lf_cr" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_cr" << i << ", lf_cache + (I)"
+           << s.cache_slot[i] << " * lf_cols + lf_c0);\n";
+      for (int i : s.loop_cache_write[sec]) os << ind << "float lf_cw" << i << "[" << vec << "];\n";
+    }
+    os << "#pragma unroll\n" << ind << "for (int e = 0; e < " << vec << "; ++e) {\n";
+    columns(os, sec, ind + "  ");
+    os << ind << "}\n";
+    if (store == Store::Smem)
+      for (int i : s.loop_cache_write[sec])
+        os << ind << "lf_stpack<" << vec << ">(lf_cache + (I)" << s.cache_slot[i] << " * lf_cols + lf_c0, lf_cw" << i << ");\n";
+    for (int i : s.loop_store[sec]) {
+      const Instr& in = part.instrs[i];
+      os << ind << "lf_stpack<" << vec << ">(((" << storage_type(in.dtype) << "*)A.w[" << lp.out[in.io] << "]) + "
+         << rname(nin() + in.io) << " + lf_c0, lf_so" << i << ");\n";
+    }
+  }
+
+  void loop(std::ostringstream& os, int sec) const {
+    os << "  // ---- loop " << sec << "\n";
+    for (int i : s.loop_reduce[sec]) {
+      const bool sum = part.instrs[i].kind == InstrKind::ReduceSum;
+      os << "  float lf_acc" << i << " = " << (sum ? "0.0f" : "__int_as_float(0xff800000)") << ";\n";
+    }
+    if (store == Store::Regs) {
+      os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
+      if (vec > 1) {
+        os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
+        os << "    if (lf_valid && lf_c0 < lf_cols) {\n";
+        pack(os, sec, "      ");
+      } else {
+        os << "    const I lf_c = (I)lf_p * (I)lf_tpr + (I)lf_tid;\n";
+        os << "    if (lf_valid && lf_c < lf_cols) {\n";
+        columns(os, sec, "      ");
       }
+      os << "    }\n  }\n";
+      return;
+    }
+    if (vec > 1) {
+      os << "  for (I lf_c0 = (I)lf_tid * (I)" << vec << "; lf_valid && lf_c0 < lf_cols; lf_c0 += (I)lf_tpr * (I)" << vec
+         << ") {\n";
+      pack(os, sec, "    ");
+    } else {
+      os << "#pragma unroll 4\n  for (I lf_c = lf_tid; lf_valid && lf_c < lf_cols; lf_c += lf_tpr) {\n";
+      columns(os, sec, "    ");
     }
     os << "  }\n";
   }
-  os << "}\n\n";
-}
+
+  void render(std::ostringstream& os) const {
+    prologue(os);
+    for (int sec = 0; sec <= s.nloops; ++sec) {
+      section(os, sec);
+      if (sec < s.nloops) loop(os, sec);
+    }
+    os << "}\n\n";
+  }
+};
 
 }  // namespace
 
@@ -153,14 +226,19 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     if (in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax)
       LF_ASSERT(is_floating(part.instrs[in.arg[0]].dtype), "row reduction of a non-float value");
   std::ostringstream os;
-  const RowSchedule cached = schedule_row(part, RowCacheMode::CacheFloat);
+  const RowSchedule smem = schedule_row(part, RowCacheMode::CacheFloat);
+  const RowSchedule regs = schedule_row(part, RowCacheMode::CacheAll);
   const RowSchedule recomputed = schedule_row(part, RowCacheMode::Recompute);
-  rk.ncache = cached.ncache;
+  rk.ncache = smem.ncache;
   size_t min_size = 16;
   for (const auto* ios : {&part.inputs, &part.outputs})
     for (const IoDesc& d : *ios)
       if (d.space == Space::Full) min_size = std::min(min_size, dtype_size(d.dtype));
   rk.row_vec = static_cast<int>(std::clamp<size_t>(16 / min_size, 1, 8));
+  // Columns a thread holds in registers: a multiple of the pack width within the budget.
+  const int held = std::max(regs.live, 1);
+  const int packs = std::max(1, kRegBudget / (held * rk.row_vec));
+  rk.row_regs = held * packs * rk.row_vec <= kRegMax ? packs * rk.row_vec : 0;
   rk.variants.clear();
   for (bool vec : {false, true}) {
     for (bool cache : {true, false}) {
@@ -172,7 +250,10 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
                                        : (i64 ? Variant::RecomputeI64 : Variant::RecomputeI32));
         if (!wants_variant(spec, v)) continue;
         if (!body) {
-          render_body(os, part, rk.layout.parts[0], cache, cache ? cached : recomputed, vec ? rk.row_vec : 1);
+          const int w = vec ? rk.row_vec : 1;
+          const Store st = !cache ? Store::None : rk.row_regs > 0 ? Store::Regs : Store::Smem;
+          const RowSchedule& s = !cache ? recomputed : st == Store::Regs ? regs : smem;
+          Body{part, rk.layout.parts[0], s, st, w, rk.row_regs / w}.render(os);
           body = true;
         }
         rk.variants.push_back(v);

@@ -1,6 +1,8 @@
 #include "kernels/jit/row_schedule.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <functional>
 
 #include "livefuse/error.hpp"
@@ -32,6 +34,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     if (in.space == Space::Full) max_full = std::max(max_full, p);
   }
   s.nloops = max_full + 1;
+  LF_ASSERT(s.nloops < 64, "row program with ", s.nloops, " column loops");
   s.loop_eval.resize(s.nloops);
   s.loop_cache_read.resize(s.nloops);
   s.loop_cache_write.resize(s.nloops);
@@ -44,13 +47,34 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     if (mode == RowCacheMode::CacheAll) return true;
     return is_floating(part.instrs[i].dtype);
   };
-  // Full values used by a later loop than their own: cached (when cacheable) in their loop.
+  // Home loop of a Full value: the first loop that needs it (a load only an epilogue reads is
+  // read in the last loop, not carried from the first). needs[x]: every loop that needs x when
+  // nothing is cached (users first: operands precede users).
+  std::vector<uint64_t> needs(n, 0);
+  for (int y = n - 1; y >= 0; --y) {
+    const Instr& in = part.instrs[y];
+    uint64_t loops = 0;
+    if (is_reduce(in)) loops = uint64_t{1} << use_loop(in, s.phase[y]);
+    else if (in.kind == InstrKind::Store && in.space == Space::Full) loops = uint64_t{1} << s.phase[y];
+    else if (in.space == Space::Full) loops = needs[y];
+    for (int a = 0; a < in.nargs; ++a)
+      if (part.instrs[in.arg[a]].space == Space::Full) needs[in.arg[a]] |= loops;
+  }
+  s.home.assign(n, -1);
+  for (int i = 0; i < n; ++i)
+    if (needs[i]) s.home[i] = std::countr_zero(needs[i]);
+  // Full values a later loop than their home uses directly: cached (when cacheable) in their
+  // home loop. (One needed later only through a user that is not cached is recomputed there.)
   std::vector<bool> used_later(n, false);
   for (int y = 0; y < n; ++y) {
     const Instr& in = part.instrs[y];
-    for (int a = 0; a < in.nargs; ++a) {
+    int loop = -1;
+    if (is_reduce(in)) loop = use_loop(in, s.phase[y]);
+    else if (in.kind == InstrKind::Store && in.space == Space::Full) loop = s.phase[y];
+    else if (in.space == Space::Full) loop = s.home[y];
+    for (int a = 0; loop >= 0 && a < in.nargs; ++a) {
       const int x = in.arg[a];
-      if (part.instrs[x].space == Space::Full && use_loop(in, s.phase[y]) > s.phase[x]) used_later[x] = true;
+      if (part.instrs[x].space == Space::Full && loop > s.home[x]) used_later[x] = true;
     }
   }
 
@@ -91,7 +115,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     std::vector<int> stack;
     auto need = [&](int x) {
       if (part.instrs[x].space != Space::Full || eval[x] || read[x]) return;
-      if (s.phase[x] < p && in_cache[x]) {
+      if (s.home[x] < p && in_cache[x]) {
         read[x] = true;
         return;
       }
@@ -106,7 +130,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
       } else if (in.kind == InstrKind::Store && in.space == Space::Full && s.phase[i] == p) {
         s.loop_store[p].push_back(i);
         need(in.arg[0]);
-      } else if (in.space == Space::Full && in.has_value() && s.phase[i] == p && in_cache[i]) {
+      } else if (in.space == Space::Full && in.has_value() && s.home[i] == p && in_cache[i]) {
         need(i);
       }
     }
@@ -119,13 +143,31 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     for (int i = 0; i < n; ++i) {
       if (eval[i]) {
         s.loop_eval[p].push_back(i);
-        if (s.phase[i] == p && in_cache[i]) {
-          s.cache_slot[i] = s.ncache++;
+        if (s.home[i] == p && in_cache[i]) {
+          s.cache_slot[i] = 0;
           s.loop_cache_write[p].push_back(i);
         }
       }
       if (read[i]) s.loop_cache_read[p].push_back(i);
     }
+  }
+  // Slots only for values some later loop reads (a user that is itself cached may make an
+  // operand's copy unnecessary); `live`: most cached values held across one loop boundary.
+  std::vector<int> last_read(n, -1);
+  for (int p = 0; p < s.nloops; ++p)
+    for (int x : s.loop_cache_read[p]) last_read[x] = p;
+  for (int p = 0; p < s.nloops; ++p) {
+    auto& w = s.loop_cache_write[p];
+    w.erase(std::remove_if(w.begin(), w.end(), [&](int x) { return last_read[x] < 0; }), w.end());
+    for (int x : w) s.cache_slot[x] = s.ncache++;
+  }
+  for (int i = 0; i < n; ++i)
+    if (last_read[i] < 0) s.cache_slot[i] = -1;
+  for (int b = 0; b + 1 < s.nloops; ++b) {
+    int held = 0;
+    for (int i = 0; i < n; ++i)
+      if (s.cache_slot[i] >= 0 && s.home[i] <= b && last_read[i] > b) held += dtype_size(part.instrs[i].dtype) == 8 ? 2 : 1;
+    s.live = std::max(s.live, held);
   }
   for (int i = 0; i < n; ++i) {
     const Instr& in = part.instrs[i];

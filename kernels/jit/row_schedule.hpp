@@ -8,9 +8,10 @@
 // reductions of phase p+1); section s, before loop s (or after the last loop), finalises the
 // reductions of phase s and computes the row values of phase s (and stores them).
 //
-// A Full value of an earlier phase that a later loop needs is either recomputed (its loads
-// are read again) or kept from its own loop in a per-row cache (shared memory on the GPU, the
-// tile buffer on the CPU). Which one is the mode.
+// A Full value is evaluated first in its home loop, the first loop that needs it (a load only
+// the epilogue uses is read there, not carried from loop 0). One that a later loop needs too is
+// either recomputed (its loads are read again) or kept from its home loop in a per-row cache
+// (registers or shared memory on the GPU, the tile buffer on the CPU). Which one is the mode.
 #include <vector>
 
 #include "kernels/jit/kernel_spec.hpp"
@@ -19,8 +20,10 @@ namespace livefuse::jit {
 
 enum class RowCacheMode : uint8_t {
   Recompute,   // no cache: earlier-phase values are recomputed
-  CacheFloat,  // values of float dtype are cached (GPU shared memory holds floats)
-  CacheAll,    // every value is cached (CPU interpreter with a whole row in one tile)
+  CacheFloat,  // values of float dtype are cached (GPU shared memory holds floats); arithmetic
+               // on cached values is recomputed instead, to keep the cache small
+  CacheAll,    // every value is cached (rows held in registers on the GPU; the CPU interpreter
+               // with a whole row in one tile)
 };
 
 struct RowSchedule {
@@ -32,8 +35,10 @@ struct RowSchedule {
   std::vector<std::vector<int>> loop_reduce;       // reductions accumulated in loop p
   std::vector<std::vector<int>> loop_store;        // Full stores in loop p
   std::vector<std::vector<int>> section;           // row instrs before loop s; s == nloops: after
+  std::vector<int> home;                           // per Full instr: first loop that needs it (-1: none)
   std::vector<int> cache_slot;                     // per instr, -1 when not cached
   int ncache = 0;
+  int live = 0;  // most cached values held across one loop boundary (i64 counts twice)
 };
 
 RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode);

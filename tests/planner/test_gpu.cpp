@@ -69,6 +69,14 @@ std::vector<Case> cases(DType dt) {
     b.output(b.add(OpId::gelu, {b.add(OpId::layer_norm, {h, w, bb}, a_norm(1e-5, 1, 1))}));
     out.push_back({"residual layer_norm gelu", b.build(), 1});
   }
+  // Rows held in registers up to their capacity (8192 columns at 512 threads), with pack counts
+  // that do not divide evenly among the threads; 4100 f16 columns take the one-column path.
+  for (int64_t cols : {1032, 4100, 8192}) {
+    SegmentBuilder b;
+    const ValueRef x = b.input({3, cols}, dt), w = b.input({cols}, dt), bb = b.input({cols}, dt);
+    b.output(b.add(OpId::layer_norm, {x, w, bb}, a_norm(1e-5, 1, 1)));
+    out.push_back({"layer_norm " + std::to_string(cols), b.build(), 1});
+  }
   for (int64_t cols : {5, 1000, 20000}) {
     SegmentBuilder b;
     const ValueRef s = b.input({2, 3, cols}, dt), m = b.input({1, 1, cols}, dt);

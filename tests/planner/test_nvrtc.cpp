@@ -251,13 +251,111 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 1000}), 48 << 10, &err);
   CHECK(err.empty());
   CHECK(c.variant == jit::Variant::VecCacheI32);
-  CHECK(c.smem == c.block_y * rk->rendered.ncache * 1000 * 4);
+  // The row stays in registers: each thread owns row_regs columns at most, no shared memory.
+  REQUIRE(rk->rendered.row_regs > 0);
+  CHECK(c.smem == 0);
+  CHECK(static_cast<int64_t>(c.block_x) * rk->rendered.row_regs >= 1000);
   CHECK(c.block_x * c.block_y <= jit::kRowMaxThreads);
-  c = jit::choose_launch(*rspec, *rk, rgeo({4, 100000}), 48 << 10, &err);  // rows too long to cache
+  c = jit::choose_launch(*rspec, *rk, rgeo({4, 100000}), 48 << 10, &err);  // rows too long to hold
   CHECK(c.missing == jit::Variant::VecRecomputeI32);
   err.clear();
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 999}), 48 << 10, &err);  // odd rows: no 16-byte packs
   CHECK(c.missing == jit::Variant::CacheI32);
+}
+
+TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the row in registers") {
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+    return n;
+  };
+  auto norm_attrs = [](bool w, bool b) {
+    Attrs a;
+    a.push_float(1e-5);
+    a.push_int(w);
+    a.push_int(b);
+    return a;
+  };
+  struct RowCase {
+    const char* name;
+    Segment seg;
+    size_t full_inputs;  // per-element operands, each read once
+  };
+  std::vector<RowCase> cases;
+  for (DType dt : {DType::f16, DType::bf16}) {
+    {
+      SegmentBuilder b;
+      const ValueRef x = b.input({256, 1024}, dt), w = b.input({1024}, dt), bb = b.input({1024}, dt);
+      b.output(b.add(OpId::layer_norm, {x, w, bb}, norm_attrs(true, true)));
+      cases.push_back({"layer_norm", b.build(), 3});
+    }
+    {
+      SegmentBuilder b;
+      Attrs sm;
+      sm.push_float(0.125);
+      sm.push_int(0);
+      b.output(b.add(OpId::softmax, {b.input({256, 1024}, dt)}, sm));
+      cases.push_back({"softmax", b.build(), 1});
+    }
+    {
+      SegmentBuilder b;
+      Attrs sm;
+      sm.push_float(0.125);
+      sm.push_int(1);
+      b.output(b.add(OpId::softmax, {b.input({8, 64, 512}, dt), b.input({1, 1, 512}, dt)}, sm));
+      cases.push_back({"softmax with mask", b.build(), 2});
+    }
+    {
+      SegmentBuilder b;
+      const ValueRef x = b.input({256, 4096}, dt), w = b.input({4096}, dt);
+      b.output(b.add(OpId::rms_norm, {x, w}, norm_attrs(true, false)));
+      cases.push_back({"rms_norm", b.build(), 2});
+    }
+  }
+  jit::KernelCompiler compiler(1, "");
+  for (const RowCase& c : cases) {
+    const auto specs = specs_of(plan_segment(c.seg, default_planner_options(Device::cuda(0))));
+    REQUIRE(specs.size() == 1);
+    const jit::KernelSpec& spec = *specs[0];
+    const jit::RenderedKernel rk = jit::render_cuda(spec);
+    INFO(c.name << " " << dtype_name(c.seg.dtype(c.seg.outputs[0])) << "\n" << rk.source);
+    CHECK(spec.variants == jit::variant_bit(jit::Variant::VecCacheI32));
+    CHECK(rk.row_vec == 8);  // 8 halves = 16 bytes per access
+    CHECK(rk.row_regs >= 8);
+    CHECK(rk.row_regs % 8 == 0);
+    // Every per-element operand is loaded as 16-byte packs once (no second pass over global
+    // memory), the output stored as 16-byte packs; no 2-byte column accesses, no shared cache.
+    CHECK(count(rk.source, "lf_ldpack<8>(lf_s") == c.full_inputs);
+    CHECK(count(rk.source, "lf_stpack<8>(((lf_u16*)") == 1);
+    CHECK(count(rk.source, " + lf_c * c") == 0);
+    CHECK(rk.source.find("lf_cache") == std::string::npos);
+    CHECK(rk.source.find("lf_k") != std::string::npos);  // the register-held row
+    // The launch picks it for a contiguous, aligned row: no dynamic shared memory.
+    alignas(16) static float buf[16];
+    const DType dt = c.seg.dtype(c.seg.outputs[0]);
+    auto arg = [&](const Shape& s) { return jit::TensorArg{buf, dt, s, contiguous_strides(s)}; };
+    jit::PartBinding pb;
+    pb.shape = c.seg.shape(c.seg.outputs[0]);
+    for (const ExternalInfo& e : c.seg.externals) pb.inputs.push_back(arg(e.shape));
+    pb.outputs.push_back(arg(pb.shape));
+    const std::vector<jit::PartGeometry> geo = {jit::make_geometry(spec.parts[0], spec.kind, pb)};
+    jit::CompiledKernel k;
+    k.rendered = rk;
+    k.variant_ok.assign(rk.variants.size(), true);
+    std::string err;
+    const jit::LaunchChoice lc = jit::choose_launch(spec, k, geo, 48 << 10, &err);
+    CHECK(err.empty());
+    CHECK(lc.variant == jit::Variant::VecCacheI32);
+    CHECK(lc.smem == 0);
+    CHECK(static_cast<int64_t>(lc.block_x) * rk.row_regs >= geo[0].cols);
+    if (!kNoNvrtc) {  // and it compiles without spilling
+      jit::CompileOptions o;
+      o.arch = 90;
+      const jit::CompileResult r = compiler.compile(specs[0], o);
+      REQUIRE(r.ok());
+      for (const auto& st : r.kernel->stats) CHECK(st.spill_bytes == 0);
+    }
+  }
 }
 
 TEST_CASE("nvrtc: ptxas report parsing (registers, spills)") {
