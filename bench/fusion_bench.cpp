@@ -6,8 +6,10 @@
 //   fused_chain_bw    the same chain on 64M f32 elements as one generated kernel on the GPU;
 //                     `fraction_of_copy_bw`, and `speedup` over the eager GPU chain.
 //   fused_layer_norm / fused_softmax   row kernels at large sizes, bandwidth and fraction.
+//   fused_softmax_mask / fused_rms_norm   the same for a masked softmax and rms_norm.
 //   nvrtc_compile     NVRTC time per generated kernel (distinct kernels, no cache): `median_ms`.
-// Usage: livefuse-bench-fusion [--device cpu|cuda|all] [--json PATH] [--quick]
+//                     NVRTC needs no GPU: --nvrtc-only runs just this (CUDA build, any machine).
+// Usage: livefuse-bench-fusion [--device cpu|cuda|all] [--json PATH] [--quick] [--nvrtc-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -230,19 +232,34 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     DType dt;
   };
   const std::vector<RowCase> cases = {
-      {"fused_layer_norm", 65536, 1024, DType::f32}, {"fused_layer_norm", 16384, 4096, DType::f32},
+      {"fused_layer_norm", 65536, 1024, DType::f32},  {"fused_layer_norm", 16384, 4096, DType::f32},
       {"fused_layer_norm", 65536, 1024, DType::bf16}, {"fused_softmax", 65536, 1024, DType::f32},
-      {"fused_softmax", 8192, 8192, DType::f32},     {"fused_softmax", 65536, 1024, DType::f16}};
+      {"fused_softmax", 8192, 8192, DType::f32},      {"fused_softmax", 65536, 1024, DType::f16},
+      {"fused_softmax_mask", 131072, 512, DType::f16}, {"fused_rms_norm", 65536, 1024, DType::bf16}};
   for (const RowCase& c : cases) {
     const int64_t rows = quick ? c.rows / 4 : c.rows;
+    const std::string name = c.name;
+    const bool softmax = name.starts_with("fused_softmax");
     SegmentBuilder b;
     const ValueRef xi = b.input({rows, c.cols}, c.dt);
     std::vector<Tensor> xs = {rand_uniform({rows, c.cols}, 3, -2, 2, c.dt, dev)};
     Attrs a;
-    a.push_float(c.name == std::string("fused_softmax") ? 0.125 : 1e-5);
-    if (c.name == std::string("fused_softmax")) {
+    a.push_float(softmax ? 0.125 : 1e-5);
+    if (softmax) {
+      const bool mask = name == "fused_softmax_mask";
+      a.push_int(mask ? 1 : 0);
+      if (mask) {
+        xs.push_back(rand_uniform({1, c.cols}, 6, -1, 0, c.dt, dev));
+        b.output(b.add(OpId::softmax, {xi, b.input({1, c.cols}, c.dt)}, a));
+      } else {
+        b.output(b.add(OpId::softmax, {xi}, a));
+      }
+    } else if (name == "fused_rms_norm") {
+      const ValueRef w = b.input({c.cols}, c.dt);
+      xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
+      a.push_int(1);
       a.push_int(0);
-      b.output(b.add(OpId::softmax, {xi}, a));
+      b.output(b.add(OpId::rms_norm, {xi, w}, a));
     } else {
       const ValueRef w = b.input({c.cols}, c.dt), bb = b.input({c.cols}, c.dt);
       xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
@@ -284,18 +301,25 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
 
 int main(int argc, char** argv) {
   std::string json, device = "all";
-  bool quick = false;
+  bool quick = false, nvrtc_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--nvrtc-only")) nvrtc_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--device cpu|cuda|all] [--json PATH] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device cpu|cuda|all] [--json PATH] [--quick] [--nvrtc-only]\n", argv[0]);
       return 2;
     }
   }
   std::vector<Record> recs;
   try {
+    if (nvrtc_only) {
+      if (!jit::nvrtc_available()) std::fprintf(stderr, "livefuse-bench-fusion: built without CUDA: no NVRTC\n");
+      bench_nvrtc(recs, quick);
+      if (!json.empty()) write_json(json, recs);
+      return 0;
+    }
     if (device == "cpu" || device == "all") bench_cpu(recs, quick);
     if (device != "cpu") bench_nvrtc(recs, quick);
 #if LIVEFUSE_HAS_CUDA
