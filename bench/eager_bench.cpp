@@ -51,8 +51,8 @@ struct Bench {
     lf::Tensor a = lf::rand_uniform({n}, 1, -1, 1, lf::DType::f32, dev);
     lf::Tensor b = lf::rand_uniform({n}, 2, -1, 1, lf::DType::f32, dev);
     const int reps = quick ? 10 : 50, batch = 200;
-    const double eager = host_us_per_call(dev, reps, batch, [&] { lf::Tensor c = lf::add(a, b); });
-    double bare = 0, backend_us = -1;
+    const std::function<void()> eager_fn = [&] { lf::Tensor c = lf::add(a, b); };
+    double eager = 0, bare = 0, backend_us = -1;
     std::string bare_name;
 #if LIVEFUSE_HAS_CUDA
     if (dev.is_cuda()) {
@@ -62,33 +62,32 @@ struct Bench {
                                         static_cast<const float*>(b.data_ptr()),
                                         static_cast<float*>(c.data_ptr()), n);
       cudaStream_t s = static_cast<cudaStream_t>(lf::Stream::current(dev).handle());
-      bare = host_us_per_call(dev, reps, batch, [&] {
-        BENCH_CUDA(cudaLaunchKernel(bl.fn, bl.grid, bl.block, bl.argv, 0, s));
-      });
-      bare_name = "bare_launch";
-      // The CUDA backend alone (plan + launch, output preallocated): splits the eager overhead
+      // The CUDA backend alone (plan + launch, output preallocated) splits the eager overhead
       // into the backend's share and the runtime's (validation, allocation, bookkeeping).
       livefuse::OpCall call;
       call.op = livefuse::OpId::add;
       call.inputs = {a, b};
-      const double backend = host_us_per_call(dev, reps, batch, [&] {
-        livefuse::cuda::run(call, std::span<const lf::Tensor>(&c, 1), s);
-      });
+      const std::vector<double> t = host_us_interleaved(
+          dev, reps, batch,
+          {eager_fn, [&] { BENCH_CUDA(cudaLaunchKernel(bl.fn, bl.grid, bl.block, bl.argv, 0, s)); },
+           [&] { livefuse::cuda::run(call, std::span<const lf::Tensor>(&c, 1), s); }});
+      eager = t[0], bare = t[1], backend_us = t[2];
+      bare_name = "bare_launch";
       add({"eager_op_overhead",
            "cuda_backend_only",
            std::to_string(n),
-           backend,
-           {{"over_bare_us", backend - bare}},
+           backend_us,
+           {{"over_bare_us", backend_us - bare}},
            {}});
-      backend_us = backend;
     }
 #endif
     if (dev.is_cpu()) {
       std::vector<float> x(n, 1.0f), y(n, 2.0f), z(n);
-      bare = host_us_per_call(dev, reps, batch, [&] {
+      const std::vector<double> t = host_us_interleaved(dev, reps, batch, {eager_fn, [&] {
         for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
         asm volatile("" : : "r"(z.data()) : "memory");
-      });
+      }});
+      eager = t[0], bare = t[1];
       bare_name = "plain_loop";
     }
     const std::string size = std::to_string(n);

@@ -77,6 +77,25 @@ inline double host_us_per_call(lf::Device dev, int reps, int batch,
   return median(t);
 }
 
+// The same, for several variants measured in turn within each rep (a drift of the host's clock
+// or load over the run then hits every variant alike): one median per variant.
+inline std::vector<double> host_us_interleaved(lf::Device dev, int reps, int batch,
+                                               const std::vector<std::function<void()>>& fns) {
+  std::vector<std::vector<double>> t(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t k = 0; k < fns.size(); ++k) {
+      lf::synchronize(dev);
+      const auto t0 = Clock::now();
+      for (int i = 0; i < batch; ++i) fns[k]();
+      const auto t1 = Clock::now();
+      t[k].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / batch);
+    }
+  lf::synchronize(dev);
+  std::vector<double> med;
+  for (auto& v : t) med.push_back(median(v));
+  return med;
+}
+
 #if LIVEFUSE_HAS_CUDA
 #define BENCH_CUDA(call)                                                                \
   do {                                                                                  \
