@@ -213,11 +213,19 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   }
   s->ptr = p;
   cuda_counters().add(bytes);
-  s->deleter = [bytes, st, cache](void* ptr) {
-    cuda_counters().sub(bytes);
-    // Stream-ordered: later work on `st` may still read it; reuse on `st` is ordered after it.
-    if (ptr && !(cache && cuda_cache().put(ptr, bytes, st))) (void)cudaFreeAsync(ptr, st);
-  };
+  // Stream-ordered: later work on `st` may still read it; reuse on `st` is ordered after it.
+  // (Two lambdas of 16 bytes each rather than one with a flag: std::function keeps those inline,
+  // no heap allocation per tensor.)
+  if (cache)
+    s->deleter = [bytes, st](void* ptr) {
+      cuda_counters().sub(bytes);
+      if (ptr && !cuda_cache().put(ptr, bytes, st)) (void)cudaFreeAsync(ptr, st);
+    };
+  else
+    s->deleter = [bytes, st](void* ptr) {
+      cuda_counters().sub(bytes);
+      if (ptr) (void)cudaFreeAsync(ptr, st);
+    };
   return s;
 #else
   (void)stream;
