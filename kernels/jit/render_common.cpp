@@ -107,19 +107,6 @@ std::string load_expr(DType d, int word, const std::string& off) {
   return "0";
 }
 
-std::string store_stmt(DType d, int word, const std::string& off, const std::string& val) {
-  const std::string o = "[" + off + "] = ";
-  switch (d) {
-    case DType::f32: return ptr("float", word) + o + val + ";";
-    case DType::f16: return ptr("lf_u16", word) + o + "lf_f2h(" + val + ");";
-    case DType::bf16: return ptr("lf_u16", word) + o + "lf_f2bf(" + val + ");";
-    case DType::i32: return ptr("int", word) + o + val + ";";
-    case DType::i64: return ptr("lf_i64", word) + o + val + ";";
-    case DType::boolean: return ptr("unsigned char", word) + o + "(unsigned char)(" + val + " != 0);";
-  }
-  return ";";
-}
-
 std::string literal(double v, DType c) {
   if (c == DType::f32) {
     const float f = static_cast<float>(v);
@@ -169,7 +156,9 @@ std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
   std::string expr;
   if (custom) expr = custom_op(in.custom_id).cuda_expr;
   else expr = std::string(op_info(in.op).expr);
-  os << nt << " " << v << ";\n    { ";
+  os << nt << " " << v << ";";
+  if (has_bits(in)) os << " lf_u16 " << v << "_b;";
+  os << "\n    { ";
   const char* names[3] = {"a", "b", "c"};
   for (int k = 0; k < in.nargs; ++k) {
     const std::string src = "v" + std::to_string(in.arg[k]);
@@ -183,8 +172,30 @@ std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
     if (mentions(expr, names[k])) os << "const " << ct << " " << names[k] << " = (" << ct << ")0; ";
   if (mentions(expr, "s0")) os << "const " << ct << " s0 = " << literal(in.s[0], custom ? DType::f32 : in.compute) << "; ";
   if (mentions(expr, "s1")) os << "const " << ct << " s1 = " << literal(in.s[1], custom ? DType::f32 : in.compute) << "; ";
+  if (has_bits(in)) {  // the storage bits too: a store of this value converts nothing again
+    const bool h = in.dtype == DType::f16;
+    os << v << "_b = " << (h ? "lf_f2h" : "lf_f2bf") << "(lf_to_f((" << ct << ")(" << expr << "))); " << v << " = "
+       << (h ? "lf_h2f(" : "lf_bf2f(") << v << "_b); }";
+    return os.str();
+  }
   os << v << " = " << naturalize(in.dtype, "(" + ct + ")(" + expr + ")") << "; }";
   return os.str();
+}
+
+bool has_bits(const Instr& in) {
+  return (in.kind == InstrKind::Op || in.kind == InstrKind::Custom) && (in.dtype == DType::f16 || in.dtype == DType::bf16);
+}
+
+std::string stored(const KernelPart& part, const Instr& st) {
+  const int k = st.arg[0];
+  const std::string v = "v" + std::to_string(k);
+  const Instr& x = part.instrs[k];
+  if (has_bits(x) && x.dtype == st.dtype) return v + "_b";
+  return to_storage(st.dtype, v);
+}
+
+std::string store_storage(DType d, int word, const std::string& off, const std::string& bits) {
+  return "((" + storage_type(d) + "*)A.w[" + std::to_string(word) + "])[" + off + "] = " + bits + ";";
 }
 
 std::string storage_type(DType d) {

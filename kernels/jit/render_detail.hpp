@@ -10,11 +10,16 @@ std::string nat_type(DType d);      // register type of a value: float, int or l
 std::string compute_ctype(DType c); // f32 -> float, i32 -> int, i64 -> lf_i64
 // Natural value of dtype d at element `off` of the pointer stored in parameter word `word`.
 std::string load_expr(DType d, int word, const std::string& off);
-std::string store_stmt(DType d, int word, const std::string& off, const std::string& val);
 // A scalar attribute as a literal of compute type c (converted like the eager backend does).
 std::string literal(double v, DType c);
 // "const T vI = ...;" for Op, Custom, Const and ColCount instructions; operands are vK.
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr);
+// f16/bf16 op results also keep their storage bits (vN_b): one conversion, not three, when
+// the value is stored (the natural float is dead code then).
+bool has_bits(const Instr& in);
+// The storage value that Store `st` writes (its operand's bits, or a conversion of it).
+std::string stored(const KernelPart& part, const Instr& st);
+std::string store_storage(DType d, int word, const std::string& off, const std::string& bits);
 // Storage element type and conversions for packed (16-byte) accesses.
 std::string storage_type(DType d);
 std::string from_storage(DType d, const std::string& x);

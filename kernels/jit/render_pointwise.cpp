@@ -35,7 +35,7 @@ void render_part(std::ostringstream& os, const KernelPart& part, const ArgLayout
   os << ") {\n";
   body(
       os, part, [&](const Instr& in) { return load_expr(in.dtype, lp.in[in.io], off_name(in.io)); },
-      [&](const Instr& in, const std::string& v) { return store_stmt(in.dtype, lp.out[in.io], off_name(nin + in.io), v); },
+      [&](const Instr& in, const std::string&) { return store_storage(in.dtype, lp.out[in.io], off_name(nin + in.io), stored(part, in)); },
       "  ");
   os << "}\n\n";
 
@@ -69,9 +69,7 @@ void render_part(std::ostringstream& os, const KernelPart& part, const ArgLayout
         const int i = static_cast<int>(&in - part.instrs.data());
         return from_storage(in.dtype, "lf_s" + std::to_string(i) + "[e]");
       },
-      [&](const Instr& in, const std::string& v) {
-        return "lf_so" + std::to_string(in.io) + "[e] = " + to_storage(in.dtype, v) + ";";
-      },
+      [&](const Instr& in, const std::string&) { return "lf_so" + std::to_string(in.io) + "[e] = " + stored(part, in) + ";"; },
       "    ");
   os << "  }\n";
   for (size_t k = 0; k < nout; ++k)

@@ -99,7 +99,7 @@ struct Body {
           break;
         case InstrKind::Store:
           os << "  if (lf_valid && lf_tid == 0) { "
-             << store_stmt(in.dtype, lp.out[in.io], rname(nin + in.io), "v" + std::to_string(in.arg[0])) << " }\n";
+             << store_storage(in.dtype, lp.out[in.io], rname(nin + in.io), stored(part, in)) << " }\n";
           break;
         default: os << "  " << value_stmt(in, i, "lf_cols") << "\n";
       }
@@ -139,9 +139,8 @@ struct Body {
     for (int i : s.loop_store[sec]) {
       const Instr& in = part.instrs[i];
       const size_t k = nin + in.io;
-      const std::string v = "v" + std::to_string(in.arg[0]);
-      if (vec > 1) os << ind << "lf_so" << i << "[e] = " << to_storage(in.dtype, v) << ";\n";
-      else os << ind << store_stmt(in.dtype, lp.out[in.io], rname(k) + " + lf_c * " + cname(k), v) << "\n";
+      if (vec > 1) os << ind << "lf_so" << i << "[e] = " << stored(part, in) << ";\n";
+      else os << ind << store_storage(in.dtype, lp.out[in.io], rname(k) + " + lf_c * " + cname(k), stored(part, in)) << "\n";
     }
   }
 
