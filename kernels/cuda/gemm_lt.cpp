@@ -105,7 +105,11 @@ cudaDataType_t cuda_type(DType t) {
 
 
 GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
-  thread_local std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash> plans;
+  // Per thread, and never destroyed: a thread's last GEMMs may run from other thread_local
+  // destructors (deferred work flushed at thread exit), after this map would be gone. At most
+  // kMaxPlans small descriptors per thread that ever ran a GEMM.
+  thread_local auto& plans =
+      *new std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>();
   GemmKey key;
   key.v = {static_cast<int64_t>(c.dtype),
            c.tf32,

@@ -59,6 +59,9 @@ struct ThreadState {
   // A thread that ends with deferred work (handed to another thread, say) completes it first.
   // The windows themselves are leaked (a few per thread): another thread that saw a pending
   // tag a moment earlier may still lock one.
+  // It runs among the thread's other thread_local destructors, in no order we control (a
+  // backend's per-thread cache may already be gone), so it never runs a plan (a graph capture
+  // or launch at teardown): deferred calls are flushed eagerly.
   ~ThreadState() {
     for (auto& w : windows) {
       settle_quietly(*w);
@@ -189,6 +192,15 @@ void record_sample(Plan& p, bool via_plan, double us) {
 void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed,
                           Plan& plan);
 
+// Whether output `t` of call `j` is referenced beyond the window itself (its handle in the
+// window and the later deferred calls that read it): the user can still observe it.
+bool held_outside(const StreamWindow& sw, size_t j, const Tensor& t) {
+  long window_refs = 1;
+  for (size_t q = j + 1; q < sw.w.calls.size(); ++q)
+    for (const Tensor& in : sw.w.calls[q].inputs) window_refs += in.impl() == t.impl();
+  return t.impl_ptr().use_count() > window_refs;
+}
+
 void complete(StreamWindow& sw) {
   Candidate cand = std::move(*sw.ready);
   sw.ready.reset();
@@ -202,10 +214,7 @@ void complete(StreamWindow& sw) {
   for (size_t j = 0; j < n; ++j) {
     for (size_t k = 0; k < sw.w.outputs[j].size(); ++k) {
       const Tensor& t = sw.w.outputs[j][k];
-      long window_refs = 1;
-      for (size_t q = j + 1; q < n; ++q)
-        for (const Tensor& in : sw.w.calls[q].inputs) window_refs += in.impl() == t.impl();
-      const bool held = j + 1 == n || t.impl_ptr().use_count() > window_refs;
+      const bool held = j + 1 == n || held_outside(sw, j, t);
       if (!held) continue;
       if (!plan.writes(static_cast<int>(j), static_cast<int>(k))) {
         // An intermediate the plan keeps in registers is still reachable: serve eagerly.
@@ -452,7 +461,16 @@ void settle(StreamWindow& sw) {
 namespace {
 void settle_quietly(StreamWindow& sw) {
   try {
-    settle(sw);
+    std::lock_guard<std::recursive_mutex> lock(sw.mu);
+    if (!sw.active) return;
+    // Values nobody else holds can never be observed: dropped without running anything.
+    bool held = false;
+    const size_t n = sw.w.calls.size();
+    for (size_t j = 0; j < n && !held; ++j)
+      for (const Tensor& t : sw.w.outputs[j]) held |= held_outside(sw, j, t);
+    if (!held) return clear(sw);
+    sw.ready.reset();  // the window stays active: flushed eagerly below
+    flush(sw, matcher_counters().flush_sync);
   } catch (...) {
     // Thread exit: nowhere to report; the values stay without storage and any later use
     // of them fails loudly instead of reading garbage.
