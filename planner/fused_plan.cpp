@@ -143,7 +143,19 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   return run_cuda(values, w);
 }
 
-int FusedPlan::bind_outputs(std::vector<Tensor>& values, uint64_t shape_key, void* stream) {
+// Values a run writes into fresh storage: materialized ones, and views that copy (a reshape
+// of a non-contiguous source). Both must be bound before a capture.
+bool FusedPlan::needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const {
+  const TensorImpl& t = *values[v].impl();
+  if (t.storage) return false;
+  if (planned_.values[v] == ValueKind::Materialized) return true;
+  if (planned_.values[v] != ValueKind::View || !written_[v]) return false;
+  const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
+  return Executor::is_copying_view(w.calls[r.node]);
+}
+
+int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
+                            void* stream) {
   int chosen = -1;
   for (size_t s = 0; s < sets_.size() && chosen < 0; ++s) {
     if (sets_[s].shape_key != shape_key) continue;
@@ -158,8 +170,7 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, uint64_t shape_key, voi
     set.bufs.resize(values.size());
     for (size_t v = 0; v < values.size(); ++v) {
       const TensorImpl& t = *values[v].impl();
-      if (planned_.values[v] == ValueKind::Materialized && !t.storage)
-        set.bufs[v] = allocate_storage(t.device, t.nbytes(), stream);
+      if (needs_buffer(values, w, v)) set.bufs[v] = allocate_storage(t.device, t.nbytes(), stream);
     }
     sets_.push_back(std::move(set));
     chosen = static_cast<int>(sets_.size() - 1);
@@ -179,13 +190,12 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
       shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
   // Every written value gets its storage before any capture: an allocation inside a capture
   // would become graph-owned memory.
-  const int set = bind_outputs(values, shape_key, st);
+  const int set = bind_outputs(values, w, shape_key, st);
   if (set < 0) {
     ++unbound_runs_;
     for (size_t v = 0; v < values.size(); ++v) {
       TensorImpl& t = *values[v].impl();
-      if (planned_.values[v] == ValueKind::Materialized && !t.storage)
-        t.storage = allocate_storage(t.device, t.nbytes(), st);
+      if (needs_buffer(values, w, v)) t.storage = allocate_storage(t.device, t.nbytes(), st);
     }
   }
   if (config().profile) {
@@ -220,9 +230,11 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
       key, st, [&] { run_plan(planned_, values, st); }, &nodes);
   if (graphs_->counters().misses == misses_before) {
     ++graph_hits_;
-    // A hit skips the steps, so views must still be bound to their sources here.
+    // A hit skips the steps, so views must still be bound to their sources here (copying
+    // views were bound to the set's buffers, which the graph wrote).
     for (size_t v = 0; v < values.size(); ++v) {
-      if (planned_.values[v] != ValueKind::View || !written_[v]) continue;
+      if (planned_.values[v] != ValueKind::View || !written_[v] || values[v].impl()->storage)
+        continue;
       const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
       Executor::run_eager_into(w.calls[r.node], w.outputs[r.node], stream);
     }

@@ -44,7 +44,9 @@ class FusedPlan final : public Plan {
     uint64_t shape_key = 0;
     std::vector<std::shared_ptr<Storage>> bufs;  // per value id; null where not written
   };
-  int bind_outputs(std::vector<Tensor>& values, uint64_t shape_key, void* stream);
+  int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
+                   void* stream);
+  bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
   std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)

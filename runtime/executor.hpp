@@ -25,6 +25,9 @@ class Executor {
   // Output handles for `call`: real storage, or pending (no storage, `pending_tag` set).
   static TensorList make_outputs(const OpCall& call, const OutputInfos& infos, Device device,
                                  void* pending_tag);
+  // A layout op that must copy (a reshape of a non-contiguous view): its output needs storage
+  // of its own, unlike every other view.
+  static bool is_copying_view(const OpCall& call);
 };
 
 // Storage of a fresh dense output on `device` for the current stream.

@@ -76,6 +76,13 @@ bool is_view_op(const OpCall& call) {
   return call.category() == OpCategory::Layout && call.op != OpId::concat &&
          call.op != OpId::contiguous;
 }
+}  // namespace
+
+bool Executor::is_copying_view(const OpCall& call) {
+  return call.op == OpId::reshape && !call.inputs[0].is_contiguous();
+}
+
+namespace {
 
 // Strides (and offset) a view will have, from its source's metadata only: pending sources
 // have no storage yet, but their layout is already fixed.
@@ -140,15 +147,28 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
 void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const Stream& stream) {
   if (is_view_op(call)) {
     TensorImpl& out = *outs[0].impl();
-    if (out.storage) return;
     const Tensor& x = call.inputs[0];
-    LF_ASSERT(x.impl()->storage || x.numel() == 0, "view source without storage");
-    if (call.op == OpId::reshape && !x.is_contiguous()) {
-      out.storage = dense_copy(x, stream).impl()->storage;
-      out.offset = 0;
-    } else {
+    if (!is_copying_view(call)) {
+      if (out.storage) return;
+      LF_ASSERT(x.impl()->storage || x.numel() == 0, "view source without storage");
       out.storage = x.impl()->storage;
+      return;
     }
+    // A reshape of a non-contiguous view is a dense copy: into storage bound beforehand (a
+    // plan's binding set, so a captured graph writes where the program reads) or fresh.
+    if (!out.storage) {
+      out.storage = allocate_storage(out.device, out.nbytes(),
+                                     out.device.is_cuda() ? stream.handle() : nullptr);
+      out.offset = 0;
+    }
+    OpCall c;
+    c.op = OpId::contiguous;
+    c.inputs.push_back(x);
+    // The copy keeps x's shape; the reshape's output is the same bytes under its own shape.
+    const Tensor dst(std::make_shared<TensorImpl>(out.storage, out.offset, x.shape(),
+                                                  contiguous_strides(x.shape()), x.dtype(),
+                                                  x.device()));
+    if (x.numel()) run_backend(c, std::span<const Tensor>(&dst, 1), stream);
     return;
   }
   bool empty = false;

@@ -47,6 +47,7 @@ struct StreamWindow {
   // died, so reference counts tell which intermediates the user really still holds.
   std::optional<Candidate> ready;
   std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
+  void* sample_events[2] = {nullptr, nullptr};       // cudaEvent_t, made at the first CUDA sample
 };
 
 void settle_quietly(StreamWindow& sw);
@@ -156,14 +157,51 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   clear(sw);
 }
 
-void device_sync(const Stream& s) {
+// Times one sampled completion (a plan run or the eager flush it is compared with). What a
+// completion costs a program that keeps calling is the larger of the host time it blocks the
+// caller and the device time it occupies the stream: eager execution is mostly the former
+// (launch after launch), a graph replay mostly the latter, and it overlaps with the calls that
+// follow it. So on CUDA the sample is max(host, device), the device time measured between two
+// events; on the CPU it is the host time.
+class SampleClock {
+ public:
+  explicit SampleClock(StreamWindow& sw) : sw_(sw), t0_(std::chrono::steady_clock::now()) {
 #if LIVEFUSE_HAS_CUDA
-  if (s.device().is_cuda())
-    LF_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(s.handle())));
-#else
-  (void)s;
+    if (sw_.stream.device().is_cuda()) {
+      for (void*& e : sw_.sample_events) {
+        if (e) continue;
+        cudaEvent_t ev = nullptr;
+        LF_CUDA_CHECK(cudaEventCreate(&ev));
+        e = ev;
+      }
+      LF_CUDA_CHECK(cudaEventRecord(event(0), stream()));
+    }
 #endif
-}
+  }
+  double finish_us() {
+    const double host = std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - t0_)
+                            .count();
+#if LIVEFUSE_HAS_CUDA
+    if (sw_.stream.device().is_cuda()) {
+      LF_CUDA_CHECK(cudaEventRecord(event(1), stream()));
+      LF_CUDA_CHECK(cudaEventSynchronize(event(1)));
+      float ms = 0;
+      LF_CUDA_CHECK(cudaEventElapsedTime(&ms, event(0), event(1)));
+      return std::max(host, 1e3 * static_cast<double>(ms));
+    }
+#endif
+    return host;
+  }
+
+ private:
+#if LIVEFUSE_HAS_CUDA
+  cudaEvent_t event(int i) const { return static_cast<cudaEvent_t>(sw_.sample_events[i]); }
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(sw_.stream.handle()); }
+#endif
+  StreamWindow& sw_;
+  std::chrono::steady_clock::time_point t0_;
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -229,7 +267,8 @@ void complete(StreamWindow& sw) {
     record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
   const bool sampling = plan.state.load() == PlanState::sampling;
   const bool via_plan = !sampling || sample_choice(plan);
-  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<SampleClock> clock;
+  if (sampling) clock.emplace(sw);
   if (!via_plan) {
     flush(sw, ctr.plan_declined);
     ctr.plan_declined.fetch_sub(1);  // a sampling run, not a decline
@@ -257,12 +296,7 @@ void complete(StreamWindow& sw) {
       clear(sw);
     }
   }
-  if (sampling && !(via_plan && plan.last_run_cold)) {
-    device_sync(sw.stream);
-    record_sample(
-        plan, via_plan,
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
+  if (sampling && !(via_plan && plan.last_run_cold)) record_sample(plan, via_plan, clock->finish_us());
 }
 
 // LIVEFUSE_VERIFY: runs the window again eagerly, on fresh outputs, and compares every value

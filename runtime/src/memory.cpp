@@ -146,7 +146,8 @@ class CudaBlockCache {
   void release_all() {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [k, v] : free_)
-      for (void* p : v) (void)cudaFreeAsync(p, k.stream);
+      for (void* p : v)
+        if (cudaFreeAsync(p, k.stream) != cudaSuccess) (void)cudaGetLastError();
     free_.clear();
     cached_ = 0;
   }
@@ -167,6 +168,12 @@ class CudaBlockCache {
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
   std::atomic<size_t> cached_{0};
 };
+
+// A failed free (a destructor has nobody to tell) must not linger as the thread's last CUDA
+// error, where the next launch check would report it as its own.
+void free_async(void* p, cudaStream_t st) {
+  if (cudaFreeAsync(p, st) != cudaSuccess) (void)cudaGetLastError();
+}
 
 CudaBlockCache& cuda_cache() {
   static CudaBlockCache* c = new CudaBlockCache;  // leaked: tensors may die after main returns
@@ -219,12 +226,12 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   if (cache)
     s->deleter = [bytes, st](void* ptr) {
       cuda_counters().sub(bytes);
-      if (ptr && !cuda_cache().put(ptr, bytes, st)) (void)cudaFreeAsync(ptr, st);
+      if (ptr && !cuda_cache().put(ptr, bytes, st)) free_async(ptr, st);
     };
   else
     s->deleter = [bytes, st](void* ptr) {
       cuda_counters().sub(bytes);
-      if (ptr) (void)cudaFreeAsync(ptr, st);
+      if (ptr) free_async(ptr, st);
     };
   return s;
 #else
