@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "livefuse/inspect.hpp"
 #include "livefuse/livefuse.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
@@ -184,6 +185,12 @@ int main(int argc, char** argv) {
   on.derived.push_back({"speedup_vs_off", eager_med / on.median_us});
   recs.push_back(on);
   const double fused_pipe = pipelined_us(x, dev);
+  // What served the pipelined loop (a plan per phase; see pipelined_us).
+  for (const lf::PlanInfo& p : lf::inspect().plans)
+    std::printf("  plan %llu %-9s %zu ops, %llu hits: %s (%s)\n",
+                static_cast<unsigned long long>(p.id), p.state.c_str(), p.ops.size(),
+                static_cast<unsigned long long>(p.hits), p.name.substr(0, 60).c_str(),
+                p.last_reason.c_str());
   recs.push_back(
       {"chain10_pipelined", "livefuse_on", sz, fused_pipe, {{"speedup_vs_off", eager_pipe / fused_pipe}}});
   recs.push_back({"time_to_fused",
