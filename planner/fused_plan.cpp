@@ -219,6 +219,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, const Window& w) {
   if (!graphs_->contains(key) && seen_once_.insert(key).second) {
     if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
     run_plan(planned_, values, st);
+    last_run_cold = true;  // launch by launch: not what a replay costs, so live sampling skips it
     return true;
   }
   if (faults::fire(faults::Point::instantiate))

@@ -226,6 +226,19 @@ class Service final : public monitor::CandidateConsumer {
     if (id) PlanTable::get().retire(id, "retired: the sequence is no longer hot");
   }
 
+  static const char* unservable(const PlannedSegment& p) {
+    if (p.summary.ops == 0) return "nothing to compute: no value of the sequence is used";
+    const Segment& seg = p.segment;
+    if (seg.nodes.empty()) return "empty sequence";
+    const int last = static_cast<int>(seg.nodes.size()) - 1;
+    for (int k = 0; k < static_cast<int>(seg.nodes[last].outputs.size()); ++k) {
+      const ValueKind v = p.values[seg.value_id(ValueRef::of(last, k))];
+      if (v != ValueKind::Materialized && v != ValueKind::View)
+        return "the last op's result is never used, and the program always receives it";
+    }
+    return nullptr;
+  }
+
   void handle(const monitor::Candidate& c) {
     // The mode is read per candidate: tests and tools switch it at run time.
     const Mode mode = config().mode;
@@ -257,6 +270,16 @@ class Service final : public monitor::CandidateConsumer {
       Segment seg = from_candidate(c);
       PlannerOptions opts = default_planner_options(device);
       PlannedSegment planned = plan_segment(seg, opts);
+      // The matcher hands the program the last call's results, so a plan that does not write
+      // them (the monitor saw them never used) could never serve: its windows would always be
+      // flushed eagerly, after paying the deferral.
+      if (const char* why = unservable(planned)) {
+        record_decision("planner", subject, "skip", why);
+        std::lock_guard<std::mutex> g(mu_);
+        ++ctr_.skipped;
+        planned_[key] = {0, c.version, c.shapes.tuples.size()};
+        return;
+      }
       if (faults::fire(faults::Point::compile)) throw Error("[planner] injected fault at compile");
       if (device.is_cuda()) {
         jit::CompileOptions co;

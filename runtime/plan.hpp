@@ -73,8 +73,9 @@ class Plan {
 
   std::atomic<PlanState> state{PlanState::sampling};
   std::atomic<uint64_t> hits{0}, eager_fallbacks{0};
-  // Set by run() when it paid a one-time cost (a graph capture): live sampling ignores such
-  // runs, since steady state is what decides whether the plan is faster.
+  // Set by run() when it paid a one-time cost (a graph capture, or the direct run of a binding
+  // seen for the first time): live sampling ignores such runs, since steady state is what
+  // decides whether the plan is faster.
   bool last_run_cold = false;
   std::atomic<int> verified_runs{0};  // LIVEFUSE_VERIFY: replays checked against eager so far
   // Live sampling: alternate plan and eager on the first completions, keep the faster.
