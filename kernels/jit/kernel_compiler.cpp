@@ -4,6 +4,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <cstdio>
 
@@ -42,8 +43,23 @@ KernelCompiler::~KernelCompiler() {
 }
 
 KernelCompiler& KernelCompiler::global() {
-  static KernelCompiler* g = new KernelCompiler(config().compile_threads, config().cache_dir);
+  static KernelCompiler* g = [] {
+    auto* c = new KernelCompiler(config().compile_threads, config().cache_dir);
+    std::atexit([] { global().drain_for_exit(std::chrono::seconds(10)); });
+    return c;
+  }();
   return *g;
+}
+
+void KernelCompiler::drain_for_exit(std::chrono::milliseconds timeout) {
+  exiting_.store(true);
+  std::vector<std::shared_future<CompileResult>> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [k, f] : inflight_) pending.push_back(f);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto& f : pending) f.wait_until(deadline);
 }
 
 CompilerStats KernelCompiler::stats() const {
@@ -58,6 +74,12 @@ std::shared_future<CompileResult> KernelCompiler::submit(std::shared_ptr<const K
   const std::string job_key = std::string(buf) + "|" + opts.str();
   auto promise = std::make_shared<std::promise<CompileResult>>();
   std::shared_future<CompileResult> fut;
+  if (exiting_.load()) {
+    CompileResult r;
+    r.error = "[jit] " + spec->name + ": not compiled, the process is exiting";
+    promise->set_value(std::move(r));
+    return promise->get_future().share();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.submitted;
@@ -71,7 +93,10 @@ std::shared_future<CompileResult> KernelCompiler::submit(std::shared_ptr<const K
   impl_->arena.enqueue([this, spec, opts, promise, job_key] {
     CompileResult r;
     try {
-      r = run_job(*spec, opts);
+      if (exiting_.load())
+        r.error = "[jit] " + spec->name + ": not compiled, the process is exiting";
+      else
+        r = run_job(*spec, opts);
     } catch (const std::exception& e) {
       r.error = e.what();
     }

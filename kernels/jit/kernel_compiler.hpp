@@ -3,6 +3,8 @@
 // of config().compile_threads. Callers get a shared_future; nothing is compiled on the
 // caller's thread, and every failure (render limits, NVRTC errors, spilling) comes back as a
 // CompileResult with the reason and log, never as an exception.
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -54,12 +56,18 @@ class KernelCompiler {
   KernelCache& cache() { return cache_; }
   CompilerStats stats() const;
 
+ // Process exit: jobs not started are dropped (their result says so), running ones are waited
+  // for up to `timeout` -- a job still inside NVRTC while its libraries are torn down would crash
+  // the exiting process. Later submits fail at once.
+  void drain_for_exit(std::chrono::milliseconds timeout);
+
  private:
   CompileResult run_job(const KernelSpec& spec, const CompileOptions& opts);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   KernelCache cache_;
   mutable std::mutex mu_;
+  std::atomic<bool> exiting_{false};
   std::unordered_map<std::string, std::shared_future<CompileResult>> inflight_;
   CompilerStats stats_;
 };
