@@ -42,10 +42,15 @@ KernelCompiler::~KernelCompiler() {
   for (auto& f : pending) f.wait();
 }
 
+namespace {
+void drain_global_at_exit() { KernelCompiler::global().drain_for_exit(std::chrono::seconds(10)); }
+}  // namespace
+
 KernelCompiler& KernelCompiler::global() {
   static KernelCompiler* g = [] {
     auto* c = new KernelCompiler(config().compile_threads, config().cache_dir);
-    std::atexit([] { global().drain_for_exit(std::chrono::seconds(10)); });
+    c->is_global_ = true;
+    std::atexit(drain_global_at_exit);
     return c;
   }();
   return *g;
@@ -99,6 +104,14 @@ std::shared_future<CompileResult> KernelCompiler::submit(std::shared_ptr<const K
         r = run_job(*spec, opts);
     } catch (const std::exception& e) {
       r.error = e.what();
+    }
+    // NVRTC loads libraries of its own at its first compile, and their teardown is registered
+    // then: a drain registered only before that would run after it, with a job still inside
+    // NVRTC (a crash at exit, seen on the GPU). Registered again after the first job, the drain
+    // runs first.
+    if (is_global_) {
+      static std::once_flag once;
+      std::call_once(once, [] { std::atexit(drain_global_at_exit); });
     }
     r.worker = std::this_thread::get_id();
     {

@@ -68,6 +68,7 @@ class KernelCompiler {
   KernelCache cache_;
   mutable std::mutex mu_;
   std::atomic<bool> exiting_{false};
+  bool is_global_ = false;  // global(): drained at process exit
   std::unordered_map<std::string, std::shared_future<CompileResult>> inflight_;
   CompilerStats stats_;
 };

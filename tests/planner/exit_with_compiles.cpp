@@ -1,0 +1,41 @@
+// A process that returns from main while the global kernel compiler still has NVRTC jobs
+// running or queued must exit cleanly (status 0). NVRTC loads libraries of its own at its first
+// compile; their teardown once ran before the compiler's drain and crashed the exit. Needs
+// NVRTC only (no GPU): run by meson as the test "nvrtc-exit-with-compiles".
+#include <cstdio>
+#include <future>
+#include <vector>
+
+#include "kernels/jit/kernel_compiler.hpp"
+#include "planner/planner.hpp"
+#include "planner/segment.hpp"
+
+int main() {
+  using namespace livefuse;
+  using namespace livefuse::planner;
+  if (!jit::nvrtc_available()) {
+    std::printf("no NVRTC in this build: nothing to test\n");
+    return 77;  // meson: skipped
+  }
+  std::vector<std::shared_future<jit::CompileResult>> jobs;
+  for (int k = 0; k < 6; ++k) {  // distinct kernels, so none is deduplicated or cached
+    SegmentBuilder b;
+    const ValueRef x = b.input({64, 512});
+    ValueRef v = b.scalar_op(OpId::add, x, 1.0 + 0.01 * k);
+    for (int i = 0; i < 6; ++i)
+      v = i % 2 ? b.add(OpId::gelu, {v}) : b.add(OpId::mul, {v, x});
+    b.output(v);
+    const PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
+    for (const Step& s : p.steps)
+      if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
+        jit::CompileOptions o;
+        o.arch = 90;
+        jobs.push_back(jit::KernelCompiler::global().submit(fk->spec, o));
+      }
+  }
+  if (jobs.empty()) return 1;
+  const jit::CompileResult first = jobs[0].get();
+  std::printf("first kernel: %s; returning from main with %zu jobs submitted\n",
+              first.ok() ? "compiled" : first.error.c_str(), jobs.size());
+  return first.ok() ? 0 : 1;
+}
