@@ -1,28 +1,33 @@
 // livefuse-demo: a small transformer encoder (a few blocks) run in a loop, as eager code.
 // Prints latency per iteration and a summary line. With fusion on, the latency falls as the
 // runtime finds the repeating layer, plans it and starts serving it from plans.
+// --model bert runs the BERT encoder of examples/bert instead (tiny on the CPU, base on a GPU).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
+#include "examples/bert/run.hpp"
 #include "examples/demo_stats.hpp"
 #include "examples/encoder_block.hpp"
 
 namespace {
 void usage() {
   std::puts(
-      "usage: livefuse-demo [--iters N] [--device cpu|cuda] [--layers N] [--seq N] [--batch N]\n"
-      "                     [--dtype f32|f16|bf16] [--quiet]");
+      "usage: livefuse-demo [--model encoder|bert] [--iters N] [--device cpu|cuda] [--layers N]\n"
+      "                     [--seq N] [--batch N] [--dtype f32|f16|bf16] [--quiet]\n"
+      "  --model bert: BERT with random weights (tiny on the CPU, base on a GPU), timed to its\n"
+      "  steady state; --layers does not apply");
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = -1, layers = 4;
-  int64_t seq = 64, batch = 2;
-  std::string device_arg, dtype_arg;
+  int64_t seq = -1, batch = 2;
+  std::string device_arg, dtype_arg, model = "encoder";
   bool quiet = false;
   try {
     for (int i = 1; i < argc; ++i) {
@@ -44,7 +49,11 @@ int main(int argc, char** argv) {
           throw lf::Error("[demo] " + a + " expects a positive integer, got '" + v + "'");
         return r;
       };
-      if (a == "--iters")
+      if (a == "--model") {
+        model = next();
+        if (model != "encoder" && model != "bert")
+          throw lf::Error("[demo] --model expects encoder or bert, got '" + model + "'");
+      } else if (a == "--iters")
         iters = next_int();
       else if (a == "--layers")
         layers = next_int();
@@ -68,8 +77,27 @@ int main(int argc, char** argv) {
       throw lf::Error("[demo] --device cuda but no GPU is available");
     const lf::DType dt = dtype_arg.empty() ? (dev.is_cuda() ? lf::DType::f16 : lf::DType::f32)
                                            : lf::parse_dtype(dtype_arg);
+    if (model == "bert") {
+      lf::bert::DemoOptions o;
+      o.device = dev;
+      o.dtype = dt;
+      o.batch = batch;
+      o.seq = seq > 0 ? seq : (dev.is_cuda() ? 128 : 32);
+      o.iters = iters > 0 ? iters : (dev.is_cuda() ? 200 : 20);
+      // Long enough on a GPU for the layer plan to be compiled, sampled and serving.
+      o.warmup_ms = dev.is_cuda() ? 3000 : 500;
+      std::printf("livefuse-demo: BERT, mode %s\n",
+                  std::string(lf::mode_name(lf::config().mode)).c_str());
+      std::fflush(stdout);
+      const lf::bert::DemoResult r = lf::bert::run_bert_demo(o, &std::cout);
+      std::printf("summary: first=%.3f ms steady_median=%.3f ms mean_abs=%.6f %s\n",
+                  r.timing.first_ms, r.timing.median_ms, r.mean_abs,
+                  demo::summary_fields().c_str());
+      return 0;
+    }
     const int64_t hidden = dev.is_cuda() ? 768 : 256, heads = dev.is_cuda() ? 12 : 4,
                   ffn = 4 * hidden;
+    if (seq < 0) seq = 64;
     if (dev.is_cuda()) seq = std::max<int64_t>(seq, 128);
     // A few seconds of work: long enough on the GPU for plans to be compiled and take over.
     if (iters < 0) iters = dev.is_cuda() ? 5000 : 60;
