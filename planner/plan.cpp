@@ -90,11 +90,7 @@ std::vector<jit::PartBinding> bindings(const FusedKernelStep& fk, std::span<cons
 
 OpCall node_call(const PlannedSegment& p, int j, std::span<const Tensor> values, TensorList* outs) {
   const SegmentNode& n = p.segment.nodes[j];
-  OpCall c;
-  c.op = n.op;
-  c.attrs = n.attrs;
-  c.out_specs = n.out_specs.get();
-  for (const ValueRef& r : n.inputs) c.inputs.push_back(value(values, p.segment.value_id(r)));
+  OpCall c = p.segment.call_of(j, values);
   for (int k = 0; k < static_cast<int>(n.outputs.size()); ++k)
     outs->push_back(value(values, p.segment.value_id(ValueRef::of(j, k))));
   return c;
@@ -208,11 +204,7 @@ std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tenso
   values.resize(seg.num_values());
   for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {
     const SegmentNode& n = seg.nodes[j];
-    OpCall c;
-    c.op = n.op;
-    c.attrs = n.attrs;
-    c.out_specs = n.out_specs.get();
-    for (const ValueRef& r : n.inputs) c.inputs.push_back(values[seg.value_id(r)]);
+    OpCall c = seg.call_of(j, values);
     const OutputInfos infos = infer_outputs(c);
     const bool is_view = n.op == OpId::reshape || n.op == OpId::permute || n.op == OpId::slice;
     // Views follow their source's layout (storage when their View step runs); everything else

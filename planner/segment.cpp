@@ -15,6 +15,21 @@ int Segment::num_values() const {
   return n;
 }
 
+OpCall Segment::call_of(int j, std::span<const Tensor> values) const {
+  const SegmentNode& n = nodes[j];
+  OpCall c;
+  c.op = n.op;
+  c.attrs = n.attrs;
+  c.out_specs = n.out_specs.get();
+  for (const ValueRef& r : n.inputs) {
+    const int v = value_id(r);
+    LF_ASSERT(v >= 0 && static_cast<size_t>(v) < values.size() && values[v].defined(), "value ", v,
+              " (input of node ", j, ") is not bound");
+    c.inputs.push_back(values[v]);
+  }
+  return c;
+}
+
 int Segment::value_id(const ValueRef& r) const {
   if (r.is_external()) return r.external;
   int id = static_cast<int>(externals.size());

@@ -8,6 +8,7 @@
 // Shapes are those of one representative occurrence; dims that were seen to vary are marked,
 // and nothing in a fused kernel depends on them (they are launch parameters).
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct Segment {
   const Shape& shape(const ValueRef& r) const;
   DType dtype(const ValueRef& r) const;
   bool is_output(const ValueRef& r) const;
+  // Node `j` as an op call whose inputs are taken from `values` (one tensor per value id; the
+  // node's inputs must be bound).
+  OpCall call_of(int j, std::span<const Tensor> values) const;
   // Consumers of every value: (node, input index).
   std::vector<std::vector<std::pair<int, int>>> users() const;
   std::string str() const;  // one node a line

@@ -42,6 +42,11 @@ const Strategy& horizontal_strategy();
 // strided, shared-memory row cache or recompute, 32- or 64-bit indexing.
 uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, const std::vector<PartIo>& parts);
 
+// One fused kernel for one group (pointwise or row): lowered, its variants chosen, labelled
+// "<label> <nodes>".
+Step single_group_kernel(const FusionGraph& g, const Group& gr, jit::SpecKind kind,
+                         const std::string& label);
+
 // Bytes of a value at its representative shape.
 double value_bytes(const Segment& seg, int value_id);
 // Bytes an eager execution of node j moves (inputs read + outputs written).

@@ -3,6 +3,7 @@
 #include "kernels/jit/render.hpp"
 #include "kernels/jit/row_schedule.hpp"
 #include "livefuse/error.hpp"
+#include "planner/lowering.hpp"
 #include "planner/strategy.hpp"
 
 namespace livefuse::planner {
@@ -18,6 +19,24 @@ double eager_node_bytes(const Segment& seg, int j) {
   for (const ValueRef& r : n.inputs) b += value_bytes(seg, seg.value_id(r));
   for (int k = 0; k < static_cast<int>(n.outputs.size()); ++k) b += value_bytes(seg, seg.value_id(ValueRef::of(j, k)));
   return b;
+}
+
+Step single_group_kernel(const FusionGraph& g, const Group& gr, jit::SpecKind kind,
+                         const std::string& label) {
+  auto spec = std::make_shared<jit::KernelSpec>();
+  spec->kind = kind;
+  spec->name = label + " " + g.nodes_str(gr.nodes);
+  FusedKernelStep fk;
+  PartIo io;
+  spec->parts.push_back(lower_group(g, gr, &io));
+  fk.parts.push_back(io);
+  fk.nodes = gr.nodes;
+  spec->variants = choose_variants(g, *spec, fk.parts);
+  fk.spec = spec;
+  Step s;
+  s.label = spec->name;
+  s.body = std::move(fk);
+  return s;
 }
 
 uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, const std::vector<PartIo>& parts) {

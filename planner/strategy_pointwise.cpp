@@ -1,7 +1,6 @@
 // Strategy "pointwise" (vertical elementwise): chains and DAGs of elementwise ops over one
 // iteration shape, inputs broadcast by strides, any number of outputs. One thread per element
 // (or per 16 bytes, vectorised, when everything is dense).
-#include "planner/lowering.hpp"
 #include "planner/passes.hpp"
 #include "planner/strategy.hpp"
 
@@ -33,21 +32,7 @@ class PointwiseStrategy final : public Strategy {
   }
 
   Step emit(const FusionGraph& g, std::span<const int> groups) const override {
-    const Group& gr = g.groups[groups[0]];
-    auto spec = std::make_shared<jit::KernelSpec>();
-    spec->kind = jit::SpecKind::Pointwise;
-    spec->name = "pointwise " + g.nodes_str(gr.nodes);
-    FusedKernelStep fk;
-    PartIo io;
-    spec->parts.push_back(lower_group(g, gr, &io));
-    fk.parts.push_back(io);
-    fk.nodes = gr.nodes;
-    spec->variants = choose_variants(g, *spec, fk.parts);
-    fk.spec = spec;
-    Step s;
-    s.label = spec->name;
-    s.body = std::move(fk);
-    return s;
+    return single_group_kernel(g, g.groups[groups[0]], jit::SpecKind::Pointwise, "pointwise");
   }
 };
 

@@ -49,21 +49,7 @@ class RowStrategy final : public Strategy {
   }
 
   Step emit(const FusionGraph& g, std::span<const int> groups) const override {
-    const Group& gr = g.groups[groups[0]];
-    auto spec = std::make_shared<jit::KernelSpec>();
-    spec->kind = jit::SpecKind::Row;
-    spec->name = "row " + g.nodes_str(gr.nodes);
-    FusedKernelStep fk;
-    PartIo io;
-    spec->parts.push_back(lower_group(g, gr, &io));
-    fk.parts.push_back(io);
-    fk.nodes = gr.nodes;
-    spec->variants = choose_variants(g, *spec, fk.parts);
-    fk.spec = spec;
-    Step s;
-    s.label = spec->name;
-    s.body = std::move(fk);
-    return s;
+    return single_group_kernel(g, g.groups[groups[0]], jit::SpecKind::Row, "row");
   }
 };
 

@@ -18,12 +18,7 @@ inline std::vector<Tensor> eager_values(const Segment& seg, const std::vector<Te
   std::vector<Tensor> values(externals.begin(), externals.end());
   values.resize(seg.num_values());
   for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {
-    const SegmentNode& n = seg.nodes[j];
-    OpCall c;
-    c.op = n.op;
-    c.attrs = n.attrs;
-    c.out_specs = n.out_specs.get();
-    for (const ValueRef& r : n.inputs) c.inputs.push_back(values[seg.value_id(r)]);
+    OpCall c = seg.call_of(j, values);
     const OutputInfos infos = infer_outputs(c);
     const TensorList outs = Executor::make_outputs(c, infos, externals[0].device(), nullptr);
     Executor::run_eager_into(c, outs, Stream::current(externals[0].device()));
