@@ -1,5 +1,5 @@
 #pragma once
-// Records, JSON output and timing for livefuse-bench-eager: medians of host time (steady
+// Printing and timing for livefuse-bench-eager (records: bench_record.hpp): medians of host time (steady
 // clock, synchronised between batches) or of device time (CUDA events around batches).
 #include <algorithm>
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_record.hpp"
 #include "livefuse/livefuse.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -18,42 +19,10 @@ namespace eager_bench {
 
 using Clock = std::chrono::steady_clock;
 
-struct Record {
-  std::string name, variant, size;
-  double median_us = 0;
-  std::vector<std::pair<std::string, double>> derived;
-  std::vector<std::pair<std::string, std::string>> tags;
-};
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-inline std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
-inline void write_json(const std::string& path, const std::vector<Record>& recs) {
-  std::ofstream f(path);
-  if (!f) throw lf::Error("[bench] cannot write " + path);
-  f << "[\n";
-  for (size_t i = 0; i < recs.size(); ++i) {
-    const Record& r = recs[i];
-    f << "  {\"name\": \"" << json_escape(r.name) << "\", \"variant\": \"" << json_escape(r.variant)
-      << "\", \"size\": \"" << json_escape(r.size) << "\", \"median_us\": " << r.median_us;
-    for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
-    for (const auto& [k, v] : r.tags) f << ", \"" << k << "\": \"" << json_escape(v) << "\"";
-    f << "}" << (i + 1 < recs.size() ? "," : "") << "\n";
-  }
-  f << "]\n";
-}
+using lfbench::json_escape;
+using lfbench::median;
+using lfbench::Record;
+using lfbench::write_json;
 
 inline void print_record(const Record& r) {
   std::printf("%-22s %-22s %-22s %12.3f", r.name.c_str(), r.variant.c_str(), r.size.c_str(),

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_record.hpp"
 #include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/kernel_compiler.hpp"
 #include "livefuse/livefuse.hpp"
@@ -33,31 +34,9 @@ using Clock = std::chrono::steady_clock;
 using namespace livefuse;
 using namespace livefuse::planner;
 
-struct Record {
-  std::string name, variant, size;
-  double median_us = 0;
-  std::vector<std::pair<std::string, double>> derived;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-void write_json(const std::string& path, const std::vector<Record>& recs) {
-  std::ofstream f(path);
-  if (!f) throw Error("[bench] cannot write " + path);
-  f << "[\n";
-  for (size_t i = 0; i < recs.size(); ++i) {
-    const Record& r = recs[i];
-    f << "  {\"name\": \"" << r.name << "\", \"variant\": \"" << r.variant << "\", \"size\": \"" << r.size
-      << "\", \"median_us\": " << r.median_us;
-    for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
-    f << "}" << (i + 1 < recs.size() ? "," : "") << "\n";
-  }
-  f << "]\n";
-}
+using lfbench::median;
+using lfbench::Record;
+using lfbench::write_json;
 
 void print_record(const Record& r) {
   std::printf("%-18s %-26s %-16s %12.1f us", r.name.c_str(), r.variant.c_str(), r.size.c_str(), r.median_us);

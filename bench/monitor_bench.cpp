@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_record.hpp"
 #include "livefuse/livefuse.hpp"
 #include "monitor/detector.hpp"
 #include "monitor/monitor.hpp"
@@ -29,31 +30,9 @@ namespace lf = livefuse;
 namespace mon = livefuse::monitor;
 using Clock = std::chrono::steady_clock;
 
-struct Record {
-  std::string name, variant, size;
-  double median_us = 0;
-  std::string field;
-  double value = 0;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
-}
-
-void write_json(const std::string& path, const std::vector<Record>& recs) {
-  std::ofstream f(path);
-  if (!f) throw lf::Error("[bench] cannot write " + path);
-  f << "[\n";
-  for (size_t i = 0; i < recs.size(); ++i) {
-    const Record& r = recs[i];
-    f << "  {\"name\": \"" << r.name << "\", \"variant\": \"" << r.variant << "\", \"size\": \""
-      << r.size << "\", \"median_us\": " << r.median_us << ", \"" << r.field << "\": " << r.value
-      << "}" << (i + 1 < recs.size() ? ",\n" : "\n");
-  }
-  f << "]\n";
-}
+using lfbench::median;
+using lfbench::Record;
+using lfbench::write_json;
 
 // ---- recording ---------------------------------------------------------------------------------
 
@@ -98,9 +77,9 @@ void bench_record(std::vector<Record>& out, bool quick) {
   const std::span<const lf::Tensor> outs(&y, 1);
   const int per_batch = 4000, batches = quick ? 5 : 25;
   const double rec = time_recording(per_batch, batches, [&] { m.on_call(call, outs, 0); });
-  out.push_back({"trace_record", "on_call", "linear 3 in / 1 out", rec / 1000, "ns_per_op", rec});
+  out.push_back({"trace_record", "on_call", "linear 3 in / 1 out", rec / 1000, {{"ns_per_op", rec}}});
   const double rel = time_recording(per_batch, batches, [&] { m.on_release(12345); });
-  out.push_back({"trace_release", "on_release", "-", rel / 1000, "ns_per_op", rel});
+  out.push_back({"trace_release", "on_release", "-", rel / 1000, {{"ns_per_op", rel}}});
 }
 
 // ---- detection ---------------------------------------------------------------------------------
@@ -162,11 +141,11 @@ void bench_detect(std::vector<Record>& out, bool quick) {
   const auto enc = encoder_stream(quick ? 20 : 100);
   const double e = events_per_s(enc, reps);
   out.push_back({"monitor_throughput", "encoder 12x22", std::to_string(enc.size()) + " events",
-                 1e6 / e, "events_per_s", e});
+                 1e6 / e, {{"events_per_s", e}}});
   const auto rnd = random_stream(quick ? 20000 : 100000);
   const double r = events_per_s(rnd, reps);
   out.push_back({"monitor_throughput", "random", std::to_string(rnd.size()) + " events", 1e6 / r,
-                 "events_per_s", r});
+                 {{"events_per_s", r}}});
 }
 
 }  // namespace
@@ -191,7 +170,7 @@ int main(int argc, char** argv) {
   std::printf("%-20s %-16s %-22s %14s %16s\n", "name", "variant", "size", "median_us", "value");
   for (const Record& r : out)
     std::printf("%-20s %-16s %-22s %14.4f %12.4g %s\n", r.name.c_str(), r.variant.c_str(),
-                r.size.c_str(), r.median_us, r.value, r.field.c_str());
+                r.size.c_str(), r.median_us, r.derived[0].second, r.derived[0].first.c_str());
   std::printf("targets: trace_record <= 100 ns_per_op, monitor_throughput >= 2e6 events_per_s\n");
   if (!json.empty()) {
     write_json(json, out);

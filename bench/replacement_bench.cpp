@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_record.hpp"
 #include "livefuse/inspect.hpp"
 #include "livefuse/livefuse.hpp"
 #include "monitor/monitor.hpp"
@@ -38,11 +39,7 @@ double pct(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
-struct Record {
-  std::string name, variant, size;
-  double median_us = 0;
-  std::vector<std::pair<std::string, double>> derived;
-};
+using lfbench::Record;
 
 lf::Tensor chain10(const lf::Tensor& x) {
   lf::Tensor y = lf::mul(x, 1.5);
@@ -236,16 +233,8 @@ int main(int argc, char** argv) {
                 r.median_us, d.c_str());
   }
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << "[\n";
-    for (size_t i = 0; i < recs.size(); ++i) {
-      const Record& r = recs[i];
-      f << "  {\"name\": \"" << r.name << "\", \"variant\": \"" << r.variant << "\", \"size\": \""
-        << r.size << "\", \"device\": \"" << dev.str() << "\", \"median_us\": " << r.median_us;
-      for (const auto& [k, v] : r.derived) f << ", \"" << k << "\": " << v;
-      f << "}" << (i + 1 < recs.size() ? ",\n" : "\n");
-    }
-    f << "]\n";
+    for (Record& r : recs) r.tags.push_back({"device", dev.str()});
+    lfbench::write_json(json_path, recs);
   }
   return 0;
 }
