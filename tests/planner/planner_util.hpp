@@ -82,10 +82,35 @@ inline PlannedSegment check_against_eager(const Segment& seg, uint64_t seed, dou
   return p;
 }
 
+// Attrs of the ops the planner tests build, in the op table's conventions.
 inline Attrs dim_attrs(int64_t dim, bool keepdim) {
   Attrs a;
   a.push_int(dim);
   a.push_int(keepdim ? 1 : 0);
+  return a;
+}
+inline Attrs norm_attrs(double eps, bool w, bool b) {  // layer_norm / rms_norm (b unused there)
+  Attrs a;
+  a.push_float(eps);
+  a.push_int(w ? 1 : 0);
+  a.push_int(b ? 1 : 0);
+  return a;
+}
+inline Attrs softmax_attrs(double scale, bool mask) {
+  Attrs a;
+  a.push_float(scale);
+  a.push_int(mask ? 1 : 0);
+  return a;
+}
+inline Attrs cast_attrs(DType d) {
+  Attrs a;
+  a.dtype = d;
+  return a;
+}
+inline Attrs linear_attrs(bool bias) {
+  Attrs a;
+  a.push_int(bias ? 1 : 0);
+  a.push_int(0);
   return a;
 }
 

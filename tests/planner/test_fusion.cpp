@@ -17,12 +17,6 @@ bool has_decision(const PlannedSegment& p, const std::string& needle) {
   return false;
 }
 
-Attrs linear_attrs(bool bias) {
-  Attrs a;
-  a.push_int(bias ? 1 : 0);
-  a.push_int(0);
-  return a;
-}
 
 }  // namespace
 
@@ -110,10 +104,7 @@ TEST_CASE("fusion: a transformer-block-like segment and what it becomes") {
   for (int64_t v : {0, 2, 1}) tr.push_int(v);
   const ValueRef nt = b.add(OpId::permute, {n}, tr);                           // 5: view
   const ValueRef sc = b.add(OpId::matmul, {n, nt});                            // 6: gemm [4,6,6]
-  Attrs sm;
-  sm.push_float(0.17);
-  sm.push_int(1);
-  const ValueRef p = b.add(OpId::softmax, {sc, mask}, sm);                     // 7: row kernel
+  const ValueRef p = b.add(OpId::softmax, {sc, mask}, softmax_attrs(0.17, true));  // 7: row kernel
   const ValueRef unused = b.add(OpId::exp, {h});                               // 8: dead
   (void)unused;
   Attrs cat;

@@ -8,30 +8,6 @@ using namespace plantest;
 
 namespace {
 
-Attrs a_norm(double eps, int w, int b) {
-  Attrs a;
-  a.push_float(eps);
-  a.push_int(w);
-  a.push_int(b);
-  return a;
-}
-Attrs a_softmax(double scale, bool mask) {
-  Attrs a;
-  a.push_float(scale);
-  a.push_int(mask);
-  return a;
-}
-Attrs a_cast(DType d) {
-  Attrs a;
-  a.dtype = d;
-  return a;
-}
-Attrs a_linear(bool bias) {
-  Attrs a;
-  a.push_int(bias);
-  a.push_int(0);
-  return a;
-}
 float gpu_cubic(float a, float b, float) { return a * a * a - b; }
 
 struct Case {
@@ -56,9 +32,9 @@ std::vector<Case> cases(DType dt) {
     const ValueRef x = b.input({33, 65}, dt), bias = b.input({65}, dt), col = b.input({33, 1}, dt);
     const ValueRef a = b.add(OpId::add, {x, bias});
     const ValueRef c = b.add(OpId::maximum, {b.add(OpId::mul, {a, col}), x});
-    const ValueRef w = b.add(OpId::where, {b.add(OpId::cast, {b.add(OpId::relu, {x})}, a_cast(DType::boolean)), c, a});
+    const ValueRef w = b.add(OpId::where, {b.add(OpId::cast, {b.add(OpId::relu, {x})}, cast_attrs(DType::boolean)), c, a});
     b.output(w);
-    b.output(b.add(OpId::cast, {b.scalar_op(OpId::mul, w, 10.0)}, a_cast(DType::i32)));
+    b.output(b.add(OpId::cast, {b.scalar_op(OpId::mul, w, 10.0)}, cast_attrs(DType::i32)));
     out.push_back({"broadcast dag", b.build(), 1});
   }
   {
@@ -66,7 +42,7 @@ std::vector<Case> cases(DType dt) {
     const ValueRef x = b.input({7, 768}, dt), r = b.input({7, 768}, dt), w = b.input({768}, dt), bb = b.input({768}, dt);
     const ValueRef h = b.add(OpId::add, {x, r});
     b.output(h);
-    b.output(b.add(OpId::gelu, {b.add(OpId::layer_norm, {h, w, bb}, a_norm(1e-5, 1, 1))}));
+    b.output(b.add(OpId::gelu, {b.add(OpId::layer_norm, {h, w, bb}, norm_attrs(1e-5, 1, 1))}));
     out.push_back({"residual layer_norm gelu", b.build(), 1});
   }
   // Rows held in registers up to their capacity (8192 columns at 512 threads), with pack counts
@@ -74,19 +50,19 @@ std::vector<Case> cases(DType dt) {
   for (int64_t cols : {1032, 4100, 8192}) {
     SegmentBuilder b;
     const ValueRef x = b.input({3, cols}, dt), w = b.input({cols}, dt), bb = b.input({cols}, dt);
-    b.output(b.add(OpId::layer_norm, {x, w, bb}, a_norm(1e-5, 1, 1)));
+    b.output(b.add(OpId::layer_norm, {x, w, bb}, norm_attrs(1e-5, 1, 1)));
     out.push_back({"layer_norm " + std::to_string(cols), b.build(), 1});
   }
   for (int64_t cols : {5, 1000, 20000}) {
     SegmentBuilder b;
     const ValueRef s = b.input({2, 3, cols}, dt), m = b.input({1, 1, cols}, dt);
-    b.output(b.add(OpId::softmax, {s, m}, a_softmax(0.125, true)));
+    b.output(b.add(OpId::softmax, {s, m}, softmax_attrs(0.125, true)));
     out.push_back({"softmax " + std::to_string(cols), b.build(), 1});
   }
   {
     SegmentBuilder b;
     const ValueRef x = b.input({9, 300}, dt), w = b.input({300}, dt);
-    b.output(b.add(OpId::rms_norm, {x, w}, a_norm(1e-6, 1, 0)));
+    b.output(b.add(OpId::rms_norm, {x, w}, norm_attrs(1e-6, 1, 0)));
     const ValueRef s = b.add(OpId::sum, {x}, dim_attrs(-1, true));
     const ValueRef mx = b.add(OpId::max, {x}, dim_attrs(-1, true));
     b.output(b.add(OpId::div, {b.add(OpId::exp, {b.add(OpId::sub, {x, mx})}), s}));
@@ -100,13 +76,13 @@ std::vector<Case> cases(DType dt) {
     perm.push_int(1);
     perm.push_int(0);
     const ValueRef t = b.add(OpId::permute, {x}, perm);
-    b.output(b.add(OpId::add, {b.add(OpId::layer_norm, {t}, a_norm(1e-5, 0, 0)), b.add(OpId::mean, {t}, dim_attrs(-1, true))}));
+    b.output(b.add(OpId::add, {b.add(OpId::layer_norm, {t}, norm_attrs(1e-5, 0, 0)), b.add(OpId::mean, {t}, dim_attrs(-1, true))}));
     out.push_back({"strided rows", b.build(), 1});
   }
   {
     SegmentBuilder b;
     const ValueRef x = b.input({16, 32}, dt), w = b.input({24, 32}, dt), bias = b.input({24}, dt), z = b.input({1000}, dt);
-    b.output(b.add(OpId::gelu_tanh, {b.add(OpId::linear, {x, w, bias}, a_linear(true))}));
+    b.output(b.add(OpId::gelu_tanh, {b.add(OpId::linear, {x, w, bias}, linear_attrs(true))}));
     b.output(b.add(OpId::exp, {z}));
     b.output(b.add(OpId::tanh, {x}));
     out.push_back({"gemm tail + horizontal", b.build(), 2});  // GELU_BIAS epilogue + one horizontal launch
@@ -178,12 +154,12 @@ LF_CUDA_TEST_CASE("gpu: integer chains, casts and custom ops") {
   const ValueRef i = b.input({5, 37}, DType::i32), j = b.input({37}, DType::i32), k = b.input({5, 37}, DType::i64);
   const ValueRef x = b.input({5, 37});
   const ValueRef q = b.add(OpId::div, {b.scalar_op(OpId::mul, b.add(OpId::add, {i, j}), 3), j});
-  const ValueRef s64 = b.add(OpId::add, {b.add(OpId::cast, {q}, a_cast(DType::i64)), k});
+  const ValueRef s64 = b.add(OpId::add, {b.add(OpId::cast, {q}, cast_attrs(DType::i64)), k});
   Attrs ca;
   ca.custom_id = op.id();
-  const ValueRef c = b.add(OpId::custom, {x, b.add(OpId::cast, {s64}, a_cast(DType::f32))}, ca);
+  const ValueRef c = b.add(OpId::custom, {x, b.add(OpId::cast, {s64}, cast_attrs(DType::f32))}, ca);
   b.output(s64);
-  b.output(b.add(OpId::cast, {c}, a_cast(DType::i32)));
+  b.output(b.add(OpId::cast, {c}, cast_attrs(DType::i32)));
   b.output(c);
   check_gpu(b.build(), random_externals(b.segment(), 4), 1e-5, 1);
   // Eager CUDA execution of the custom op alone (NVRTC through launch_custom_eager).

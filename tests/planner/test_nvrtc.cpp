@@ -17,19 +17,6 @@ const bool kNoNvrtc = !jit::nvrtc_available();
 
 float twice_plus(float a, float b, float) { return 2 * a + b; }
 
-Attrs norm(double eps, bool w, bool b) {
-  Attrs a;
-  a.push_float(eps);
-  a.push_int(w);
-  a.push_int(b);
-  return a;
-}
-
-Attrs cast_to(DType d) {
-  Attrs a;
-  a.dtype = d;
-  return a;
-}
 
 // Segments covering every strategy for one float dtype.
 std::vector<Segment> strategy_segments(DType dt) {
@@ -39,10 +26,10 @@ std::vector<Segment> strategy_segments(DType dt) {
     const ValueRef x = b.input({64, 33}, dt), y = b.input({33}, dt);
     const ValueRef a = b.add(OpId::gelu, {b.add(OpId::add, {x, y})});
     const ValueRef m = b.scalar_op(OpId::minimum, a, 0.5);
-    const ValueRef c = b.add(OpId::cast, {m}, cast_to(DType::boolean));
+    const ValueRef c = b.add(OpId::cast, {m}, cast_attrs(DType::boolean));
     const ValueRef w = b.add(OpId::where, {c, a, x});
-    const ValueRef i = b.add(OpId::cast, {w}, cast_to(DType::i32));
-    const ValueRef l = b.add(OpId::cast, {b.scalar_op(OpId::add, i, 3)}, cast_to(DType::i64));
+    const ValueRef i = b.add(OpId::cast, {w}, cast_attrs(DType::i32));
+    const ValueRef l = b.add(OpId::cast, {b.scalar_op(OpId::add, i, 3)}, cast_attrs(DType::i64));
     b.output(w);
     b.output(l);
     out.push_back(b.build());
@@ -52,22 +39,19 @@ std::vector<Segment> strategy_segments(DType dt) {
     const ValueRef x = b.input({8, 96}, dt), r = b.input({8, 96}, dt), w = b.input({96}, dt), bb = b.input({96}, dt);
     const ValueRef h = b.add(OpId::add, {x, r});
     b.output(h);
-    b.output(b.add(OpId::gelu, {b.add(OpId::layer_norm, {h, w, bb}, norm(1e-5, true, true))}));
+    b.output(b.add(OpId::gelu, {b.add(OpId::layer_norm, {h, w, bb}, norm_attrs(1e-5, true, true))}));
     out.push_back(b.build());
   }
   {
     SegmentBuilder b;
     const ValueRef s = b.input({2, 4, 64}, dt), m = b.input({1, 1, 64}, dt);
-    Attrs sm;
-    sm.push_float(0.125);
-    sm.push_int(1);
-    b.output(b.add(OpId::softmax, {s, m}, sm));
+    b.output(b.add(OpId::softmax, {s, m}, softmax_attrs(0.125, true)));
     out.push_back(b.build());
   }
   {
     SegmentBuilder b;
     const ValueRef x = b.input({5, 40}, dt), w = b.input({40}, dt);
-    b.output(b.add(OpId::rms_norm, {x, w}, norm(1e-6, true, false)));
+    b.output(b.add(OpId::rms_norm, {x, w}, norm_attrs(1e-6, true, false)));
     const ValueRef s = b.add(OpId::sum, {x}, dim_attrs(-1, false));
     const ValueRef mx = b.add(OpId::max, {x}, dim_attrs(-1, false));
     const ValueRef mn = b.add(OpId::mean, {x}, dim_attrs(-1, false));
@@ -236,10 +220,7 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   CHECK(c.missing == jit::Variant::VecI64);
 
   SegmentBuilder rb;
-  Attrs sm;
-  sm.push_float(1.0);
-  sm.push_int(0);
-  rb.output(rb.add(OpId::softmax, {rb.input({4, 1000})}, sm));
+  rb.output(rb.add(OpId::softmax, {rb.input({4, 1000})}, softmax_attrs(1.0, false)));
   const auto rspec = specs_of(plan_segment(rb.build())).at(0);
   REQUIRE(rspec->variants == jit::variant_bit(jit::Variant::VecCacheI32));
   const auto rk = kernel_for(*rspec);
@@ -269,13 +250,6 @@ TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the 
     for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
     return n;
   };
-  auto norm_attrs = [](bool w, bool b) {
-    Attrs a;
-    a.push_float(1e-5);
-    a.push_int(w);
-    a.push_int(b);
-    return a;
-  };
   struct RowCase {
     const char* name;
     Segment seg;
@@ -286,29 +260,24 @@ TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the 
     {
       SegmentBuilder b;
       const ValueRef x = b.input({256, 1024}, dt), w = b.input({1024}, dt), bb = b.input({1024}, dt);
-      b.output(b.add(OpId::layer_norm, {x, w, bb}, norm_attrs(true, true)));
+      b.output(b.add(OpId::layer_norm, {x, w, bb}, norm_attrs(1e-5, true, true)));
       cases.push_back({"layer_norm", b.build(), 3});
     }
     {
       SegmentBuilder b;
-      Attrs sm;
-      sm.push_float(0.125);
-      sm.push_int(0);
-      b.output(b.add(OpId::softmax, {b.input({256, 1024}, dt)}, sm));
+      b.output(b.add(OpId::softmax, {b.input({256, 1024}, dt)}, softmax_attrs(0.125, false)));
       cases.push_back({"softmax", b.build(), 1});
     }
     {
       SegmentBuilder b;
-      Attrs sm;
-      sm.push_float(0.125);
-      sm.push_int(1);
-      b.output(b.add(OpId::softmax, {b.input({8, 64, 512}, dt), b.input({1, 1, 512}, dt)}, sm));
+      b.output(b.add(OpId::softmax, {b.input({8, 64, 512}, dt), b.input({1, 1, 512}, dt)},
+                     softmax_attrs(0.125, true)));
       cases.push_back({"softmax with mask", b.build(), 2});
     }
     {
       SegmentBuilder b;
       const ValueRef x = b.input({256, 4096}, dt), w = b.input({4096}, dt);
-      b.output(b.add(OpId::rms_norm, {x, w}, norm_attrs(true, false)));
+      b.output(b.add(OpId::rms_norm, {x, w}, norm_attrs(1e-5, true, false)));
       cases.push_back({"rms_norm", b.build(), 2});
     }
   }

@@ -6,12 +6,6 @@ using namespace plantest;
 
 namespace {
 
-Attrs cast_to(DType d) {
-  Attrs a;
-  a.dtype = d;
-  return a;
-}
-
 float cubic(float a, float b, float) { return a * a * a - b; }
 
 }  // namespace
@@ -106,16 +100,16 @@ TEST_CASE("pointwise: integer ops, casts, where and clamp") {
   const ValueRef s = b.add(OpId::add, {i, j});
   const ValueRef m = b.scalar_op(OpId::mul, s, 3);
   const ValueRef q = b.add(OpId::div, {m, j});  // integer division (by zero -> 0)
-  const ValueRef l = b.add(OpId::cast, {q}, cast_to(DType::i64));
+  const ValueRef l = b.add(OpId::cast, {q}, cast_attrs(DType::i64));
   const ValueRef sum64 = b.add(OpId::add, {l, k});
-  const ValueRef asf = b.add(OpId::cast, {sum64}, cast_to(DType::f32));
+  const ValueRef asf = b.add(OpId::cast, {sum64}, cast_attrs(DType::f32));
   Attrs cl;
   cl.push_float(-4.5);
   cl.push_float(6.25);
   const ValueRef c = b.add(OpId::clamp, {x}, cl);
-  const ValueRef cond = b.add(OpId::cast, {b.add(OpId::relu, {x})}, cast_to(DType::boolean));
+  const ValueRef cond = b.add(OpId::cast, {b.add(OpId::relu, {x})}, cast_attrs(DType::boolean));
   const ValueRef w = b.add(OpId::where, {cond, asf, c});
-  const ValueRef back = b.add(OpId::cast, {w}, cast_to(DType::i32));
+  const ValueRef back = b.add(OpId::cast, {w}, cast_attrs(DType::i32));
   b.output(w);
   b.output(back);
   b.output(sum64);

@@ -4,25 +4,6 @@
 
 using namespace plantest;
 
-namespace {
-
-Attrs softmax_attrs(double scale, bool mask) {
-  Attrs a;
-  a.push_float(scale);
-  a.push_int(mask ? 1 : 0);
-  return a;
-}
-
-Attrs norm_attrs(double eps, bool w, bool b) {
-  Attrs a;
-  a.push_float(eps);
-  a.push_int(w ? 1 : 0);
-  a.push_int(b ? 1 : 0);
-  return a;
-}
-
-}  // namespace
-
 TEST_CASE("row: residual add -> layer_norm -> gelu is one kernel") {
   for (int64_t cols : {1, 31, 768, 5000}) {
     for (DType dt : {DType::f32, DType::f16}) {
