@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/strided_runs.hpp"
 #include "runtime/registry.hpp"
 
 namespace livefuse::cpu {
@@ -83,40 +84,17 @@ template <class C, DType D, bool kNonzero>
 void gather(const Operand& op, const Shape& shape, int64_t lo, int64_t n, C* dst) {
   using T = typename DT<D>::T;
   const T* base = reinterpret_cast<const T*>(op.base);
-  const int r = shape.rank;
-  const int64_t* st = op.strides.v.data();
-  int64_t idx[kMaxDims];
-  int64_t off = 0, rem = lo;
-  for (int d = r - 1; d >= 0; --d) {
-    idx[d] = rem % shape.v[d];
-    rem /= shape.v[d];
-    off += idx[d] * st[d];
-  }
-  const int64_t inner = shape.v[r - 1], s = st[r - 1];
-  int64_t done = 0;
-  while (done < n) {
-    const int64_t m = std::min(inner - idx[r - 1], n - done);
-    const T* src = base + off;
-    C* out = dst + done;
-    for (int64_t j = 0; j < m; ++j) {
-      if constexpr (kNonzero)
-        out[j] = load_natural<D>(src + j * s) != 0 ? C(1) : C(0);
-      else
-        out[j] = load_as<D, C>(src + j * s);
-    }
-    done += m;
-    idx[r - 1] += m;
-    off += m * s;
-    if (idx[r - 1] < inner) continue;
-    off -= inner * s;
-    idx[r - 1] = 0;
-    for (int d = r - 2; d >= 0; --d) {
-      off += st[d];
-      if (++idx[d] < shape.v[d]) break;
-      off -= shape.v[d] * st[d];
-      idx[d] = 0;
-    }
-  }
+  for_each_run(shape, op.strides.v.data(), lo, n,
+               [&](int64_t done, int64_t off, int64_t m, int64_t s) {
+                 const T* src = base + off;
+                 C* out = dst + done;
+                 for (int64_t j = 0; j < m; ++j) {
+                   if constexpr (kNonzero)
+                     out[j] = load_natural<D>(src + j * s) != 0 ? C(1) : C(0);
+                   else
+                     out[j] = load_as<D, C>(src + j * s);
+                 }
+               });
 }
 
 // The compute-type values of operand tile [lo, lo+n): in place when possible, else in `buf`.

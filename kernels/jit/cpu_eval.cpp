@@ -8,6 +8,7 @@
 #include <type_traits>
 
 // clang-format off
+#include "kernels/cpu/strided_runs.hpp"
 #include "kernels/device/lf_math.cuh"
 #include "kernels/jit/lf_fused.cuh"
 // clang-format on
@@ -79,36 +80,9 @@ decltype(auto) visit_storage(DType d, F&& f) {
 // Walks n positions of a strided operand from linear position lo, calling f(j, offset).
 template <class F>
 void walk(const Shape& shape, const Strides& st, int64_t lo, int64_t n, F&& f) {
-  const int r = shape.rank;
-  if (r == 0) {
-    for (int64_t j = 0; j < n; ++j) f(j, int64_t{0});
-    return;
-  }
-  int64_t idx[kMaxDims];
-  int64_t off = 0, rem = lo;
-  for (int d = r - 1; d >= 0; --d) {
-    idx[d] = rem % shape.v[d];
-    rem /= shape.v[d];
-    off += idx[d] * st.v[d];
-  }
-  const int64_t inner = shape.v[r - 1], s = st.v[r - 1];
-  int64_t done = 0;
-  while (done < n) {
-    const int64_t m = std::min(inner - idx[r - 1], n - done);
+  cpu::for_each_run(shape, st.v.data(), lo, n, [&](int64_t done, int64_t off, int64_t m, int64_t s) {
     for (int64_t j = 0; j < m; ++j) f(done + j, off + j * s);
-    done += m;
-    idx[r - 1] += m;
-    off += m * s;
-    if (idx[r - 1] < inner) continue;
-    off -= inner * s;
-    idx[r - 1] = 0;
-    for (int d = r - 2; d >= 0; --d) {
-      off += st.v[d];
-      if (++idx[d] < shape.v[d]) break;
-      off -= shape.v[d] * st.v[d];
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 bool is_dense_from(const Shape& shape, const Strides& st) {
