@@ -36,14 +36,18 @@ void run_backend(const OpCall& call, std::span<const Tensor> outs, const Stream&
 #endif
 }
 
-// A dense copy of `x` through the backend (not a separate traced call: it is part of the op
-// that needs it).
-Tensor dense_copy(const Tensor& x, const Stream& stream) {
+// `x` copied into the dense `dst` of its shape through the backend (not a separate traced
+// call: it is part of the op that needs it).
+void copy_dense_into(const Tensor& x, const Tensor& dst, const Stream& stream) {
   OpCall c;
   c.op = OpId::contiguous;
   c.inputs.push_back(x);
+  run_backend(c, std::span<const Tensor>(&dst, 1), stream);
+}
+
+Tensor dense_copy(const Tensor& x, const Stream& stream) {
   Tensor out = new_dense(x.shape(), x.dtype(), x.device());
-  run_backend(c, std::span<const Tensor>(&out, 1), stream);
+  copy_dense_into(x, out, stream);
   return out;
 }
 
@@ -161,14 +165,11 @@ void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const 
                                      out.device.is_cuda() ? stream.handle() : nullptr);
       out.offset = 0;
     }
-    OpCall c;
-    c.op = OpId::contiguous;
-    c.inputs.push_back(x);
     // The copy keeps x's shape; the reshape's output is the same bytes under its own shape.
     const Tensor dst(std::make_shared<TensorImpl>(out.storage, out.offset, x.shape(),
                                                   contiguous_strides(x.shape()), x.dtype(),
                                                   x.device()));
-    if (x.numel()) run_backend(c, std::span<const Tensor>(&dst, 1), stream);
+    if (x.numel()) copy_dense_into(x, dst, stream);
     return;
   }
   bool empty = false;
