@@ -118,6 +118,12 @@ cudaMemPool_t cuda_pool(int device) {
   return pool;
 }
 
+// A failed free (a destructor has nobody to tell) must not linger as the thread's last CUDA
+// error, where the next launch check would report it as its own.
+void free_async(void* p, cudaStream_t st) {
+  if (cudaFreeAsync(p, st) != cudaSuccess) (void)cudaGetLastError();
+}
+
 // Blocks freed on a stream, kept for the next allocation of the same size on the same stream.
 // Stream order makes that reuse safe without events, and it saves the two driver calls
 // (cudaMallocAsync + cudaFreeAsync, about a microsecond of host time together) that every
@@ -146,8 +152,7 @@ class CudaBlockCache {
   void release_all() {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [k, v] : free_)
-      for (void* p : v)
-        if (cudaFreeAsync(p, k.stream) != cudaSuccess) (void)cudaGetLastError();
+      for (void* p : v) free_async(p, k.stream);
     free_.clear();
     cached_ = 0;
   }
@@ -168,12 +173,6 @@ class CudaBlockCache {
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
   std::atomic<size_t> cached_{0};
 };
-
-// A failed free (a destructor has nobody to tell) must not linger as the thread's last CUDA
-// error, where the next launch check would report it as its own.
-void free_async(void* p, cudaStream_t st) {
-  if (cudaFreeAsync(p, st) != cudaSuccess) (void)cudaGetLastError();
-}
 
 CudaBlockCache& cuda_cache() {
   static CudaBlockCache* c = new CudaBlockCache;  // leaked: tensors may die after main returns
