@@ -3,7 +3,9 @@
 namespace livefuse::planner {
 
 const std::vector<Pass>& pass_list() {
-  static const std::vector<Pass> passes = {
+  // Never destroyed: the planner thread may still be running the passes while static
+  // destructors run at exit.
+  static const auto* passes = new std::vector<Pass>{
       {"classify", "node roles; unobservable results dropped", pass_classify},
       {"vertical", "producer/consumer fusion into pointwise and row kernels", pass_vertical},
       {"cost", "split groups that do not pay for themselves", pass_cost},
@@ -11,7 +13,7 @@ const std::vector<Pass>& pass_list() {
       {"horizontal", "independent pointwise kernels share a launch", pass_horizontal},
       {"materialize", "which values get memory", pass_materialize},
   };
-  return passes;
+  return *passes;
 }
 
 FusionGraph make_fusion_graph(const Segment& seg, const PlannerOptions& opts) {

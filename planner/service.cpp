@@ -208,6 +208,11 @@ class Service final : public monitor::CandidateConsumer {
       }
       for (auto [sig, stream] : cold) retire(sig, stream);
       if (!c.ops.empty()) handle(c);
+      // Statics first built by planning (op attributes, strategy tables, ...) are destroyed
+      // before atexit handlers registered earlier run: register the stop once more after the
+      // first job, so it runs before those destructors.
+      static std::once_flag once;
+      std::call_once(once, [] { std::atexit([] { service().stop(std::chrono::seconds(5)); }); });
       std::lock_guard<std::mutex> g(mu_);
       current_.reset();
     }
