@@ -22,6 +22,7 @@
 #include "bench/bench_record.hpp"
 #include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/kernel_compiler.hpp"
+#include "kernels/jit/render.hpp"
 #include "livefuse/livefuse.hpp"
 #include "planner/planner.hpp"
 #if LIVEFUSE_HAS_CUDA
@@ -219,49 +220,63 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     const int64_t rows = quick ? c.rows / 4 : c.rows;
     const std::string name = c.name;
     const bool softmax = name.starts_with("fused_softmax");
-    SegmentBuilder b;
-    const ValueRef xi = b.input({rows, c.cols}, c.dt);
     std::vector<Tensor> xs = {rand_uniform({rows, c.cols}, 3, -2, 2, c.dt, dev)};
-    Attrs a;
-    a.push_float(softmax ? 0.125 : 1e-5);
-    if (softmax) {
-      const bool mask = name == "fused_softmax_mask";
-      a.push_int(mask ? 1 : 0);
-      if (mask) {
-        xs.push_back(rand_uniform({1, c.cols}, 6, -1, 0, c.dt, dev));
-        b.output(b.add(OpId::softmax, {xi, b.input({1, c.cols}, c.dt)}, a));
+    // The case's segment; the first call also creates its extra inputs.
+    auto make_segment = [&](bool add_inputs) {
+      SegmentBuilder b;
+      const ValueRef xi = b.input({rows, c.cols}, c.dt);
+      Attrs a;
+      a.push_float(softmax ? 0.125 : 1e-5);
+      if (softmax) {
+        const bool mask = name == "fused_softmax_mask";
+        a.push_int(mask ? 1 : 0);
+        if (mask) {
+          if (add_inputs) xs.push_back(rand_uniform({1, c.cols}, 6, -1, 0, c.dt, dev));
+          b.output(b.add(OpId::softmax, {xi, b.input({1, c.cols}, c.dt)}, a));
+        } else {
+          b.output(b.add(OpId::softmax, {xi}, a));
+        }
+      } else if (name == "fused_rms_norm") {
+        const ValueRef w = b.input({c.cols}, c.dt);
+        if (add_inputs) xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
+        a.push_int(1);
+        a.push_int(0);
+        b.output(b.add(OpId::rms_norm, {xi, w}, a));
       } else {
-        b.output(b.add(OpId::softmax, {xi}, a));
+        const ValueRef w = b.input({c.cols}, c.dt), bb = b.input({c.cols}, c.dt);
+        if (add_inputs) {
+          xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
+          xs.push_back(rand_uniform({c.cols}, 5, -0.5, 0.5, c.dt, dev));
+        }
+        a.push_int(1);
+        a.push_int(1);
+        b.output(b.add(OpId::layer_norm, {xi, w, bb}, a));
       }
-    } else if (name == "fused_rms_norm") {
-      const ValueRef w = b.input({c.cols}, c.dt);
-      xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
-      a.push_int(1);
-      a.push_int(0);
-      b.output(b.add(OpId::rms_norm, {xi, w}, a));
-    } else {
-      const ValueRef w = b.input({c.cols}, c.dt), bb = b.input({c.cols}, c.dt);
-      xs.push_back(rand_uniform({c.cols}, 4, 0.5, 1.5, c.dt, dev));
-      xs.push_back(rand_uniform({c.cols}, 5, -0.5, 0.5, c.dt, dev));
-      a.push_int(1);
-      a.push_int(1);
-      b.output(b.add(OpId::layer_norm, {xi, w, bb}, a));
-    }
-    GpuPlan g = gpu_plan(b.build(), xs);
-    // Columns per thread decides threads per row (one warp for short rows). The record is the
-    // built-in heuristic; the sweep shows what the best choice would give.
+      return b.build();
+    };
+    GpuPlan g = gpu_plan(make_segment(true), xs);
+    // Columns per thread decide threads per row (one warp for short rows); the registers a
+    // thread may hold decide how many columns it can own. The record is the built-in heuristic;
+    // the sweep shows what the best choice would give.
     jit::set_row_items_per_thread(0);
     const double chosen = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
     double best = 1e30;
-    int best_items = 0;
-    for (int items : {4, 8, 16, 32}) {
-      jit::set_row_items_per_thread(items);
-      const double us = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
-      std::printf("  %s %s %lldx%lld items/thread %d: %.1f us\n", c.name, std::string(dtype_name(c.dt)).c_str(),
-                  static_cast<long long>(rows), static_cast<long long>(c.cols), items, us);
-      if (us < best) {
-        best = us;
-        best_items = items;
+    int best_items = 0, best_budget = 0;
+    for (int budget : {16, 32, 64}) {
+      jit::set_row_reg_budget(budget);
+      GpuPlan gb = gpu_plan(make_segment(false), xs);
+      jit::set_row_reg_budget(0);
+      for (int items : {8, 16, 32, 64}) {
+        jit::set_row_items_per_thread(items);
+        const double us = device_us(s, reps, 5, [&] { run_plan(gb.plan, gb.values, s); });
+        std::printf("  %s %s %lldx%lld reg budget %d items/thread %d: %.1f us\n", c.name,
+                    std::string(dtype_name(c.dt)).c_str(), static_cast<long long>(rows),
+                    static_cast<long long>(c.cols), budget, items, us);
+        if (us < best) {
+          best = us;
+          best_items = items;
+          best_budget = budget;
+        }
       }
     }
     jit::set_row_items_per_thread(0);
@@ -269,7 +284,8 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     const double gbs = bytes / chosen / 1e3;
     Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), chosen, {}};
     r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}, {"best_swept_fraction", bytes / best / 1e3 / copy_gbs},
-                 {"best_items_per_thread", static_cast<double>(best_items)}};
+                 {"best_items_per_thread", static_cast<double>(best_items)},
+                 {"best_reg_budget", static_cast<double>(best_budget)}};
     print_record(r);
     out.push_back(r);
   }

@@ -73,4 +73,9 @@ inline constexpr int kRowMaxThreads = 512;  // per block; leaves 128 registers a
 
 RenderedKernel render_cuda(const KernelSpec& spec);
 
+// Row kernels: registers a thread may spend on held row values (0: the built-in budget); a
+// knob for benchmarks. It changes the rendered source, so kernels rendered under one budget are
+// never served for another.
+void set_row_reg_budget(int floats);
+
 }  // namespace livefuse::jit

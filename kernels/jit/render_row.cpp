@@ -9,6 +9,7 @@
 //     goes through shared memory. Rows longer than row_regs * kRowMaxThreads cannot run it.
 //   shared memory (row_regs == 0, too many values to hold): ncache floats per column.
 #include <algorithm>
+#include <atomic>
 #include <sstream>
 
 #include "kernels/jit/render_detail.hpp"
@@ -27,6 +28,7 @@ enum class Store : uint8_t { None, Regs, Smem };
 // loop bodies, so this also bounds NVRTC time (32 cost about 1.5x the compile time of 16).
 constexpr int kRegBudget = 16;
 constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memory
+std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
 
 std::string nat_float(DType d, const std::string& x) {
   if (d == DType::f16) return "lf_nat_f16(" + x + ")";
@@ -218,6 +220,8 @@ struct Body {
 
 }  // namespace
 
+void set_row_reg_budget(int floats) { g_reg_budget.store(std::max(0, floats)); }
+
 void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   LF_ASSERT(spec.parts.size() == 1, "row spec with ", spec.parts.size(), " parts");
   const KernelPart& part = spec.parts[0];
@@ -236,7 +240,8 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   rk.row_vec = static_cast<int>(std::clamp<size_t>(16 / min_size, 1, 8));
   // Columns a thread holds in registers: a multiple of the pack width within the budget.
   const int held = std::max(regs.live, 1);
-  const int packs = std::max(1, kRegBudget / (held * rk.row_vec));
+  const int budget = g_reg_budget.load(std::memory_order_relaxed) > 0 ? g_reg_budget.load() : kRegBudget;
+  const int packs = std::max(1, budget / (held * rk.row_vec));
   rk.row_regs = held * packs * rk.row_vec <= kRegMax ? packs * rk.row_vec : 0;
   rk.variants.clear();
   for (bool vec : {false, true}) {
