@@ -158,15 +158,19 @@ struct Bench {
         {"where_f16", lf::DType::f16, 2, 1, [](auto& a, auto& b) { return lf::where(a, a, b); }},
     };
     for (const Case& c : cases) {
-      lf::Tensor a = lf::rand_uniform({n}, 11, -2, 2, c.dt, dev);
-      lf::Tensor b = lf::rand_uniform({n}, 12, -2, 2, c.dt, dev);
+      // Every tensor holds as many bytes as the copy's: bandwidth grows with transfer size (on
+      // the H200 a 128 MB copy runs ~9% below a 256 MB one), so a 2-byte op measured at the
+      // f32 element count would be held against a copy of twice its bytes.
+      const int64_t ne = n * 4 / static_cast<int64_t>(lf::dtype_size(c.dt));
+      lf::Tensor a = lf::rand_uniform({ne}, 11, -2, 2, c.dt, dev);
+      lf::Tensor b = lf::rand_uniform({ne}, 12, -2, 2, c.dt, dev);
       const double us = time_per_call(dev, quick ? 5 : 15, dev.is_cuda() ? 10 : 1,
                                       [&] { lf::Tensor y = c.fn(a, b); });
-      const double bytes = static_cast<double>(n) * lf::dtype_size(c.dt) * (c.reads + c.writes);
+      const double bytes = static_cast<double>(ne) * lf::dtype_size(c.dt) * (c.reads + c.writes);
       const double gbs = bytes / (us * 1e3);
       add({"eager_elementwise_bw",
            c.variant,
-           std::to_string(n),
+           std::to_string(ne),
            us,
            {{"gbytes_per_s", gbs}, {"fraction_of_copy_bw", gbs / copy}},
            {}});

@@ -255,28 +255,22 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
       return b.build();
     };
     GpuPlan g = gpu_plan(make_segment(true), xs);
-    // Columns per thread decide threads per row (one warp for short rows); the registers a
-    // thread may hold decide how many columns it can own. The record is the built-in heuristic;
-    // the sweep shows what the best choice would give.
+    // The registers a thread may hold decide how many columns it owns (so threads per row).
+    // The record is the built-in choice; the sweep shows what the best budget would give.
     jit::set_row_items_per_thread(0);
     const double chosen = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
     double best = 1e30;
-    int best_items = 0, best_budget = 0;
+    int best_budget = 0;
     for (int budget : {16, 32, 64}) {
       jit::set_row_reg_budget(budget);
       GpuPlan gb = gpu_plan(make_segment(false), xs);
       jit::set_row_reg_budget(0);
-      for (int items : {8, 16, 32, 64}) {
-        jit::set_row_items_per_thread(items);
-        const double us = device_us(s, reps, 5, [&] { run_plan(gb.plan, gb.values, s); });
-        std::printf("  %s %s %lldx%lld reg budget %d items/thread %d: %.1f us\n", c.name,
-                    std::string(dtype_name(c.dt)).c_str(), static_cast<long long>(rows),
-                    static_cast<long long>(c.cols), budget, items, us);
-        if (us < best) {
-          best = us;
-          best_items = items;
-          best_budget = budget;
-        }
+      const double us = device_us(s, reps, 5, [&] { run_plan(gb.plan, gb.values, s); });
+      std::printf("  %s %s %lldx%lld reg budget %d: %.1f us\n", c.name, std::string(dtype_name(c.dt)).c_str(),
+                  static_cast<long long>(rows), static_cast<long long>(c.cols), budget, us);
+      if (us < best) {
+        best = us;
+        best_budget = budget;
       }
     }
     jit::set_row_items_per_thread(0);
@@ -284,7 +278,6 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     const double gbs = bytes / chosen / 1e3;
     Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), chosen, {}};
     r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}, {"best_swept_fraction", bytes / best / 1e3 / copy_gbs},
-                 {"best_items_per_thread", static_cast<double>(best_items)},
                  {"best_reg_budget", static_cast<double>(best_budget)}};
     print_record(r);
     out.push_back(r);

@@ -274,12 +274,13 @@ __device__ __forceinline__ float lf_warp_max(float v) {
   return v;
 }
 // Across warps: warp partials through shared memory, then one more shuffle tree (no loop over
-// the warps: at most 16 a row).
+// the warps: at most 16 a row). One barrier, not two: consecutive reductions of a kernel use
+// alternate halves of lf_red (the renderer passes them), and every read of one reduction's
+// half happens before the next reduction's barrier, so a half is never written while read.
 __device__ __forceinline__ float lf_row_sum(float v, float* red) {
   v = lf_warp_sum(v);
   if (blockDim.x <= 32) return v;
   const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr, lane = threadIdx.x & 31;
-  __syncthreads();
   if (lane == 0) red[base + (threadIdx.x >> 5)] = v;
   __syncthreads();
   return lf_warp_sum(lane < wpr ? red[base + lane] : 0.0f);
@@ -288,7 +289,6 @@ __device__ __forceinline__ float lf_row_max(float v, float* red) {
   v = lf_warp_max(v);
   if (blockDim.x <= 32) return v;
   const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr, lane = threadIdx.x & 31;
-  __syncthreads();
   if (lane == 0) red[base + (threadIdx.x >> 5)] = v;
   __syncthreads();
   return lf_warp_max(lane < wpr ? red[base + lane] : __int_as_float(0xff800000));

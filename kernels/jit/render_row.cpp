@@ -82,6 +82,19 @@ struct Body {
           os << "  " << nat_type(part.instrs[i].dtype) << " lf_k" << i << "[" << np * vec << "];\n";
   }
 
+  // The half of lf_red reduction instruction i uses: consecutive reductions, in the order they
+  // are emitted (section by section), alternate halves (see lf_row_sum).
+  std::string red_half(int i) const {
+    int k = 0;
+    for (const auto& sec : s.section)
+      for (int j : sec) {
+        if (j == i) return k % 2 ? "lf_red + 32" : "lf_red";
+        if (part.instrs[j].kind == InstrKind::ReduceSum || part.instrs[j].kind == InstrKind::ReduceMax) ++k;
+      }
+    LF_ASSERT(false, "reduction ", i, " is in no section");
+    return "";
+  }
+
   void section(std::ostringstream& os, int sec) const {
     os << "  // ---- section " << sec << "\n";
     const size_t nin = this->nin();
@@ -94,10 +107,10 @@ struct Body {
              << load_expr(in.dtype, lp.in[in.io], rname(in.io)) << " : (" << nat_type(in.dtype) << ")0;\n";
           break;
         case InstrKind::ReduceSum:
-          os << "  const float " << v << " = " << nat_float(in.dtype, "lf_row_sum(lf_acc" + std::to_string(i) + ", lf_red)") << ";\n";
+          os << "  const float " << v << " = " << nat_float(in.dtype, "lf_row_sum(lf_acc" + std::to_string(i) + ", " + red_half(i) + ")") << ";\n";
           break;
         case InstrKind::ReduceMax:
-          os << "  const float " << v << " = " << nat_float(in.dtype, "lf_row_max(lf_acc" + std::to_string(i) + ", lf_red)") << ";\n";
+          os << "  const float " << v << " = " << nat_float(in.dtype, "lf_row_max(lf_acc" + std::to_string(i) + ", " + red_half(i) + ")") << ";\n";
           break;
         case InstrKind::Store:
           os << "  if (lf_valid && lf_tid == 0) { "
@@ -262,7 +275,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
         }
         rk.variants.push_back(v);
         os << "extern \"C\" __global__ void __launch_bounds__(" << kRowMaxThreads << ") " << rk.entry(v) << "(const LfArgs A) {\n"
-           << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[32];\n"
+           << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[64];\n"
            << "  lf_row_" << (cache ? "cache" : "recompute") << (vec ? "_v" : "") << "<" << (i64 ? "long long" : "int")
            << ">(A, lf_smem, lf_red);\n}\n\n";
       }
