@@ -255,22 +255,29 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
       return b.build();
     };
     GpuPlan g = gpu_plan(make_segment(true), xs);
-    // The registers a thread may hold decide how many columns it owns (so threads per row).
-    // The record is the built-in choice; the sweep shows what the best budget would give.
+    // The registers a thread may hold decide how many columns it owns (so threads per row);
+    // pipelined kernels read the next row while finishing this one. The record is the built-in
+    // choice; the sweep shows what the best choice would give.
     jit::set_row_items_per_thread(0);
     const double chosen = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
     double best = 1e30;
-    int best_budget = 0;
+    int best_budget = 0, best_pipeline = 0;
     for (int budget : {16, 32, 64}) {
-      jit::set_row_reg_budget(budget);
-      GpuPlan gb = gpu_plan(make_segment(false), xs);
-      jit::set_row_reg_budget(0);
-      const double us = device_us(s, reps, 5, [&] { run_plan(gb.plan, gb.values, s); });
-      std::printf("  %s %s %lldx%lld reg budget %d: %.1f us\n", c.name, std::string(dtype_name(c.dt)).c_str(),
-                  static_cast<long long>(rows), static_cast<long long>(c.cols), budget, us);
-      if (us < best) {
-        best = us;
-        best_budget = budget;
+      for (int pipeline : {0, 1}) {
+        jit::set_row_reg_budget(budget);
+        jit::set_row_pipeline(pipeline);
+        GpuPlan gb = gpu_plan(make_segment(false), xs);
+        jit::set_row_reg_budget(0);
+        jit::set_row_pipeline(-1);
+        const double us = device_us(s, reps, 5, [&] { run_plan(gb.plan, gb.values, s); });
+        std::printf("  %s %s %lldx%lld reg budget %d pipelined %d: %.1f us\n", c.name,
+                    std::string(dtype_name(c.dt)).c_str(), static_cast<long long>(rows),
+                    static_cast<long long>(c.cols), budget, pipeline, us);
+        if (us < best) {
+          best = us;
+          best_budget = budget;
+          best_pipeline = pipeline;
+        }
       }
     }
     jit::set_row_items_per_thread(0);
@@ -278,7 +285,8 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     const double gbs = bytes / chosen / 1e3;
     Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), chosen, {}};
     r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_gbs}, {"best_swept_fraction", bytes / best / 1e3 / copy_gbs},
-                 {"best_reg_budget", static_cast<double>(best_budget)}};
+                 {"best_reg_budget", static_cast<double>(best_budget)},
+                 {"best_pipelined", static_cast<double>(best_pipeline)}};
     print_record(r);
     out.push_back(r);
   }

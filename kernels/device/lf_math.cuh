@@ -116,7 +116,18 @@ LF_HD lf_u16 lf_f2bf(float f) {
 
 // ---- scalar math ---------------------------------------------------------------------
 #if defined(__CUDA_ARCH__)
+#if defined(LF_FAST_EXP)
+// Generated kernels whose every result is f16/bf16 (render.cpp defines LF_FAST_EXP): 2^(x log2 e)
+// as one MUFU instruction. Max rel. error about 5e-6 for |x| < 100 (the rounding of x log2 e),
+// 100x below half an f16 ulp; exp(-inf) = 0, NaN and +inf propagate.
+LF_HD float lf_exp(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.44269504088896341f));
+  return r;
+}
+#else
 LF_HD float lf_exp(float x) { return expf(x); }
+#endif
 LF_HD float lf_log(float x) { return logf(x); }
 LF_HD float lf_sqrt(float x) { return sqrtf(x); }
 LF_HD float lf_rsqrt(float x) { return rsqrtf(x); }

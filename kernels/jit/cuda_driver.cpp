@@ -1,5 +1,6 @@
 #include "kernels/jit/cuda_driver.hpp"
 
+#include <algorithm>
 #include <mutex>
 
 #if LIVEFUSE_HAS_CUDA
@@ -20,6 +21,7 @@ struct DriverApi {
   PFN_cuFuncSetAttribute_v9000 set_attribute = nullptr;
   PFN_cuLaunchKernel_v4000 launch = nullptr;
   PFN_cuGetErrorString_v6000 error_string = nullptr;
+  PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 occupancy = nullptr;
   std::string why;  // empty when usable
 };
 
@@ -53,6 +55,7 @@ const DriverApi& api() {
     entry("cuFuncSetAttribute", &d.set_attribute, d.why);
     entry("cuLaunchKernel", &d.launch, d.why);
     entry("cuGetErrorString", &d.error_string, d.why);
+    entry("cuOccupancyMaxActiveBlocksPerMultiprocessor", &d.occupancy, d.why);
     return d;
   }();
   return a;
@@ -129,6 +132,24 @@ bool launch_function(const LoadedFunction& f, unsigned grid_x, unsigned block_x,
   return true;
 }
 
+int resident_blocks_per_sm(const LoadedFunction& f, int threads, int smem) {
+  int n = 0;
+  if (!api().occupancy ||
+      api().occupancy(&n, static_cast<CUfunction>(f.fn), threads, static_cast<size_t>(smem)) != CUDA_SUCCESS)
+    return 1;
+  return std::max(n, 1);
+}
+
+int current_device_sm_count() {
+  const int d = current_device_index();
+  int v = 0;
+  if (d < 0 || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return v;
+}
+
 int current_device_index() {
   int d = 0;
   if (cudaGetDevice(&d) != cudaSuccess) {
@@ -179,6 +200,8 @@ bool launch_function(const LoadedFunction&, unsigned, unsigned, unsigned, unsign
 }
 int current_device_arch() { return 0; }
 int current_device_smem_optin() { return 48 * 1024; }
+int current_device_sm_count() { return 1; }
+int resident_blocks_per_sm(const LoadedFunction&, int, int) { return 1; }
 int current_device_index() { return -1; }
 
 #endif

@@ -38,6 +38,9 @@ bool launch_function(const LoadedFunction& f, unsigned grid_x, unsigned block_x,
 // Facts of the current device (runtime API): SM version (major*10+minor), opt-in shared memory.
 int current_device_arch();
 int current_device_smem_optin();
+int current_device_sm_count();
+// Blocks of `threads` threads and `smem` dynamic shared memory one SM holds at once (>= 1).
+int resident_blocks_per_sm(const LoadedFunction& f, int threads, int smem);
 int current_device_index();
 
 }  // namespace livefuse::jit

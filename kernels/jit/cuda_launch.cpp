@@ -134,7 +134,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   for (size_t p = 0; p < parts.size(); ++p) geos.push_back(make_geometry(spec.parts[p], spec.kind, parts[p]));
   // Leave room for the kernel's static shared memory (the reduction scratch).
   static const int optin = current_device_smem_optin() - 1024;
-  const LaunchChoice c = choose_launch(spec, k, geos, optin, &err);
+  LaunchChoice c = choose_launch(spec, k, geos, optin, &err);
   if (missing) *missing = c.missing;
   if (!err.empty()) return err;
   if (c.grid == 0) return "";
@@ -171,6 +171,12 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   const int vi = variant_index(k, c.variant);
   LF_ASSERT(vi >= 0, "variant not rendered");
   LoadedFunction& f = mod->functions[vi];
+  if (k.rendered.row_pipelined && is_vec_row(c.variant) && is_cache_row(c.variant)) {
+    // Pipelined rows loop over rows: one wave of resident blocks, each streaming its rows.
+    static const int sms = current_device_sm_count();
+    const int per_sm = resident_blocks_per_sm(f, static_cast<int>(c.block_x * c.block_y), static_cast<int>(c.smem));
+    c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));
+  }
   if (c.smem > 32 * 1024 && !set_dynamic_smem(f, static_cast<int>(c.smem), &err)) return err;
   void* params[] = {w.data()};
   if (!launch_function(f, c.grid, c.block_x, c.block_y, c.smem, stream, params, &err)) return err;

@@ -62,6 +62,8 @@ struct RenderedKernel {
   int row_regs = 0;     // row: columns per thread the cache variants hold in registers (0: they
                         // cache in shared memory, ncache floats per column)
   int row_vec = 1;      // row: columns per 16-byte pack in the vec variants
+  bool row_pipelined = false;  // row: the vec cache variants loop over rows (any grid works;
+                               // one wave of resident blocks is best)
   ArgLayout layout;
   std::vector<Variant> variants;
 
@@ -77,5 +79,8 @@ RenderedKernel render_cuda(const KernelSpec& spec);
 // knob for benchmarks. It changes the rendered source, so kernels rendered under one budget are
 // never served for another.
 void set_row_reg_budget(int floats);
+// Row kernels: pipelined register variants (1), not (0), or the built-in choice (-1); a knob for
+// benchmarks, like the budget.
+void set_row_pipeline(int on);
 
 }  // namespace livefuse::jit
