@@ -19,7 +19,13 @@ RenderedKernel render_cuda(const KernelSpec& spec) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "lf_%016llx", static_cast<unsigned long long>(structure_hash(spec)));
   rk.prefix = buf;
-  rk.source = "#define LF_ARG_WORDS " + std::to_string(rk.layout.words) + "\n" + render_detail::preamble() + "\n";
+  const bool row = spec.kind == SpecKind::Row;
+  bool packs = false;  // a variant of this kind with 16-byte accesses
+  for (unsigned i = 0; i < kNumVariants; ++i) {
+    const Variant v = static_cast<Variant>(i);
+    packs = packs || ((row ? is_vec_row(v) : is_vec_pointwise(v)) && wants_variant(spec, v));
+  }
+  rk.source = "#define LF_ARG_WORDS " + std::to_string(rk.layout.words) + "\n" + render_detail::preamble(packs, row) + "\n";
   if (spec.kind == SpecKind::Pointwise) render_pointwise(spec, rk);
   else render_row(spec, rk);
   return rk;
