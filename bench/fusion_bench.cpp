@@ -7,7 +7,8 @@
 //                     `fraction_of_copy_bw`, and `speedup` over the eager GPU chain.
 //   fused_layer_norm / fused_softmax   row kernels at large sizes, bandwidth and fraction.
 //   fused_softmax_mask / fused_rms_norm   the same for a masked softmax and rms_norm.
-//   nvrtc_compile     NVRTC time per generated kernel (distinct kernels, no cache): `median_ms`.
+//   nvrtc_compile     NVRTC time per generated kernel (distinct kernels, no cache): `median_ms`;
+//                     `empty_kernel_ms`, an empty kernel's, is NVRTC's fixed cost per program.
 //                     NVRTC needs no GPU: --nvrtc-only runs just this (CUDA build, any machine).
 // Usage: livefuse-bench-fusion [--device cpu|cuda|all] [--json PATH] [--quick] [--nvrtc-only]
 #include <algorithm>
@@ -138,8 +139,17 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
         else std::fprintf(stderr, "[bench] compile failed: %s\n%s\n", r.error.c_str(), r.log.c_str());
       }
   }
+  // The floor: an empty kernel with the same options, NVRTC's fixed cost per program. Only the
+  // part above it depends on what livefuse generates.
+  std::vector<double> empty;
+  for (int i = 0; i < 5; ++i) {
+    const jit::NvrtcOutput e = jit::nvrtc_compile("extern \"C\" __global__ void lf_empty() {}\n", "lf_empty", o);
+    if (e.ok) empty.push_back(e.compile_ms);
+  }
   Record r{"nvrtc_compile", "sm_" + std::to_string(o.arch), std::to_string(ms.size()) + " kernels", median(ms) * 1e3, {}};
-  r.derived = {{"median_ms", median(ms)}, {"max_ms", ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end())}};
+  r.derived = {{"median_ms", median(ms)},
+               {"max_ms", ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end())},
+               {"empty_kernel_ms", median(empty)}};
   print_record(r);
   out.push_back(r);
 }

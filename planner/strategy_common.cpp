@@ -43,10 +43,21 @@ uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, cons
   using jit::Variant;
   const Segment& seg = g.seg;
   constexpr int64_t kBig = int64_t{1} << 30;  // 2x headroom under int32 for shapes that grow
-  bool big = false, dense = true;
+  bool big = false, dense = true, exact = true;
+  const int pack = spec.kind == jit::SpecKind::Pointwise ? jit::pointwise_vec_width(spec) : 1;
   for (size_t p = 0; p < parts.size(); ++p) {
     const Shape& f = seg.shape(seg.value_ref(parts[p].shape_value));
     big = big || f.numel() >= kBig;
+    // Exact when numel stays a multiple of VEC for every size the varying dims may take: the
+    // product of the dims that did not vary is one.
+    const int sv = parts[p].shape_value;
+    int64_t fixed = 1;
+    for (int d = 0; d < f.rank; ++d) {
+      const bool varies = sv < static_cast<int>(seg.varying.size()) && d < static_cast<int>(seg.varying[sv].size()) &&
+                          seg.varying[sv][d];
+      if (!varies) fixed *= f.v[d];
+    }
+    exact = exact && fixed % pack == 0;
     for (int v : parts[p].inputs) {
       const ValueRef r = seg.value_ref(v);
       const Shape& s = seg.shape(r);
@@ -60,6 +71,8 @@ uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, cons
     }
   }
   if (spec.kind == jit::SpecKind::Pointwise) {
+    // Exact: no tail after the packs; a launch with one compiles the sibling variant then.
+    if (dense && exact) return jit::variant_bit(big ? Variant::VecExactI64 : Variant::VecExactI32);
     if (dense) return jit::variant_bit(big ? Variant::VecI64 : Variant::VecI32);
     return jit::variant_bit(big ? Variant::StridedI64 : Variant::StridedI32);
   }

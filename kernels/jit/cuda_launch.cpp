@@ -80,11 +80,14 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
       for (size_t j = 0; j < geos[p].outputs.size(); ++j)
         dense &= aligned(geos[p].outputs[j].data, std::min<size_t>(16, vec * dtype_size(spec.parts[p].outputs[j].dtype)));
     }
-    if (!pick(k, {{Variant::VecI32, dense && i32}, {Variant::StridedI32, i32}, {Variant::VecI64, dense},
-                  {Variant::StridedI64, true}},
+    // Exact: no part has a tail after its packs, so the variant without tail code serves.
+    bool exact = true;
+    for (const auto& g : geos) exact &= g.numel % vec == 0;
+    if (!pick(k, {{Variant::VecExactI32, exact && dense && i32}, {Variant::VecI32, dense && i32}, {Variant::StridedI32, i32},
+                  {Variant::VecExactI64, exact && dense}, {Variant::VecI64, dense}, {Variant::StridedI64, true}},
               c, spec.name, error))
       return c;
-    const bool is_vec = c.variant == Variant::VecI32 || c.variant == Variant::VecI64;
+    const bool is_vec = is_vec_pointwise(c.variant);
     int64_t blocks = 0;
     for (const auto& g : geos) {
       const int64_t work = is_vec ? std::max(g.numel / vec, g.numel - (g.numel / vec) * vec) : g.numel;
@@ -146,7 +149,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
     for (int d = 0; d < kMaxDims; ++d) w[word + 1 + d] = d < io.strides.rank ? io.strides.v[d] : 0;
     if (row) w[word + 9] = io.col_stride;
   };
-  const bool is_vec = c.variant == Variant::VecI32 || c.variant == Variant::VecI64;
+  const bool is_vec = is_vec_pointwise(c.variant);
   long long block_begin = 0;
   for (size_t p = 0; p < geos.size(); ++p) {
     const PartGeometry& g = geos[p];

@@ -10,11 +10,31 @@
 
 namespace livefuse::jit {
 
+namespace {
+// NVRTC 12.9+ keeps a compile cache of its own in the CUDA driver's compute cache whenever it
+// can load the driver (it tries libcuda.so.1 at every compile; without a driver the cache is
+// off). Ours (kernel_cache.hpp) already covers every compile with a complete key, so that second
+// cache is only cost on GPU hosts: hashing, lookups and disk writes in every compile, and our
+// cubins evicting the driver's own entries. --no-cache turns it off.
+bool nvrtc_has_own_cache() {
+#if LIVEFUSE_HAS_CUDA
+  static const bool has = [] {
+    int major = 0, minor = 0;
+    return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && (major > 12 || (major == 12 && minor >= 9));
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
 std::vector<std::string> CompileOptions::flags() const {
   // -minimal: generated kernels use no textures, runtime calls or device launches; skipping
   // those declarations saves a few ms of NVRTC time per kernel.
   std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17", "--ptxas-options=-v",
                                 "-default-device", "-minimal"};
+  if (nvrtc_has_own_cache()) f.push_back("--no-cache");
   if (!fma) f.push_back("--fmad=false");
   return f;
 }

@@ -24,8 +24,14 @@ RenderedKernel render_cuda(const KernelSpec& spec) {
   bool low_precision = true;
   for (const KernelPart& part : spec.parts)
     for (const IoDesc& o : part.outputs) low_precision = low_precision && (o.dtype == DType::f16 || o.dtype == DType::bf16);
+  const bool row = spec.kind == SpecKind::Row;
+  bool packs = false;  // a variant of this kind with 16-byte accesses
+  for (unsigned i = 0; i < kNumVariants; ++i) {
+    const Variant v = static_cast<Variant>(i);
+    packs = packs || ((row ? is_vec_row(v) : is_vec_pointwise(v)) && wants_variant(spec, v));
+  }
   rk.source = "#define LF_ARG_WORDS " + std::to_string(rk.layout.words) + "\n" +
-              (low_precision ? "#define LF_FAST_EXP 1\n" : "") + render_detail::preamble() + "\n";
+              (low_precision ? "#define LF_FAST_EXP 1\n" : "") + render_detail::preamble(packs, row) + "\n";
   if (spec.kind == SpecKind::Pointwise) render_pointwise(spec, rk);
   else render_row(spec, rk);
   return rk;

@@ -5,7 +5,9 @@
 // op's cuda_expr), pasted, never re-typed.
 //
 // Every spec renders to one module with several entry points (variants), picked per launch:
-//   pointwise: vec (16-byte loads/stores, dense operands)  | strided (any strides, broadcast)
+//   pointwise: vec (16-byte loads/stores, dense operands; a scalar tail when numel is not a
+//              multiple of VEC) | vec exact (the same without the tail: NVRTC compiles one copy
+//              of the program less) | strided (any strides, broadcast)
 //   row:       cache (Full values kept in registers, or shared memory when there are many)
 //              | recompute (re-reads inputs)
 // each with 32-bit and 64-bit indexing. Sizes, strides and pointers are kernel parameters
@@ -41,14 +43,22 @@ enum class Variant : uint8_t {
   VecI32, VecI64, StridedI32, StridedI64,               // pointwise
   CacheI32, CacheI64, RecomputeI32, RecomputeI64,       // row, one column per step
   VecCacheI32, VecCacheI64, VecRecomputeI32, VecRecomputeI64,  // row, 16-byte column packs
+  VecExactI32, VecExactI64,                             // pointwise, numel % VEC == 0 in every part
 };
-inline bool is_vec_row(Variant v) { return v >= Variant::VecCacheI32; }
+inline constexpr unsigned kNumVariants = static_cast<unsigned>(Variant::VecExactI64) + 1;
+inline bool is_vec_pointwise(Variant v) {
+  return v == Variant::VecI32 || v == Variant::VecI64 || v == Variant::VecExactI32 || v == Variant::VecExactI64;
+}
+inline bool is_vec_row(Variant v) {
+  return v == Variant::VecCacheI32 || v == Variant::VecCacheI64 || v == Variant::VecRecomputeI32 ||
+         v == Variant::VecRecomputeI64;
+}
 inline bool is_cache_row(Variant v) {
   return v == Variant::CacheI32 || v == Variant::CacheI64 || v == Variant::VecCacheI32 || v == Variant::VecCacheI64;
 }
 inline bool is_i64(Variant v) {
   return v == Variant::VecI64 || v == Variant::StridedI64 || v == Variant::CacheI64 || v == Variant::RecomputeI64 ||
-         v == Variant::VecCacheI64 || v == Variant::VecRecomputeI64;
+         v == Variant::VecCacheI64 || v == Variant::VecRecomputeI64 || v == Variant::VecExactI64;
 }
 std::string_view variant_suffix(Variant v);
 constexpr uint32_t variant_bit(Variant v) { return 1u << static_cast<unsigned>(v); }
@@ -74,6 +84,8 @@ inline constexpr int kPointwiseBlock = 256;
 inline constexpr int kRowMaxThreads = 512;  // per block; leaves 128 registers a thread
 
 RenderedKernel render_cuda(const KernelSpec& spec);
+// Elements per 16-byte pack of a pointwise spec's vec variants (its narrowest dtype's).
+int pointwise_vec_width(const KernelSpec& spec);
 
 // Row kernels: registers a thread may spend on held row values (0: the built-in budget); a
 // knob for benchmarks. It changes the rendered source, so kernels rendered under one budget are

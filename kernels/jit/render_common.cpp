@@ -23,6 +23,8 @@ std::string_view variant_suffix(Variant v) {
     case Variant::VecCacheI64: return "vcache_i64";
     case Variant::VecRecomputeI32: return "vrecompute_i32";
     case Variant::VecRecomputeI64: return "vrecompute_i64";
+    case Variant::VecExactI32: return "vec_exact_i32";
+    case Variant::VecExactI64: return "vec_exact_i64";
   }
   return "?";
 }
@@ -239,15 +241,14 @@ std::string decompose(const std::string& index, int rank_word, int shape_word,
   return os.str();
 }
 
-std::string preamble() {
+std::string preamble(bool packs, bool rows) {
   std::string s;
   s += "// livefuse generated kernel\n";
   s += kLfMathSource;
   s += "\n";
   s += kLfFusedSource;
-  s += R"LF(
-struct LfArgs { long long w[LF_ARG_WORDS]; };
-
+  s += "\nstruct LfArgs { long long w[LF_ARG_WORDS]; };\n";
+  if (packs) s += R"LF(
 // Loads/stores of N consecutive elements as one (or a few) 16-byte accesses.
 template <int N, typename S> struct alignas(sizeof(S) * N >= 16 ? 16 : sizeof(S) * N) LfPack { S v[N]; };
 template <int N, typename S> __device__ __forceinline__ void lf_ldpack(S* dst, const S* src) {
@@ -261,7 +262,8 @@ template <int N, typename S> __device__ __forceinline__ void lf_stpack(S* dst, c
   for (int e = 0; e < N; ++e) p.v[e] = src[e];
   *reinterpret_cast<LfPack<N, S>*>(dst) = p;
 }
-
+)LF";
+  if (rows) s += R"LF(
 // Row reductions: the threads of one row are threadIdx.x of one threadIdx.y (a multiple of 32).
 __device__ __forceinline__ float lf_warp_sum(float v) {
 #pragma unroll

@@ -24,8 +24,9 @@ std::string store_storage(DType d, int word, const std::string& off, const std::
 std::string storage_type(DType d);
 std::string from_storage(DType d, const std::string& x);
 std::string to_storage(DType d, const std::string& x);
-// The helpers every generated module starts with (embedded sources + reductions, packs).
-std::string preamble();
+// The helpers a generated module starts with: the embedded sources and the parameter block,
+// then 16-byte pack accesses and row reductions only for modules that use them.
+std::string preamble(bool packs, bool rows);
 // Offsets of every io from a linear index (over the runtime rank, outermost dim without a
 // division). `off` names one I variable per io; `shape_word` the part's shape[0]. Unrolled
 // for per-element use; a loop (one division in the code, not seven: NVRTC time) once per row.
