@@ -58,8 +58,9 @@ struct Body {
   bool pipelined;  // Regs + vec: grid-stride over rows, next row's first loads in flight
 
   size_t nin() const { return part.inputs.size(); }
-  std::string rname(size_t k) const { return "r" + std::to_string(k); }
-  std::string cname(size_t k) const { return "c" + std::to_string(k); }
+  // Appended, not "r" + to_string(k): GCC 12 warns falsely (-Wrestrict) on the inlined operator+.
+  std::string rname(size_t k) const { return std::string("r").append(std::to_string(k)); }
+  std::string cname(size_t k) const { return std::string("c").append(std::to_string(k)); }
   int word(size_t k) const { return k < nin() ? lp.in[k] : lp.out[k - nin()]; }
   std::string name() const {
     return std::string("lf_row_") + (store == Store::None ? "recompute" : "cache") + (vec > 1 ? "_v" : "");
@@ -150,7 +151,7 @@ struct Body {
     const size_t nin = this->nin();
     for (int i : s.section[sec]) {
       const Instr& in = part.instrs[i];
-      const std::string v = "v" + std::to_string(i);
+      const std::string v = std::string("v").append(std::to_string(i));
       switch (in.kind) {
         case InstrKind::Load:
           os << "  const " << nat_type(in.dtype) << " " << v << " = lf_valid ? "
