@@ -12,6 +12,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "monitor/candidate.hpp"
+#include "monitor/hashing.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
 #include "planner/planner.hpp"
@@ -299,6 +300,12 @@ class Service final : public monitor::CandidateConsumer {
       plan->ops = plan_ops(c);
       plan->n_external = static_cast<int>(c.externals.size());
       plan->signature = c.signature;
+      plan->stream = c.stream;
+      for (const monitor::ShapeTuple& t : c.shapes.tuples) {
+        monitor::ShapeTupleHash th;
+        for (int64_t d : t.dims) th.add(d);
+        plan->shape_tuples.push_back(th.h);
+      }
       plan->id = next_id_++;
       plan->name = monitor::describe(c);
       if (plan->name.size() > 120) plan->name = plan->name.substr(0, 117) + "...";

@@ -70,6 +70,12 @@ class Plan {
   std::vector<PlanOp> ops;
   int n_external = 0;
   uint64_t signature = 0;
+  // What the monitor needs to count a served window without its calls (runtime/trace_sink.hpp):
+  // the stream whose sequence the plan was made from, and the hashes of the shape tuples seen
+  // by then (monitor::shape_tuple_hash). A window of any other tuple is reported call by call
+  // a few times, so that the monitor learns the new shape.
+  uint32_t stream = 0;
+  std::vector<uint64_t> shape_tuples;
 
   std::atomic<PlanState> state{PlanState::sampling};
   std::atomic<uint64_t> hits{0}, eager_fallbacks{0};

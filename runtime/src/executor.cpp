@@ -11,6 +11,7 @@
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
+#include "runtime/plan.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/trace_sink.hpp"
 
@@ -18,6 +19,13 @@ namespace livefuse {
 
 namespace detail {
 std::atomic<TraceSink*> g_trace_sink{nullptr};
+}
+
+void TraceSink::on_served(const Plan& plan, const Window& w) {
+  (void)plan;
+  for (size_t j = 0; j < w.calls.size(); ++j)
+    report_call(*this, w.calls[j], std::span<const Tensor>(w.outputs[j].data(), w.outputs[j].size()),
+                w.stream_id);
 }
 
 namespace {
@@ -217,10 +225,11 @@ TensorList Executor::submit(OpCall& call) {
     trace::Scope ts("op", op_name(call.op));
     run_eager_into(call, outs, stream);
     if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
+    // A deferred call is reported with its window (runtime/trace_sink.hpp, the note).
+    if (cfg.mode != Mode::off)
+      if (TraceSink* sink = trace_sink())
+        report_call(*sink, call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   }
-  if (cfg.mode != Mode::off)
-    if (TraceSink* sink = trace_sink())
-      sink->on_call(call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   return outs;
 }
 

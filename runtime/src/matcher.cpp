@@ -18,6 +18,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
+#include "runtime/trace_sink.hpp"
 
 namespace livefuse::matcher {
 
@@ -148,8 +149,15 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
   try {
-    for (size_t j = 0; j < sw.w.calls.size(); ++j)
+    TraceSink* sink = trace_sink();
+    for (size_t j = 0; j < sw.w.calls.size(); ++j) {
       Executor::run_eager_into(sw.w.calls[j], sw.w.outputs[j], sw.stream);
+      // Reported now, as they run (runtime/trace_sink.hpp, the note).
+      if (sink)
+        report_call(*sink, sw.w.calls[j],
+                    std::span<const Tensor>(sw.w.outputs[j].data(), sw.w.outputs[j].size()),
+                    sw.stream.id());
+    }
   } catch (...) {
     clear(sw);
     throw;
@@ -290,6 +298,7 @@ void complete(StreamWindow& sw) {
     }
     plan.hits.fetch_add(1, std::memory_order_relaxed);
     ctr.served.fetch_add(n, std::memory_order_relaxed);
+    if (TraceSink* sink = trace_sink()) sink->on_served(plan, sw.w);
     if (plan.verified_runs.fetch_add(1) < config().verify) {
       verify_against_eager(sw, needed, plan);
     } else {
@@ -406,6 +415,7 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   if (sw.candidates.empty()) return false;
   sw.active = true;
   trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
+  if (TraceSink* sink = trace_sink()) sink->on_window_open(sw.stream.id());
   sw.keep = t_state.snap;
   sw.w.stream_id = sw.stream.id();
   sw.w.device = sw.stream.device();
