@@ -213,23 +213,20 @@ TensorList Executor::submit(OpCall& call) {
   const Stream stream = Stream::current(device);
   const Config& cfg = config();
   if (cfg.mode != Mode::off) start_background();
-  std::optional<TensorList> deferred;
-  if (cfg.mode == Mode::on) deferred = matcher::try_defer(call, infos, stream);
-  TensorList outs;
-  if (deferred) {
-    outs = std::move(*deferred);
-  } else {
-    for (const Tensor& t : call.inputs)
-      if (t.impl()->pending) materialize(*t.impl());
-    outs = make_outputs(call, infos, device, nullptr);
+  if (cfg.mode == Mode::on)
+    if (std::optional<TensorList> deferred = matcher::try_defer(call, infos, stream))
+      return std::move(*deferred);  // reported with its window (runtime/trace_sink.hpp)
+  for (const Tensor& t : call.inputs)
+    if (t.impl()->pending) materialize(*t.impl());
+  TensorList outs = make_outputs(call, infos, device, nullptr);
+  {
     trace::Scope ts("op", op_name(call.op));
     run_eager_into(call, outs, stream);
-    if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
-    // A deferred call is reported with its window (runtime/trace_sink.hpp, the note).
-    if (cfg.mode != Mode::off)
-      if (TraceSink* sink = trace_sink())
-        report_call(*sink, call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   }
+  if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
+  if (cfg.mode != Mode::off)
+    if (TraceSink* sink = trace_sink())
+      report_call(*sink, call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   return outs;
 }
 

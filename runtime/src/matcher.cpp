@@ -130,6 +130,12 @@ bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Ca
 
 void clear(StreamWindow& sw) {
   if (sw.active) trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
+  // A deferred call is counted when its window ends: no shared counter is touched per call.
+  if (const size_t n = sw.w.calls.size()) {
+    auto& ctr = matcher_counters();
+    ctr.calls.fetch_add(n, std::memory_order_relaxed);
+    ctr.deferred.fetch_add(n, std::memory_order_relaxed);
+  }
   for (auto& outs : sw.w.outputs)
     for (auto& t : outs) t.impl()->pending = nullptr;
   sw.w.calls.clear();
@@ -427,9 +433,11 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream) {
   refresh_snapshot();
   auto& ctr = matcher_counters();
-  ctr.calls.fetch_add(1, std::memory_order_relaxed);
   const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
-  if (!any_plan && t_state.windows.empty()) return std::nullopt;
+  if (!any_plan && t_state.windows.empty()) {
+    ctr.calls.fetch_add(1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
   StreamWindow& sw = window_for(stream);
   // Inputs pending in other windows are settled first, before this window's lock is taken:
   // two threads handing each other pending values must not wait on each other's windows.
@@ -439,16 +447,13 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   if (sw.ready) complete(sw);
   const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
   if (sw.active && !advance_candidates(sw, call, h, false)) flush(sw, ctr.flush_divergent);
-  if (!sw.active) {
-    if (!any_plan) return std::nullopt;
-    // Values pending in another window of this thread are made real before a new window
-    // takes them as inputs.
-    if (!start(sw, call, h)) return std::nullopt;
+  if (!sw.active && (!any_plan || !start(sw, call, h))) {
+    ctr.calls.fetch_add(1, std::memory_order_relaxed);  // runs eagerly; deferred ones: clear()
+    return std::nullopt;
   }
   TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw);
-  sw.w.calls.push_back(call);
+  sw.w.calls.push_back(std::move(call));
   sw.w.outputs.push_back(outs);
-  ctr.deferred.fetch_add(1, std::memory_order_relaxed);
   const size_t len = sw.w.calls.size();
   for (Candidate& c : sw.candidates) {
     if (c.plan->ops.size() == len) {
