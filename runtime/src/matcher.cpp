@@ -124,7 +124,8 @@ bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Ca
     }
   }
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (!p.inputs[i].internal()) cand.externals[p.inputs[i].slot] = c.inputs[i];
+    if (!p.inputs[i].internal())
+      if (Tensor& slot = cand.externals[p.inputs[i].slot]; !slot.defined()) slot = c.inputs[i];
   return true;
 }
 
@@ -276,7 +277,7 @@ void complete(StreamWindow& sw) {
       needed.emplace_back(static_cast<int>(j), static_cast<int>(k));
     }
   }
-  sw.w.externals = cand.externals;
+  sw.w.externals = std::move(cand.externals);
   if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
     record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
   const bool sampling = plan.state.load() == PlanState::sampling;
@@ -457,7 +458,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   const size_t len = sw.w.calls.size();
   for (Candidate& c : sw.candidates) {
     if (c.plan->ops.size() == len) {
-      sw.ready = c;
+      sw.ready = std::move(c);  // the window ends at the next call, candidates with it
       break;
     }
   }
