@@ -101,7 +101,7 @@ bool Canonicalizer::run(StreamWindow& w, uint64_t begin, uint64_t end, Canon& c)
   c.out_begin.push_back(static_cast<uint32_t>(c.out_rank.size()));
 
   // The shape tuple: each external at its first use, then every output.
-  ShapeTupleHash th;
+  uint64_t th = 0x7e11;
   for (const ExternalSlot& e : c.externals) {
     const TraceEvent& ev = w.event_at(begin + e.first_op)->ev;
     const int off = ev.in_dims_offset(e.first_input);
@@ -113,8 +113,8 @@ bool Canonicalizer::run(StreamWindow& w, uint64_t begin, uint64_t end, Canon& c)
     for (int o = 0; o < ev.n_out; ++o)
       for (int a = 0; a < ev.out_rank[o]; ++a) c.tuple.push_back(ev.dims[off++]);
   }
-  for (int64_t d : c.tuple) th.add(d);
-  c.tuple_hash = th.h;
+  for (int64_t d : c.tuple) th = hash_combine(th, static_cast<uint64_t>(d));
+  c.tuple_hash = th;
   c.signature = sig;
   return true;
 }

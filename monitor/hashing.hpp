@@ -17,11 +17,4 @@ inline uint64_t hash_combine(uint64_t h, uint64_t v) {
   return mix64(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)));
 }
 
-// A concrete shape tuple (candidate.hpp, ShapePattern): the dims in layout order, one add()
-// each. The canonicaliser and the runtime's served windows hash alike.
-struct ShapeTupleHash {
-  uint64_t h = 0x7e11;
-  void add(int64_t d) { h = hash_combine(h, static_cast<uint64_t>(d)); }
-};
-
 }  // namespace livefuse::monitor

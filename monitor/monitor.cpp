@@ -11,7 +11,6 @@
 
 #include "livefuse/config.hpp"
 #include "monitor/detector.hpp"
-#include "monitor/hashing.hpp"
 #include "monitor/trace_event.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
@@ -159,17 +158,17 @@ void Monitor::on_window_open(uint32_t stream_id) {
 
 bool Monitor::knows_shapes(const Plan& plan, const Window& w) {
   // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
-  ShapeTupleHash th;
+  ShapeTupleKey key;
   for (const Tensor& e : w.externals)
-    for (int64_t d : e.shape()) th.add(d);
+    for (int64_t d : e.impl()->shape) key.add(d);
   for (const TensorList& outs : w.outputs)
     for (const Tensor& t : outs)
-      for (int64_t d : t.shape()) th.add(d);
+      for (int64_t d : t.impl()->shape) key.add(d);
   for (uint64_t known : plan.shape_tuples)
-    if (known == th.h) return true;
+    if (known == key.h) return true;
   std::lock_guard<std::mutex> lk(new_shapes_mu_);
   if (new_shapes_.size() >= 4096) new_shapes_.clear();  // bounded; a tuple may be reported again
-  return ++new_shapes_[{plan.id, th.h}] > kReportsOfNewShape;
+  return ++new_shapes_[{plan.id, key.h}] > kReportsOfNewShape;
 }
 
 void Monitor::on_served(const Plan& plan, const Window& w) {

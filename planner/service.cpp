@@ -12,7 +12,6 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "monitor/candidate.hpp"
-#include "monitor/hashing.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
 #include "planner/planner.hpp"
@@ -302,9 +301,9 @@ class Service final : public monitor::CandidateConsumer {
       plan->signature = c.signature;
       plan->stream = c.stream;
       for (const monitor::ShapeTuple& t : c.shapes.tuples) {
-        monitor::ShapeTupleHash th;
-        for (int64_t d : t.dims) th.add(d);
-        plan->shape_tuples.push_back(th.h);
+        ShapeTupleKey k;
+        for (int64_t d : t.dims) k.add(d);
+        plan->shape_tuples.push_back(k.h);
       }
       plan->id = next_id_++;
       plan->name = monitor::describe(c);

@@ -2,7 +2,6 @@
 // event per window, yet the plan stays hot while it serves, a phase change still retires it,
 // and a shape the plan was not made with is still learnt.
 #include "livefuse/inspect.hpp"
-#include "monitor/hashing.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
