@@ -139,7 +139,9 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
         pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
     auto impl =
         std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype, device);
-    impl->pending = pending_tag;
+    // Relaxed: no other thread can see the new value before the program hands it on (and that
+    // hand-over synchronises); a seq_cst store is an xchg, paid per deferred call.
+    impl->pending.store(pending_tag, std::memory_order_relaxed);
     outs.push_back(Tensor(std::move(impl)));
     return outs;
   }
@@ -147,7 +149,7 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
     if (pending_tag) {
       auto impl = std::make_shared<TensorImpl>(nullptr, 0, o.shape, contiguous_strides(o.shape),
                                                o.dtype, device);
-      impl->pending = pending_tag;
+      impl->pending.store(pending_tag, std::memory_order_relaxed);  // as above
       outs.push_back(Tensor(std::move(impl)));
     } else {
       outs.push_back(new_dense(o.shape, o.dtype, device));

@@ -138,7 +138,8 @@ void clear(StreamWindow& sw) {
     ctr.deferred.fetch_add(n, std::memory_order_relaxed);
   }
   for (auto& outs : sw.w.outputs)
-    for (auto& t : outs) t.impl()->pending = nullptr;
+    // Release: a thread that sees the tag gone sees the storage bound before it.
+    for (auto& t : outs) t.impl()->pending.store(nullptr, std::memory_order_release);
   sw.w.calls.clear();
   sw.w.outputs.clear();
   sw.w.externals.clear();
