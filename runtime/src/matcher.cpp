@@ -43,6 +43,9 @@ struct StreamWindow {
   std::vector<Candidate> candidates;
   Window w;
   bool active = false;
+  // Read without the lock by the owner thread when no plan is installed (try_defer): set when a
+  // window starts (by the owner), cleared (release) only once its calls have all run.
+  std::atomic<bool> open{false};
   // Set when the last call of a plan was deferred. The plan runs at the next call or sync
   // point, not inside the completing call: only then have the caller's argument temporaries
   // died, so reference counts tell which intermediates the user really still holds.
@@ -147,6 +150,7 @@ void clear(StreamWindow& sw) {
   sw.ready.reset();
   sw.keep.reset();
   sw.active = false;
+  sw.open.store(false, std::memory_order_release);
 }
 
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
@@ -422,6 +426,7 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   open_candidates(sw, call, h, false);
   if (sw.candidates.empty()) return false;
   sw.active = true;
+  sw.open.store(true, std::memory_order_relaxed);
   trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   if (TraceSink* sink = trace_sink()) sink->on_window_open(sw.stream.id());
   sw.keep = t_state.snap;
@@ -436,9 +441,15 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   refresh_snapshot();
   auto& ctr = matcher_counters();
   const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
-  if (!any_plan && t_state.windows.empty()) {
-    ctr.calls.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
+  if (!any_plan) {
+    // Nothing can be deferred: only a window still open (its plan just went away) needs this
+    // call, to be flushed. Checked without its lock (see StreamWindow::open).
+    bool open = false;
+    for (const auto& w : t_state.windows) open |= w->open.load(std::memory_order_acquire);
+    if (!open) {
+      ctr.calls.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
   }
   StreamWindow& sw = window_for(stream);
   // Inputs pending in other windows are settled first, before this window's lock is taken:
