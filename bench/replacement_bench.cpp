@@ -8,16 +8,22 @@
 //   chain10_pipelined   the same chain called 200 times back to back, one synchronize at the
 //                       end: per-call time of a serving loop where host and device overlap
 //                       (steady state: after a warm-up in that loop)
+//   deferred_host      host time per deferred call of a served window (ops 2..10 of the chain,
+//                       no kernel inside the span): the deferred path alone
 //   launch_sync_floor   one eager op + synchronize: the round trip no per-call figure beats
 //   matcher_overhead    host time per eager op with no plan installed: mode on (monitor +
 //                       matcher) minus mode off
 // Usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]
+//        [--deferred-only WINDOWS]   only deferred_host over WINDOWS served windows (profiling)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
 
 #include "bench/bench_record.hpp"
 #include "livefuse/inspect.hpp"
@@ -41,8 +47,8 @@ double pct(std::vector<double> v, double q) {
 
 using lfbench::Record;
 
-lf::Tensor chain10(const lf::Tensor& x) {
-  lf::Tensor y = lf::mul(x, 1.5);
+// Ops 2..10 of the chain (op 1 is `lf::mul(x, 1.5)`).
+lf::Tensor chain10_rest(lf::Tensor y, const lf::Tensor& x) {
   y = lf::add(y, 0.25);
   y = lf::tanh(y);
   y = lf::mul(y, x);
@@ -53,6 +59,8 @@ lf::Tensor chain10(const lf::Tensor& x) {
   y = lf::sub(y, x);
   return lf::relu(y);
 }
+
+lf::Tensor chain10(const lf::Tensor& x) { return chain10_rest(lf::mul(x, 1.5), x); }
 
 void set_mode(lf::Mode m) {
   lf::Config c = lf::config();
@@ -106,6 +114,47 @@ double pipelined_us(const lf::Tensor& x, lf::Device dev, int reps = 20) {
   return pct(per, 0.5);
 }
 
+// Host time per deferred call of a served window: ops 2..10 of a chain whose plan serves it
+// (op 1 opens the window; the plan runs at the synchronize, outside the timed span). No kernel
+// runs inside the span on any device, so this is the deferred path alone. Windows that were not
+// served whole (a flush) are left out; `served_fraction` says how many were. On Linux, spans
+// in which the thread was switched out are left out too: on a loaded machine (the monitor and
+// planner threads share the cores) they measure the scheduler, not the path.
+int64_t context_switches() {
+#if defined(__linux__)
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw + u.ru_nivcsw;
+#else
+  return 0;
+#endif
+}
+struct DeferredHost {
+  double us_per_call = 0, p10_us = 0, served_fraction = 0;
+  double window_us = 0;  // a whole served chain: its 10 calls, the plan's run and the sync
+};
+DeferredHost deferred_host(const lf::Tensor& x, lf::Device dev, int n) {
+  std::vector<double> per, whole;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t s0 = lf::matcher_counters().served;
+    const int64_t cs0 = context_switches();
+    const auto w0 = Clock::now();
+    lf::Tensor first = lf::mul(x, 1.5);
+    const auto t0 = Clock::now();
+    lf::Tensor y = chain10_rest(std::move(first), x);
+    const double us = us_since(t0);
+    lf::synchronize(dev);  // y is held: the program uses the chain's result
+    const double window = us_since(w0);
+    const bool switched = context_switches() != cs0;
+    if (lf::matcher_counters().served - s0 == 10 && !switched) {
+      per.push_back(us / 9.0);
+      whole.push_back(window);
+    }
+  }
+  if (per.empty()) return {-1.0, -1.0, 0.0, -1.0};
+  return {pct(per, 0.5), pct(per, 0.1), static_cast<double>(per.size()) / n, pct(whole, 0.5)};
+}
+
 Record call_record(const char* variant, const std::string& sz, const Timed& t) {
   const double med = pct(t.total, 0.5), issue = pct(t.issue, 0.5);
   return {"chain10_call", variant, sz, med,
@@ -117,6 +166,7 @@ Record call_record(const char* variant, const std::string& sz, const Timed& t) {
 int main(int argc, char** argv) {
   std::string json_path, device_arg;
   int64_t size = 4096;
+  int perf_windows = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc)
@@ -125,10 +175,13 @@ int main(int argc, char** argv) {
       device_arg = argv[++i];
     else if (a == "--size" && i + 1 < argc)
       size = std::stoll(argv[++i]);
+    else if (a == "--deferred-only" && i + 1 < argc)
+      perf_windows = std::stoi(argv[++i]);
     else {
       std::fprintf(
           stderr,
-          "usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]\n");
+          "usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]\n"
+          "       [--deferred-only WINDOWS]  (only deferred_host, for a profiler)\n");
       return 2;
     }
   }
@@ -136,6 +189,23 @@ int main(int argc, char** argv) {
   std::vector<Record> recs;
   const lf::Tensor x = lf::rand_uniform({size}, 1, -1, 1, lf::DType::f32, dev);
   const std::string sz = std::to_string(size);
+  if (perf_windows > 0) {
+    // Fusion on until the chain is served, then only served windows: what `perf record` sees
+    // is the deferred path and the plan runs.
+    set_mode(lf::Mode::on);
+    for (int i = 0; i < 20000 && deferred_host(x, dev, 20).served_fraction < 1; ++i) {
+    }
+    const DeferredHost dh = deferred_host(x, dev, perf_windows);
+    for (const lf::PlanInfo& p : lf::inspect().plans)
+      std::printf("  plan %llu %-9s %zu ops, %llu hits: %s\n", static_cast<unsigned long long>(p.id),
+                  p.state.c_str(), p.ops.size(), static_cast<unsigned long long>(p.hits),
+                  p.last_reason.c_str());
+    std::printf(
+        "deferred_host %.3f us per deferred call, p10 %.3f (served fraction %.3f); whole "
+        "window %.3f us\n",
+        dh.us_per_call, dh.p10_us, dh.served_fraction, dh.window_us);
+    return 0;
+  }
 
   // Eager steady state, and the round trip of one op + synchronize.
   set_mode(lf::Mode::off);
@@ -181,6 +251,14 @@ int main(int argc, char** argv) {
   Record on = call_record("livefuse_on", sz, fused);
   on.derived.push_back({"speedup_vs_off", eager_med / on.median_us});
   recs.push_back(on);
+  const DeferredHost dh = deferred_host(x, dev, 2000);
+  recs.push_back({"deferred_host",
+                  "per_deferred_call",
+                  sz,
+                  dh.us_per_call,
+                  {{"p10_us", dh.p10_us},
+                   {"served_fraction", dh.served_fraction},
+                   {"window_us", dh.window_us}}});
   const double fused_pipe = pipelined_us(x, dev);
   // What served the pipelined loop (a plan per phase; see pipelined_us).
   for (const lf::PlanInfo& p : lf::inspect().plans)

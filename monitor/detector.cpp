@@ -9,6 +9,7 @@ namespace livefuse::monitor {
 
 namespace {
 constexpr uint64_t kSyncToken = 0x5a5a0000deadbeefull;
+constexpr uint64_t kServedToken = 0x5e7fed00deadbeefull;
 constexpr uint64_t kSweepEvery = 4096;  // events between decay sweeps
 }  // namespace
 
@@ -87,6 +88,12 @@ void Detector::consume(const TraceEvent& ev) {
     case EventKind::sync:
       on_sync_event(ev);
       break;
+    case EventKind::window_open:
+      window(ev.stream).set_window_open(true);
+      break;
+    case EventKind::served:
+      on_served_event(ev);
+      break;
   }
   if (stamp_ % kSweepEvery == 0) sweep();
 }
@@ -104,6 +111,7 @@ void Detector::mark_use(const ValueEntry& e, ValueId id, const StreamWindow& use
 void Detector::on_call_event(const TraceEvent& ev) {
   ++events_;
   StreamWindow& w = window(ev.stream);
+  w.set_window_open(false);
   const uint64_t pos = w.head();
   const uint64_t ah = structural_attrs_hash(ev.op, ev.attrs);
   uint64_t local = hash_combine(static_cast<uint64_t>(ev.op) + 1, ah);
@@ -158,16 +166,35 @@ void Detector::on_release_event(ValueId id) {
   if (e->prod_stream != kNoStream)
     if (StreamWindow* pw = find_window(e->prod_stream))
       if (RingEvent* r = pw->event_at(e->prod_pos); r && r->ev.out_ids[e->prod_output] == id)
-        r->meta[e->prod_output].released_at = pw->head();
+        // While a window is open its first call was made, though not reported yet: the value
+        // outlived the op after the head.
+        r->meta[e->prod_output].released_at = pw->head() + (pw->window_open() ? 1 : 0);
   values_.erase(e);  // ids are never reused
 }
 
 void Detector::on_sync_event(const TraceEvent& ev) {
   ++syncs_;
   StreamWindow& w = window(ev.stream);
+  w.set_window_open(false);
   RingEvent& r = w.append(kSyncToken, kSyncToken, SlotKind::barrier);
   r.ev = ev;
   w.advance(*this);
+}
+
+// A served window takes one position, a barrier: what runs before and after it is never one
+// sequence with it (it is not visible op by op), and the ops around it are cut there, as they
+// are adjacent only through it. Its occurrence counts for the structure the plan was made from.
+void Detector::on_served_event(const TraceEvent& ev) {
+  ++served_;
+  StreamWindow& w = window(ev.stream);
+  w.set_window_open(false);
+  RingEvent& r = w.append(kServedToken, kServedToken, SlotKind::barrier);
+  r.ev = ev;
+  const uint64_t n_ops = ev.in_ids[1];
+  if (n_ops > 1) w.skip(n_ops - 1);
+  w.advance(*this);
+  const auto plan_stream = static_cast<uint32_t>(ev.in_ids[0]);
+  structures_.observe_served(ev.value, plan_stream, epoch_of(plan_stream), ev.timestamp_ns);
 }
 
 void Detector::on_segment(StreamWindow& w, uint64_t begin, uint64_t end, uint64_t path_hash) {
@@ -191,6 +218,7 @@ void Detector::fill(MonitorCounters& c) const {
   c.events = events_;
   c.releases = releases_;
   c.syncs = syncs_;
+  c.served = served_;
   c.windows = windows_.size();
   c.window_evictions = window_evictions_;
   c.program_point_evictions = evicted_pp_evictions_;

@@ -45,6 +45,7 @@ class Detector final : public SegmentSink {
   void on_call_event(const TraceEvent& ev);
   void on_release_event(ValueId id);
   void on_sync_event(const TraceEvent& ev);
+  void on_served_event(const TraceEvent& ev);
   void mark_use(const ValueEntry& e, ValueId id, const StreamWindow& user, uint64_t pos);
   bool capturable(uint32_t opaque_id);
 
@@ -59,7 +60,7 @@ class Detector final : public SegmentSink {
   std::unordered_map<uint32_t, bool> capturable_;
 
   uint64_t stamp_ = 0;
-  uint64_t events_ = 0, releases_ = 0, syncs_ = 0;
+  uint64_t events_ = 0, releases_ = 0, syncs_ = 0, served_ = 0;
   uint64_t window_evictions_ = 0;
   uint64_t evicted_pp_evictions_ = 0, evicted_segments_ = 0;  // of windows evicted since
 };

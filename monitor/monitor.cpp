@@ -10,9 +10,10 @@
 #endif
 
 #include "livefuse/config.hpp"
-#include "runtime/inspect_registry.hpp"
 #include "monitor/detector.hpp"
 #include "monitor/trace_event.hpp"
+#include "runtime/inspect_registry.hpp"
+#include "runtime/plan.hpp"
 
 namespace livefuse::monitor {
 
@@ -134,29 +135,61 @@ inline void Monitor::push(Producer* p) {
     p->dropped.store(p->dropped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-void Monitor::on_call(const OpCall& call, std::span<const Tensor> outputs, uint32_t stream_id) {
+inline Producer* Monitor::producer() {
   Producer* p = t_producer;
-  if (p == nullptr) [[unlikely]] {
-    if ((p = attach_producer()) == nullptr) return;
-  }
+  if (p == nullptr) [[unlikely]]
+    p = attach_producer();
+  return p;
+}
+
+void Monitor::on_call(const OpCall& call, std::span<const Tensor> outputs, uint32_t stream_id) {
+  Producer* p = producer();
+  if (p == nullptr) return;
   fill_call_event(p->scratch, call, outputs, stream_id);
   push(p);
 }
 
+void Monitor::on_window_open(uint32_t stream_id) {
+  Producer* p = producer();
+  if (p == nullptr) return;
+  fill_window_open_event(p->scratch, stream_id);
+  push(p);
+}
+
+bool Monitor::knows_shapes(const Plan& plan, const Window& w) {
+  // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
+  ShapeTupleKey key;
+  for (const Tensor& e : w.externals)
+    for (int64_t d : e.impl()->shape) key.add(d);
+  for (const TensorList& outs : w.outputs)
+    for (const Tensor& t : outs)
+      for (int64_t d : t.impl()->shape) key.add(d);
+  for (uint64_t known : plan.shape_tuples)
+    if (known == key.h) return true;
+  std::lock_guard<std::mutex> lk(new_shapes_mu_);
+  if (new_shapes_.size() >= 4096) new_shapes_.clear();  // bounded; a tuple may be reported again
+  return ++new_shapes_[{plan.id, key.h}] > kReportsOfNewShape;
+}
+
+void Monitor::on_served(const Plan& plan, const Window& w) {
+  if (!knows_shapes(plan, w)) return TraceSink::on_served(plan, w);
+  Producer* p = producer();
+  if (p == nullptr) return;
+  fill_served_event(p->scratch, plan.signature, plan.stream,
+                    static_cast<uint32_t>(w.calls.size()), w.stream_id);
+  push(p);
+}
+
 void Monitor::on_release(ValueId id) {
-  Producer* p = t_producer;
-  if (p == nullptr) [[unlikely]] {
-    if ((p = attach_producer()) == nullptr) return;
-  }
+  Producer* p = producer();
+  if (p == nullptr) return;
   fill_release_event(p->scratch, id);
   push(p);
 }
 
 void Monitor::on_sync(uint32_t stream_id) {
-  Producer* p = t_producer;
-  if (p == nullptr) [[unlikely]] {
-    if ((p = attach_producer()) == nullptr) return;
-  }
+  Producer* p = producer();
+  if (p == nullptr) return;
   fill_sync_event(p->scratch, stream_id);
   push(p);
 }
@@ -360,6 +393,7 @@ void ensure_started() {
       sink.add("drops", c.drops);
       sink.add("releases", c.releases);
       sink.add("syncs", c.syncs);
+      sink.add("served_windows", c.served);
       sink.add("batches", c.batches);
       sink.add("windows", c.windows);
       sink.add("window_evictions", c.window_evictions);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "monitor/candidate.hpp"
@@ -43,8 +44,17 @@ class Monitor final : public TraceSink {
 
   // TraceSink (any thread; never blocks).
   void on_call(const OpCall& call, std::span<const Tensor> outputs, uint32_t stream_id) override;
+  void on_window_open(uint32_t stream_id) override;
+  // One `served` event for the window when its shape tuple is known (see Plan::shape_tuples);
+  // otherwise its calls one by one (kReportsOfNewShape times per plan and tuple).
+  void on_served(const Plan& plan, const Window& w) override;
   void on_release(ValueId id) override;
   void on_sync(uint32_t stream_id) override;
+
+  // Windows of a shape tuple the plan was not made with that are reported call by call: enough
+  // for the detector to count the tuple (it counts the third occurrence of a stretch it has not
+  // seen in a while: the first makes program points, the second registers their path).
+  static constexpr int kReportsOfNewShape = 4;
 
   // Waits until every event pushed before the call has been consumed (not from a consumer
   // callback: that returns false at once); with `flush`, then
@@ -72,7 +82,9 @@ class Monitor final : public TraceSink {
   Monitor();
   ~Monitor() override = default;
   Producer* attach_producer();
+  Producer* producer();
   void push(Producer* p);
+  bool knows_shapes(const Plan& plan, const Window& w);
   void run();
   size_t consume_once();
   void deliver(std::vector<Candidate>& emitted, std::vector<std::pair<uint64_t, uint32_t>>& cooled);
@@ -115,6 +127,15 @@ class Monitor final : public TraceSink {
 
   std::mutex consumer_mu_;
   CandidateConsumer* consumer_ = nullptr;
+
+  // (plan id, shape tuple hash) -> windows reported call by call (bounded: cleared when full).
+  struct PlanTupleHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& k) const {
+      return k.first * 0x9e3779b97f4a7c15ull ^ k.second;
+    }
+  };
+  std::mutex new_shapes_mu_;
+  std::unordered_map<std::pair<uint64_t, uint64_t>, int, PlanTupleHash> new_shapes_;
 };
 
 // Starts the monitor once unless LIVEFUSE=off. The executor calls it; cheap after the first call.

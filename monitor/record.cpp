@@ -85,4 +85,24 @@ void fill_sync_event(TraceEvent& ev, uint32_t stream_id) {
   ev.flags = 0;
 }
 
+void fill_window_open_event(TraceEvent& ev, uint32_t stream_id) {
+  ev.kind = EventKind::window_open;
+  ev.value = 0;
+  ev.stream = stream_id;
+  ev.n_in = ev.n_out = 0;
+  ev.flags = 0;
+}
+
+void fill_served_event(TraceEvent& ev, uint64_t signature, uint32_t plan_stream, uint32_t n_ops,
+                       uint32_t stream_id) {
+  ev.kind = EventKind::served;
+  ev.timestamp_ns = now_ns();
+  ev.value = signature;
+  ev.stream = stream_id;
+  ev.in_ids[0] = plan_stream;
+  ev.in_ids[1] = n_ops;
+  ev.n_in = ev.n_out = 0;
+  ev.flags = 0;
+}
+
 }  // namespace livefuse::monitor

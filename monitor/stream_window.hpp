@@ -106,7 +106,14 @@ class StreamWindow {
 
   uint32_t stream() const { return stream_; }
   uint64_t head() const { return head_; }
-  uint32_t epoch() const { return static_cast<uint32_t>(head_ >> half_life_log2_); }
+  // The stream's clock: its ops, those of served windows included (see skip).
+  uint32_t epoch() const { return static_cast<uint32_t>((head_ + skipped_) >> half_life_log2_); }
+  // Ops that ran without a position of their own (a served window takes one): the clock still
+  // counts them, so counts decay at the same pace whether or not plans serve the stream.
+  void skip(uint64_t ops) { skipped_ += ops; }
+  // A window of deferred calls is open on the stream (the matcher reports its calls later).
+  bool window_open() const { return window_open_; }
+  void set_window_open(bool open) { window_open_ = open; }
   uint64_t pp_evictions() const { return pp_evictions_; }
   uint64_t segments() const { return segments_; }
   // The position after the latest barrier (a sync, a non-capturable op); 0: none yet.
@@ -186,6 +193,8 @@ class StreamWindow {
   uint64_t pp_evictions_ = 0;
 
   uint64_t head_ = 0;  // positions appended
+  uint64_t skipped_ = 0;
+  bool window_open_ = false;
   uint64_t barrier_end_ = 0;
   uint64_t next_ = 0;  // positions assigned
   uint64_t phrase_off_ = 0;

@@ -132,11 +132,26 @@ void StructureTable::observe(StreamWindow& w, uint64_t begin, uint64_t path_hash
       return;
     }
   }
-  s.count += 1;
-  ++s.cand.occurrences;
   s.cand.last_seen_ns = c.last_ns;
   const bool new_shape = add_shape(s, c);
   add_liveness(s, c);
+  count(s, new_shape);
+}
+
+bool StructureTable::observe_served(uint64_t signature, uint32_t stream, uint32_t now_epoch,
+                                    uint64_t now_ns) {
+  auto it = map_.find(Key{signature, stream});
+  if (it == map_.end()) return false;
+  Structure& s = it->second;
+  decay(s, now_epoch);
+  s.cand.last_seen_ns = now_ns;
+  count(s, false);
+  return true;
+}
+
+void StructureTable::count(Structure& s, bool new_shape) {
+  s.count += 1;
+  ++s.cand.occurrences;
   const bool becomes_hot = !s.cand.hot && s.count >= static_cast<float>(opts_.hot);
   if (becomes_hot) s.cand.hot = true;
   if (becomes_hot || (s.cand.hot && new_shape)) {

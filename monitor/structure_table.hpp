@@ -27,6 +27,9 @@ class StructureTable {
   // One occurrence of the sequence at [begin, end) of `w`, canonicalised in `c`.
   void observe(StreamWindow& w, uint64_t begin, uint64_t path_hash, const Canon& c,
                uint32_t now_epoch);
+  // One occurrence that a plan served, known only by its signature (no shapes, no liveness:
+  // those came with the occurrences the plan was made from). False when it is not tracked.
+  bool observe_served(uint64_t signature, uint32_t stream, uint32_t now_epoch, uint64_t now_ns);
   // Decays every count to `epoch_of(stream)`; hot ones below hot/2 go cold, dead ones go.
   template <class EpochOf>
   void sweep(EpochOf epoch_of);
@@ -73,6 +76,7 @@ class StructureTable {
   void decay(Structure& s, uint32_t epoch);
   void evict_coldest(const Key& keep);
   void go_cold(Structure& s);
+  void count(Structure& s, bool new_shape);
 
   MonitorOptions opts_;
   std::unordered_map<Key, Structure, KeyHash> map_;

@@ -68,6 +68,19 @@ class EventSynth {
     events_.push_back(ev);
   }
 
+  // The matcher opened a window of deferred calls; a plan served one (runtime/trace_sink.hpp).
+  void window_open() {
+    TraceEvent ev{};
+    fill_window_open_event(ev, stream_);
+    events_.push_back(ev);
+  }
+  void served(uint64_t signature, uint32_t plan_stream, uint32_t n_ops) {
+    TraceEvent ev{};
+    fill_served_event(ev, signature, plan_stream, n_ops, stream_);
+    ev.timestamp_ns = ++clock_;
+    events_.push_back(ev);
+  }
+
  private:
   uint32_t stream_;
   ValueId next_ = 1;

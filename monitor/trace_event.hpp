@@ -9,6 +9,11 @@
 //            outputs, the ValueIds of inputs and outputs, the stream and a timestamp.
 //   release  `value`: the last handle to it is gone (liveness).
 //   sync     a host sync point on `stream`.
+//   window_open  the matcher opened a window of deferred calls on `stream`: its calls come
+//            later (runtime/trace_sink.hpp), so a release seen meanwhile came after its first op.
+//   served   a plan served a window on `stream` whose calls are not reported one by one:
+//            `value` is the plan's signature, in_ids[0] the stream it was planned from,
+//            in_ids[1] the number of ops.
 // Calls that do not fit (more than kMaxEventInputs inputs, kMaxEventOutputs outputs,
 // kMaxEventDims dims in all, or a dim beyond int32) are flagged kEventTruncated: the monitor
 // keeps them in the stream (they still split sequences) but never puts them in a candidate.
@@ -25,7 +30,7 @@ inline constexpr int kMaxEventInputs = 6;
 inline constexpr int kMaxEventOutputs = 4;
 inline constexpr int kMaxEventDims = 32;
 
-enum class EventKind : uint8_t { call, release, sync };
+enum class EventKind : uint8_t { call, release, sync, window_open, served };
 
 inline constexpr uint8_t kEventTruncated = 1;
 
@@ -70,6 +75,9 @@ void fill_call_event(TraceEvent& ev, const OpCall& call, std::span<const Tensor>
                      uint32_t stream_id);
 void fill_release_event(TraceEvent& ev, ValueId id);
 void fill_sync_event(TraceEvent& ev, uint32_t stream_id);
+void fill_window_open_event(TraceEvent& ev, uint32_t stream_id);
+void fill_served_event(TraceEvent& ev, uint64_t signature, uint32_t plan_stream,
+                       uint32_t n_ops, uint32_t stream_id);
 
 uint64_t now_ns();
 

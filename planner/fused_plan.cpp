@@ -127,8 +127,12 @@ void FusedPlan::details(PlanDetails& d) const {
 
 bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   std::lock_guard<std::mutex> g(run_mu_);
-  std::vector<Tensor> values;
-  values.reserve(planned_.values.size());
+  // The plan's own vector, kept between runs (under run_mu_): no allocation per run.
+  std::vector<Tensor>& values = values_;
+  struct Drop {  // the window's values are not held past the run
+    std::vector<Tensor>& v;
+    ~Drop() { v.clear(); }
+  } drop{values};
   for (const Tensor& e : w.externals) values.push_back(e);
   for (const TensorList& outs : w.outputs)
     for (const Tensor& t : outs) values.push_back(t);

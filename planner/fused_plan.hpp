@@ -64,6 +64,7 @@ class FusedPlan final : public Plan {
   std::vector<double> step_us_;                   // LIVEFUSE_PROFILE: GPU time per step, summed
   uint64_t profiled_runs_ = 0;                    // ... over this many runs (the first, cold, not counted)
   std::vector<void*> step_events_;                // cudaEvent_t, steps + 1, made once
+  std::vector<Tensor> values_;                    // run()'s binding of the window, empty between runs
   // A plan may be completed by two threads at once, and inspected by the report thread while
   // a run compiles a missing kernel variant into a step.
   mutable std::mutex run_mu_;

@@ -61,6 +61,30 @@ int device_arch(const Device& d) {
   return 90;
 }
 
+// Loads every compiled kernel's module on `d` here, on the planner thread. A module is loaded
+// at its first launch otherwise: that is the plan's first run, on the program's thread, and a
+// load costs a good fraction of a millisecond -- a stall just as the plan starts to serve. A
+// failed load is left for that launch to report.
+void preload_modules(const PlannedSegment& p, const Device& d) {
+#if LIVEFUSE_HAS_CUDA
+  if (cudaSetDevice(d.index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  for (const Step& s : p.steps) {
+    const FusedKernelStep* fk = std::get_if<FusedKernelStep>(&s.body);
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) fk = gs->tail.get();
+    if (fk && fk->compiled) {
+      std::string error;
+      (void)fk->compiled->module(&error);
+    }
+  }
+#else
+  (void)p;
+  (void)d;
+#endif
+}
+
 class Service;
 Service& service();
 
@@ -291,6 +315,7 @@ class Service final : public monitor::CandidateConsumer {
         co.arch = device_arch(device);
         co.fma = config().fma;
         compile_plan(planned, jit::KernelCompiler::global(), co);
+        preload_modules(planned, device);
       } else if (planned.summary.fused_kernels == 0) {
         // On the CPU a plan only pays through fusion (there are no launches to save).
         record_decision("planner", subject, "skip",
@@ -304,6 +329,12 @@ class Service final : public monitor::CandidateConsumer {
       plan->ops = plan_ops(c);
       plan->n_external = static_cast<int>(c.externals.size());
       plan->signature = c.signature;
+      plan->stream = c.stream;
+      for (const monitor::ShapeTuple& t : c.shapes.tuples) {
+        ShapeTupleKey k;
+        for (int64_t d : t.dims) k.add(d);
+        plan->shape_tuples.push_back(k.h);
+      }
       plan->id = next_id_++;
       plan->name = monitor::describe(c);
       if (plan->name.size() > 120) plan->name = plan->name.substr(0, 117) + "...";

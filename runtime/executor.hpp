@@ -10,9 +10,13 @@ namespace livefuse {
 
 class Executor {
  public:
-  // Runs (or, with a plan, defers) `call`; returns its outputs.
+  // Runs (or, with a plan, defers) `call`; returns its outputs. A deferred call's inputs are
+  // moved into its window: `call` is left without them.
   static TensorList submit(OpCall& call);
-  static Tensor submit1(OpCall& call) { return submit(call).front(); }
+  static Tensor submit1(OpCall& call) {
+    TensorList outs = submit(call);
+    return std::move(outs.front());  // a copy would cost a reference count up and down
+  }
 
   // Sync points: make `t`'s value observable (flushes deferred work producing it).
   static void materialize(const TensorImpl& t);

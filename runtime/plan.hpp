@@ -46,6 +46,14 @@ struct Window {
   Device device;
 };
 
+// A concrete shape tuple as the monitor lays it out (monitor/candidate.hpp, ShapePattern: the
+// external slots' dims, then every op's outputs' dims), one add() per dim. Taken per served
+// window, so one multiply per dim; a collision only means a new shape goes unreported.
+struct ShapeTupleKey {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void add(int64_t d) { h = (h ^ static_cast<uint64_t>(d)) * 0x100000001b3ull; }
+};
+
 enum class PlanState : uint8_t { sampling, active, rejected, retired, failed };
 std::string_view plan_state_name(PlanState s);
 
@@ -70,6 +78,12 @@ class Plan {
   std::vector<PlanOp> ops;
   int n_external = 0;
   uint64_t signature = 0;
+  // What the monitor needs to count a served window without its calls (runtime/trace_sink.hpp):
+  // the stream whose sequence the plan was made from, and the keys (ShapeTupleKey) of the shape
+  // tuples seen by then. A window of any other tuple is reported call by call a few times, so
+  // that the monitor learns the new shape.
+  uint32_t stream = 0;
+  std::vector<uint64_t> shape_tuples;
 
   std::atomic<PlanState> state{PlanState::sampling};
   std::atomic<uint64_t> hits{0}, eager_fallbacks{0};

@@ -144,28 +144,23 @@ Config parse_config(const char* (*getenv_fn)(const char*), std::vector<std::stri
 }
 
 namespace {
-Config*& config_slot() {
-  static Config* c = nullptr;
-  return c;
-}
 const char* real_getenv(const char* n) { return std::getenv(n); }
+Config& config_slot() {
+  // A function-local static rather than std::call_once: every op reads the config, and
+  // libstdc++'s call_once goes through thread-locals and a call each time.
+  // Leaked on purpose: the monitor and compile threads may read it during static destruction.
+  static Config* const c = [] {
+    std::vector<std::string> warnings;
+    auto* parsed = new Config(parse_config(real_getenv, &warnings));
+    for (const auto& w : warnings) std::cerr << "livefuse: " << w << "\n";
+    return parsed;
+  }();
+  return *c;
+}
 }  // namespace
 
-const Config& config() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (config_slot()) return;  // a test installed one first
-    std::vector<std::string> warnings;
-    // Leaked on purpose: the monitor and compile threads may read it during static destruction.
-    config_slot() = new Config(parse_config(real_getenv, &warnings));
-    for (const auto& w : warnings) std::cerr << "livefuse: " << w << "\n";
-  });
-  return *config_slot();
-}
+const Config& config() { return config_slot(); }
 
-void set_config_for_testing(const Config& c) {
-  (void)config();
-  *config_slot() = c;
-}
+void set_config_for_testing(const Config& c) { config_slot() = c; }
 
 }  // namespace livefuse

@@ -11,6 +11,7 @@
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
+#include "runtime/plan.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/trace_sink.hpp"
 
@@ -18,6 +19,13 @@ namespace livefuse {
 
 namespace detail {
 std::atomic<TraceSink*> g_trace_sink{nullptr};
+}
+
+void TraceSink::on_served(const Plan& plan, const Window& w) {
+  (void)plan;
+  for (size_t j = 0; j < w.calls.size(); ++j)
+    report_call(*this, w.calls[j], std::span<const Tensor>(w.outputs[j].data(), w.outputs[j].size()),
+                w.stream_id);
 }
 
 namespace {
@@ -131,7 +139,9 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
         pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
     auto impl =
         std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype, device);
-    impl->pending = pending_tag;
+    // Relaxed: no other thread can see the new value before the program hands it on (and that
+    // hand-over synchronises); a seq_cst store is an xchg, paid per deferred call.
+    impl->pending.store(pending_tag, std::memory_order_relaxed);
     outs.push_back(Tensor(std::move(impl)));
     return outs;
   }
@@ -139,7 +149,7 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
     if (pending_tag) {
       auto impl = std::make_shared<TensorImpl>(nullptr, 0, o.shape, contiguous_strides(o.shape),
                                                o.dtype, device);
-      impl->pending = pending_tag;
+      impl->pending.store(pending_tag, std::memory_order_relaxed);  // as above
       outs.push_back(Tensor(std::move(impl)));
     } else {
       outs.push_back(new_dense(o.shape, o.dtype, device));
@@ -205,22 +215,20 @@ TensorList Executor::submit(OpCall& call) {
   const Stream stream = Stream::current(device);
   const Config& cfg = config();
   if (cfg.mode != Mode::off) start_background();
-  std::optional<TensorList> deferred;
-  if (cfg.mode == Mode::on) deferred = matcher::try_defer(call, infos, stream);
-  TensorList outs;
-  if (deferred) {
-    outs = std::move(*deferred);
-  } else {
-    for (const Tensor& t : call.inputs)
-      if (t.impl()->pending) materialize(*t.impl());
-    outs = make_outputs(call, infos, device, nullptr);
+  if (cfg.mode == Mode::on)
+    if (std::optional<TensorList> deferred = matcher::try_defer(call, infos, stream))
+      return std::move(*deferred);  // reported with its window (runtime/trace_sink.hpp)
+  for (const Tensor& t : call.inputs)
+    if (t.impl()->pending) materialize(*t.impl());
+  TensorList outs = make_outputs(call, infos, device, nullptr);
+  {
     trace::Scope ts("op", op_name(call.op));
     run_eager_into(call, outs, stream);
-    if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
   }
+  if (cfg.mode == Mode::shadow) matcher::shadow_observe(call, outs, stream);
   if (cfg.mode != Mode::off)
     if (TraceSink* sink = trace_sink())
-      sink->on_call(call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
+      report_call(*sink, call, std::span<const Tensor>(outs.data(), outs.size()), stream.id());
   return outs;
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
+#include "runtime/trace_sink.hpp"
 
 namespace livefuse::matcher {
 
@@ -42,6 +43,9 @@ struct StreamWindow {
   std::vector<Candidate> candidates;
   Window w;
   bool active = false;
+  // Read without the lock by the owner thread when no plan is installed (try_defer): set when a
+  // window starts (by the owner), cleared (release) only once its calls have all run.
+  std::atomic<bool> open{false};
   // Set when the last call of a plan was deferred. The plan runs at the next call or sync
   // point, not inside the completing call: only then have the caller's argument temporaries
   // died, so reference counts tell which intermediates the user really still holds.
@@ -123,14 +127,22 @@ bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Ca
     }
   }
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (!p.inputs[i].internal()) cand.externals[p.inputs[i].slot] = c.inputs[i];
+    if (!p.inputs[i].internal())
+      if (Tensor& slot = cand.externals[p.inputs[i].slot]; !slot.defined()) slot = c.inputs[i];
   return true;
 }
 
 void clear(StreamWindow& sw) {
   if (sw.active) trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
+  // A deferred call is counted when its window ends: no shared counter is touched per call.
+  if (const size_t n = sw.w.calls.size()) {
+    auto& ctr = matcher_counters();
+    ctr.calls.fetch_add(n, std::memory_order_relaxed);
+    ctr.deferred.fetch_add(n, std::memory_order_relaxed);
+  }
   for (auto& outs : sw.w.outputs)
-    for (auto& t : outs) t.impl()->pending = nullptr;
+    // Release: a thread that sees the tag gone sees the storage bound before it.
+    for (auto& t : outs) t.impl()->pending.store(nullptr, std::memory_order_release);
   sw.w.calls.clear();
   sw.w.outputs.clear();
   sw.w.externals.clear();
@@ -138,6 +150,7 @@ void clear(StreamWindow& sw) {
   sw.ready.reset();
   sw.keep.reset();
   sw.active = false;
+  sw.open.store(false, std::memory_order_release);
 }
 
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
@@ -148,8 +161,15 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
   try {
-    for (size_t j = 0; j < sw.w.calls.size(); ++j)
+    TraceSink* sink = trace_sink();
+    for (size_t j = 0; j < sw.w.calls.size(); ++j) {
       Executor::run_eager_into(sw.w.calls[j], sw.w.outputs[j], sw.stream);
+      // Reported now, as they run (runtime/trace_sink.hpp, the note).
+      if (sink)
+        report_call(*sink, sw.w.calls[j],
+                    std::span<const Tensor>(sw.w.outputs[j].data(), sw.w.outputs[j].size()),
+                    sw.stream.id());
+    }
   } catch (...) {
     clear(sw);
     throw;
@@ -262,7 +282,7 @@ void complete(StreamWindow& sw) {
       needed.emplace_back(static_cast<int>(j), static_cast<int>(k));
     }
   }
-  sw.w.externals = cand.externals;
+  sw.w.externals = std::move(cand.externals);
   if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
     record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
   const bool sampling = plan.state.load() == PlanState::sampling;
@@ -290,6 +310,7 @@ void complete(StreamWindow& sw) {
     }
     plan.hits.fetch_add(1, std::memory_order_relaxed);
     ctr.served.fetch_add(n, std::memory_order_relaxed);
+    if (TraceSink* sink = trace_sink()) sink->on_served(plan, sw.w);
     if (plan.verified_runs.fetch_add(1) < config().verify) {
       verify_against_eager(sw, needed, plan);
     } else {
@@ -405,7 +426,9 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   open_candidates(sw, call, h, false);
   if (sw.candidates.empty()) return false;
   sw.active = true;
+  sw.open.store(true, std::memory_order_relaxed);
   trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
+  if (TraceSink* sink = trace_sink()) sink->on_window_open(sw.stream.id());
   sw.keep = t_state.snap;
   sw.w.stream_id = sw.stream.id();
   sw.w.device = sw.stream.device();
@@ -417,9 +440,17 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream) {
   refresh_snapshot();
   auto& ctr = matcher_counters();
-  ctr.calls.fetch_add(1, std::memory_order_relaxed);
   const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
-  if (!any_plan && t_state.windows.empty()) return std::nullopt;
+  if (!any_plan) {
+    // Nothing can be deferred: only a window still open (its plan just went away) needs this
+    // call, to be flushed. Checked without its lock (see StreamWindow::open).
+    bool open = false;
+    for (const auto& w : t_state.windows) open |= w->open.load(std::memory_order_acquire);
+    if (!open) {
+      ctr.calls.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+  }
   StreamWindow& sw = window_for(stream);
   // Inputs pending in other windows are settled first, before this window's lock is taken:
   // two threads handing each other pending values must not wait on each other's windows.
@@ -429,20 +460,17 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   if (sw.ready) complete(sw);
   const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
   if (sw.active && !advance_candidates(sw, call, h, false)) flush(sw, ctr.flush_divergent);
-  if (!sw.active) {
-    if (!any_plan) return std::nullopt;
-    // Values pending in another window of this thread are made real before a new window
-    // takes them as inputs.
-    if (!start(sw, call, h)) return std::nullopt;
+  if (!sw.active && (!any_plan || !start(sw, call, h))) {
+    ctr.calls.fetch_add(1, std::memory_order_relaxed);  // runs eagerly; deferred ones: clear()
+    return std::nullopt;
   }
   TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw);
-  sw.w.calls.push_back(call);
+  sw.w.calls.push_back(std::move(call));
   sw.w.outputs.push_back(outs);
-  ctr.deferred.fetch_add(1, std::memory_order_relaxed);
   const size_t len = sw.w.calls.size();
   for (Candidate& c : sw.candidates) {
     if (c.plan->ops.size() == len) {
-      sw.ready = c;
+      sw.ready = std::move(c);  // the window ends at the next call, candidates with it
       break;
     }
   }

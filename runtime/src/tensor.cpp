@@ -35,6 +35,7 @@ TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Stride
       id(g_next_value_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 TensorImpl::~TensorImpl() {
+  if (!reported.load(std::memory_order_relaxed)) return;
   if (TraceSink* sink = trace_sink()) sink->on_release(id);
 }
 

@@ -219,6 +219,96 @@ TEST_CASE("detector: a phase change makes old candidates fade") {
   for (const auto& t : d.candidates(false)) CHECK_FALSE((t.signature == layer_sig && t.hot));
 }
 
+TEST_CASE("detector: served windows keep their structure hot; without them it cools") {
+  // A served window is one event with the plan's signature (runtime/trace_sink.hpp): it counts
+  // for the structure, and the stream's clock still advances by its ops.
+  for (const bool serve : {true, false}) {
+    CAPTURE(serve);
+    MonitorOptions o = opts();
+    o.half_life_log2 = 8;  // 256 ops
+    Detector d(o);
+    EventSynth s;
+    const ValueId x = s.value({64});
+    auto step = [&] {
+      const ValueId a = s.call(OpId::exp, {x}, {64});
+      const ValueId b = s.call(OpId::neg, {a}, {64});
+      const ValueId c = s.call(OpId::sigmoid, {b}, {64});
+      s.release(a);
+      s.release(b);
+      s.sync();
+      s.release(c);
+    };
+    for (int it = 0; it < 8; ++it) step();
+    auto c = run(d, s);
+    REQUIRE(c.size() == 1);
+    const uint64_t sig = c[0].signature;
+    const uint64_t occurrences = c[0].occurrences;
+    REQUIRE(d.take_emitted().size() == 1);
+    // 4000 windows of 3 ops: about 47 half-lives of the stream's clock.
+    for (int it = 0; it < 4000; ++it) {
+      if (serve) {
+        s.window_open();
+        s.served(sig, 0, 3);
+      } else {
+        // What the stream looks like to a monitor that hears nothing of served windows: other
+        // work (here, syncs) goes on.
+        for (int k = 0; k < 3; ++k) s.sync();
+      }
+      s.sync();
+      if (it % 64 == 0) {
+        for (const TraceEvent& ev : s.events()) d.consume(ev);
+        s.events().clear();
+        d.sweep();
+      }
+    }
+    c = run(d, s);
+    MonitorCounters ctr;
+    d.fill(ctr);
+    if (serve) {
+      REQUIRE(c.size() == 1);
+      CHECK(c[0].signature == sig);
+      CHECK(c[0].occurrences == occurrences + 4000);
+      CHECK(ctr.served == 4000);
+      CHECK(ctr.candidates_cooled == 0);
+      CHECK(d.take_cooled().empty());
+    } else {
+      CHECK(c.empty());
+      CHECK(ctr.candidates_cooled == 1);
+    }
+    CHECK(ctr.candidates_emitted == 1);
+  }
+}
+
+TEST_CASE("detector: a value released while a window is open outlived the op after it") {
+  // The matcher reports a window's calls only when it ends; its first call was made when the
+  // window opened, so a release seen meanwhile came after it (liveness: alive at the end).
+  for (const bool open : {true, false}) {
+    CAPTURE(open);
+    Detector d(opts());
+    EventSynth s;
+    const ValueId x = s.value({64});
+    for (int it = 0; it < 8; ++it) {
+      const ValueId a = s.call(OpId::exp, {x}, {64});
+      const ValueId b = s.call(OpId::neg, {a}, {64});
+      s.release(a);
+      if (open) s.window_open();
+      s.release(b);  // the program dropped it after making the window's first call
+      s.served(0x1234, 0, 4);  // a plan the detector does not know: a barrier, nothing counted
+      s.sync();
+    }
+    const auto c = run(d, s);
+    REQUIRE(c.size() == 1);
+    REQUIRE(c[0].liveness.size() == 2);
+    const ValueLiveness& l = c[0].liveness[1];
+    CHECK(l.observed > 0);
+    CHECK(l.released_inside == 0);
+    if (open)
+      CHECK(l.alive_at_end == l.observed);
+    else
+      CHECK(l.alive_at_end == 0);
+  }
+}
+
 TEST_CASE("detector: caps evict and count") {
   MonitorOptions o = opts();
   o.max_streams = 2;

@@ -50,6 +50,12 @@ class TensorImpl {
   // Set while a deferred plan window will produce this value (runtime/matcher owns it). Atomic:
   // another thread may reach a sync point on this value while its window is being completed.
   std::atomic<void*> pending{nullptr};
+  // Set once the value appeared in a call reported to the trace sink (runtime/trace_sink.hpp):
+  // only then is its release reported. Atomic: inputs are shared between threads.
+  std::atomic<bool> reported{false};
+  void mark_reported() {
+    if (!reported.load(std::memory_order_relaxed)) reported.store(true, std::memory_order_relaxed);
+  }
 };
 
 class Tensor {

@@ -1,0 +1,169 @@
+// What the monitor hears of windows that plans serve (runtime/trace_sink.hpp, the note): one
+// event per window, yet the plan stays hot while it serves, a phase change still retires it,
+// and a shape the plan was not made with is still learnt.
+#include "livefuse/inspect.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "runtime/plan.hpp"
+#include "test_plan_util.hpp"
+
+namespace lf = livefuse;
+using lf::monitor::Monitor;
+
+namespace {
+const lf::Device cpu = lf::Device::cpu();
+constexpr int kChainOps = 5;
+
+lf::Tensor chain(const lf::Tensor& x) {
+  lf::Tensor y = lf::mul(x, 1.5);
+  y = lf::tanh(lf::add(y, 0.25));
+  y = lf::mul(y, x);
+  return lf::relu(y);
+}
+
+std::vector<double> eager_chain(const lf::Tensor& x) {
+  const lf::Config saved = lf::config();
+  lf::Config off = saved;
+  off.mode = lf::Mode::off;
+  lf::set_config_for_testing(off);
+  std::vector<double> r = chain(x).to_doubles();
+  lf::set_config_for_testing(saved);
+  return r;
+}
+
+struct Served {
+  Served() : saved(lf::config()) {
+    lftest::reset_pipeline();
+    lf::Config c = saved;
+    c.mode = lf::Mode::on;
+    c.sample = 0;
+    lf::set_config_for_testing(c);
+    // A short half-life (256 ops): a structure nobody counts goes cold within a few hundred
+    // iterations.
+    lf::monitor::MonitorOptions o = lf::monitor::MonitorOptions::from_config();
+    o.half_life_log2 = 8;
+    Monitor::instance().reset(o);
+  }
+  ~Served() {
+    lftest::reset_pipeline();
+    Monitor::instance().reset();
+    lf::set_config_for_testing(saved);
+  }
+  // Runs the chain (result held over the sync, as a program that uses it) until a plan serves
+  // it whole; returns that plan.
+  std::shared_ptr<lf::Plan> until_served(const lf::Tensor& x) {
+    for (int it = 0; it < 400; ++it) {
+      const uint64_t s0 = lf::matcher_counters().served;
+      lf::Tensor y = chain(x);
+      lf::synchronize(cpu);
+      if (lf::matcher_counters().served - s0 == kChainOps) return serving();
+      if (it % 8 == 7) {
+        Monitor::instance().drain();
+        lf::planner::wait_service_idle();
+      }
+    }
+    FAIL("the chain was never served");
+    return nullptr;
+  }
+  static std::shared_ptr<lf::Plan> serving() {
+    std::shared_ptr<lf::Plan> best;
+    for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+      if (p->ops.size() == kChainOps && p->state == lf::PlanState::active &&
+          (!best || p->id > best->id))
+        best = p;
+    return best;
+  }
+  lf::Config saved;
+};
+
+}  // namespace
+
+TEST_CASE("served windows: one event each; the plan that serves stays active, values eager") {
+  Served s;
+  const lf::Tensor x = lf::rand_uniform({256}, 7, -1, 1, lf::DType::f32, cpu);
+  const std::vector<double> want = eager_chain(x);
+  const std::shared_ptr<lf::Plan> plan = s.until_served(x);
+  REQUIRE(plan);
+  REQUIRE(Monitor::instance().drain());
+  const auto c0 = Monitor::instance().counters();
+  const uint64_t served0 = lf::matcher_counters().served;
+  // About 30 half-lives of the stream's clock: without the served events the chain's count
+  // would decay to nothing and the planner would retire the plan.
+  constexpr int kIters = 1500;
+  for (int it = 0; it < kIters; ++it) {
+    lf::Tensor y = chain(x);
+    if (it % 100 == 0) REQUIRE(lftest::allclose(y.to_doubles(), want, 1e-5, 1e-6));
+    lf::synchronize(cpu);
+    if (it % 200 == 0) Monitor::instance().drain(std::chrono::seconds(60), false);
+  }
+  REQUIRE(Monitor::instance().drain());
+  REQUIRE(lf::planner::wait_service_idle());
+  const auto c1 = Monitor::instance().counters();
+  CHECK(lf::matcher_counters().served - served0 == kIters * kChainOps);
+  CHECK(c1.served - c0.served == kIters);
+  CHECK(c1.events == c0.events);  // no call was reported one by one
+  // The windows' values were never reported, so neither are their releases.
+  CHECK(c1.releases == c0.releases);
+  CHECK(c1.candidates_cooled == c0.candidates_cooled);
+  CHECK(plan->state == lf::PlanState::active);
+  CHECK(Served::serving() == plan);
+}
+
+TEST_CASE("served windows: a phase change still retires the plan that no longer matches") {
+  Served s;
+  const lf::Tensor x = lf::rand_uniform({256}, 8, -1, 1, lf::DType::f32, cpu);
+  const std::shared_ptr<lf::Plan> plan = s.until_served(x);
+  REQUIRE(plan);
+  for (int it = 0; it < 200; ++it) {
+    lf::Tensor y = chain(x);
+    lf::synchronize(cpu);
+  }
+  // Phase 2: other ops (none of them the chain's first), so nothing is deferred and the
+  // chain's count decays on the stream's clock.
+  bool retired = false;
+  for (int it = 0; it < 3000 && !retired; ++it) {
+    lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
+    lf::synchronize(cpu);
+    if (it % 100 == 99) {
+      REQUIRE(Monitor::instance().drain());
+      REQUIRE(lf::planner::wait_service_idle());
+      retired = plan->state == lf::PlanState::retired;
+    }
+  }
+  CHECK(retired);
+}
+
+TEST_CASE("served windows: a shape the plan was not made with is reported call by call") {
+  Served s;
+  const lf::Tensor a = lf::rand_uniform({256}, 9, -1, 1, lf::DType::f32, cpu);
+  const lf::Tensor b = lf::rand_uniform({96}, 10, -1, 1, lf::DType::f32, cpu);
+  const std::vector<double> want_b = eager_chain(b);
+  const std::shared_ptr<lf::Plan> plan = s.until_served(a);
+  REQUIRE(plan);
+  REQUIRE(plan->shape_tuples.size() == 1);
+  REQUIRE(Monitor::instance().drain());
+  const auto c0 = Monitor::instance().counters();
+  // The plan serves the new shape too; the monitor hears its first windows call by call
+  // (once the shape mix changed the planner replaces the plan: that one knows both shapes).
+  for (int it = 0; it < 60; ++it) {
+    lf::Tensor y = chain(b);
+    if (it % 10 == 0) REQUIRE(lftest::allclose(y.to_doubles(), want_b, 1e-5, 1e-6));
+    lf::synchronize(cpu);
+    if (it % 10 == 9) {
+      REQUIRE(Monitor::instance().drain());
+      REQUIRE(lf::planner::wait_service_idle());
+    }
+  }
+  REQUIRE(Monitor::instance().drain());
+  const auto c1 = Monitor::instance().counters();
+  CHECK(c1.events > c0.events);
+  // A few windows per plan and tuple, not every one.
+  CHECK(c1.events - c0.events <= 2 * Monitor::kReportsOfNewShape * kChainOps);
+  bool learnt = false;
+  for (const auto& c : Monitor::instance().candidates())
+    if (c.signature == plan->signature) learnt = c.shapes.tuples.size() == 2;
+  CHECK(learnt);
+  const std::shared_ptr<lf::Plan> now = Served::serving();
+  REQUIRE(now);
+  CHECK(now->shape_tuples.size() == 2);
+}
