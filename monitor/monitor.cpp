@@ -31,6 +31,8 @@ struct Producer {
 namespace {
 
 constexpr size_t kBatch = 256;  // events taken from one queue per round
+constexpr int kNapUs = 50;      // a nap between short or empty rounds
+constexpr int kNaps = 20;       // empty rounds before the 1 ms idle poll
 
 thread_local Producer* t_producer = nullptr;
 thread_local bool t_gone = false;  // this thread's destructors ran: record nothing more
@@ -253,12 +255,16 @@ void Monitor::run() {
   int idle = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     const size_t n = paused_.load(std::memory_order_relaxed) ? 0 : consume_once();
+    // Short naps instead of spinning: a monitor that spins on the queues takes a core while the
+    // program runs ops, and on an SMT machine half the throughput of the core next to it (the
+    // program's own thread, as likely as not). Events wait a few tens of microseconds more.
     if (n > 0) {
       idle = 0;
+      if (n < kBatch / 4) std::this_thread::sleep_for(std::chrono::microseconds(kNapUs));
       continue;
     }
-    if (++idle < 64) {
-      std::this_thread::yield();
+    if (++idle < kNaps) {
+      std::this_thread::sleep_for(std::chrono::microseconds(kNapUs));
       continue;
     }
     reap_retired();
@@ -267,7 +273,7 @@ void Monitor::run() {
     wake_cv_.wait_for(lk, std::chrono::milliseconds(1),
                       [this] { return wake_.load() || stop_.load(); });
     wake_.store(false);
-    idle = 32;
+    idle = kNaps / 2;
   }
 }
 
