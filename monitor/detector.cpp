@@ -78,6 +78,11 @@ bool Detector::capturable(uint32_t opaque_id) {
 
 void Detector::consume(const TraceEvent& ev) {
   ++stamp_;
+  // served_ids events come right before their served event, in one thread's queue: anything
+  // else on the stream in between means the served event was dropped (queue full).
+  if (!served_ids_.empty() && ev.kind != EventKind::served_ids && ev.kind != EventKind::served &&
+      ev.kind != EventKind::release)
+    std::erase_if(served_ids_, [&](const auto& e) { return e.first == ev.stream; });
   switch (ev.kind) {
     case EventKind::call:
       on_call_event(ev);
@@ -95,6 +100,7 @@ void Detector::consume(const TraceEvent& ev) {
       on_served_event(ev);
       break;
     case EventKind::served_ids:
+      if (served_ids_.size() > 4096) served_ids_.clear();  // bounded whatever gets dropped
       for (int k = 0; k < ev.n_in && k < kServedIdsPerEvent; ++k)
         served_ids_.emplace_back(ev.stream, ev.served_ids[k]);
       break;

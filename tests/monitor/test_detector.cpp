@@ -349,6 +349,68 @@ TEST_CASE("detector: a served window is replayed as its calls op by op would hav
   for (size_t k = 0; k < a.ops.size(); ++k) CHECK(a.ops[k].attrs == b.ops[k].attrs);
 }
 
+TEST_CASE("detector: a served window with more external slots than one event holds") {
+  // 20 external slots (five concats of 6, 5, 4, 3 and 2 inputs): 16 ids in the served event,
+  // 4 in a served_ids event before it.
+  constexpr int kExt = 20;
+  const int widths[] = {6, 5, 4, 3, 2};
+  auto feed = [&](bool serve) {
+    Detector d(opts());
+    EventSynth s;
+    std::vector<ValueId> w;
+    for (int e = 0; e < kExt; ++e) w.push_back(s.value({8}));
+    uint64_t sig = 0;
+    for (int it = 0; it < 12; ++it) {
+      std::vector<ValueId> outs;
+      if (!serve || it < 5) {
+        int e = 0;
+        for (int n : widths) {
+          const ValueId* p = &w[e];
+          ValueId o = 0;
+          const Attrs dim0 = lfmon::ints({0});
+          switch (n) {
+            case 6: o = s.call(OpId::concat, {p[0], p[1], p[2], p[3], p[4], p[5]}, {48}, dim0); break;
+            case 5: o = s.call(OpId::concat, {p[0], p[1], p[2], p[3], p[4]}, {40}, dim0); break;
+            case 4: o = s.call(OpId::concat, {p[0], p[1], p[2], p[3]}, {32}, dim0); break;
+            case 3: o = s.call(OpId::concat, {p[0], p[1], p[2]}, {24}, dim0); break;
+            default: o = s.call(OpId::concat, {p[0], p[1]}, {16}, dim0); break;
+          }
+          outs.push_back(o);
+          e += n;
+        }
+      } else {
+        if (sig == 0) {
+          const auto c0 = run(d, s);
+          REQUIRE(c0.size() == 1);
+          REQUIRE(c0[0].externals.size() == kExt);
+          sig = c0[0].signature;
+        }
+        s.window_open();
+        for (int n : widths) outs.push_back(s.value({8 * n}));
+        ShapeTupleKey key;
+        for (int e = 0; e < kExt; ++e) key.add(8);
+        for (int n : widths) key.add(8 * n);
+        s.served(sig, 0, 5, w, outs, 0, key.h);
+      }
+      s.sync();
+      for (ValueId o : outs) s.release(o);
+    }
+    auto c = run(d, s);
+    MonitorCounters ctr;
+    d.fill(ctr);
+    return std::make_pair(c, ctr);
+  };
+  const auto [by_call, ctr_call] = feed(false);
+  const auto [served, ctr_served] = feed(true);
+  CHECK(ctr_served.replayed == 7 * 5);
+  CHECK(ctr_served.events == ctr_call.events);
+  CHECK(ctr_served.releases == ctr_call.releases);
+  REQUIRE(by_call.size() == 1);
+  REQUIRE(served.size() == 1);
+  CHECK(by_call[0].signature == served[0].signature);
+  CHECK(by_call[0].occurrences == served[0].occurrences);
+}
+
 TEST_CASE("detector: a value released while a window is open outlived the op after it") {
   // The matcher reports a window's calls only when it ends; its first call was made when the
   // window opened, so a release seen meanwhile came after it (liveness: alive at the end).
