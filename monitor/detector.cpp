@@ -78,6 +78,11 @@ bool Detector::capturable(uint32_t opaque_id) {
 
 void Detector::consume(const TraceEvent& ev) {
   ++stamp_;
+  // served_ids events come right before their served event, in one thread's queue: anything
+  // else on the stream in between means the served event was dropped (queue full).
+  if (!served_ids_.empty() && ev.kind != EventKind::served_ids && ev.kind != EventKind::served &&
+      ev.kind != EventKind::release)
+    std::erase_if(served_ids_, [&](const auto& e) { return e.first == ev.stream; });
   switch (ev.kind) {
     case EventKind::call:
       on_call_event(ev);
@@ -93,6 +98,11 @@ void Detector::consume(const TraceEvent& ev) {
       break;
     case EventKind::served:
       on_served_event(ev);
+      break;
+    case EventKind::served_ids:
+      if (served_ids_.size() > 4096) served_ids_.clear();  // bounded whatever gets dropped
+      for (int k = 0; k < ev.n_in && k < kServedIdsPerEvent; ++k)
+        served_ids_.emplace_back(ev.stream, ev.served_ids[k]);
       break;
   }
   if (stamp_ % kSweepEvery == 0) sweep();
@@ -181,11 +191,15 @@ void Detector::on_sync_event(const TraceEvent& ev) {
   w.advance(*this);
 }
 
-// A served window takes one position, a barrier: what runs before and after it is never one
-// sequence with it (it is not visible op by op), and the ops around it are cut there, as they
-// are adjacent only through it. Its occurrence counts for the structure the plan was made from.
+// A served window is replayed: its calls, as the program made them, from the structure the
+// plan was made from (ops, attrs, wiring, dtypes), the shape tuple and the event's ids; then
+// the releases of the outputs that went with the window. The detector sees what it would have
+// seen op by op. When it cannot (the structure or the tuple is no longer tracked), the window
+// takes one position, a barrier -- what runs before and after it is never one sequence with
+// it, and the ops around it are adjacent only through it -- and counts for the structure.
 void Detector::on_served_event(const TraceEvent& ev) {
   ++served_;
+  if (replay_served(ev)) return;
   StreamWindow& w = window(ev.stream);
   w.set_window_open(false);
   RingEvent& r = w.append(kServedToken, kServedToken, SlotKind::barrier);
@@ -195,6 +209,104 @@ void Detector::on_served_event(const TraceEvent& ev) {
   w.advance(*this);
   const auto plan_stream = static_cast<uint32_t>(ev.in_ids[0]);
   structures_.observe_served(ev.value, plan_stream, epoch_of(plan_stream), ev.timestamp_ns);
+}
+
+bool Detector::replay_served(const TraceEvent& ev) {
+  // The external slots' ids: the event's own, then those of the served_ids events before it.
+  const uint64_t n_ext = ev.in_ids[5];
+  std::vector<ValueId> ext;
+  for (uint64_t e = 0; e < n_ext && e < static_cast<uint64_t>(kServedIdsPerEvent); ++e)
+    ext.push_back(ev.served_ids[e]);
+  for (auto it = served_ids_.begin(); it != served_ids_.end();) {
+    if (it->first != ev.stream) {
+      ++it;
+      continue;
+    }
+    ext.push_back(it->second);
+    it = served_ids_.erase(it);
+  }
+  const ValueId first_out = ev.in_ids[2];
+  if (first_out == 0 || ext.size() != n_ext) return false;
+  const std::vector<int64_t>* tuple = nullptr;
+  const Candidate* c =
+      structures_.find(ev.value, static_cast<uint32_t>(ev.in_ids[0]), ev.in_ids[3], &tuple);
+  if (c == nullptr || c->ops.size() != ev.in_ids[1] || c->externals.size() != n_ext) return false;
+  // Where each value's dims start in the tuple: external slots, then the outputs in order.
+  std::vector<int>& at = value_dims_;
+  at.assign(n_ext + 1, 0);
+  std::vector<uint32_t> out_base(c->ops.size() + 1, 0);
+  for (size_t k = 0; k < c->ops.size(); ++k)
+    out_base[k + 1] = out_base[k] + static_cast<uint32_t>(c->ops[k].out_dtypes.size());
+  if (out_base.back() != ev.out_ids[0]) return false;
+  {
+    int off = 0;
+    for (size_t e = 0; e < n_ext; ++e) {
+      at[e] = off;
+      off += c->externals[e].rank;
+    }
+    at[n_ext] = off;
+    for (size_t k = 0; k < c->ops.size(); ++k)
+      for (size_t o = 0; o < c->ops[k].out_dtypes.size(); ++o) {
+        at.push_back(off);
+        off += c->ops[k].out_ranks[o];
+      }
+    if (static_cast<size_t>(off) != tuple->size()) return false;
+  }
+  auto out_at = [&](size_t flat) { return at[n_ext + 1 + flat]; };
+  TraceEvent& r = replay_;
+  for (size_t k = 0; k < c->ops.size(); ++k) {
+    const CandidateOp& co = c->ops[k];
+    r = TraceEvent{};
+    r.kind = EventKind::call;
+    r.timestamp_ns = ev.timestamp_ns;
+    r.stream = ev.stream;
+    r.op = co.op;
+    r.attrs = co.attrs;
+    r.n_in = static_cast<uint8_t>(co.inputs.size());
+    r.n_out = static_cast<uint8_t>(co.out_dtypes.size());
+    int nd = 0;
+    bool truncated = false;
+    auto put_dims = [&](int from, int rank) {
+      if (nd + rank > kMaxEventDims) {
+        truncated = true;
+        return;
+      }
+      for (int a = 0; a < rank; ++a) r.dims[nd++] = static_cast<int32_t>((*tuple)[from + a]);
+    };
+    for (int m = 0; m < r.n_in; ++m) {
+      const WireRef& wr = co.inputs[m];
+      r.in_dtype[m] = static_cast<uint8_t>(co.in_dtypes[m]);
+      r.in_rank[m] = co.in_ranks[m];
+      if (wr.kind == WireRef::Kind::internal) {
+        const size_t flat = out_base[wr.index] + wr.output;
+        r.in_ids[m] = first_out + flat;
+        put_dims(out_at(flat), r.in_rank[m]);
+      } else {
+        r.in_ids[m] = ext[wr.index];
+        put_dims(at[wr.index], r.in_rank[m]);
+      }
+    }
+    for (int o = 0; o < r.n_out; ++o) {
+      const size_t flat = out_base[k] + o;
+      r.out_dtype[o] = static_cast<uint8_t>(co.out_dtypes[o]);
+      r.out_rank[o] = co.out_ranks[o];
+      r.out_ids[o] = first_out + flat;
+      put_dims(out_at(flat), r.out_rank[o]);
+    }
+    // A reshape's target is its output's shape (infer.cpp normalises it), which the structure
+    // keeps in the tuple, not in the representative attrs.
+    if (co.op == OpId::reshape && r.n_out == 1) {
+      r.attrs.ni = r.out_rank[0];
+      for (int a = 0; a < r.out_rank[0]; ++a) r.attrs.i[a] = (*tuple)[out_at(out_base[k]) + a];
+    }
+    r.flags = truncated ? kEventTruncated : 0;
+    ++replayed_;
+    on_call_event(r);
+  }
+  const uint64_t released = ev.in_ids[4];
+  for (uint32_t f = 0; f < out_base.back() && f < 64; ++f)
+    if (released >> f & 1) on_release_event(first_out + f);
+  return true;
 }
 
 void Detector::on_segment(StreamWindow& w, uint64_t begin, uint64_t end, uint64_t path_hash) {
@@ -219,6 +331,7 @@ void Detector::fill(MonitorCounters& c) const {
   c.releases = releases_;
   c.syncs = syncs_;
   c.served = served_;
+  c.replayed = replayed_;
   c.windows = windows_.size();
   c.window_evictions = window_evictions_;
   c.program_point_evictions = evicted_pp_evictions_;

@@ -46,6 +46,7 @@ class Detector final : public SegmentSink {
   void on_release_event(ValueId id);
   void on_sync_event(const TraceEvent& ev);
   void on_served_event(const TraceEvent& ev);
+  bool replay_served(const TraceEvent& ev);
   void mark_use(const ValueEntry& e, ValueId id, const StreamWindow& user, uint64_t pos);
   bool capturable(uint32_t opaque_id);
 
@@ -58,9 +59,12 @@ class Detector final : public SegmentSink {
   Canonicalizer canonicalizer_;
   Canon canon_;
   std::unordered_map<uint32_t, bool> capturable_;
+  std::vector<std::pair<uint32_t, ValueId>> served_ids_;  // (stream, id) of served_ids events
+  std::vector<int> value_dims_;                           // replay_served's scratch
+  TraceEvent replay_{};
 
   uint64_t stamp_ = 0;
-  uint64_t events_ = 0, releases_ = 0, syncs_ = 0, served_ = 0;
+  uint64_t events_ = 0, releases_ = 0, syncs_ = 0, served_ = 0, replayed_ = 0;
   uint64_t window_evictions_ = 0;
   uint64_t evicted_pp_evictions_ = 0, evicted_segments_ = 0;  // of windows evicted since
 };

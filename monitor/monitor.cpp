@@ -158,28 +158,59 @@ void Monitor::on_window_open(uint32_t stream_id) {
   push(p);
 }
 
-bool Monitor::knows_shapes(const Plan& plan, const Window& w) {
+bool Monitor::knows_shape(const Plan& plan, uint64_t tuple_key) {
+  for (uint64_t known : plan.shape_tuples)
+    if (known == tuple_key) return true;
+  std::lock_guard<std::mutex> lk(new_shapes_mu_);
+  if (new_shapes_.size() >= 4096) new_shapes_.clear();  // bounded; a tuple may be reported again
+  return ++new_shapes_[{plan.id, tuple_key}] > kReportsOfNewShape;
+}
+
+void Monitor::on_served(const Plan& plan, const Window& w) {
   // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
   ShapeTupleKey key;
   for (const Tensor& e : w.externals)
     for (int64_t d : e.impl()->shape) key.add(d);
-  for (const TensorList& outs : w.outputs)
+  size_t n_out = 0;
+  for (const TensorList& outs : w.outputs) {
+    n_out += outs.size();
     for (const Tensor& t : outs)
       for (int64_t d : t.impl()->shape) key.add(d);
-  for (uint64_t known : plan.shape_tuples)
-    if (known == key.h) return true;
-  std::lock_guard<std::mutex> lk(new_shapes_mu_);
-  if (new_shapes_.size() >= 4096) new_shapes_.clear();  // bounded; a tuple may be reported again
-  return ++new_shapes_[{plan.id, key.h}] > kReportsOfNewShape;
-}
-
-void Monitor::on_served(const Plan& plan, const Window& w) {
-  if (!knows_shapes(plan, w)) return TraceSink::on_served(plan, w);
+  }
+  const bool replayable = w.ids_begin != 0 && n_out <= 64;
+  if (!replayable || !knows_shape(plan, key.h)) return TraceSink::on_served(plan, w);
   Producer* p = producer();
   if (p == nullptr) return;
-  fill_served_event(p->scratch, plan.signature, plan.stream,
-                    static_cast<uint32_t>(w.calls.size()), w.stream_id);
+  const size_t ne = w.externals.size();
+  for (size_t e = kServedIdsPerEvent; e < ne; e += kServedIdsPerEvent) {
+    TraceEvent& ev = p->scratch;
+    ev.kind = EventKind::served_ids;
+    ev.stream = w.stream_id;
+    ev.n_in = static_cast<uint8_t>(std::min<size_t>(kServedIdsPerEvent, ne - e));
+    ev.n_out = 0;
+    ev.flags = 0;
+    for (int k = 0; k < ev.n_in; ++k) ev.served_ids[k] = w.externals[e + k].impl()->id;
+    push(p);
+  }
+  TraceEvent& ev = p->scratch;
+  fill_served_event(ev, plan.signature, plan.stream, static_cast<uint32_t>(w.calls.size()),
+                    w.stream_id);
+  const uint64_t all = n_out == 64 ? ~uint64_t{0} : (uint64_t{1} << n_out) - 1;
+  ev.in_ids[2] = w.ids_begin;
+  ev.in_ids[3] = key.h;
+  ev.in_ids[4] = all & ~w.held;
+  ev.in_ids[5] = ne;
+  ev.out_ids[0] = n_out;
+  for (size_t e = 0; e < ne && e < kServedIdsPerEvent; ++e)
+    ev.served_ids[e] = w.externals[e].impl()->id;
   push(p);
+  // The monitor knows these values now: their releases are reported from here on (the
+  // outputs released with the window were counted in the event).
+  for (const Tensor& e : w.externals) e.impl()->mark_reported();
+  size_t f = 0;
+  for (const TensorList& outs : w.outputs)
+    for (const Tensor& t : outs)
+      if (w.held >> f++ & 1) t.impl()->mark_reported();
 }
 
 void Monitor::on_release(ValueId id) {
@@ -400,6 +431,7 @@ void ensure_started() {
       sink.add("releases", c.releases);
       sink.add("syncs", c.syncs);
       sink.add("served_windows", c.served);
+      sink.add("replayed_calls", c.replayed);
       sink.add("batches", c.batches);
       sink.add("windows", c.windows);
       sink.add("window_evictions", c.window_evictions);

@@ -45,8 +45,9 @@ class Monitor final : public TraceSink {
   // TraceSink (any thread; never blocks).
   void on_call(const OpCall& call, std::span<const Tensor> outputs, uint32_t stream_id) override;
   void on_window_open(uint32_t stream_id) override;
-  // One `served` event for the window when its shape tuple is known (see Plan::shape_tuples);
-  // otherwise its calls one by one (kReportsOfNewShape times per plan and tuple).
+  // One `served` event for the window (trace_event.hpp) when its shape tuple is known (see
+  // Plan::shape_tuples) and its output ids are in order; otherwise its calls one by one
+  // (a new tuple: kReportsOfNewShape times per plan and tuple, then `served` events).
   void on_served(const Plan& plan, const Window& w) override;
   void on_release(ValueId id) override;
   void on_sync(uint32_t stream_id) override;
@@ -84,7 +85,7 @@ class Monitor final : public TraceSink {
   Producer* attach_producer();
   Producer* producer();
   void push(Producer* p);
-  bool knows_shapes(const Plan& plan, const Window& w);
+  bool knows_shape(const Plan& plan, uint64_t tuple_key);
   void run();
   size_t consume_once();
   void deliver(std::vector<Candidate>& emitted, std::vector<std::pair<uint64_t, uint32_t>>& cooled);

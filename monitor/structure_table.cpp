@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/plan.hpp"
+
 namespace livefuse::monitor {
 
 void StructureTable::decay(Structure& s, uint32_t epoch) {
@@ -76,6 +78,7 @@ bool StructureTable::add_shape(Structure& s, const Canon& c) {
       if (t > 0 && sp.tuples[t].count > sp.tuples[t - 1].count) {
         std::swap(sp.tuples[t], sp.tuples[t - 1]);
         std::swap(s.tuple_hashes[t], s.tuple_hashes[t - 1]);
+        std::swap(s.tuple_keys[t], s.tuple_keys[t - 1]);
       }
       return false;
     }
@@ -91,11 +94,15 @@ bool StructureTable::add_shape(Structure& s, const Canon& c) {
       if (sp.tuples[t].count <= sp.tuples[v].count) v = t;
     sp.tuples.erase(sp.tuples.begin() + static_cast<std::ptrdiff_t>(v));
     s.tuple_hashes.erase(s.tuple_hashes.begin() + static_cast<std::ptrdiff_t>(v));
+    s.tuple_keys.erase(s.tuple_keys.begin() + static_cast<std::ptrdiff_t>(v));
     ++sp.evicted;
     ++shape_evictions_;
   }
   sp.tuples.push_back(ShapeTuple{c.tuple, 1});
   s.tuple_hashes.push_back(c.tuple_hash);
+  ShapeTupleKey key;
+  for (int64_t d : c.tuple) key.add(d);
+  s.tuple_keys.push_back(key.h);
   return true;
 }
 
@@ -147,6 +154,19 @@ bool StructureTable::observe_served(uint64_t signature, uint32_t stream, uint32_
   s.cand.last_seen_ns = now_ns;
   count(s, false);
   return true;
+}
+
+const Candidate* StructureTable::find(uint64_t signature, uint32_t stream, uint64_t tuple_key,
+                                      const std::vector<int64_t>** tuple) const {
+  auto it = map_.find(Key{signature, stream});
+  if (it == map_.end()) return nullptr;
+  const Structure& s = it->second;
+  for (size_t t = 0; t < s.tuple_keys.size(); ++t)
+    if (s.tuple_keys[t] == tuple_key) {
+      *tuple = &s.cand.shapes.tuples[t].dims;
+      return &s.cand;
+    }
+  return nullptr;
 }
 
 void StructureTable::count(Structure& s, bool new_shape) {

@@ -30,6 +30,10 @@ class StructureTable {
   // One occurrence that a plan served, known only by its signature (no shapes, no liveness:
   // those came with the occurrences the plan was made from). False when it is not tracked.
   bool observe_served(uint64_t signature, uint32_t stream, uint32_t now_epoch, uint64_t now_ns);
+  // The structure (signature, stream), and in `tuple` the dims of its shape tuple whose
+  // ShapeTupleKey (runtime/plan.hpp) is `tuple_key`; nullptr when either is not tracked.
+  const Candidate* find(uint64_t signature, uint32_t stream, uint64_t tuple_key,
+                        const std::vector<int64_t>** tuple) const;
   // Decays every count to `epoch_of(stream)`; hot ones below hot/2 go cold, dead ones go.
   template <class EpochOf>
   void sweep(EpochOf epoch_of);
@@ -63,6 +67,7 @@ class StructureTable {
   struct Structure {
     Candidate cand;
     std::vector<uint64_t> tuple_hashes;  // parallel to cand.shapes.tuples
+    std::vector<uint64_t> tuple_keys;    // ShapeTupleKey of each, parallel too
     std::array<uint64_t, kPaths> paths{};
     uint8_t n_paths = 0;
     uint8_t next_path = 0;

@@ -1,6 +1,7 @@
 #pragma once
 // EventSynth: builds TraceEvents the way the executor would report them, without running ops.
 // For the detector's tests and the monitor benchmark (which must measure detection alone).
+#include <algorithm>
 #include <initializer_list>
 #include <unordered_map>
 #include <utility>
@@ -74,11 +75,39 @@ class EventSynth {
     fill_window_open_event(ev, stream_);
     events_.push_back(ev);
   }
+  // Without ids: the detector cannot replay it (a barrier that counts for the structure).
   void served(uint64_t signature, uint32_t plan_stream, uint32_t n_ops) {
     TraceEvent ev{};
     fill_served_event(ev, signature, plan_stream, n_ops, stream_);
     ev.timestamp_ns = ++clock_;
     events_.push_back(ev);
+  }
+  // With what the runtime sends (trace_event.hpp): the window's outputs are `outs` (ids in
+  // order, made by value()), `released` the bits of those that went with the window.
+  void served(uint64_t signature, uint32_t plan_stream, uint32_t n_ops,
+              const std::vector<ValueId>& externals, const std::vector<ValueId>& outs,
+              uint64_t released, uint64_t tuple_key) {
+    for (size_t e = kServedIdsPerEvent; e < externals.size(); e += kServedIdsPerEvent) {
+      TraceEvent ids{};
+      ids.kind = EventKind::served_ids;
+      ids.stream = stream_;
+      ids.n_in = static_cast<uint8_t>(std::min<size_t>(kServedIdsPerEvent, externals.size() - e));
+      for (int k = 0; k < ids.n_in; ++k) ids.served_ids[k] = externals[e + k];
+      events_.push_back(ids);
+    }
+    TraceEvent ev{};
+    fill_served_event(ev, signature, plan_stream, n_ops, stream_);
+    ev.timestamp_ns = ++clock_;
+    ev.in_ids[2] = outs.front();
+    ev.in_ids[3] = tuple_key;
+    ev.in_ids[4] = released;
+    ev.in_ids[5] = externals.size();
+    ev.out_ids[0] = outs.size();
+    for (size_t e = 0; e < externals.size() && e < kServedIdsPerEvent; ++e)
+      ev.served_ids[e] = externals[e];
+    events_.push_back(ev);
+    for (size_t f = 0; f < outs.size(); ++f)
+      if (released >> f & 1) shapes_.erase(outs[f]);
   }
 
  private:

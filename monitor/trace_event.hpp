@@ -11,9 +11,16 @@
 //   sync     a host sync point on `stream`.
 //   window_open  the matcher opened a window of deferred calls on `stream`: its calls come
 //            later (runtime/trace_sink.hpp), so a release seen meanwhile came after its first op.
-//   served   a plan served a window on `stream` whose calls are not reported one by one:
-//            `value` is the plan's signature, in_ids[0] the stream it was planned from,
-//            in_ids[1] the number of ops.
+//   served   a plan served a window on `stream` whose calls are not reported one by one; the
+//            monitor replays them from the plan's structure (the ops, their wiring, the shape
+//            tuple) and these ids. `value`: the plan's signature; in_ids: [0] the stream it
+//            was planned from, [1] ops, [2] the id of output 0 (the window's output f has id
+//            in_ids[2] + f), [3] the ShapeTupleKey, [4] bit f: output f was released with the
+//            window, [5] external slots; out_ids[0]: outputs; `served_ids`: the external
+//            slots' ids, the first kServedIdsPerEvent of them (the others in served_ids
+//            events just before, in order).
+//   served_ids  more external slot ids of the served event that follows on `stream`: n_in of
+//            them in `served_ids`.
 // Calls that do not fit (more than kMaxEventInputs inputs, kMaxEventOutputs outputs,
 // kMaxEventDims dims in all, or a dim beyond int32) are flagged kEventTruncated: the monitor
 // keeps them in the stream (they still split sequences) but never puts them in a candidate.
@@ -30,7 +37,7 @@ inline constexpr int kMaxEventInputs = 6;
 inline constexpr int kMaxEventOutputs = 4;
 inline constexpr int kMaxEventDims = 32;
 
-enum class EventKind : uint8_t { call, release, sync, window_open, served };
+enum class EventKind : uint8_t { call, release, sync, window_open, served, served_ids };
 
 inline constexpr uint8_t kEventTruncated = 1;
 
@@ -50,8 +57,11 @@ struct TraceEvent {
   Attrs attrs;
   ValueId in_ids[kMaxEventInputs];
   ValueId out_ids[kMaxEventOutputs];
-  // Dims of input 0, input 1, ..., output 0, ... (each `rank` entries), packed.
-  int32_t dims[kMaxEventDims];
+  union {
+    // Dims of input 0, input 1, ..., output 0, ... (each `rank` entries), packed.
+    int32_t dims[kMaxEventDims];
+    ValueId served_ids[kMaxEventDims / 2];  // served, served_ids
+  };
 
   // Offset of input m's / output o's dims inside `dims`.
   int in_dims_offset(int m) const {
@@ -66,6 +76,8 @@ struct TraceEvent {
   }
 };
 
+inline constexpr int kServedIdsPerEvent = kMaxEventDims / 2;
+
 static_assert(std::is_trivially_copyable_v<TraceEvent>,
               "TraceEvent is copied into a lock-free ring");
 static_assert(sizeof(TraceEvent) <= 384, "keep TraceEvent small: it is copied once per op");
@@ -76,6 +88,7 @@ void fill_call_event(TraceEvent& ev, const OpCall& call, std::span<const Tensor>
 void fill_release_event(TraceEvent& ev, ValueId id);
 void fill_sync_event(TraceEvent& ev, uint32_t stream_id);
 void fill_window_open_event(TraceEvent& ev, uint32_t stream_id);
+// The header of a served event; the caller sets in_ids[2..5], out_ids[0] and served_ids.
 void fill_served_event(TraceEvent& ev, uint64_t signature, uint32_t plan_stream,
                        uint32_t n_ops, uint32_t stream_id);
 

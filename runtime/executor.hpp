@@ -8,6 +8,8 @@
 
 namespace livefuse {
 
+struct Window;
+
 class Executor {
  public:
   // Runs (or, with a plan, defers) `call`; returns its outputs. A deferred call's inputs are
@@ -26,9 +28,10 @@ class Executor {
   // Runs `call` eagerly into `outs` (made by make_outputs; pending ones get storage here).
   // Never consults the matcher: plans use it for their unfused steps and the eager fallback.
   static void run_eager_into(const OpCall& call, const TensorList& outs, const Stream& stream);
-  // Output handles for `call`: real storage, or pending (no storage, `pending_tag` set).
+  // Output handles for `call`: real storage, or pending (no storage, `pending_tag` set; their
+  // ids from `window`'s block when it has one).
   static TensorList make_outputs(const OpCall& call, const OutputInfos& infos, Device device,
-                                 void* pending_tag);
+                                 void* pending_tag, Window* window = nullptr);
   // A layout op that must copy (a reshape of a non-contiguous view): its output needs storage
   // of its own, unlike every other view.
   static bool is_copying_view(const OpCall& call);

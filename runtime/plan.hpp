@@ -44,6 +44,14 @@ struct Window {
   std::vector<Tensor> externals;    // by slot
   uint32_t stream_id = 0;
   Device device;
+  // The outputs' ids come from one block reserved when the window opens, in order, so output f
+  // (ops in order, outputs in order) is ids_begin + f: the monitor can then hear of a served
+  // window in one event (runtime/trace_sink.hpp). ids_begin is 0 once the block ran out.
+  static constexpr uint64_t kIdBlock = 256;
+  ValueId ids_begin = 0, ids_next = 0, ids_end = 0;
+  // Bit f: output f was still referenced from outside the window when it completed (windows of
+  // up to 64 outputs; set by the matcher before the sink hears of the window).
+  uint64_t held = 0;
 };
 
 // A concrete shape tuple as the monitor lays it out (monitor/candidate.hpp, ShapePattern: the

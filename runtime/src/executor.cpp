@@ -127,8 +127,19 @@ void view_layout(const OpCall& call, const Shape& shape, Strides* st, int64_t* o
 }
 }  // namespace
 
+namespace {
+// A pending output's TensorImpl: its id from the window's block while there is one.
+std::shared_ptr<TensorImpl> pending_impl(Window* w, const Shape& shape, const Strides& st, int64_t offset,
+                                         DType dt, Device device) {
+  if (w && w->ids_next < w->ids_end)
+    return std::make_shared<TensorImpl>(nullptr, offset, shape, st, dt, device, w->ids_next++);
+  if (w) w->ids_begin = w->ids_next = w->ids_end = 0;  // ran out: ids no longer in order
+  return std::make_shared<TensorImpl>(nullptr, offset, shape, st, dt, device);
+}
+}  // namespace
+
 TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, Device device,
-                                  void* pending_tag) {
+                                  void* pending_tag, Window* window) {
   TensorList outs;
   if (is_view_op(call)) {
     Strides st;
@@ -138,7 +149,10 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
     std::shared_ptr<Storage> storage =
         pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
     auto impl =
-        std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype, device);
+        pending_tag
+            ? pending_impl(window, infos[0].shape, st, offset, infos[0].dtype, device)
+            : std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype,
+                                           device);
     // Relaxed: no other thread can see the new value before the program hands it on (and that
     // hand-over synchronises); a seq_cst store is an xchg, paid per deferred call.
     impl->pending.store(pending_tag, std::memory_order_relaxed);
@@ -147,8 +161,7 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
   }
   for (const OutputInfo& o : infos) {
     if (pending_tag) {
-      auto impl = std::make_shared<TensorImpl>(nullptr, 0, o.shape, contiguous_strides(o.shape),
-                                               o.dtype, device);
+      auto impl = pending_impl(window, o.shape, contiguous_strides(o.shape), 0, o.dtype, device);
       impl->pending.store(pending_tag, std::memory_order_relaxed);  // as above
       outs.push_back(Tensor(std::move(impl)));
     } else {

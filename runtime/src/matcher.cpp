@@ -146,6 +146,8 @@ void clear(StreamWindow& sw) {
   sw.w.calls.clear();
   sw.w.outputs.clear();
   sw.w.externals.clear();
+  sw.w.ids_begin = sw.w.ids_next = sw.w.ids_end = 0;
+  sw.w.held = 0;
   sw.candidates.clear();
   sw.ready.reset();
   sw.keep.reset();
@@ -269,10 +271,14 @@ void complete(StreamWindow& sw) {
   // own references, and the last call's outputs (the sequence's results).
   std::vector<std::pair<int, int>> needed;
   const size_t n = sw.w.calls.size();
+  uint64_t outside_mask = 0;  // Window::held
+  size_t f = 0;               // flat output index
   for (size_t j = 0; j < n; ++j) {
-    for (size_t k = 0; k < sw.w.outputs[j].size(); ++k) {
+    for (size_t k = 0; k < sw.w.outputs[j].size(); ++k, ++f) {
       const Tensor& t = sw.w.outputs[j][k];
-      const bool held = j + 1 == n || held_outside(sw, j, t);
+      const bool outside = held_outside(sw, j, t);
+      if (outside && f < 64) outside_mask |= uint64_t{1} << f;
+      const bool held = j + 1 == n || outside;
       if (!held) continue;
       if (!plan.writes(static_cast<int>(j), static_cast<int>(k))) {
         // An intermediate the plan keeps in registers is still reachable: serve eagerly.
@@ -283,6 +289,7 @@ void complete(StreamWindow& sw) {
     }
   }
   sw.w.externals = std::move(cand.externals);
+  sw.w.held = outside_mask;
   if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
     record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
   const bool sampling = plan.state.load() == PlanState::sampling;
@@ -432,6 +439,8 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   sw.keep = t_state.snap;
   sw.w.stream_id = sw.stream.id();
   sw.w.device = sw.stream.device();
+  sw.w.ids_begin = sw.w.ids_next = reserve_value_ids(Window::kIdBlock);
+  sw.w.ids_end = sw.w.ids_begin + Window::kIdBlock;
   return true;
 }
 
@@ -464,7 +473,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     ctr.calls.fetch_add(1, std::memory_order_relaxed);  // runs eagerly; deferred ones: clear()
     return std::nullopt;
   }
-  TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw);
+  TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw, &sw.w);
   sw.w.calls.push_back(std::move(call));
   sw.w.outputs.push_back(outs);
   const size_t len = sw.w.calls.size();

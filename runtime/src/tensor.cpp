@@ -34,6 +34,20 @@ TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Stride
       device(dev),
       id(g_next_value_id.fetch_add(1, std::memory_order_relaxed)) {}
 
+TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Strides st, DType dt,
+                       Device dev, ValueId given)
+    : storage(std::move(s)),
+      offset(off),
+      shape(sh),
+      strides(st),
+      dtype(dt),
+      device(dev),
+      id(given) {}
+
+ValueId reserve_value_ids(uint64_t n) {
+  return g_next_value_id.fetch_add(n, std::memory_order_relaxed);
+}
+
 TensorImpl::~TensorImpl() {
   if (!reported.load(std::memory_order_relaxed)) return;
   if (TraceSink* sink = trace_sink()) sink->on_release(id);

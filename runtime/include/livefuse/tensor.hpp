@@ -30,6 +30,9 @@ class TensorImpl {
  public:
   TensorImpl(std::shared_ptr<Storage> s, int64_t offset, Shape shape, Strides strides, DType dt,
              Device dev);
+  // With an id taken from a block of reserve_value_ids.
+  TensorImpl(std::shared_ptr<Storage> s, int64_t offset, Shape shape, Strides strides, DType dt,
+             Device dev, ValueId id);
   ~TensorImpl();
   TensorImpl(const TensorImpl&) = delete;
   TensorImpl& operator=(const TensorImpl&) = delete;
@@ -57,6 +60,9 @@ class TensorImpl {
     if (!reported.load(std::memory_order_relaxed)) reported.store(true, std::memory_order_relaxed);
   }
 };
+
+// The first of `n` fresh value ids, for values made later (TensorImpl's last constructor).
+ValueId reserve_value_ids(uint64_t n);
 
 class Tensor {
  public:
