@@ -15,7 +15,7 @@ struct Record {
   std::string name, variant, size;
   double median_us = 0;
   std::vector<std::pair<std::string, double>> derived;
-  std::vector<std::pair<std::string, std::string>> tags;
+  std::vector<std::pair<std::string, std::string>> tags = {};  // (initialiser: records may leave it out)
 };
 
 inline double median(std::vector<double> v) {

@@ -32,6 +32,10 @@
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
 
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -232,6 +236,34 @@ int main(int argc, char** argv) {
     }
     recs.push_back({"launch_sync_floor", "one_eager_op", sz, pct(floor, 0.5), {}});
   }
+#if LIVEFUSE_HAS_CUDA
+  if (dev.is_cuda()) {
+    // The same round trip with no runtime in it: a CUDA graph of one node (a 16 KB memset)
+    // launched and synchronized. No graph-replay of the chain can beat it on this host.
+    cudaStream_t s = static_cast<cudaStream_t>(lf::Stream::current(dev).handle());
+    void* buf = nullptr;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    if (cudaMalloc(&buf, 4 * size) == cudaSuccess &&
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+      cudaMemsetAsync(buf, 0, 4 * size, s);
+      if (cudaStreamEndCapture(s, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) {
+        std::vector<double> floor;
+        for (int i = 0; i < 2200; ++i) {
+          const auto t0 = Clock::now();
+          cudaGraphLaunch(ge, s);
+          cudaStreamSynchronize(s);
+          if (i >= 200) floor.push_back(us_since(t0));
+        }
+        recs.push_back({"launch_sync_floor", "bare_graph_one_node", sz, pct(floor, 0.5), {}});
+      }
+    }
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (buf) cudaFree(buf);
+    cudaGetLastError();
+  }
+#endif
 
   // A new loop with fusion on: time to fused, latency while compiling, then steady state.
   set_mode(lf::Mode::on);
