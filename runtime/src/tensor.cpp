@@ -26,13 +26,8 @@ Storage::~Storage() {
 
 TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Strides st, DType dt,
                        Device dev)
-    : storage(std::move(s)),
-      offset(off),
-      shape(sh),
-      strides(st),
-      dtype(dt),
-      device(dev),
-      id(g_next_value_id.fetch_add(1, std::memory_order_relaxed)) {}
+    : TensorImpl(std::move(s), off, sh, st, dt, dev,
+                 g_next_value_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Strides st, DType dt,
                        Device dev, ValueId given)

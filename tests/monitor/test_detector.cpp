@@ -27,6 +27,14 @@ std::vector<Candidate> run(Detector& d, EventSynth& s) {
   return d.candidates(true);
 }
 
+// run(), plus the detector's counters after it.
+std::pair<std::vector<Candidate>, MonitorCounters> run_counted(Detector& d, EventSynth& s) {
+  auto c = run(d, s);
+  MonitorCounters ctr;
+  d.fill(ctr);
+  return std::make_pair(c, ctr);
+}
+
 // prelude (1 op) -> n layers -> head (1 op) -> sync
 void forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers, ValueId input, int S,
              int D) {
@@ -316,10 +324,7 @@ TEST_CASE("detector: a served window is replayed as its calls op by op would hav
       s.sync();
       s.release(c);
     }
-    auto c = run(d, s);
-    MonitorCounters ctr;
-    d.fill(ctr);
-    return std::make_pair(c, ctr);
+    return run_counted(d, s);
   };
   const auto [by_call, ctr_call] = feed(false);
   const auto [served, ctr_served] = feed(true);
@@ -395,10 +400,7 @@ TEST_CASE("detector: a served window with more external slots than one event hol
       s.sync();
       for (ValueId o : outs) s.release(o);
     }
-    auto c = run(d, s);
-    MonitorCounters ctr;
-    d.fill(ctr);
-    return std::make_pair(c, ctr);
+    return run_counted(d, s);
   };
   const auto [by_call, ctr_call] = feed(false);
   const auto [served, ctr_served] = feed(true);
