@@ -268,7 +268,6 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     // The registers a thread may hold decide how many columns it owns (so threads per row);
     // pipelined kernels read the next row while finishing this one. The record is the built-in
     // choice; the sweep shows what the best choice would give.
-    jit::set_row_items_per_thread(0);
     const double chosen = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
     double best = 1e30;
     int best_budget = 0, best_pipeline = 0;
@@ -290,7 +289,6 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
         }
       }
     }
-    jit::set_row_items_per_thread(0);
     const double bytes = 2.0 * rows * c.cols * dtype_size(c.dt);
     const double gbs = bytes / chosen / 1e3;
     Record r{c.name, std::string(dtype_name(c.dt)), std::to_string(rows) + "x" + std::to_string(c.cols), chosen, {}};

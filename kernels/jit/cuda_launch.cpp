@@ -1,7 +1,6 @@
 #include "kernels/jit/cuda_launch.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -15,17 +14,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool aligned(const void* p, size_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
-std::atomic<int> g_row_items{0};  // 0: the heuristic below
-
 // Row launch shape: threads per row (a power of two, 32..kRowMaxThreads, about `items` columns
 // each: short rows get one warp and no __syncthreads at all) and rows per block. Measured on an
-// H200 (bench/fusion_bench.cpp sweeps it): 8 columns a thread for rows up to 2048 f32 and 16
-// beyond; twice that for 2-byte dtypes, whose 16-byte packs hold 8 columns. A variant that holds
-// the row in registers takes `regs` columns a thread (at most that many: it has no more).
+// H200: 8 columns a thread for rows up to 2048 f32 and 16 beyond; twice that for 2-byte dtypes,
+// whose 16-byte packs hold 8 columns. A variant that holds the row in registers takes `regs`
+// columns a thread (fewer never won in a sweep: the unused ones still cost the registers).
 void row_shape(int64_t cols, int row_vec, int regs, unsigned& tpr, unsigned& rpb) {
-  int64_t items = g_row_items.load(std::memory_order_relaxed);
-  if (regs > 0) items = items > 0 ? std::min<int64_t>(items, regs) : regs;
-  else if (items <= 0) items = (cols <= 2048 ? 8 : 16) * (row_vec >= 8 ? 2 : 1);
+  const int64_t items = regs > 0 ? regs : (cols <= 2048 ? 8 : 16) * (row_vec >= 8 ? 2 : 1);
   int64_t t = 32;
   while (t < kRowMaxThreads && t * items < cols) t *= 2;
   tpr = static_cast<unsigned>(t);
@@ -62,8 +57,6 @@ bool pick(const CompiledKernel& k, std::initializer_list<std::pair<Variant, bool
   return false;
 }
 }  // namespace
-
-void set_row_items_per_thread(int items) { g_row_items.store(std::max(0, items)); }
 
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
                            int smem_optin, std::string* error) {

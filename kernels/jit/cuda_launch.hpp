@@ -17,9 +17,6 @@ namespace livefuse::jit {
 std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
                              void* stream, std::optional<Variant>* missing = nullptr);
 
-// Row kernels: columns each thread handles (0: the built-in heuristic); a knob for benchmarks.
-void set_row_items_per_thread(int items);
-
 // Which variant a launch would use, and its launch shape (for tests and logs).
 struct LaunchChoice {
   Variant variant = Variant::StridedI32;

@@ -20,7 +20,7 @@ void body(std::ostringstream& os, const KernelPart& part, LoadFn load, StoreFn s
       case InstrKind::Load:
         os << indent << "const " << nat_type(in.dtype) << " v" << i << " = " << load(in) << ";\n";
         break;
-      case InstrKind::Store: os << indent << store(in, "v" + std::to_string(in.arg[0])) << "\n"; break;
+      case InstrKind::Store: os << indent << store(in, std::string("v").append(std::to_string(in.arg[0]))) << "\n"; break;
       default: os << indent << value_stmt(in, ii, "1") << "\n";
     }
   }
@@ -30,7 +30,7 @@ void body(std::ostringstream& os, const KernelPart& part, LoadFn load, StoreFn s
 void render_part(std::ostringstream& os, const KernelPart& part, const ArgLayout::Part& lp, int p, int vec,
                  bool vec_variant, bool at_variant, bool strided_variant) {
   const size_t nin = part.inputs.size(), nout = part.outputs.size();
-  auto off_name = [](size_t k) { return "o" + std::to_string(k); };
+  auto off_name = [](size_t k) { return std::string("o").append(std::to_string(k)); };
   if (at_variant) {
     // _at: the program at given element offsets of every io.
     os << "template <typename I>\n__device__ __forceinline__ void lf_p" << p << "_at(const LfArgs& A";
