@@ -70,6 +70,8 @@ struct Step {
   std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep> body;
   std::string label;
   int launches() const;  // kernels it launches (views: 0)
+  // The generated kernel it runs, if any: a fused kernel step's, or a GEMM's elementwise tail.
+  FusedKernelStep* generated_kernel();
 };
 
 struct PlanSummary {

@@ -78,11 +78,9 @@ void unfuse(PlannedSegment& p, std::vector<Step>& out, const std::vector<int>& n
 
 int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::CompileOptions& opts) {
   std::vector<std::pair<FusedKernelStep*, std::shared_future<jit::CompileResult>>> jobs;
-  for (Step& s : p.steps) {
-    FusedKernelStep* fk = std::get_if<FusedKernelStep>(&s.body);
-    if (auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) fk = gs->tail.get();
-    if (fk && !fk->compiled) jobs.push_back({fk, compiler.submit(fk->spec, opts)});
-  }
+  for (Step& s : p.steps)
+    if (FusedKernelStep* fk = s.generated_kernel(); fk && !fk->compiled)
+      jobs.push_back({fk, compiler.submit(fk->spec, opts)});
   for (auto& [fk, fut] : jobs) {
     jit::CompileResult r = fut.get();
     fk->compiled = r.kernel;

@@ -65,16 +65,14 @@ int device_arch(const Device& d) {
 // at its first launch otherwise: that is the plan's first run, on the program's thread, and a
 // load costs a good fraction of a millisecond -- a stall just as the plan starts to serve. A
 // failed load is left for that launch to report.
-void preload_modules(const PlannedSegment& p, const Device& d) {
+void preload_modules(PlannedSegment& p, const Device& d) {
 #if LIVEFUSE_HAS_CUDA
   if (cudaSetDevice(d.index) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
   }
-  for (const Step& s : p.steps) {
-    const FusedKernelStep* fk = std::get_if<FusedKernelStep>(&s.body);
-    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) fk = gs->tail.get();
-    if (fk && fk->compiled) {
+  for (Step& s : p.steps) {
+    if (const FusedKernelStep* fk = s.generated_kernel(); fk && fk->compiled) {
       std::string error;
       (void)fk->compiled->module(&error);
     }
@@ -87,6 +85,7 @@ void preload_modules(const PlannedSegment& p, const Device& d) {
 
 class Service;
 Service& service();
+void stop_at_exit();
 
 class Service final : public monitor::CandidateConsumer {
  public:
@@ -114,7 +113,7 @@ class Service final : public monitor::CandidateConsumer {
     started_ = true;
     // Detached: at exit an atexit handler stops it between jobs (waiting a bounded time for the
     // job in hand), so it is not planning while static destructors run.
-    std::atexit([] { service().stop(std::chrono::seconds(5)); });
+    std::atexit(stop_at_exit);
     std::thread([this] {
       trace::set_thread_name("livefuse-planner");
       loop();
@@ -236,7 +235,7 @@ class Service final : public monitor::CandidateConsumer {
       // before atexit handlers registered earlier run: register the stop once more after the
       // first job, so it runs before those destructors.
       static std::once_flag once;
-      std::call_once(once, [] { std::atexit([] { service().stop(std::chrono::seconds(5)); }); });
+      std::call_once(once, [] { std::atexit(stop_at_exit); });
       std::lock_guard<std::mutex> g(mu_);
       current_.reset();
     }
@@ -382,6 +381,9 @@ Service& service() {
   static Service* s = new Service;  // leaked: its thread runs until the process ends
   return *s;
 }
+
+// Stops the planner between jobs, waiting a bounded time for the job in hand.
+void stop_at_exit() { service().stop(std::chrono::seconds(5)); }
 
 }  // namespace
 

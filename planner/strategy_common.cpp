@@ -82,11 +82,7 @@ uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, cons
   const int ncache = jit::schedule_row(part, jit::RowCacheMode::CacheFloat).ncache;
   const bool cache = ncache > 0 && static_cast<int64_t>(ncache) * cols * 4 <= 48 * 1024;
   // 16-byte column packs when every per-element operand walks its last dim with stride 1.
-  size_t min_size = 16;
-  for (const auto* ios : {&part.inputs, &part.outputs})
-    for (const jit::IoDesc& d : *ios)
-      if (d.space == jit::Space::Full) min_size = std::min(min_size, dtype_size(d.dtype));
-  const int64_t rv = std::clamp<int64_t>(16 / static_cast<int64_t>(min_size), 1, 8);
+  const int64_t rv = jit::row_vec_width(part);
   bool vec = rv > 1 && cols % rv == 0;
   for (size_t k = 0; k < part.inputs.size(); ++k) {
     if (part.inputs[k].space != jit::Space::Full) continue;
@@ -104,6 +100,11 @@ uint32_t choose_variants(const FusionGraph& g, const jit::KernelSpec& spec, cons
   if (vec) v = cache ? (big ? Variant::VecCacheI64 : Variant::VecCacheI32) : (big ? Variant::VecRecomputeI64 : Variant::VecRecomputeI32);
   else v = cache ? (big ? Variant::CacheI64 : Variant::CacheI32) : (big ? Variant::RecomputeI64 : Variant::RecomputeI32);
   return jit::variant_bit(v);
+}
+
+FusedKernelStep* Step::generated_kernel() {
+  if (auto* gs = std::get_if<GemmStep>(&body)) return gs->tail.get();
+  return std::get_if<FusedKernelStep>(&body);
 }
 
 int Step::launches() const {

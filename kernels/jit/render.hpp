@@ -86,6 +86,8 @@ inline constexpr int kRowMaxThreads = 512;  // per block; leaves 128 registers a
 RenderedKernel render_cuda(const KernelSpec& spec);
 // Elements per 16-byte pack of a pointwise spec's vec variants (its narrowest dtype's).
 int pointwise_vec_width(const KernelSpec& spec);
+// Columns per 16-byte pack of a row part's vec variants (its narrowest per-element operand's).
+int row_vec_width(const KernelPart& part);
 
 // Row kernels: registers a thread may spend on held row values (0: the built-in budget); a
 // knob for benchmarks. It changes the rendered source, so kernels rendered under one budget are

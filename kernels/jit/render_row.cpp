@@ -299,6 +299,14 @@ struct Body {
 
 }  // namespace
 
+int row_vec_width(const KernelPart& part) {
+  size_t min_size = 16;
+  for (const auto* ios : {&part.inputs, &part.outputs})
+    for (const IoDesc& d : *ios)
+      if (d.space == Space::Full) min_size = std::min(min_size, dtype_size(d.dtype));
+  return static_cast<int>(std::clamp<size_t>(16 / min_size, 1, 8));
+}
+
 void set_row_reg_budget(int floats) { g_reg_budget.store(std::max(0, floats)); }
 void set_row_pipeline(int on) { g_pipeline.store(on); }
 
@@ -313,11 +321,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   const RowSchedule regs = schedule_row(part, RowCacheMode::CacheAll);
   const RowSchedule recomputed = schedule_row(part, RowCacheMode::Recompute);
   rk.ncache = smem.ncache;
-  size_t min_size = 16;
-  for (const auto* ios : {&part.inputs, &part.outputs})
-    for (const IoDesc& d : *ios)
-      if (d.space == Space::Full) min_size = std::min(min_size, dtype_size(d.dtype));
-  rk.row_vec = static_cast<int>(std::clamp<size_t>(16 / min_size, 1, 8));
+  rk.row_vec = row_vec_width(part);
   // Columns a thread holds in registers: a multiple of the pack width within the budget.
   const int held = std::max(regs.live, 1);
   const int budget = g_reg_budget.load(std::memory_order_relaxed) > 0 ? g_reg_budget.load() : kRegBudget;
