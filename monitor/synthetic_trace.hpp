@@ -144,6 +144,20 @@ inline SynthLayer layer_weights(EventSynth& s, int d) {
   return l;
 }
 
+// A layer's intermediates: t(v) notes v and returns it; release_all() releases them after the
+// layer's last op, like locals at a function's return.
+struct LayerTemps {
+  EventSynth& s;
+  std::vector<ValueId> ids;
+  ValueId operator()(ValueId v) {
+    ids.push_back(v);
+    return v;
+  }
+  void release_all() {
+    for (ValueId id : ids) s.release(id);
+  }
+};
+
 // A pre-LN encoder layer: 22 ops, q/k/v projections with identical op sequences. Intermediates
 // are released after the layer's last op, like locals at a function's return.
 inline constexpr int kEncoderLayerOps = 22;
@@ -151,11 +165,7 @@ inline ValueId encoder_layer(EventSynth& s, ValueId x, const SynthLayer& L, int 
                              int H = 2) {
   const auto& w = L.w;
   const int Dh = D / H;
-  std::vector<ValueId> tmp;
-  auto t = [&](ValueId v) {
-    tmp.push_back(v);
-    return v;
-  };
+  LayerTemps t{s, {}};
   const Attrs lin = ints({1, 0});
   ValueId h = t(s.call(OpId::layer_norm, {x, w[0], w[1]}, {S, D}, ln_attrs()));
   ValueId q = t(s.call(OpId::linear, {h, w[2], w[3]}, {S, D}, lin));
@@ -182,7 +192,7 @@ inline ValueId encoder_layer(EventSynth& s, ValueId x, const SynthLayer& L, int 
   m = t(s.call(OpId::gelu, {m}, {S, 4 * D}));
   m = t(s.call(OpId::linear, {m, w[14], w[15]}, {S, D}, lin));
   const ValueId out = s.call(OpId::add, {x1, m}, {S, D});
-  for (ValueId id : tmp) s.release(id);
+  t.release_all();
   return out;
 }
 
@@ -195,11 +205,7 @@ inline ValueId bert_layer(EventSynth& s, ValueId x, const SynthLayer& L, int B, 
                           int H = 4, ValueId mask = 0) {
   const auto& w = L.w;
   const int Dh = D / H;
-  std::vector<ValueId> tmp;
-  auto t = [&](ValueId v) {
-    tmp.push_back(v);
-    return v;
-  };
+  LayerTemps t{s, {}};
   const Attrs lin = ints({1, 0});
   auto split_heads = [&](ValueId p) {
     p = t(s.call(OpId::reshape, {p}, {B, S, H, Dh}, ints({B, S, H, Dh})));
@@ -227,7 +233,7 @@ inline ValueId bert_layer(EventSynth& s, ValueId x, const SynthLayer& L, int B, 
   m = t(s.call(OpId::linear, {m, w[14], w[15]}, {B, S, D}, lin));
   m = t(s.call(OpId::add, {m, h1}, {B, S, D}));
   const ValueId out = s.call(OpId::layer_norm, {m, w[10], w[11]}, {B, S, D}, ln_attrs());
-  for (ValueId id : tmp) s.release(id);
+  t.release_all();
   return out;
 }
 
