@@ -65,6 +65,14 @@ CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
   return CudaGraph(g);
 }
 
+const CudaGraphExec* GraphCache::find(uint64_t key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return nullptr;
+  ++ctr_.hits;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return &it->second->exec;
+}
+
 const CudaGraphExec& GraphCache::get_or_build(uint64_t key, cudaStream_t stream,
                                               const std::function<void()>& enqueue, size_t* nodes) {
   if (auto it = map_.find(key); it != map_.end()) {

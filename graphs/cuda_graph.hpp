@@ -64,6 +64,8 @@ class GraphCache {
   // The exec for `key`, building it (capture via `enqueue`, then update or instantiate) on a miss.
   const CudaGraphExec& get_or_build(uint64_t key, cudaStream_t capture_stream,
                                     const std::function<void()>& enqueue, size_t* nodes);
+  // The exec for `key` if cached (counted as a hit), else null; never builds.
+  const CudaGraphExec* find(uint64_t key);
   const GraphCacheCounters& counters() const { return ctr_; }
   bool contains(uint64_t key) const { return map_.count(key) != 0; }
   size_t size() const { return map_.size(); }

@@ -22,6 +22,8 @@ class FusedPlan final : public Plan {
   FusedPlan(PlannedSegment planned, DeviceKind kind);
   bool run(Window& w, const std::vector<std::pair<int, int>>& values_needed) override;
   bool writes(int op, int out) const override;
+  EarlyLaunch launch_early(const std::vector<Tensor>& externals, const Window& w) override;
+  void cancel_early(const EarlyLaunch& e) override;
   std::string describe() const override;
   void details(PlanDetails& d) const override;
 
@@ -33,19 +35,30 @@ class FusedPlan final : public Plan {
   void graph_counters(uint64_t out[5]) const;
 
  private:
-  bool run_cuda(std::vector<Tensor>& values, const Window& w);
+  bool run_cuda(std::vector<Tensor>& values, Window& w);
   // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.
   void run_profiled(std::span<const Tensor> values, void* stream);
   // Plan-owned buffers for every value the plan writes, for one tuple of shapes. The user's
   // tensors share them (zero copy); a set is reused only once every tensor sharing it is gone
   // (no overwritten outputs), so in a loop the same few sets rotate and the graphs captured
   // with their addresses replay instead of being captured again.
+  // A set belongs to one stream: every write to its buffers (replays, early launches, even
+  // dropped ones) is then ordered on that stream, and reuse never races a pending write.
   struct BindingSet {
     uint64_t shape_key = 0;
+    uint32_t stream = 0;
+    bool reserved = false;  // an early launch writes it; completion hands it out
     std::vector<std::shared_ptr<Storage>> bufs;  // per value id; null where not written
+    bool free() const;      // reusable: no tensor outside the set holds a buffer
   };
-  int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
-                   void* stream);
+  int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key);
+  void use_set(std::vector<Tensor>& values, int set) const;
+  void bind_written_views(const std::vector<Tensor>& values, const Window& w) const;
+  // Early launches (Plan::launch_early), by a key of the externals' binding and the stream:
+  // the set and graph a completed replay of that binding used, and its shapes.
+  static uint64_t externals_key(const std::vector<Tensor>& externals, uint32_t stream);
+  std::unordered_map<uint64_t, std::vector<EarlyLaunch>> early_;
+  bool early_ok_ = false;  // every step's only effect is its outputs (no opaque kernels)
   bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;

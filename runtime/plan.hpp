@@ -37,12 +37,22 @@ struct PlanOp {
   boost::container::small_vector<PlanInput, 4> inputs;
 };
 
+// A plan's graph launched at the first call of its window (Plan::launch_early): which of the
+// plan's binding sets it writes and which graph it replayed, with the key of the shapes that
+// graph was made for (checked again at completion). set < 0: nothing launched.
+struct EarlyLaunch {
+  int set = -1;
+  uint64_t graph = 0, shapes = 0;
+  bool launched() const { return set >= 0; }
+};
+
 // The deferred calls of one stream that (so far) follow a plan.
 struct Window {
   std::vector<OpCall> calls;        // inputs are the real values (pending ones included)
   std::vector<TensorList> outputs;  // pending values handed to the user
   std::vector<Tensor> externals;    // by slot
   uint32_t stream_id = 0;
+  void* stream_handle = nullptr;  // stream_id's cudaStream_t (no registry lookup per run)
   Device device;
   // The outputs' ids come from one block reserved when the window opens, in order, so output f
   // (ops in order, outputs in order) is ids_begin + f: the monitor can then hear of a served
@@ -52,6 +62,9 @@ struct Window {
   // Bit f: output f was still referenced from outside the window when it completed (windows of
   // up to 64 outputs; set by the matcher before the sink hears of the window).
   uint64_t held = 0;
+  // Set when the plan was launched at the window's first call; run() then only hands the
+  // launched work's buffers to the outputs.
+  EarlyLaunch early;
 };
 
 // A concrete shape tuple as the monitor lays it out (monitor/candidate.hpp, ShapePattern: the
@@ -75,6 +88,21 @@ class Plan {
   virtual bool run(Window& w, const std::vector<std::pair<int, int>>& values_needed) = 0;
   // Which window outputs the plan writes; others are intermediates kept in registers/tiles.
   virtual bool writes(int op, int out) const = 0;
+  // Early launch. When the window's first call has bound every external slot, the inputs of
+  // the whole window are known, and a plan that has replayed this very binding before can
+  // launch its work at once: the GPU then runs it while the program issues the window's other
+  // calls, instead of after them. The work writes only plan-owned buffers (a binding set that
+  // stays reserved), so nothing the program can observe changes until completion hands them
+  // out (run() with w.early set); a window that diverges instead is flushed eagerly as always
+  // and cancel_early() frees the set (later users of it are ordered after the launched work
+  // on the same stream). Only plans whose steps have no effect beyond their outputs take part
+  // (no opaque user kernels). Returns what was launched; !launched(): nothing was.
+  virtual EarlyLaunch launch_early(const std::vector<Tensor>& externals, const Window& w) {
+    (void)externals;
+    (void)w;
+    return {};
+  }
+  virtual void cancel_early(const EarlyLaunch&) {}
   virtual std::string describe() const { return name; }
   // For inspect(): kernels (generated source, compile times), fusion groups, graphs per
   // shape, shape pattern. Called off the hot path, concurrently with run().
@@ -100,6 +128,9 @@ class Plan {
   // decides whether the plan is faster.
   bool last_run_cold = false;
   std::atomic<int> verified_runs{0};  // LIVEFUSE_VERIFY: replays checked against eager so far
+  // Completions to wait before the next early launch: set after a launch that a divergent
+  // window wasted, so a plan whose windows often diverge stops launching early.
+  std::atomic<int> early_cooldown{0};
   // Live sampling: alternate plan and eager on the first completions, keep the faster.
   std::mutex sample_mu;
   std::vector<double> sampled_plan_us, sampled_eager_us;
@@ -132,7 +163,7 @@ class PlanTable {
 struct MatcherCounters {
   std::atomic<uint64_t> calls{0}, deferred{0}, served{0}, completions{0}, flush_divergent{0},
       flush_sync{0}, flush_escaped{0}, flush_error{0}, plan_declined{0}, shadow_would_serve{0},
-      verify_mismatches{0};
+      verify_mismatches{0}, early_launches{0}, early_wasted{0};
 };
 MatcherCounters& matcher_counters();
 

@@ -66,7 +66,9 @@ CounterGroup matcher_group() {
            {"flush_error", v(m.flush_error)},
            {"plan_declined", v(m.plan_declined)},
            {"shadow_would_serve", v(m.shadow_would_serve)},
-           {"verify_mismatches", v(m.verify_mismatches)}}};
+           {"verify_mismatches", v(m.verify_mismatches)},
+           {"early_launches", v(m.early_launches)},
+           {"early_wasted", v(m.early_wasted)}}};
 }
 
 CounterGroup memory_group(Device d) {

@@ -51,6 +51,7 @@ struct StreamWindow {
   // died, so reference counts tell which intermediates the user really still holds.
   std::optional<Candidate> ready;
   std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
+  Plan* early_plan = nullptr;  // the plan launched at the window's first call (w.early)
   void* sample_events[2] = {nullptr, nullptr};       // cudaEvent_t, made at the first CUDA sample
 };
 
@@ -132,7 +133,23 @@ bool wiring_matches(const PlanOp& p, const OpCall& c, const StreamWindow& sw, Ca
   return true;
 }
 
+// A window that ends without its plan taking the early launch (divergence, a flush, an escaped
+// intermediate, a failed run): the launched work is dropped and the plan waits a while before
+// launching early again.
+void drop_early(StreamWindow& sw) {
+  if (!sw.w.early.launched()) return;
+  // Completions before the next early launch: long enough that a plan whose windows keep
+  // diverging stops paying a launch per window, short enough to recover from one odd window.
+  constexpr int kCooldown = 64;
+  sw.early_plan->cancel_early(sw.w.early);
+  sw.early_plan->early_cooldown.store(kCooldown, std::memory_order_relaxed);
+  matcher_counters().early_wasted.fetch_add(1, std::memory_order_relaxed);
+  sw.w.early = {};
+}
+
 void clear(StreamWindow& sw) {
+  drop_early(sw);
+  sw.early_plan = nullptr;
   if (sw.active) trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   // A deferred call is counted when its window ends: no shared counter is touched per call.
   if (const size_t n = sw.w.calls.size()) {
@@ -267,6 +284,8 @@ void complete(StreamWindow& sw) {
   Plan& plan = *cand.plan;
   auto& ctr = matcher_counters();
   ctr.completions.fetch_add(1, std::memory_order_relaxed);
+  if (plan.early_cooldown.load(std::memory_order_relaxed) > 0)
+    plan.early_cooldown.fetch_sub(1, std::memory_order_relaxed);
   // Which outputs can the user still observe? Everything the user holds beyond the window's
   // own references, and the last call's outputs (the sequence's results).
   std::vector<std::pair<int, int>> needed;
@@ -428,6 +447,29 @@ bool advance_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool s
   return kept != 0;
 }
 
+// After the window's first call: launches the plan early (Plan::launch_early) when exactly one
+// plan can complete this window, it is past sampling and verification, and the first call has
+// bound all of its external slots.
+void maybe_launch_early(StreamWindow& sw) {
+  if (sw.candidates.size() != 1) return;
+  const Candidate& c = sw.candidates[0];
+  Plan& p = *c.plan;
+  if (p.ops.size() < 2 || p.state.load(std::memory_order_relaxed) != PlanState::active ||
+      p.early_cooldown.load(std::memory_order_relaxed) > 0 ||
+      p.verified_runs.load(std::memory_order_relaxed) < config().verify)
+    return;
+  for (const Tensor& e : c.externals)
+    if (!e.defined()) return;
+  try {
+    sw.w.early = p.launch_early(c.externals, sw.w);
+  } catch (const std::exception&) {
+    sw.w.early = {};  // not launched: the window completes the usual way (and reports a failure)
+  }
+  if (!sw.w.early.launched()) return;
+  sw.early_plan = &p;
+  matcher_counters().early_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Starts a window when `call` can be op 0 of some plan.
 bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   open_candidates(sw, call, h, false);
@@ -438,6 +480,7 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   if (TraceSink* sink = trace_sink()) sink->on_window_open(sw.stream.id());
   sw.keep = t_state.snap;
   sw.w.stream_id = sw.stream.id();
+  sw.w.stream_handle = sw.stream.handle();
   sw.w.device = sw.stream.device();
   sw.w.ids_begin = sw.w.ids_next = reserve_value_ids(Window::kIdBlock);
   sw.w.ids_end = sw.w.ids_begin + Window::kIdBlock;
@@ -477,6 +520,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   sw.w.calls.push_back(std::move(call));
   sw.w.outputs.push_back(outs);
   const size_t len = sw.w.calls.size();
+  if (len == 1) maybe_launch_early(sw);
   for (Candidate& c : sw.candidates) {
     if (c.plan->ops.size() == len) {
       sw.ready = std::move(c);  // the window ends at the next call, candidates with it

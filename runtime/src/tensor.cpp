@@ -102,6 +102,10 @@ int64_t Tensor::dim(int i) const {
 void* Tensor::data_ptr() const {
   LF_NEED_DEFINED("Tensor::data_ptr");
   Executor::materialize(*impl_);
+  // A sync point for every window of this thread, not only one holding this tensor: the
+  // program may write through the pointer, and a window reading this tensor must not see
+  // (or, launched early, miss) that write.
+  Executor::flush_all();
   if (TraceSink* sink = trace_sink()) sink->on_sync(Stream::current(impl_->device).id());
   return impl_->data();
 }

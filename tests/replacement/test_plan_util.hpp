@@ -19,12 +19,28 @@ class RecordingPlan : public livefuse::Plan {
       throw livefuse::Error("[test] injected failure");
     }
     if (decline) return false;
+    if (w.early.launched()) {  // an early launch is taken by the completion that follows it
+      ++early_taken;
+      w.early = {};
+    }
     livefuse::Stream s = livefuse::Stream::current(w.device);
     for (size_t j = 0; j < w.calls.size(); ++j)
       livefuse::Executor::run_eager_into(w.calls[j], w.outputs[j], s);
     return true;
   }
   bool writes(int op, int) const override { return !hidden_op || op != *hidden_op; }
+  // With `early`, the plan "launches" at every window's first call (nothing really runs early:
+  // run() still computes the window eagerly), so the matcher's bookkeeping can be checked.
+  livefuse::EarlyLaunch launch_early(const std::vector<livefuse::Tensor>& externals,
+                                     const livefuse::Window&) override {
+    if (!early) return {};
+    ++early_launched;
+    for (const livefuse::Tensor& e : externals) early_all_bound &= e.defined();
+    return {0, 1, 1};
+  }
+  void cancel_early(const livefuse::EarlyLaunch&) override { ++early_cancelled; }
+  bool early = false, early_all_bound = true;
+  int early_launched = 0, early_taken = 0, early_cancelled = 0;
   int runs = 0;
   bool decline = false, fail_next = false;
   std::optional<int> hidden_op;  // an intermediate the plan "keeps in registers"
