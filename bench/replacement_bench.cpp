@@ -13,6 +13,8 @@
 //   launch_sync_floor   one eager op + synchronize: the round trip no per-call figure beats
 //   matcher_overhead    host time per eager op with no plan installed: mode on (monitor +
 //                       matcher) minus mode off
+//   graph_binding       (CUDA) replaying a plan's graph on a new binding, four ways
+//                       (bench/graph_binding.cpp)
 // Usage: livefuse-bench-replacement [--device cpu|cuda] [--json PATH] [--size N]
 //        [--deferred-only WINDOWS]   only deferred_host over WINDOWS served windows (profiling)
 #include <algorithm>
@@ -26,6 +28,7 @@
 #endif
 
 #include "bench/bench_record.hpp"
+#include "bench/graph_binding.hpp"
 #include "livefuse/inspect.hpp"
 #include "livefuse/livefuse.hpp"
 #include "monitor/monitor.hpp"
@@ -345,12 +348,23 @@ int main(int argc, char** argv) {
                     {{"host_us_per_op_on", on_op}, {"host_us_per_op_off", off_op}}});
   }
   set_mode(lf::Mode::on);
+#if LIVEFUSE_HAS_CUDA
+  if (dev.is_cuda()) {
+    set_mode(lf::Mode::off);  // plans driven directly; the monitor has nothing to see
+    try {
+      lfbench::bench_graph_binding(recs, size);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "graph_binding: %s\n", e.what());
+    }
+    set_mode(lf::Mode::on);
+  }
+#endif
 
-  std::printf("%-18s %-14s %10s %12s  %s\n", "name", "variant", "size", "median_us", "derived");
+  std::printf("%-18s %-22s %10s %12s  %s\n", "name", "variant", "size", "median_us", "derived");
   for (const Record& r : recs) {
     std::string d;
     for (const auto& [k, v] : r.derived) d += k + "=" + std::to_string(v) + " ";
-    std::printf("%-18s %-14s %10s %12.3f  %s\n", r.name.c_str(), r.variant.c_str(), r.size.c_str(),
+    std::printf("%-18s %-22s %10s %12.3f  %s\n", r.name.c_str(), r.variant.c_str(), r.size.c_str(),
                 r.median_us, d.c_str());
   }
   if (!json_path.empty()) {
