@@ -275,10 +275,11 @@ int main(int argc, char** argv) {
   std::vector<double> on_lat;
   const auto t_start = Clock::now();
   double time_to_fused_ms = -1;
-  std::vector<double> before_fused;
+  std::vector<double> before_fused, started_ms;
   for (int i = 0; i < 20000 && time_to_fused_ms < 0; ++i) {
     const uint64_t s0 = lf::matcher_counters().served;
     const auto t0 = Clock::now();
+    started_ms.push_back(std::chrono::duration<double, std::milli>(t0 - t_start).count());
     lf::Tensor y = chain10(x);
     lf::synchronize(dev);
     on_lat.push_back(us_since(t0));
@@ -288,6 +289,16 @@ int main(int argc, char** argv) {
       const int ok = static_cast<int>(std::count(served.end() - 20, served.end(), true));
       if (ok >= 18) time_to_fused_ms = us_since(t_start) / 1000.0;
     }
+  }
+  // Which calls were slow while compiling (> 2x eager): when, and whether a plan served them.
+  {
+    int shown = 0;
+    for (size_t i = 0; i < before_fused.size() && shown < 24; ++i)
+      if (before_fused[i] > 2 * eager_med) {
+        std::printf("  slow call %zu at %.1f ms: %.1f us%s\n", i, started_ms[i], before_fused[i],
+                    served[i] ? " (served)" : "");
+        ++shown;
+      }
   }
   const Timed fused = timed_calls(x, dev, 2000);
   Record on = call_record("livefuse_on", sz, fused);
