@@ -8,6 +8,10 @@
 #include "livefuse/error.hpp"
 
 namespace livefuse::jit {
+bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row) {
+  return warps_per_row >= 16 || 4 * pipelined_blocks >= 3 * plain_blocks;
+}
+
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -104,8 +108,13 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
   };
   for (size_t j = 0; j < g.inputs.size(); ++j) check_io(g.inputs[j], spec.parts[0].inputs[j]);
   for (size_t j = 0; j < g.outputs.size(); ++j) check_io(g.outputs[j], spec.parts[0].outputs[j]);
-  if (!pick(k, {{Variant::VecCacheI32, vec_ok && cache_ok && i32}, {Variant::CacheI32, cache_ok && i32},
+  // The pipelined register body first (launch_spec_cuda may still prefer the plain one, whose
+  // launch shape is the same), then the plain one.
+  const bool pipe_ok = vec_ok && cache_ok && regs > 0;
+  if (!pick(k, {{Variant::VecPipeI32, pipe_ok && i32 && rendered(k, Variant::VecPipeI32)},
+                {Variant::VecCacheI32, vec_ok && cache_ok && i32}, {Variant::CacheI32, cache_ok && i32},
                 {Variant::VecRecomputeI32, vec_ok && i32}, {Variant::RecomputeI32, i32},
+                {Variant::VecPipeI64, pipe_ok && rendered(k, Variant::VecPipeI64)},
                 {Variant::VecCacheI64, vec_ok && cache_ok}, {Variant::CacheI64, cache_ok},
                 {Variant::VecRecomputeI64, vec_ok}, {Variant::RecomputeI64, true}},
             c, spec.name, error))
@@ -116,6 +125,7 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
     while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
     c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
   }
+  if (is_pipe_row(c.variant)) c.smem = c.block_x * c.block_y * static_cast<unsigned>(k.rendered.row_stage_bytes);
   c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
   return c;
 }
@@ -164,15 +174,27 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
     for (size_t j = 0; j < g.inputs.size(); ++j) put_io(L.parts[p].in[j], g.inputs[j], row);
     for (size_t j = 0; j < g.outputs.size(); ++j) put_io(L.parts[p].out[j], g.outputs[j], row);
   }
-  const int vi = variant_index(k, c.variant);
+  int vi = variant_index(k, c.variant);
   LF_ASSERT(vi >= 0, "variant not rendered");
-  LoadedFunction& f = mod->functions[vi];
-  if (k.rendered.row_pipelined && is_vec_row(c.variant) && is_cache_row(c.variant)) {
-    // Pipelined rows loop over rows: one wave of resident blocks, each streaming its rows.
+  if (is_pipe_row(c.variant)) {
+    // Pipelined rows loop over rows: one wave of resident blocks, each streaming its rows -- or
+    // the plain body, when it keeps enough more blocks resident (prefer_pipelined_rows).
     static const int sms = current_device_sm_count();
-    const int per_sm = resident_blocks_per_sm(f, static_cast<int>(c.block_x * c.block_y), static_cast<int>(c.smem));
-    c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));
+    const int threads = static_cast<int>(c.block_x * c.block_y);
+    const int per_sm = resident_blocks_per_sm(mod->functions[vi], threads, static_cast<int>(c.smem));
+    const Variant plain = is_i64(c.variant) ? Variant::VecCacheI64 : Variant::VecCacheI32;
+    const int pi = variant_index(k, plain);
+    if (pi >= 0 && k.usable(plain) &&
+        !prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0), per_sm,
+                               static_cast<int>(c.block_x / 32))) {
+      c.variant = plain;
+      c.smem = 0;
+      vi = pi;
+    } else {
+      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));
+    }
   }
+  LoadedFunction& f = mod->functions[vi];
   if (c.smem > 32 * 1024 && !set_dynamic_smem(f, static_cast<int>(c.smem), &err)) return err;
   void* params[] = {w.data()};
   if (!launch_function(f, c.grid, c.block_x, c.block_y, c.smem, stream, params, &err)) return err;

@@ -17,6 +17,13 @@ namespace livefuse::jit {
 std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
                              void* stream, std::optional<Variant>* missing = nullptr);
 
+// Register rows with both bodies rendered: the pipelined one (VecPipe) unless the plain one
+// keeps more than a third more blocks resident per SM for the same launch shape -- a row of 16
+// warps or more takes the pipelined one regardless (its barriers stall all of them, which only
+// the next row's reads in flight cover). Fits every case measured on the H200 (render_row.cpp);
+// blocks from cuOccupancyMaxActiveBlocksPerMultiprocessor.
+bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row);
+
 // Which variant a launch would use, and its launch shape (for tests and logs).
 struct LaunchChoice {
   Variant variant = Variant::StridedI32;

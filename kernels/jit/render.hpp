@@ -44,21 +44,26 @@ enum class Variant : uint8_t {
   CacheI32, CacheI64, RecomputeI32, RecomputeI64,       // row, one column per step
   VecCacheI32, VecCacheI64, VecRecomputeI32, VecRecomputeI64,  // row, 16-byte column packs
   VecExactI32, VecExactI64,                             // pointwise, numel % VEC == 0 in every part
+  VecPipeI32, VecPipeI64,  // row, 16-byte packs, row in registers, pipelined: a wave of resident
+                           // blocks loops over the rows, the next row's reads in flight
 };
-inline constexpr unsigned kNumVariants = static_cast<unsigned>(Variant::VecExactI64) + 1;
+inline constexpr unsigned kNumVariants = static_cast<unsigned>(Variant::VecPipeI64) + 1;
+inline bool is_pipe_row(Variant v) { return v == Variant::VecPipeI32 || v == Variant::VecPipeI64; }
 inline bool is_vec_pointwise(Variant v) {
   return v == Variant::VecI32 || v == Variant::VecI64 || v == Variant::VecExactI32 || v == Variant::VecExactI64;
 }
 inline bool is_vec_row(Variant v) {
   return v == Variant::VecCacheI32 || v == Variant::VecCacheI64 || v == Variant::VecRecomputeI32 ||
-         v == Variant::VecRecomputeI64;
+         v == Variant::VecRecomputeI64 || is_pipe_row(v);
 }
 inline bool is_cache_row(Variant v) {
-  return v == Variant::CacheI32 || v == Variant::CacheI64 || v == Variant::VecCacheI32 || v == Variant::VecCacheI64;
+  return v == Variant::CacheI32 || v == Variant::CacheI64 || v == Variant::VecCacheI32 || v == Variant::VecCacheI64 ||
+         is_pipe_row(v);
 }
 inline bool is_i64(Variant v) {
   return v == Variant::VecI64 || v == Variant::StridedI64 || v == Variant::CacheI64 || v == Variant::RecomputeI64 ||
-         v == Variant::VecCacheI64 || v == Variant::VecRecomputeI64 || v == Variant::VecExactI64;
+         v == Variant::VecCacheI64 || v == Variant::VecRecomputeI64 || v == Variant::VecExactI64 ||
+         v == Variant::VecPipeI64;
 }
 std::string_view variant_suffix(Variant v);
 constexpr uint32_t variant_bit(Variant v) { return 1u << static_cast<unsigned>(v); }
@@ -72,8 +77,8 @@ struct RenderedKernel {
   int row_regs = 0;     // row: columns per thread the cache variants hold in registers (0: they
                         // cache in shared memory, ncache floats per column)
   int row_vec = 1;      // row: columns per 16-byte pack in the vec variants
-  bool row_pipelined = false;  // row: the vec cache variants loop over rows (any grid works;
-                               // one wave of resident blocks is best)
+  int row_stage_bytes = 0;     // row, VecPipe: shared memory a thread stages the next row in
+                               // (dynamic shared memory of the launch: threads x this)
   ArgLayout layout;
   std::vector<Variant> variants;
 
@@ -93,8 +98,8 @@ int row_vec_width(const KernelPart& part);
 // knob for benchmarks. It changes the rendered source, so kernels rendered under one budget are
 // never served for another.
 void set_row_reg_budget(int floats);
-// Row kernels: pipelined register variants (1), not (0), or the built-in choice (-1); a knob for
-// benchmarks, like the budget.
+// Row kernels: only pipelined register variants (1), only unpipelined ones (0), or both, the
+// launch choosing (-1, the built-in); a knob for benchmarks, like the budget.
 void set_row_pipeline(int on);
 
 }  // namespace livefuse::jit

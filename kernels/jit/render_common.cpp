@@ -25,6 +25,8 @@ std::string_view variant_suffix(Variant v) {
     case Variant::VecRecomputeI64: return "vrecompute_i64";
     case Variant::VecExactI32: return "vec_exact_i32";
     case Variant::VecExactI64: return "vec_exact_i64";
+    case Variant::VecPipeI32: return "vpipe_i32";
+    case Variant::VecPipeI64: return "vpipe_i64";
   }
   return "?";
 }
@@ -264,6 +266,15 @@ template <int N, typename S> __device__ __forceinline__ void lf_stpack(S* dst, c
 }
 )LF";
   if (rows) s += R"LF(
+// Asynchronous 16-byte copies global -> shared (sm_80+), for pipelined rows that stage the next
+// row in shared memory. The issuing thread alone reads what it copied, after the wait: no barrier.
+__device__ __forceinline__ void lf_cp_async16(void* smem, const void* gmem) {
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void lf_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void lf_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 // Row reductions: the threads of one row are threadIdx.x of one threadIdx.y (a multiple of 32).
 __device__ __forceinline__ float lf_warp_sum(float v) {
 #pragma unroll

@@ -29,18 +29,24 @@ enum class Store : uint8_t { None, Regs, Smem };
 constexpr int kRegBudget = 16;
 constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memory
 std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
-std::atomic<int> g_pipeline{-1};   // -1: the built-in choice (pipelined_rows)
-// Pipelined register variants loop over rows and read the next row's first-loop inputs while
-// this row reduces and writes (into a staging array, in storage form). One row at a time per
-// thread leaves DRAM idle between rows: a short row is one load latency, then barriers and
-// arithmetic with nothing in flight. The staging registers cost occupancy, which pays for f32
-// rows and not for 2-byte ones (H200, fraction of copy bandwidth, pipelined vs not: softmax f32
-// 8192 cols 0.84 vs 0.76, 1024 cols 0.86 vs 0.84, layer_norm f32 0.90 vs 0.96; softmax f16 0.65
-// vs 0.76, masked softmax f16 0.61 vs 0.87, layer_norm bf16 0.45 vs 0.61).
-bool pipelined_rows(int row_vec) {
+std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one of them
+// Register rows come in two bodies, and the launch picks one (cuda_launch.cpp,
+// prefer_pipelined_rows). The pipelined body (VecPipe) loops over rows and reads the next row's
+// first-loop inputs while this row reduces and writes: one row at a time per thread leaves DRAM
+// idle between rows (a short row is one load latency, then barriers and arithmetic with nothing
+// in flight). The loop costs registers, so occupancy, and which body wins differs by kernel:
+// H200, 65536 x 1024, us, unpipelined vs pipelined: layer_norm bf16 105 vs 83, rms_norm bf16 83
+// vs 71, softmax f16 85 vs 88, masked softmax f16 (512 cols) 74 vs 109; f32 layer_norm 134 vs
+// 142, softmax f32 8192 cols 164 vs 151. 4-byte rows stage the next row in registers (storage
+// form), 2-byte ones in shared memory (cp.async), which measured faster for them.
+struct RowBodies {
+  bool plain, pipelined;
+};
+RowBodies row_bodies() {
   const int knob = g_pipeline.load(std::memory_order_relaxed);
-  return knob >= 0 ? knob > 0 : row_vec <= 4;
+  return {knob != 1, knob != 0};
 }
+bool smem_staged_rows(int row_vec) { return row_vec >= 8; }
 
 std::string nat_float(DType d, const std::string& x) {
   if (d == DType::f16) return "lf_nat_f16(" + x + ")";
@@ -56,6 +62,7 @@ struct Body {
   int vec;  // columns per access: > 1 reads and writes 16-byte packs
   int np;   // Regs: column groups (packs, or single columns) a thread owns
   bool pipelined;  // Regs + vec: grid-stride over rows, next row's first loads in flight
+  bool smem_stage;  // pipelined: the next row is staged in shared memory (cp.async), not registers
 
   size_t nin() const { return part.inputs.size(); }
   // Appended, not "r" + to_string(k): GCC 12 warns falsely (-Wrestrict) on the inlined operator+.
@@ -63,7 +70,8 @@ struct Body {
   std::string cname(size_t k) const { return std::string("c").append(std::to_string(k)); }
   int word(size_t k) const { return k < nin() ? lp.in[k] : lp.out[k - nin()]; }
   std::string name() const {
-    return std::string("lf_row_") + (store == Store::None ? "recompute" : "cache") + (vec > 1 ? "_v" : "");
+    return std::string("lf_row_") + (store == Store::None ? "recompute" : "cache") + (vec > 1 ? "_v" : "") +
+           (pipelined ? "p" : "");
   }
   // Cached value i at element `e` of the current group.
   std::string reg(int i, const std::string& e) const {
@@ -84,18 +92,34 @@ struct Body {
     os << decompose("(" + valid + " ? " + row + " : (I)0)", 1, 2, offs, false);
   }
 
-  // Pipelined: the first loop's loads of the row at offsets prefix0.. into the staging arrays.
+  // Loads of the first loop: what a pipelined kernel stages for the next row.
+  std::vector<int> staged() const {
+    std::vector<int> v;
+    for (int i : s.loop_eval[0])
+      if (part.instrs[i].kind == InstrKind::Load) v.push_back(i);
+    return v;
+  }
+  // Shared-memory staging: the 16-byte slot of staged load j, pack lf_p, this thread
+  // (consecutive threads, consecutive slots: no bank conflicts).
+  std::string stage_slot(size_t j) const {
+    return "(lf_stage + (((I)" + std::to_string(j * np) + " + (I)lf_p) * (I)lf_nthr + (I)lf_tflat) * (I)16)";
+  }
+  // Pipelined: the first loop's loads of the row at offsets prefix0.. into the staging arrays
+  // (registers), or copied asynchronously into shared memory.
   void stage_loads(std::ostringstream& os, const std::string& prefix, const std::string& valid) const {
+    const std::vector<int> loads = staged();
     os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
     os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
     os << "    if (" << valid << " && lf_c0 < lf_cols) {\n";
-    for (int i : s.loop_eval[0]) {
-      const Instr& in = part.instrs[i];
-      if (in.kind != InstrKind::Load) continue;
-      os << "      lf_ldpack<" << vec << ">(lf_n" << i << " + lf_p * " << vec << ", ((const " << storage_type(in.dtype)
-         << "*)A.w[" << lp.in[in.io] << "]) + " << prefix << in.io << " + lf_c0);\n";
+    for (size_t j = 0; j < loads.size(); ++j) {
+      const Instr& in = part.instrs[loads[j]];
+      const std::string src = "((const " + storage_type(in.dtype) + "*)A.w[" + std::to_string(lp.in[in.io]) + "]) + " +
+                              prefix + std::to_string(in.io) + " + lf_c0";
+      if (smem_stage) os << "      lf_cp_async16(" << stage_slot(j) << ", " << src << ");\n";
+      else os << "      lf_ldpack<" << vec << ">(lf_n" << loads[j] << " + lf_p * " << vec << ", " << src << ");\n";
     }
     os << "    }\n  }\n";
+    if (smem_stage) os << "  lf_cp_async_commit();\n";
   }
 
   void prologue(std::ostringstream& os) const {
@@ -114,16 +138,19 @@ struct Body {
       os << "  I lf_row = (I)blockIdx.x * (I)blockDim.y + (I)threadIdx.y;\n";
       os << "  bool lf_valid = lf_row < lf_rows;\n";
       row_offsets(os, "r", "lf_row", "lf_valid");
-      for (int i : s.loop_eval[0])
-        if (part.instrs[i].kind == InstrKind::Load)
-          os << "  " << storage_type(part.instrs[i].dtype) << " lf_n" << i << "[" << np * vec << "];\n";
+      if (smem_stage) {
+        os << "  unsigned char* const lf_stage = reinterpret_cast<unsigned char*>(lf_smem);\n";
+        os << "  const int lf_nthr = blockDim.x * blockDim.y, lf_tflat = threadIdx.y * blockDim.x + threadIdx.x;\n";
+      } else {
+        for (int i : staged()) os << "  " << storage_type(part.instrs[i].dtype) << " lf_n" << i << "[" << np * vec << "];\n";
+      }
       stage_loads(os, "r", "lf_valid");
       // The bound is the same for every thread of a block, which multi-warp rows' barriers need.
       os << "  for (I lf_base = (I)blockIdx.x * (I)blockDim.y; lf_base < lf_rows; lf_base += lf_step) {\n";
     }
     if (store == Store::Smem && s.ncache > 0)
       os << "  float* lf_cache = lf_smem + (I)threadIdx.y * (I)" << s.ncache << " * lf_cols;\n";
-    else
+    else if (!smem_stage)
       os << "  (void)lf_smem;\n";
     if (store == Store::Regs)
       for (int i = 0; i < static_cast<int>(part.instrs.size()); ++i)
@@ -217,7 +244,14 @@ struct Body {
       if (in.kind != InstrKind::Load) continue;
       const std::string st = storage_type(in.dtype);
       if (pipelined && sec == 0) {
-        os << ind << "const " << st << "* lf_s" << i << " = lf_n" << i << " + lf_p * " << vec << ";\n";
+        if (!smem_stage) {
+          os << ind << "const " << st << "* lf_s" << i << " = lf_n" << i << " + lf_p * " << vec << ";\n";
+          continue;
+        }
+        const std::vector<int> loads = staged();
+        const size_t j = static_cast<size_t>(std::find(loads.begin(), loads.end(), i) - loads.begin());
+        os << ind << st << " lf_s" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_s" << i << ", reinterpret_cast<const "
+           << st << "*>" << stage_slot(j) << ");\n";
         continue;
       }
       os << ind << st << " lf_s" << i << "[" << vec << "]; lf_ldpack<" << vec << ">(lf_s" << i << ", ((const " << st
@@ -252,6 +286,8 @@ struct Body {
       os << "  float lf_acc" << i << " = " << (sum ? "0.0f" : "__int_as_float(0xff800000)") << ";\n";
     }
     if (store == Store::Regs) {
+      // This thread's copies of the row must have landed before loop 0 reads them.
+      if (pipelined && smem_stage && sec == 0) os << "  lf_cp_async_wait_all();\n";
       os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
       if (vec > 1) {
         os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
@@ -328,30 +364,44 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   const int packs = std::max(1, budget / (held * rk.row_vec));
   rk.row_regs = held * packs * rk.row_vec <= kRegMax ? packs * rk.row_vec : 0;
   rk.variants.clear();
-  for (bool vec : {false, true}) {
-    for (bool cache : {true, false}) {
-      bool body = false;
-      for (bool i64 : {false, true}) {
-        const Variant v = vec ? (cache ? (i64 ? Variant::VecCacheI64 : Variant::VecCacheI32)
-                                       : (i64 ? Variant::VecRecomputeI64 : Variant::VecRecomputeI32))
-                              : (cache ? (i64 ? Variant::CacheI64 : Variant::CacheI32)
-                                       : (i64 ? Variant::RecomputeI64 : Variant::RecomputeI32));
-        if (!wants_variant(spec, v)) continue;
-        if (!body) {
-          const int w = vec ? rk.row_vec : 1;
-          const Store st = !cache ? Store::None : rk.row_regs > 0 ? Store::Regs : Store::Smem;
-          const RowSchedule& s = !cache ? recomputed : st == Store::Regs ? regs : smem;
-          const bool pipe = st == Store::Regs && w > 1 && pipelined_rows(rk.row_vec);
-          if (pipe) rk.row_pipelined = true;
-          Body{part, rk.layout.parts[0], s, st, w, rk.row_regs / w, pipe}.render(os);
-          body = true;
-        }
-        rk.variants.push_back(v);
-        os << "extern \"C\" __global__ void __launch_bounds__(" << kRowMaxThreads << ") " << rk.entry(v) << "(const LfArgs A) {\n"
-           << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[64];\n"
-           << "  lf_row_" << (cache ? "cache" : "recompute") << (vec ? "_v" : "") << "<" << (i64 ? "long long" : "int")
-           << ">(A, lf_smem, lf_red);\n}\n\n";
+  // Families of entry points, each one body (a template over the index type) with an i32 and an
+  // i64 entry: {one column a step, 16-byte packs} x {cache, recompute}, and for register rows
+  // with packs the pipelined body beside the plain one. A spec asks for the vec cache family;
+  // the register bodies it gets follow row_bodies().
+  struct Family {
+    bool vec, cache, pipe;
+    Variant v32, v64;
+  };
+  const bool reg_rows = rk.row_regs > 0 && rk.row_vec > 1;
+  const RowBodies bodies = reg_rows ? row_bodies() : RowBodies{true, false};
+  const Family families[] = {
+      {false, true, false, Variant::CacheI32, Variant::CacheI64},
+      {false, false, false, Variant::RecomputeI32, Variant::RecomputeI64},
+      {true, true, false, Variant::VecCacheI32, Variant::VecCacheI64},
+      {true, true, true, Variant::VecPipeI32, Variant::VecPipeI64},
+      {true, false, false, Variant::VecRecomputeI32, Variant::VecRecomputeI64},
+  };
+  for (const Family& f : families) {
+    if (f.vec && f.cache && !(f.pipe ? bodies.pipelined : bodies.plain)) continue;
+    bool body = false;
+    for (bool i64 : {false, true}) {
+      const Variant v = i64 ? f.v64 : f.v32;
+      // The pipelined family is asked for through the vec cache bit.
+      const Variant asked = f.pipe ? (i64 ? Variant::VecCacheI64 : Variant::VecCacheI32) : v;
+      if (!wants_variant(spec, asked)) continue;
+      const int w = f.vec ? rk.row_vec : 1;
+      const Store st = !f.cache ? Store::None : rk.row_regs > 0 ? Store::Regs : Store::Smem;
+      const RowSchedule& s = !f.cache ? recomputed : st == Store::Regs ? regs : smem;
+      const Body b{part, rk.layout.parts[0], s, st, w, rk.row_regs / w, f.pipe, f.pipe && smem_staged_rows(rk.row_vec)};
+      if (!body) {
+        if (b.smem_stage) rk.row_stage_bytes = static_cast<int>(b.staged().size()) * b.np * 16;
+        b.render(os);
+        body = true;
       }
+      rk.variants.push_back(v);
+      os << "extern \"C\" __global__ void __launch_bounds__(" << kRowMaxThreads << ") " << rk.entry(v) << "(const LfArgs A) {\n"
+         << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[64];\n"
+         << "  " << b.name() << "<" << (i64 ? "long long" : "int") << ">(A, lf_smem, lf_red);\n}\n\n";
     }
   }
   rk.source += os.str();

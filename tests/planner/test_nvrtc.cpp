@@ -239,8 +239,12 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   err.clear();
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 1000}), 48 << 10, &err);
   CHECK(err.empty());
-  CHECK(c.variant == jit::Variant::VecCacheI32);
-  // The row stays in registers: each thread owns row_regs columns at most, no shared memory.
+  // Both register bodies are rendered; the pipelined one is the first choice (the launch may
+  // take the plain one by occupancy, prefer_pipelined_rows).
+  CHECK(c.variant == jit::Variant::VecPipeI32);
+  CHECK(std::count(rk->rendered.variants.begin(), rk->rendered.variants.end(), jit::Variant::VecCacheI32) == 1);
+  // The row stays in registers: each thread owns row_regs columns at most; f32 rows stage the
+  // next row in registers, so no shared memory.
   REQUIRE(rk->rendered.row_regs > 0);
   CHECK(c.smem == 0);
   CHECK(static_cast<int64_t>(c.block_x) * rk->rendered.row_regs >= 1000);
@@ -302,8 +306,13 @@ TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the 
     CHECK(rk.row_regs % 8 == 0);
     // Every per-element operand is loaded as 16-byte packs once (no second pass over global
     // memory), the output stored as 16-byte packs; no 2-byte column accesses, no shared cache.
-    CHECK(count(rk.source, "lf_ldpack<8>(lf_s") == c.full_inputs);
-    CHECK(count(rk.source, "lf_stpack<8>(((lf_u16*)") == 1);
+    // Two bodies (plain and pipelined), each reading each operand once; the pipelined one
+    // copies the next row's first-loop operands into shared memory (cp.async) and reads them
+    // from there.
+    CHECK(count(rk.source, "lf_ldpack<8>(lf_s") == 2 * c.full_inputs);
+    CHECK(count(rk.source, "lf_stpack<8>(((lf_u16*)") == 2);
+    CHECK(count(rk.source, "lf_cp_async16((lf_stage") == 2 * (rk.row_stage_bytes / 16 / (rk.row_regs / 8)));
+    CHECK(rk.row_stage_bytes > 0);
     CHECK(count(rk.source, " + lf_c * c") == 0);
     CHECK(rk.source.find("lf_cache") == std::string::npos);
     CHECK(rk.source.find("lf_k") != std::string::npos);  // the register-held row
@@ -322,8 +331,8 @@ TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the 
     std::string err;
     const jit::LaunchChoice lc = jit::choose_launch(spec, k, geo, 48 << 10, &err);
     CHECK(err.empty());
-    CHECK(lc.variant == jit::Variant::VecCacheI32);
-    CHECK(lc.smem == 0);
+    CHECK(lc.variant == jit::Variant::VecPipeI32);
+    CHECK(lc.smem == lc.block_x * lc.block_y * static_cast<unsigned>(rk.row_stage_bytes));
     CHECK(static_cast<int64_t>(lc.block_x) * rk.row_regs >= geo[0].cols);
     if (!kNoNvrtc) {  // and it compiles without spilling
       jit::CompileOptions o;
@@ -351,4 +360,27 @@ TEST_CASE("nvrtc: ptxas report parsing (registers, spills)") {
   CHECK(e[0].spill_bytes == 0);
   CHECK(e[1].registers == 255);
   CHECK(e[1].spill_bytes == 76);
+}
+
+TEST_CASE("nvrtc: register rows take the pipelined body unless the plain one keeps a third more blocks") {
+  // The H200 cases behind the rule (render_row.cpp): blocks resident per SM of each body at
+  // its launch shape, from their compiled registers, and which one was faster.
+  struct Case {
+    const char* name;
+    int plain, pipelined, warps_per_row;
+    bool pipelined_faster;
+  };
+  const Case cases[] = {
+      {"layer_norm bf16 1024 (47 vs 64 regs)", 5, 4, 2, true},
+      {"rms_norm bf16 1024 (34 vs 48 regs)", 6, 5, 2, true},
+      {"softmax f16 1024 (31 vs 62 regs)", 8, 4, 2, false},
+      {"masked softmax f16 512 (31 vs 61 regs)", 8, 4, 1, false},
+      {"layer_norm f32 1024 (49 vs 88 regs)", 4, 2, 2, false},
+      {"layer_norm f32 4096 (49 vs 88 regs)", 4, 2, 8, false},
+      {"softmax f32 8192 (32 vs 78 regs, 512-thread rows)", 4, 1, 16, true},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    CHECK(jit::prefer_pipelined_rows(c.plain, c.pipelined, c.warps_per_row) == c.pipelined_faster);
+  }
 }
