@@ -184,14 +184,16 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
     const int per_sm = resident_blocks_per_sm(mod->functions[vi], threads, static_cast<int>(c.smem));
     const Variant plain = is_i64(c.variant) ? Variant::VecCacheI64 : Variant::VecCacheI32;
     const int pi = variant_index(k, plain);
-    if (pi >= 0 && k.usable(plain) &&
-        !prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0), per_sm,
-                               static_cast<int>(c.block_x / 32))) {
+    const bool pipelined = pi < 0 || !k.usable(plain) || k.pipelined_rows(c.block_x, c.block_y, [&] {
+      return prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0), per_sm,
+                                   static_cast<int>(c.block_x / 32));
+    });
+    if (pipelined) {
+      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));
+    } else {
       c.variant = plain;
       c.smem = 0;
       vi = pi;
-    } else {
-      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));
     }
   }
   LoadedFunction& f = mod->functions[vi];

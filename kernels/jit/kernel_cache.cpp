@@ -94,6 +94,19 @@ std::shared_ptr<LoadedModule> CompiledKernel::module(std::string* error) {
   return m;
 }
 
+bool CompiledKernel::pipelined_rows(unsigned block_x, unsigned block_y, const std::function<bool()>& decide) {
+  const uint64_t key = (uint64_t{block_x} << 32) | block_y;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (const auto& [k, v] : row_choices_)
+      if (k == key) return v;
+  }
+  const bool v = decide();
+  std::lock_guard<std::mutex> g(mu_);
+  if (row_choices_.size() < 64) row_choices_.emplace_back(key, v);
+  return v;
+}
+
 bool CompiledKernel::usable(Variant v) const {
   for (size_t i = 0; i < rendered.variants.size(); ++i)
     if (rendered.variants[i] == v) return i < variant_ok.size() && variant_ok[i];

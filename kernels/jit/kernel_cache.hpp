@@ -26,6 +26,7 @@
 // entries (oldest by modification time removed after a write; counted).
 #include <cstdint>
 #include <list>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,9 +61,13 @@ struct CompiledKernel {
   // The module for the current device (loaded at first use). nullptr + error on failure.
   std::shared_ptr<LoadedModule> module(std::string* error);
   bool usable(Variant v) const;
+  // Register rows with both bodies: the launch's choice per launch shape (block_x, block_y),
+  // made once by `decide` (two occupancy queries), then reused.
+  bool pipelined_rows(unsigned block_x, unsigned block_y, const std::function<bool()>& decide);
 
  private:
   std::mutex mu_;
+  std::vector<std::pair<uint64_t, bool>> row_choices_;  // (block_x << 32 | block_y, pipelined)
   std::vector<std::shared_ptr<LoadedModule>> modules_;  // by device index
 };
 
