@@ -147,6 +147,9 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     const jit::NvrtcOutput e = jit::nvrtc_compile("extern \"C\" __global__ void lf_empty() {}\n", "lf_empty", o);
     if (e.ok) empty.push_back(e.compile_ms);
   }
+  std::fprintf(stderr, "[bench] nvrtc ms per kernel:");
+  for (double m : ms) std::fprintf(stderr, " %.1f", m);
+  std::fprintf(stderr, "\n");
   Record r{"nvrtc_compile", "sm_" + std::to_string(o.arch), std::to_string(ms.size()) + " kernels", median(ms) * 1e3, {}};
   r.derived = {{"median_ms", median(ms)},
                {"max_ms", ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end())},
