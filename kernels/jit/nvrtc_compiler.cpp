@@ -36,12 +36,15 @@ std::vector<std::string> CompileOptions::flags() const {
                                 "-default-device", "-minimal"};
   if (nvrtc_has_own_cache()) f.push_back("--no-cache");
   if (!fma) f.push_back("--fmad=false");
+  if (split > 1) f.push_back("-split-compile=" + std::to_string(split));
   return f;
 }
 
 std::string CompileOptions::str() const {
+  CompileOptions keyed = *this;
+  keyed.split = 0;  // how NVRTC spreads its work changes nothing it produces
   std::string s;
-  for (const auto& f : flags()) s += (s.empty() ? "" : " ") + f;
+  for (const auto& f : keyed.flags()) s += (s.empty() ? "" : " ") + f;
   return s;
 }
 
