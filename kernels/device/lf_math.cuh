@@ -201,6 +201,22 @@ LF_HD float lf_abs(float x) { return lf_bits_to_float(lf_float_to_bits(x) & 0x7f
 template <class T> LF_HD T lf_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <class T> LF_HD T lf_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <class T> LF_HD T lf_relu(T x) { return (x != x) ? x : (x > T(0) ? x : T(0)); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// f32 on sm_80+: one FMNMX.NAN each instead of two NaN tests, a compare and three selects (the
+// max reduction of a row softmax is issue-bound on f16 rows). NaN still wins (a canonical NaN);
+// max(-0, +0) is +0 either way round.
+LF_HD float lf_max(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+LF_HD float lf_min(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+LF_HD float lf_relu(float x) { return lf_max(x, 0.0f); }
+#endif
 LF_HD float lf_sigmoid(float x) { return 1.0f / (1.0f + lf_exp(-x)); }
 LF_HD float lf_silu(float x) { return x / (1.0f + lf_exp(-x)); }
 // gelu(x) = x * Phi(x) from one erfc, not 0.5 x (1 + erf(x / sqrt 2)): with z = |x| / sqrt 2,
