@@ -8,8 +8,10 @@
 #include "livefuse/error.hpp"
 
 namespace livefuse::jit {
-bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row) {
-  return warps_per_row >= 16 || 4 * pipelined_blocks >= 3 * plain_blocks;
+bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row, bool late_loads) {
+  if (warps_per_row >= 16) return true;
+  if (warps_per_row <= 1) return pipelined_blocks >= plain_blocks;
+  return !late_loads || 4 * pipelined_blocks >= 3 * plain_blocks;
 }
 
 namespace {
@@ -186,7 +188,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
     const int pi = variant_index(k, plain);
     const bool pipelined = pi < 0 || !k.usable(plain) || k.pipelined_rows(c.block_x, c.block_y, [&] {
       return prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0), per_sm,
-                                   static_cast<int>(c.block_x / 32));
+                                   static_cast<int>(c.block_x / 32), k.rendered.row_late_loads);
     });
     if (pipelined) {
       c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));

@@ -17,12 +17,20 @@ namespace livefuse::jit {
 std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
                              void* stream, std::optional<Variant>* missing = nullptr);
 
-// Register rows with both bodies rendered: the pipelined one (VecPipe) unless the plain one
-// keeps more than a third more blocks resident per SM for the same launch shape -- a row of 16
-// warps or more takes the pipelined one regardless (its barriers stall all of them, which only
-// the next row's reads in flight cover). Fits every case measured on the H200 (render_row.cpp);
-// blocks from cuOccupancyMaxActiveBlocksPerMultiprocessor.
-bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row);
+// Register rows with both bodies rendered: pipelined or plain, from the blocks each keeps
+// resident per SM at the launch shape (cuOccupancyMaxActiveBlocksPerMultiprocessor), the warps
+// of a row, and whether the kernel reads global memory after its first loop (`late_loads`,
+// which the pipelined body does not prefetch). Why (H200, us, plain vs pipelined, blocks):
+//   one-warp rows have no barriers, and more resident warps hide latency on their own:
+//     masked softmax f16, 512 cols: 73 vs 110 (8 vs 4 blocks)             -> plain if it has more
+//   rows of 16+ warps stall on every barrier together: softmax f32, 8192 cols: 167 vs 147
+//                                                                        -> pipelined
+//   otherwise the pipelined body wins unless late reads need the plain body's occupancy:
+//     softmax f32 1024 160 vs 150, softmax f16 1024 81 vs 76 (no late reads; 2x blocks)
+//     layer_norm f32 1024 / 4096: 134 vs 143 / 134 vs 144 (late reads, 4 vs 2 blocks)
+//     layer_norm bf16 105 vs 83 (5 vs 4), rms_norm bf16 82 vs 73 (6 vs 5)  -> pipelined unless
+//     the plain body keeps a third more blocks
+bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row, bool late_loads);
 
 // Which variant a launch would use, and its launch shape (for tests and logs).
 struct LaunchChoice {

@@ -79,6 +79,8 @@ struct RenderedKernel {
   int row_vec = 1;      // row: columns per 16-byte pack in the vec variants
   int row_stage_bytes = 0;     // row, VecPipe: shared memory a thread stages the next row in
                                // (dynamic shared memory of the launch: threads x this)
+  bool row_late_loads = false; // row, register bodies: global reads after the first loop (a
+                               // norm's weights), which the pipelined body does not prefetch
   ArgLayout layout;
   std::vector<Variant> variants;
 

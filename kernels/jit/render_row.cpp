@@ -31,14 +31,12 @@ constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memor
 std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
 std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one of them
 // Register rows come in two bodies, and the launch picks one (cuda_launch.cpp,
-// prefer_pipelined_rows). The pipelined body (VecPipe) loops over rows and reads the next row's
+// prefer_pipelined_rows: the table there). The pipelined body (VecPipe) loops over rows and reads the next row's
 // first-loop inputs while this row reduces and writes: one row at a time per thread leaves DRAM
 // idle between rows (a short row is one load latency, then barriers and arithmetic with nothing
-// in flight). The loop costs registers, so occupancy, and which body wins differs by kernel:
-// H200, 65536 x 1024, us, unpipelined vs pipelined: layer_norm bf16 105 vs 83, rms_norm bf16 83
-// vs 71, softmax f16 85 vs 88, masked softmax f16 (512 cols) 74 vs 109; f32 layer_norm 134 vs
-// 142, softmax f32 8192 cols 164 vs 151. 4-byte rows stage the next row in registers (storage
-// form), 2-byte ones in shared memory (cp.async), which measured faster for them.
+// in flight). The loop costs registers, so occupancy, and which body wins differs by kernel.
+// 4-byte rows stage the next row in registers (storage form), 2-byte ones in shared memory
+// (cp.async), which measured faster for them.
 struct RowBodies {
   bool plain, pipelined;
 };
@@ -373,6 +371,8 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     Variant v32, v64;
   };
   const bool reg_rows = rk.row_regs > 0 && rk.row_vec > 1;
+  for (size_t sec = 1; sec < regs.loop_eval.size(); ++sec)
+    for (int i : regs.loop_eval[sec]) rk.row_late_loads = rk.row_late_loads || part.instrs[i].kind == InstrKind::Load;
   const RowBodies bodies = reg_rows ? row_bodies() : RowBodies{true, false};
   const Family families[] = {
       {false, true, false, Variant::CacheI32, Variant::CacheI64},
