@@ -127,7 +127,15 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
     while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
     c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
   }
-  if (is_pipe_row(c.variant)) c.smem = c.block_x * c.block_y * static_cast<unsigned>(k.rendered.row_stage_bytes);
+  if (is_pipe_row(c.variant)) {
+    c.smem = c.block_x * c.block_y * static_cast<unsigned>(k.rendered.row_stage_bytes);
+    // A staging area beyond what a block may have (many packs of many inputs): the plain body.
+    const Variant plain = is_i64(c.variant) ? Variant::VecCacheI64 : Variant::VecCacheI32;
+    if (static_cast<int64_t>(c.smem) > smem_optin && k.usable(plain)) {
+      c.variant = plain;
+      c.smem = 0;
+    }
+  }
   c.grid = static_cast<unsigned>(ceil_div(g.numel, c.block_y));
   return c;
 }
