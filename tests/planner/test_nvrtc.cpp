@@ -333,6 +333,11 @@ TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the 
     CHECK(err.empty());
     CHECK(lc.variant == jit::Variant::VecPipeI32);
     CHECK(lc.smem == lc.block_x * lc.block_y * static_cast<unsigned>(rk.row_stage_bytes));
+    // No room for the staging area: the plain body, which needs no shared memory.
+    const jit::LaunchChoice tight = jit::choose_launch(spec, k, geo, 1024, &err);
+    CHECK(err.empty());
+    CHECK(tight.variant == jit::Variant::VecCacheI32);
+    CHECK(tight.smem == 0);
     CHECK(static_cast<int64_t>(lc.block_x) * rk.row_regs >= geo[0].cols);
     if (!kNoNvrtc) {  // and it compiles without spilling
       jit::CompileOptions o;
