@@ -1,11 +1,11 @@
 // The Matcher (runtime/matcher.hpp). State is thread-local: one window per stream the thread
-// uses, so the hot path takes no lock; the PlanTable is read through a version counter.
+// uses, so the hot path takes no lock; the PlanTable is read through a version counter. The
+// window type is runtime/matcher_window.hpp; live sampling and LIVEFUSE_VERIFY are in
+// matcher_checks.cpp.
 #include "runtime/matcher.hpp"
+#include "runtime/matcher_window.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
@@ -22,38 +22,16 @@
 
 namespace livefuse::matcher {
 
+using detail::Candidate;
+using detail::StreamWindow;
+using detail::clear;
+using detail::record_sample;
+using detail::sample_choice;
+using detail::sample_pairs;
+using detail::SampleClock;
+using detail::verify_against_eager;
+
 namespace {
-
-// Completions of a new plan run alternately eagerly and through the plan, timed, before the
-// plan is kept (active) or rejected: config().sample pairs (LIVEFUSE_SAMPLE, default 5: enough
-// for a median that ignores the first, cold run, short enough that a slower plan costs little).
-size_t sample_pairs() { return static_cast<size_t>(config().sample); }
-
-struct Candidate {
-  Plan* plan;
-  std::vector<Tensor> externals;  // bound slots (undefined = not yet bound)
-};
-
-struct StreamWindow {
-  // Taken by the owning thread for each call, and by any thread that reaches a sync point on
-  // one of the window's values (a result handed to another thread before the owner synced).
-  // Recursive: a plan's own steps may reach a sync point on the window they are completing.
-  std::recursive_mutex mu;
-  Stream stream;
-  std::vector<Candidate> candidates;
-  Window w;
-  bool active = false;
-  // Read without the lock by the owner thread when no plan is installed (try_defer): set when a
-  // window starts (by the owner), cleared (release) only once its calls have all run.
-  std::atomic<bool> open{false};
-  // Set when the last call of a plan was deferred. The plan runs at the next call or sync
-  // point, not inside the completing call: only then have the caller's argument temporaries
-  // died, so reference counts tell which intermediates the user really still holds.
-  std::optional<Candidate> ready;
-  std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
-  Plan* early_plan = nullptr;  // the plan launched at the window's first call (w.early)
-  void* sample_events[2] = {nullptr, nullptr};       // cudaEvent_t, made at the first CUDA sample
-};
 
 void settle_quietly(StreamWindow& sw);
 
@@ -147,7 +125,9 @@ void drop_early(StreamWindow& sw) {
   sw.w.early = {};
 }
 
-void clear(StreamWindow& sw) {
+}  // namespace
+
+void detail::clear(StreamWindow& sw) {
   drop_early(sw);
   sw.early_plan = nullptr;
   if (sw.active) trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
@@ -171,6 +151,8 @@ void clear(StreamWindow& sw) {
   sw.active = false;
   sw.open.store(false, std::memory_order_release);
 }
+
+namespace {
 
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
 void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
@@ -196,78 +178,6 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   clear(sw);
 }
 
-// Times one sampled completion (a plan run or the eager flush it is compared with). What a
-// completion costs a program that keeps calling is the larger of the host time it blocks the
-// caller and the device time it occupies the stream: eager execution is mostly the former
-// (launch after launch), a graph replay mostly the latter, and it overlaps with the calls that
-// follow it. So on CUDA the sample is max(host, device), the device time measured between two
-// events; on the CPU it is the host time.
-class SampleClock {
- public:
-  explicit SampleClock(StreamWindow& sw) : sw_(sw), t0_(std::chrono::steady_clock::now()) {
-#if LIVEFUSE_HAS_CUDA
-    if (sw_.stream.device().is_cuda()) {
-      for (void*& e : sw_.sample_events) {
-        if (e) continue;
-        cudaEvent_t ev = nullptr;
-        LF_CUDA_CHECK(cudaEventCreate(&ev));
-        e = ev;
-      }
-      LF_CUDA_CHECK(cudaEventRecord(event(0), stream()));
-    }
-#endif
-  }
-  double finish_us() {
-    const double host = std::chrono::duration<double, std::micro>(
-                            std::chrono::steady_clock::now() - t0_)
-                            .count();
-#if LIVEFUSE_HAS_CUDA
-    if (sw_.stream.device().is_cuda()) {
-      LF_CUDA_CHECK(cudaEventRecord(event(1), stream()));
-      LF_CUDA_CHECK(cudaEventSynchronize(event(1)));
-      float ms = 0;
-      LF_CUDA_CHECK(cudaEventElapsedTime(&ms, event(0), event(1)));
-      return std::max(host, 1e3 * static_cast<double>(ms));
-    }
-#endif
-    return host;
-  }
-
- private:
-#if LIVEFUSE_HAS_CUDA
-  cudaEvent_t event(int i) const { return static_cast<cudaEvent_t>(sw_.sample_events[i]); }
-  cudaStream_t stream() const { return static_cast<cudaStream_t>(sw_.stream.handle()); }
-#endif
-  StreamWindow& sw_;
-  std::chrono::steady_clock::time_point t0_;
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Live sampling: returns true when this completion should run through the plan.
-bool sample_choice(Plan& p) {
-  std::lock_guard<std::mutex> g(p.sample_mu);
-  return p.sampled_plan_us.size() <= p.sampled_eager_us.size();
-}
-
-void record_sample(Plan& p, bool via_plan, double us) {
-  std::lock_guard<std::mutex> g(p.sample_mu);
-  (via_plan ? p.sampled_plan_us : p.sampled_eager_us).push_back(us);
-  if (p.sampled_plan_us.size() < sample_pairs() || p.sampled_eager_us.size() < sample_pairs())
-    return;
-  if (p.state.load() != PlanState::sampling) return;
-  const double fused = median(p.sampled_plan_us), eager = median(p.sampled_eager_us);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused,
-                eager, sample_pairs());
-  record_transition_locked(p, fused < eager ? PlanState::active : PlanState::rejected, buf);
-}
-
-void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed,
-                          Plan& plan);
 
 // Whether output `t` of call `j` is referenced beyond the window itself (its handle in the
 // window and the later deferred calls that read it): the user can still observe it.
@@ -344,61 +254,6 @@ void complete(StreamWindow& sw) {
     }
   }
   if (sampling && !(via_plan && plan.last_run_cold)) record_sample(plan, via_plan, clock->finish_us());
-}
-
-// LIVEFUSE_VERIFY: runs the window again eagerly, on fresh outputs, and compares every value
-// the program can observe. A mismatch fails the plan and hands the program the eager values.
-void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed,
-                          Plan& plan) {
-  const size_t n = sw.w.calls.size();
-  std::vector<TensorList> ref(n);
-  std::vector<std::pair<const TensorImpl*, Tensor>> remap;
-  for (size_t j = 0; j < n; ++j) {
-    OpCall c = sw.w.calls[j];
-    for (Tensor& in : c.inputs)
-      for (const auto& [from, to] : remap)
-        if (in.impl() == from) in = to;
-    const OutputInfos infos = infer_outputs(c);
-    ref[j] = Executor::make_outputs(c, infos, sw.stream.device(), nullptr);
-    Executor::run_eager_into(c, ref[j], sw.stream);
-    for (size_t k = 0; k < ref[j].size(); ++k)
-      remap.emplace_back(sw.w.outputs[j][k].impl(), ref[j][k]);
-  }
-  std::vector<std::pair<Tensor, Tensor>> check;  // (plan's value, eager value)
-  for (auto [j, k] : needed) check.emplace_back(sw.w.outputs[j][k], ref[j][k]);
-  clear(sw);  // values are no longer pending: they can be read now
-  for (size_t q = 0; q < check.size(); ++q) {
-    const Tensor &got = check[q].first, &want = check[q].second;
-    const DType t = want.dtype();
-    const double rtol =
-        t == DType::f32 ? 1e-4 : (t == DType::f16 ? 1e-2 : (t == DType::bf16 ? 5e-2 : 0.0));
-    const std::vector<double> g = got.to_doubles(), w = want.to_doubles();
-    // Relative to each element, with a floor relative to the tensor's largest magnitude: fused
-    // reductions sum in another order, and near-zero results of cancellation differ by more
-    // than their own size while being equally right.
-    double scale = 0;
-    for (double x : w)
-      if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
-    const double atol = rtol * 1e-2 * scale;
-    for (size_t i = 0; i < g.size(); ++i) {
-      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
-      if (both_nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]))
-        continue;
-      char buf[200];
-      std::snprintf(buf, sizeof buf,
-                    "verify: value %zu of %zu differs from eager at element %zu (%g vs %g)", q,
-                    check.size(), i, g[i], w[i]);
-      record_transition(plan, PlanState::failed, buf);
-      matcher_counters().verify_mismatches.fetch_add(1);
-      // The program gets the eager values.
-      for (auto& [mine, eager] : check) {
-        mine.impl()->storage = eager.impl()->storage;
-        mine.impl()->offset = eager.impl()->offset;
-        mine.impl()->strides = eager.impl()->strides;
-      }
-      return;
-    }
-  }
 }
 
 bool usable(const Plan& p, DeviceKind kind) {

@@ -1,0 +1,76 @@
+#pragma once
+// The matcher's per-stream window of deferred calls, shared by its two files:
+// runtime/src/matcher.cpp (follow plans, defer, complete, flush) and
+// runtime/src/matcher_checks.cpp (live sampling and LIVEFUSE_VERIFY). Internal to runtime/.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "livefuse/config.hpp"
+#include "livefuse/stream.hpp"
+#include "runtime/plan.hpp"
+
+namespace livefuse::matcher::detail {
+
+// Completions of a new plan run alternately eagerly and through the plan, timed, before the
+// plan is kept (active) or rejected: config().sample pairs (LIVEFUSE_SAMPLE, default 5: enough
+// for a median that ignores the first, cold run, short enough that a slower plan costs little).
+inline size_t sample_pairs() { return static_cast<size_t>(config().sample); }
+
+struct Candidate {
+  Plan* plan;
+  std::vector<Tensor> externals;  // bound slots (undefined = not yet bound)
+};
+
+struct StreamWindow {
+  // Taken by the owning thread for each call, and by any thread that reaches a sync point on
+  // one of the window's values (a result handed to another thread before the owner synced).
+  // Recursive: a plan's own steps may reach a sync point on the window they are completing.
+  std::recursive_mutex mu;
+  Stream stream;
+  std::vector<Candidate> candidates;
+  Window w;
+  bool active = false;
+  // Read without the lock by the owner thread when no plan is installed (try_defer): set when a
+  // window starts (by the owner), cleared (release) only once its calls have all run.
+  std::atomic<bool> open{false};
+  // Set when the last call of a plan was deferred. The plan runs at the next call or sync
+  // point, not inside the completing call: only then have the caller's argument temporaries
+  // died, so reference counts tell which intermediates the user really still holds.
+  std::optional<Candidate> ready;
+  std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
+  Plan* early_plan = nullptr;  // the plan launched at the window's first call (w.early)
+  void* sample_events[2] = {nullptr, nullptr};       // cudaEvent_t, made at the first CUDA sample
+};
+
+// Ends the window: counts its calls, untags its outputs, drops an early launch it still holds.
+void clear(StreamWindow& sw);
+
+// Times one sampled completion (a plan run or the eager flush it is compared with). What a
+// completion costs a program that keeps calling is the larger of the host time it blocks the
+// caller and the device time it occupies the stream: eager execution is mostly the former
+// (launch after launch), a graph replay mostly the latter, and it overlaps with the calls that
+// follow it. So on CUDA the sample is max(host, device), the device time measured between two
+// events; on the CPU it is the host time.
+class SampleClock {
+ public:
+  explicit SampleClock(StreamWindow& sw);
+  double finish_us();
+
+ private:
+  StreamWindow& sw_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// Live sampling: whether this completion should run through the plan (else eagerly).
+bool sample_choice(Plan& p);
+// Adds a sample; after sample_pairs() of each, the plan becomes active or rejected.
+void record_sample(Plan& p, bool via_plan, double us);
+// LIVEFUSE_VERIFY (see matcher_checks.cpp). Ends the window.
+void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan);
+
+}  // namespace livefuse::matcher::detail

@@ -1,0 +1,128 @@
+// Live sampling and LIVEFUSE_VERIFY: the matcher's checks on a plan's completions
+// (runtime/matcher_window.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "livefuse/config.hpp"
+#include "runtime/cuda_check.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/inspect_registry.hpp"
+#include "runtime/matcher_window.hpp"
+
+namespace livefuse::matcher::detail {
+
+SampleClock::SampleClock(StreamWindow& sw) : sw_(sw), t0_(std::chrono::steady_clock::now()) {
+#if LIVEFUSE_HAS_CUDA
+  if (sw_.stream.device().is_cuda()) {
+    for (void*& e : sw_.sample_events) {
+      if (e) continue;
+      cudaEvent_t ev = nullptr;
+      LF_CUDA_CHECK(cudaEventCreate(&ev));
+      e = ev;
+    }
+    LF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(sw_.sample_events[0]),
+                                  static_cast<cudaStream_t>(sw_.stream.handle())));
+  }
+#endif
+}
+
+double SampleClock::finish_us() {
+  const double host =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+#if LIVEFUSE_HAS_CUDA
+  if (sw_.stream.device().is_cuda()) {
+    const auto start = static_cast<cudaEvent_t>(sw_.sample_events[0]);
+    const auto end = static_cast<cudaEvent_t>(sw_.sample_events[1]);
+    LF_CUDA_CHECK(cudaEventRecord(end, static_cast<cudaStream_t>(sw_.stream.handle())));
+    LF_CUDA_CHECK(cudaEventSynchronize(end));
+    float ms = 0;
+    LF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+    return std::max(host, 1e3 * static_cast<double>(ms));
+  }
+#endif
+  return host;
+}
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+bool sample_choice(Plan& p) {
+  std::lock_guard<std::mutex> g(p.sample_mu);
+  return p.sampled_plan_us.size() <= p.sampled_eager_us.size();
+}
+
+void record_sample(Plan& p, bool via_plan, double us) {
+  std::lock_guard<std::mutex> g(p.sample_mu);
+  (via_plan ? p.sampled_plan_us : p.sampled_eager_us).push_back(us);
+  if (p.sampled_plan_us.size() < sample_pairs() || p.sampled_eager_us.size() < sample_pairs())
+    return;
+  if (p.state.load() != PlanState::sampling) return;
+  const double fused = median(p.sampled_plan_us), eager = median(p.sampled_eager_us);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "sampled: plan %.1f us vs eager %.1f us (median of %zu)", fused,
+                eager, sample_pairs());
+  record_transition_locked(p, fused < eager ? PlanState::active : PlanState::rejected, buf);
+}
+
+// LIVEFUSE_VERIFY: runs the window again eagerly, on fresh outputs, and compares every value
+// the program can observe. A mismatch fails the plan and hands the program the eager values.
+void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed,
+                          Plan& plan) {
+  const size_t n = sw.w.calls.size();
+  std::vector<TensorList> ref(n);
+  std::vector<std::pair<const TensorImpl*, Tensor>> remap;
+  for (size_t j = 0; j < n; ++j) {
+    OpCall c = sw.w.calls[j];
+    for (Tensor& in : c.inputs)
+      for (const auto& [from, to] : remap)
+        if (in.impl() == from) in = to;
+    const OutputInfos infos = infer_outputs(c);
+    ref[j] = Executor::make_outputs(c, infos, sw.stream.device(), nullptr);
+    Executor::run_eager_into(c, ref[j], sw.stream);
+    for (size_t k = 0; k < ref[j].size(); ++k)
+      remap.emplace_back(sw.w.outputs[j][k].impl(), ref[j][k]);
+  }
+  std::vector<std::pair<Tensor, Tensor>> check;  // (plan's value, eager value)
+  for (auto [j, k] : needed) check.emplace_back(sw.w.outputs[j][k], ref[j][k]);
+  clear(sw);  // values are no longer pending: they can be read now
+  for (size_t q = 0; q < check.size(); ++q) {
+    const Tensor &got = check[q].first, &want = check[q].second;
+    const DType t = want.dtype();
+    const double rtol =
+        t == DType::f32 ? 1e-4 : (t == DType::f16 ? 1e-2 : (t == DType::bf16 ? 5e-2 : 0.0));
+    const std::vector<double> g = got.to_doubles(), w = want.to_doubles();
+    // Relative to each element, with a floor relative to the tensor's largest magnitude: fused
+    // reductions sum in another order, and near-zero results of cancellation differ by more
+    // than their own size while being equally right.
+    double scale = 0;
+    for (double x : w)
+      if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
+    const double atol = rtol * 1e-2 * scale;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const bool both_nan = std::isnan(g[i]) && std::isnan(w[i]);
+      if (both_nan || g[i] == w[i] || std::abs(g[i] - w[i]) <= atol + rtol * std::abs(w[i]))
+        continue;
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "verify: value %zu of %zu differs from eager at element %zu (%g vs %g)", q,
+                    check.size(), i, g[i], w[i]);
+      record_transition(plan, PlanState::failed, buf);
+      matcher_counters().verify_mismatches.fetch_add(1);
+      // The program gets the eager values.
+      for (auto& [mine, eager] : check) {
+        mine.impl()->storage = eager.impl()->storage;
+        mine.impl()->offset = eager.impl()->offset;
+        mine.impl()->strides = eager.impl()->strides;
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace livefuse::matcher::detail
