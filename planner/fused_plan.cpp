@@ -320,8 +320,8 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   }
   exec.launch(st);
   // A binding that replays can be launched early next time (bounded; set >= 0: a set, not
-  // one-off storage, holds the outputs).
-  if (early_ok_ && hit && set >= 0) {
+  // one-off storage, holds the outputs). Only plans that can launch early keep the record.
+  if (early_ok_ && hit && set >= 0 && first_op_binds_externals()) {
     if (early_.size() > 1024) early_.clear();
     std::vector<EarlyLaunch>& es = early_[externals_key(w.externals, w.stream_id)];
     const EarlyLaunch e{set, key, shape_key};

@@ -103,6 +103,15 @@ class Plan {
     return {};
   }
   virtual void cancel_early(const EarlyLaunch&) {}
+  // Whether the first op's inputs bind every external slot: a window's inputs are then all
+  // known at its first call, the condition of an early launch.
+  bool first_op_binds_externals() const {
+    if (ops.empty() || n_external > 64) return false;
+    uint64_t bound = 0;
+    for (const PlanInput& in : ops[0].inputs)
+      if (!in.internal()) bound |= uint64_t{1} << in.slot;
+    return bound == (n_external == 64 ? ~uint64_t{0} : (uint64_t{1} << n_external) - 1);
+  }
   virtual std::string describe() const { return name; }
   // For inspect(): kernels (generated source, compile times), fusion groups, graphs per
   // shape, shape pattern. Called off the hot path, concurrently with run().

@@ -178,7 +178,6 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason) {
   clear(sw);
 }
 
-
 // Whether output `t` of call `j` is referenced beyond the window itself (its handle in the
 // window and the later deferred calls that read it): the user can still observe it.
 bool held_outside(const StreamWindow& sw, size_t j, const Tensor& t) {
@@ -311,10 +310,8 @@ void maybe_launch_early(StreamWindow& sw) {
   Plan& p = *c.plan;
   if (p.ops.size() < 2 || p.state.load(std::memory_order_relaxed) != PlanState::active ||
       p.early_cooldown.load(std::memory_order_relaxed) > 0 ||
-      p.verified_runs.load(std::memory_order_relaxed) < config().verify)
+      p.verified_runs.load(std::memory_order_relaxed) < config().verify || !p.first_op_binds_externals())
     return;
-  for (const Tensor& e : c.externals)
-    if (!e.defined()) return;
   try {
     sw.w.early = p.launch_early(c.externals, sw.w);
   } catch (const std::exception&) {
