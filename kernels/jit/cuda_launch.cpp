@@ -130,7 +130,7 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
   if (is_pipe_row(c.variant)) {
     c.smem = c.block_x * c.block_y * static_cast<unsigned>(k.rendered.row_stage_bytes);
     // A staging area beyond what a block may have (many packs of many inputs): the plain body.
-    const Variant plain = is_i64(c.variant) ? Variant::VecCacheI64 : Variant::VecCacheI32;
+    const Variant plain = plain_row_variant(c.variant);
     if (static_cast<int64_t>(c.smem) > smem_optin && k.usable(plain)) {
       c.variant = plain;
       c.smem = 0;
@@ -191,15 +191,19 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
     // the plain body, when it keeps enough more blocks resident (prefer_pipelined_rows).
     static const int sms = current_device_sm_count();
     const int threads = static_cast<int>(c.block_x * c.block_y);
-    const int per_sm = resident_blocks_per_sm(mod->functions[vi], threads, static_cast<int>(c.smem));
-    const Variant plain = is_i64(c.variant) ? Variant::VecCacheI64 : Variant::VecCacheI32;
+    const Variant plain = plain_row_variant(c.variant);
     const int pi = variant_index(k, plain);
-    const bool pipelined = pi < 0 || !k.usable(plain) || k.pipelined_rows(c.block_x, c.block_y, [&] {
-      return prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0), per_sm,
-                                   static_cast<int>(c.block_x / 32), k.rendered.row_late_loads);
+    const CompiledKernel::RowLaunch rl = k.row_launch(c.block_x, c.block_y, [&] {
+      CompiledKernel::RowLaunch r;
+      r.pipelined_blocks_per_sm = resident_blocks_per_sm(mod->functions[vi], threads, static_cast<int>(c.smem));
+      r.pipelined = pi < 0 || !k.usable(plain) ||
+                    prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0),
+                                          r.pipelined_blocks_per_sm, static_cast<int>(c.block_x / 32),
+                                          k.rendered.row_late_loads);
+      return r;
     });
-    if (pipelined) {
-      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * per_sm));
+    if (rl.pipelined) {
+      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * rl.pipelined_blocks_per_sm));
     } else {
       c.variant = plain;
       c.smem = 0;

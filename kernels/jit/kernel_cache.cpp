@@ -94,14 +94,15 @@ std::shared_ptr<LoadedModule> CompiledKernel::module(std::string* error) {
   return m;
 }
 
-bool CompiledKernel::pipelined_rows(unsigned block_x, unsigned block_y, const std::function<bool()>& decide) {
+CompiledKernel::RowLaunch CompiledKernel::row_launch(unsigned block_x, unsigned block_y,
+                                                     const std::function<RowLaunch()>& decide) {
   const uint64_t key = (uint64_t{block_x} << 32) | block_y;
   {
     std::lock_guard<std::mutex> g(mu_);
     for (const auto& [k, v] : row_choices_)
       if (k == key) return v;
   }
-  const bool v = decide();
+  const RowLaunch v = decide();
   std::lock_guard<std::mutex> g(mu_);
   if (row_choices_.size() < 64) row_choices_.emplace_back(key, v);
   return v;

@@ -62,12 +62,17 @@ struct CompiledKernel {
   std::shared_ptr<LoadedModule> module(std::string* error);
   bool usable(Variant v) const;
   // Register rows with both bodies: the launch's choice per launch shape (block_x, block_y),
-  // made once by `decide` (two occupancy queries), then reused.
-  bool pipelined_rows(unsigned block_x, unsigned block_y, const std::function<bool()>& decide);
+  // with the blocks the pipelined body keeps resident per SM (its grid), made once by `decide`
+  // (occupancy queries), then reused.
+  struct RowLaunch {
+    bool pipelined = false;
+    int pipelined_blocks_per_sm = 1;
+  };
+  RowLaunch row_launch(unsigned block_x, unsigned block_y, const std::function<RowLaunch()>& decide);
 
  private:
   std::mutex mu_;
-  std::vector<std::pair<uint64_t, bool>> row_choices_;  // (block_x << 32 | block_y, pipelined)
+  std::vector<std::pair<uint64_t, RowLaunch>> row_choices_;  // by block_x << 32 | block_y
   std::vector<std::shared_ptr<LoadedModule>> modules_;  // by device index
 };
 

@@ -49,6 +49,10 @@ enum class Variant : uint8_t {
 };
 inline constexpr unsigned kNumVariants = static_cast<unsigned>(Variant::VecPipeI64) + 1;
 inline bool is_pipe_row(Variant v) { return v == Variant::VecPipeI32 || v == Variant::VecPipeI64; }
+// The plain register body beside a pipelined one (same index width).
+inline Variant plain_row_variant(Variant pipe) {
+  return pipe == Variant::VecPipeI64 ? Variant::VecCacheI64 : Variant::VecCacheI32;
+}
 inline bool is_vec_pointwise(Variant v) {
   return v == Variant::VecI32 || v == Variant::VecI64 || v == Variant::VecExactI32 || v == Variant::VecExactI64;
 }

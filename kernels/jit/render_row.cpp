@@ -387,7 +387,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     for (bool i64 : {false, true}) {
       const Variant v = i64 ? f.v64 : f.v32;
       // The pipelined family is asked for through the vec cache bit.
-      const Variant asked = f.pipe ? (i64 ? Variant::VecCacheI64 : Variant::VecCacheI32) : v;
+      const Variant asked = f.pipe ? plain_row_variant(v) : v;
       if (!wants_variant(spec, asked)) continue;
       const int w = f.vec ? rk.row_vec : 1;
       const Store st = !f.cache ? Store::None : rk.row_regs > 0 ? Store::Regs : Store::Smem;
