@@ -22,8 +22,8 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <unordered_map>
 
+#include "graphs/cuda_graph.hpp"
 #include "kernels/jit/kernel_compiler.hpp"
 #include "livefuse/livefuse.hpp"
 #include "planner/planner.hpp"
@@ -51,14 +51,6 @@ F driver_fn(const char* name) {
 }
 using NodeGetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
 using ExecNodeSetParams = CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*);
-
-cudaGraph_t capture(cudaStream_t s, const std::function<void()>& enqueue) {
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "begin capture");
-  enqueue();
-  cudaGraph_t g = nullptr;
-  check(cudaStreamEndCapture(s, &g), "end capture");
-  return g;
-}
 
 uint64_t binding_key(const std::vector<Tensor>& values) {
   uint64_t k = 0x9e37;
@@ -113,12 +105,8 @@ void run_case(const Case& c, std::vector<Record>& out) {
   for (auto& v : vals) run_plan(p, v, s);  // warm: modules, cuBLASLt
   check(cudaStreamSynchronize(s), "sync");
 
-  std::vector<cudaGraph_t> graphs(nb);
-  std::vector<cudaGraphExec_t> execs(nb);
-  for (int b = 0; b < nb; ++b) {
-    graphs[b] = capture(s, [&] { run_plan(p, vals[b], s); });
-    check(cudaGraphInstantiate(&execs[b], graphs[b], 0), "instantiate");
-  }
+  std::vector<graphs::CudaGraph> captured;
+  for (int b = 0; b < nb; ++b) captured.push_back(graphs::capture(s, [&] { run_plan(p, vals[b], s); }));
   auto record = [&](const std::string& variant, const Timing& t, std::string note = "") {
     Record r{"graph_binding", c.name + "/" + variant, std::to_string(nb) + " bindings", t.host_us,
              {{"replay_sync_us", t.sync_us}}};
@@ -126,23 +114,21 @@ void run_case(const Case& c, std::vector<Record>& out) {
     out.push_back(r);
   };
 
-  {  // livefuse: a graph per binding, found by the binding's key
-    std::unordered_map<uint64_t, cudaGraphExec_t> by_key;
-    for (int b = 0; b < nb; ++b) by_key[binding_key(vals[b])] = execs[b];
-    record("graph_per_binding", time_replays(s, [&](int i) {
-             check(cudaGraphLaunch(by_key.at(binding_key(vals[i % nb])), s), "launch");
-           }));
+  {  // livefuse: a graph per binding in the plan's graph cache, found by the binding's key
+    graphs::GraphCache cache(64);
+    for (int b = 0; b < nb; ++b) cache.get_or_build(binding_key(vals[b]), s, [&] { run_plan(p, vals[b], s); }, nullptr);
+    record("graph_per_binding",
+           time_replays(s, [&](int i) { cache.find(binding_key(vals[i % nb]))->launch(s); }));
   }
-  cudaGraphExec_t one = nullptr;  // the other three patch one exec
-  check(cudaGraphInstantiate(&one, graphs[0], 0), "instantiate");
+  graphs::CudaGraphExec one(captured[0]);  // the other three patch one exec
   {  // node parameters, when every node is one of our kernels
     std::vector<std::vector<cudaGraphNode_t>> nodes(nb);
     bool all_kernels = true;
     for (int b = 0; b < nb; ++b) {
       size_t n = 0;
-      check(cudaGraphGetNodes(graphs[b], nullptr, &n), "nodes");
+      check(cudaGraphGetNodes(captured[b].get(), nullptr, &n), "nodes");
       nodes[b].resize(n);
-      check(cudaGraphGetNodes(graphs[b], nodes[b].data(), &n), "nodes");
+      check(cudaGraphGetNodes(captured[b].get(), nodes[b].data(), &n), "nodes");
       for (cudaGraphNode_t node : nodes[b]) {
         cudaGraphNodeType t;
         check(cudaGraphNodeGetType(node, &t), "node type");
@@ -164,18 +150,16 @@ void run_case(const Case& c, std::vector<Record>& out) {
       record("node_params", time_replays(s, [&](int i) {
                const int b = i % nb;
                for (size_t k = 0; k < nodes[0].size(); ++k)
-                 if (set(one, nodes[0][k], &params[b][k]) != CUDA_SUCCESS)
+                 if (set(one.get(), nodes[0][k], &params[b][k]) != CUDA_SUCCESS)
                    throw Error("[bench] set kernel node parameters");
-               check(cudaGraphLaunch(one, s), "launch");
+               one.launch(s);
              }), "arguments prepared outside the timing");
     }
   }
   record("recapture_update", time_replays(s, [&](int i) {
-           cudaGraph_t g = capture(s, [&] { run_plan(p, vals[i % nb], s); });
-           cudaGraphExecUpdateResultInfo info{};
-           check(cudaGraphExecUpdate(one, g, &info), "exec update");
-           cudaGraphDestroy(g);
-           check(cudaGraphLaunch(one, s), "launch");
+           if (!one.update(graphs::capture(s, [&] { run_plan(p, vals[i % nb], s); })))
+             throw Error("[bench] cudaGraphExecUpdate refused the re-captured graph");
+           one.launch(s);
          }));
   {  // staging: one graph over plan-owned copies of the externals; the inputs whose buffer
      // changes between bindings are copied in (the weights here stay)
@@ -189,9 +173,7 @@ void run_case(const Case& c, std::vector<Record>& out) {
     }
     std::vector<Tensor> vs = bind_values(p, staged);
     run_plan(p, vs, s);
-    cudaGraph_t g = capture(s, [&] { run_plan(p, vs, s); });
-    cudaGraphExec_t ge = nullptr;
-    check(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+    const graphs::CudaGraphExec ge(graphs::capture(s, [&] { run_plan(p, vs, s); }));
     record("staging", time_replays(s, [&](int i) {
              const std::vector<Tensor>& src = c.externals[i % nb];
              for (size_t e = 0; e < ne; ++e)
@@ -199,15 +181,8 @@ void run_case(const Case& c, std::vector<Record>& out) {
                  check(cudaMemcpyAsync(staged[e].impl()->data(), src[e].impl()->data(), src[e].nbytes(),
                                        cudaMemcpyDeviceToDevice, s),
                        "copy in");
-             check(cudaGraphLaunch(ge, s), "launch");
+             ge.launch(s);
            }));
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-  }
-  cudaGraphExecDestroy(one);
-  for (int b = 0; b < nb; ++b) {
-    cudaGraphExecDestroy(execs[b]);
-    cudaGraphDestroy(graphs[b]);
   }
 }
 }  // namespace
