@@ -25,29 +25,8 @@ lf::Tensor chain(const lf::Tensor& x) {
   return lf::relu(y);
 }
 
-std::vector<double> eager(const std::function<lf::Tensor()>& f) {
-  const lf::Config saved = lf::config();
-  lf::Config off = saved;
-  off.mode = lf::Mode::off;
-  lf::set_config_for_testing(off);
-  std::vector<double> r = f().to_doubles();
-  lf::set_config_for_testing(saved);
-  return r;
-}
-
-struct HandMade {
-  HandMade() {
-    lf::Config c = lf::config();
-    c.mode = lf::Mode::on;
-    lf::set_config_for_testing(c);
-    lf::PlanTable::get().clear_for_testing();
-    lf::monitor::Monitor::instance().pause_for_testing(true);
-  }
-  ~HandMade() {
-    lf::PlanTable::get().clear_for_testing();
-    lf::monitor::Monitor::instance().pause_for_testing(false);
-    lf::monitor::Monitor::instance().reset();
-  }
+// Hand-made plans that launch early (test_plan_util.hpp).
+struct HandMade : lftest::HandMadePlans {
   std::shared_ptr<lftest::RecordingPlan> publish(const std::function<void()>& body,
                                                   lf::PlanState state = lf::PlanState::active) {
     auto p = lftest::record_plan(body);
@@ -67,7 +46,7 @@ TEST_CASE("early launch: taken by the completion when the window completes") {
   for (int it = 0; it < 5; ++it) {
     lf::Tensor y = chain(x);
     lf::synchronize(cpu);
-    CHECK(lftest::allclose(y.to_doubles(), eager([&] { return chain(x); }), 1e-5, 1e-6));
+    CHECK(lftest::allclose(y.to_doubles(), lftest::eager_values([&] { return chain(x); }), 1e-5, 1e-6));
   }
   CHECK(plan->early_launched == 5);
   CHECK(plan->early_taken == 5);
@@ -87,8 +66,8 @@ TEST_CASE("early launch: a divergent window drops it, runs eagerly, and the plan
   lf::Tensor b = lf::sub(a, 0.25);  // the plan expected add
   CHECK(plan->early_cancelled == 1);
   CHECK(lf::matcher_counters().early_wasted - w0 == 1);
-  CHECK(lftest::allclose(b.to_doubles(), eager([&] { return lf::sub(lf::mul(x, 1.5), 0.25); }),
-                         1e-6, 1e-7));
+  const auto want_b = lftest::eager_values([&] { return lf::sub(lf::mul(x, 1.5), 0.25); });
+  CHECK(lftest::allclose(b.to_doubles(), want_b, 1e-6, 1e-7));
   CHECK(plan->early_cooldown.load() > 0);
   // Cooling down: windows complete through the plan, without early launches.
   for (int it = 0; it < 3; ++it) {
@@ -120,10 +99,9 @@ TEST_CASE("early launch: dropped when an intermediate escapes, and when data_ptr
     lf::synchronize(cpu);
     CHECK(plan->early_cancelled == 1);
     CHECK(plan->runs == 0);
-    CHECK(lftest::allclose(t.to_doubles(),
-                           eager([&] { return lf::tanh(lf::add(lf::mul(x, 1.5), 0.25)); }), 1e-5,
-                           1e-6));
-    CHECK(lftest::allclose(y.to_doubles(), eager([&] { return chain(x); }), 1e-5, 1e-6));
+    const auto want_t = lftest::eager_values([&] { return lf::tanh(lf::add(lf::mul(x, 1.5), 0.25)); });
+    CHECK(lftest::allclose(t.to_doubles(), want_t, 1e-5, 1e-6));
+    CHECK(lftest::allclose(y.to_doubles(), lftest::eager_values([&] { return chain(x); }), 1e-5, 1e-6));
   }
   plan->early_cooldown = 0;
   // data_ptr() of the window's external in the middle of the window: a sync point for the
@@ -140,7 +118,7 @@ TEST_CASE("early launch: dropped when an intermediate escapes, and when data_ptr
   CHECK(before[0] != doctest::Approx(7.0 * 1.5));
   lf::Tensor y = chain(x);
   lf::synchronize(cpu);
-  CHECK(y.to_doubles()[0] == doctest::Approx(eager([&] { return chain(x); })[0]));
+  CHECK(y.to_doubles()[0] == doctest::Approx(lftest::eager_values([&] { return chain(x); })[0]));
 }
 
 TEST_CASE("early launch: never while sampling, nor before op 0 binds every external") {
@@ -172,7 +150,7 @@ LF_CUDA_TEST_CASE("early launch: on the GPU, eager values from early launches, d
   lf::set_config_for_testing(c);
   const lf::Device gpu = lf::Device::cuda(0);
   lf::Tensor x = lf::rand_uniform({4096}, 6, -2, 2, lf::DType::f32, gpu);
-  const std::vector<double> want = eager([&] { return chain(x); });
+  const std::vector<double> want = lftest::eager_values([&] { return chain(x); });
   const uint64_t l0 = lf::matcher_counters().early_launches;
   bool launched = false;
   for (int it = 0; it < 3000 && !launched; ++it) {
@@ -199,7 +177,7 @@ LF_CUDA_TEST_CASE("early launch: on the GPU, eager values from early launches, d
   {
     lf::Tensor y = chain(x);
     lf::synchronize(gpu);
-    CHECK(lftest::allclose(y.to_doubles(), eager([&] { return chain(x2); }), 1e-5, 1e-6));
+    CHECK(lftest::allclose(y.to_doubles(), lftest::eager_values([&] { return chain(x2); }), 1e-5, 1e-6));
   }
   // A window that diverges after its early launch: eager values, the launch dropped.
   {
@@ -207,15 +185,15 @@ LF_CUDA_TEST_CASE("early launch: on the GPU, eager values from early launches, d
     lf::Tensor b = lf::sub(a, 0.25);
     lf::synchronize(gpu);
     CHECK(lf::matcher_counters().early_wasted == w1 + 1);
-    CHECK(lftest::allclose(b.to_doubles(), eager([&] { return lf::sub(lf::mul(x, 1.5), 0.25); }),
-                           1e-6, 1e-7));
+    const auto want_b = lftest::eager_values([&] { return lf::sub(lf::mul(x, 1.5), 0.25); });
+    CHECK(lftest::allclose(b.to_doubles(), want_b, 1e-6, 1e-7));
   }
   // Two threads, each on its own stream, with results held across iterations (sets rotate).
   auto worker = [&](uint64_t seed, bool* ok) {
     lf::Stream s = lf::Stream::create(gpu);
     lf::StreamGuard guard(s);
     lf::Tensor xs = lf::rand_uniform({4096}, seed, -2, 2, lf::DType::f32, gpu);
-    const std::vector<double> ref = eager([&] { return chain(xs); });
+    const std::vector<double> ref = lftest::eager_values([&] { return chain(xs); });
     lf::Tensor prev;
     for (int it = 0; it < 400; ++it) {
       lf::Tensor y = chain(xs);

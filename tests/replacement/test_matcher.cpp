@@ -13,22 +13,6 @@ lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) {
   return lf::add(lf::tanh(lf::mul(x, w)), x);
 }
 
-struct Fixture {
-  Fixture() {
-    lf::Config c = lf::config();
-    c.mode = lf::Mode::on;
-    lf::set_config_for_testing(c);
-    lf::PlanTable::get().clear_for_testing();
-    // Hand-made plans only: the monitor must not hand these loops to the planner.
-    lf::monitor::Monitor::instance().pause_for_testing(true);
-  }
-  ~Fixture() {
-    lf::PlanTable::get().clear_for_testing();
-    lf::monitor::Monitor::instance().pause_for_testing(false);
-    lf::monitor::Monitor::instance().reset();
-  }
-};
-
 std::vector<double> eager_block(const lf::Tensor& x, const lf::Tensor& w) {
   std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), out(xs.size());
   for (size_t i = 0; i < xs.size(); ++i)
@@ -38,7 +22,7 @@ std::vector<double> eager_block(const lf::Tensor& x, const lf::Tensor& w) {
 }  // namespace
 
 TEST_CASE("matcher: a matching sequence is deferred, then served by the plan") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({4, 8}, 1, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 2, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });
@@ -58,7 +42,7 @@ TEST_CASE("matcher: a matching sequence is deferred, then served by the plan") {
 }
 
 TEST_CASE("matcher: divergence and sync points flush deferred calls eagerly, in order") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({16}, 3, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({16}, 4, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });
@@ -91,7 +75,7 @@ TEST_CASE("matcher: divergence and sync points flush deferred calls eagerly, in 
 }
 
 TEST_CASE("matcher: an escaping intermediate the plan does not write is never lost") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({32}, 5, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({32}, 6, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });
@@ -116,7 +100,7 @@ TEST_CASE("matcher: an escaping intermediate the plan does not write is never lo
 }
 
 TEST_CASE("matcher: a failing plan is marked failed and the window runs eagerly") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({8}, 7, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 8, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });
@@ -134,7 +118,7 @@ TEST_CASE("matcher: a failing plan is marked failed and the window runs eagerly"
 }
 
 TEST_CASE("matcher: an error in the middle of a deferred window loses nothing") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({8}, 9, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 10, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });
@@ -153,7 +137,7 @@ TEST_CASE("matcher: an error in the middle of a deferred window loses nothing") 
 }
 
 TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one with numbers") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({64}, 11, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({64}, 12, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });
@@ -169,7 +153,7 @@ TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one w
 }
 
 TEST_CASE("matcher: LIVEFUSE=off never defers") {
-  Fixture f;
+  lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({8}, 13, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 14, -1, 1, lf::DType::f32, cpu);
   auto plan = lftest::record_plan([&] { (void)block(x, w); });

@@ -57,6 +57,30 @@ void reset_pipeline() {
   livefuse::set_config_for_testing(saved);
 }
 
+HandMadePlans::HandMadePlans() {
+  livefuse::Config c = livefuse::config();
+  c.mode = livefuse::Mode::on;
+  livefuse::set_config_for_testing(c);
+  livefuse::PlanTable::get().clear_for_testing();
+  livefuse::monitor::Monitor::instance().pause_for_testing(true);
+}
+
+HandMadePlans::~HandMadePlans() {
+  livefuse::PlanTable::get().clear_for_testing();
+  livefuse::monitor::Monitor::instance().pause_for_testing(false);
+  livefuse::monitor::Monitor::instance().reset();
+}
+
+std::vector<double> eager_values(const std::function<livefuse::Tensor()>& f) {
+  const livefuse::Config saved = livefuse::config();
+  livefuse::Config off = saved;
+  off.mode = livefuse::Mode::off;
+  livefuse::set_config_for_testing(off);
+  std::vector<double> r = f().to_doubles();
+  livefuse::set_config_for_testing(saved);
+  return r;
+}
+
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body) {
   // The monitor installs itself as the sink on the first traced call: start it before
   // borrowing the sink slot.

@@ -53,4 +53,14 @@ void reset_pipeline();
 // Builds a plan from the calls that `body` makes: records (op, attrs, dtypes, wiring).
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body);
 
+// A test with hand-made plans only: LIVEFUSE=on, an empty plan table, and the monitor paused so
+// that it does not hand the test's loops to the planner. Clears and resumes at the end.
+struct HandMadePlans {
+  HandMadePlans();
+  ~HandMadePlans();
+};
+
+// The values `f` computes with LIVEFUSE=off (the configuration in force is restored).
+std::vector<double> eager_values(const std::function<livefuse::Tensor()>& f);
+
 }  // namespace lftest

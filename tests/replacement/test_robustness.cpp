@@ -32,14 +32,11 @@ lf::Config base() {
 }
 
 std::vector<double> eager_result(const lf::Tensor& x, const lf::Tensor& g) {
-  lf::Config c = lf::config(), off = c;
-  off.mode = lf::Mode::off;
-  lf::set_config_for_testing(off);
-  lf::Tensor h = x;
-  for (int l = 0; l < 3; ++l) h = body(h, g);
-  std::vector<double> r = h.to_doubles();
-  lf::set_config_for_testing(c);
-  return r;
+  return lftest::eager_values([&] {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = body(h, g);
+    return h;
+  });
 }
 
 // Runs the loop; every iteration must equal eager. Returns calls served by plans.

@@ -21,16 +21,6 @@ lf::Tensor chain(const lf::Tensor& x) {
   return lf::relu(y);
 }
 
-std::vector<double> eager_chain(const lf::Tensor& x) {
-  const lf::Config saved = lf::config();
-  lf::Config off = saved;
-  off.mode = lf::Mode::off;
-  lf::set_config_for_testing(off);
-  std::vector<double> r = chain(x).to_doubles();
-  lf::set_config_for_testing(saved);
-  return r;
-}
-
 struct Served {
   Served() : saved(lf::config()) {
     lftest::reset_pipeline();
@@ -81,7 +71,7 @@ struct Served {
 TEST_CASE("served windows: one event each; the plan that serves stays active, values eager") {
   Served s;
   const lf::Tensor x = lf::rand_uniform({256}, 7, -1, 1, lf::DType::f32, cpu);
-  const std::vector<double> want = eager_chain(x);
+  const std::vector<double> want = lftest::eager_values([&] { return chain(x); });
   const std::shared_ptr<lf::Plan> plan = s.until_served(x);
   REQUIRE(plan);
   REQUIRE(Monitor::instance().drain());
@@ -142,7 +132,7 @@ TEST_CASE("served windows: a shape the plan was not made with is reported call b
   Served s;
   const lf::Tensor a = lf::rand_uniform({256}, 9, -1, 1, lf::DType::f32, cpu);
   const lf::Tensor b = lf::rand_uniform({96}, 10, -1, 1, lf::DType::f32, cpu);
-  const std::vector<double> want_b = eager_chain(b);
+  const std::vector<double> want_b = lftest::eager_values([&] { return chain(b); });
   const std::shared_ptr<lf::Plan> plan = s.until_served(a);
   REQUIRE(plan);
   REQUIRE(plan->shape_tuples.size() == 1);
