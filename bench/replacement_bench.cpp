@@ -126,6 +126,14 @@ double pipelined_us(const lf::Tensor& x, lf::Device dev, int reps = 20) {
   return pct(per, 0.5);
 }
 
+// The installed plans, a line each: what served the loop just measured.
+void print_plans() {
+  for (const lf::PlanInfo& p : lf::inspect().plans)
+    std::printf("  plan %llu %-9s %zu ops, %llu hits: %s (%s)\n", static_cast<unsigned long long>(p.id),
+                p.state.c_str(), p.ops.size(), static_cast<unsigned long long>(p.hits),
+                p.name.substr(0, 60).c_str(), p.last_reason.c_str());
+}
+
 // Host time per deferred call of a served window: ops 2..10 of a chain whose plan serves it
 // (op 1 opens the window; the plan runs at the synchronize, outside the timed span). No kernel
 // runs inside the span on any device, so this is the deferred path alone. Windows that were not
@@ -210,10 +218,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 20000 && deferred_host(x, dev, 20).served_fraction < 1; ++i) {
     }
     const DeferredHost dh = deferred_host(x, dev, perf_windows);
-    for (const lf::PlanInfo& p : lf::inspect().plans)
-      std::printf("  plan %llu %-9s %zu ops, %llu hits: %s\n", static_cast<unsigned long long>(p.id),
-                  p.state.c_str(), p.ops.size(), static_cast<unsigned long long>(p.hits),
-                  p.last_reason.c_str());
+    print_plans();
     std::printf(
         "deferred_host %.3f us per deferred call, p10 %.3f (served fraction %.3f); whole "
         "window %.3f us\n",
@@ -314,11 +319,7 @@ int main(int argc, char** argv) {
                    {"window_us", dh.window_us}}});
   const double fused_pipe = pipelined_us(x, dev);
   // What served the pipelined loop (a plan per phase; see pipelined_us).
-  for (const lf::PlanInfo& p : lf::inspect().plans)
-    std::printf("  plan %llu %-9s %zu ops, %llu hits: %s (%s)\n",
-                static_cast<unsigned long long>(p.id), p.state.c_str(), p.ops.size(),
-                static_cast<unsigned long long>(p.hits), p.name.substr(0, 60).c_str(),
-                p.last_reason.c_str());
+  print_plans();
   recs.push_back(
       {"chain10_pipelined", "livefuse_on", sz, fused_pipe, {{"speedup_vs_off", eager_pipe / fused_pipe}}});
   const double slow = static_cast<double>(
