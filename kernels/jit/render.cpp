@@ -30,11 +30,33 @@ RenderedKernel render_cuda(const KernelSpec& spec) {
     const Variant v = static_cast<Variant>(i);
     packs = packs || ((row ? is_vec_row(v) : is_vec_pointwise(v)) && wants_variant(spec, v));
   }
-  rk.source = "#define LF_ARG_WORDS " + std::to_string(rk.layout.words) + "\n" +
-              (low_precision ? "#define LF_FAST_EXP 1\n" : "") + render_detail::preamble(packs, row) + "\n";
+  rk.head = {low_precision, packs, row};
+  // The kernel's own code lives in a namespace named after it, so the bodies of several kernels
+  // can follow one head in one program (program_source); the entry points are extern "C".
+  rk.body = "namespace " + rk.prefix + " {\nstruct LfArgs { long long w[" + std::to_string(rk.layout.words) + "]; };\n";
   if (spec.kind == SpecKind::Pointwise) render_pointwise(spec, rk);
   else render_row(spec, rk);
+  rk.body += "}  // namespace " + rk.prefix + "\n";
+  rk.source = program_head(rk.head) + rk.body;
   return rk;
+}
+
+std::string program_head(const ProgramHead& h) {
+  return (h.fast_exp ? "#define LF_FAST_EXP 1\n" : "") + render_detail::preamble(h.packs, h.rows) + "\n";
+}
+
+std::string program_source(const std::vector<const RenderedKernel*>& kernels) {
+  LF_CHECK(!kernels.empty(), "jit", "program_source: no kernels");
+  ProgramHead h = kernels[0]->head;
+  for (const RenderedKernel* k : kernels) {
+    LF_CHECK(k->head.fast_exp == h.fast_exp, "jit", "program_source: ", k->prefix, " takes exp ",
+             k->head.fast_exp ? "fast" : "exact", ", the program the other way");
+    h.packs = h.packs || k->head.packs;
+    h.rows = h.rows || k->head.rows;
+  }
+  std::string s = program_head(h);
+  for (const RenderedKernel* k : kernels) s += k->body;
+  return s;
 }
 
 }  // namespace livefuse::jit

@@ -73,8 +73,17 @@ std::string_view variant_suffix(Variant v);
 constexpr uint32_t variant_bit(Variant v) { return 1u << static_cast<unsigned>(v); }
 inline bool wants_variant(const KernelSpec& s, Variant v) { return s.variants == 0 || (s.variants & variant_bit(v)); }
 
+// What the shared part of a program (the embedded helpers) must provide for a kernel.
+struct ProgramHead {
+  bool fast_exp = false;  // every result f16/bf16: exp as one MUFU instruction (LF_FAST_EXP)
+  bool packs = false;     // 16-byte pack helpers
+  bool rows = false;      // row helpers (reductions, cp.async)
+};
+
 struct RenderedKernel {
-  std::string source;
+  std::string source;   // program_head(head) + body: the kernel alone, as one program
+  std::string body;     // the kernel's own code, in namespace `prefix`
+  ProgramHead head;
   std::string prefix;   // entry point names are prefix + "_" + variant_suffix
   int vec = 1;          // pointwise: elements per thread of the vec variants
   int ncache = 0;       // row: Full values a shared-memory cache would hold per column (floats)
@@ -95,6 +104,11 @@ inline constexpr int kPointwiseBlock = 256;
 inline constexpr int kRowMaxThreads = 512;  // per block; leaves 128 registers a thread
 
 RenderedKernel render_cuda(const KernelSpec& spec);
+std::string program_head(const ProgramHead& h);
+// One program of several kernels: one head (the union of theirs) and every body. NVRTC's fixed
+// cost per program (about half of a small kernel's compile) is then paid once. Kernels of one
+// program must agree on fast_exp (it changes lf_exp in the head).
+std::string program_source(const std::vector<const RenderedKernel*>& kernels);
 // Elements per 16-byte pack of a pointwise spec's vec variants (its narrowest dtype's).
 int pointwise_vec_width(const KernelSpec& spec);
 // Columns per 16-byte pack of a row part's vec variants (its narrowest per-element operand's).

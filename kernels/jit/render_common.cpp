@@ -249,7 +249,6 @@ std::string preamble(bool packs, bool rows) {
   s += kLfMathSource;
   s += "\n";
   s += kLfFusedSource;
-  s += "\nstruct LfArgs { long long w[LF_ARG_WORDS]; };\n";
   if (packs) s += R"LF(
 // Loads/stores of N consecutive elements as one (or a few) 16-byte accesses.
 template <int N, typename S> struct alignas(sizeof(S) * N >= 16 ? 16 : sizeof(S) * N) LfPack { S v[N]; };

@@ -144,7 +144,7 @@ void render_pointwise(const KernelSpec& spec, RenderedKernel& rk) {
     render_entry(os, spec, rk, v);
     rk.variants.push_back(v);
   }
-  rk.source += os.str();
+  rk.body += os.str();
 }
 
 }  // namespace livefuse::jit

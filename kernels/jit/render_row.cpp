@@ -404,7 +404,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
          << "  " << b.name() << "<" << (i64 ? "long long" : "int") << ">(A, lf_smem, lf_red);\n}\n\n";
     }
   }
-  rk.source += os.str();
+  rk.body += os.str();
 }
 
 }  // namespace livefuse::jit
