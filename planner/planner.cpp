@@ -74,18 +74,10 @@ void unfuse(PlannedSegment& p, std::vector<Step>& out, const std::vector<int>& n
   }
 }
 
-}  // namespace
 
-int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::CompileOptions& opts) {
-  std::vector<std::pair<FusedKernelStep*, std::shared_future<jit::CompileResult>>> jobs;
-  for (Step& s : p.steps)
-    if (FusedKernelStep* fk = s.generated_kernel(); fk && !fk->compiled)
-      jobs.push_back({fk, compiler.submit(fk->spec, opts)});
-  for (auto& [fk, fut] : jobs) {
-    jit::CompileResult r = fut.get();
-    fk->compiled = r.kernel;
-    fk->compile_error = r.error;
-  }
+// After compilation: steps whose kernel did not compile become single steps; the summary is
+// recounted.
+int settle_plan(PlannedSegment& p) {
   int failed = 0;
   std::vector<Step> steps;
   for (Step& s : p.steps) {
@@ -116,6 +108,33 @@ int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::Co
     if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
   }
   return failed;
+}
+
+}  // namespace
+
+std::vector<int> compile_plans(const std::vector<PlannedSegment*>& plans, jit::KernelCompiler& compiler,
+                               const jit::CompileOptions& opts) {
+  std::vector<FusedKernelStep*> steps;
+  std::vector<std::shared_ptr<const jit::KernelSpec>> specs;
+  for (PlannedSegment* p : plans)
+    for (Step& s : p->steps)
+      if (FusedKernelStep* fk = s.generated_kernel(); fk && !fk->compiled) {
+        steps.push_back(fk);
+        specs.push_back(fk->spec);
+      }
+  const auto futures = compiler.submit_batch(specs, opts);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    jit::CompileResult r = futures[i].get();
+    steps[i]->compiled = r.kernel;
+    steps[i]->compile_error = r.error;
+  }
+  std::vector<int> failed;
+  for (PlannedSegment* p : plans) failed.push_back(settle_plan(*p));
+  return failed;
+}
+
+int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::CompileOptions& opts) {
+  return compile_plans({&p}, compiler, opts)[0];
 }
 
 }  // namespace livefuse::planner

@@ -13,9 +13,13 @@ PlannerOptions default_planner_options(Device device);
 PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts);
 inline PlannedSegment plan_segment(const Segment& seg) { return plan_segment(seg, default_planner_options(Device::cpu())); }
 
-// Compiles every fused kernel of `p` with NVRTC (on the compiler's arena; this waits). A kernel
-// that fails to compile (or spills in every variant) is replaced by single steps for its nodes,
-// with the reason as a Decision. Returns the number of kernels that failed.
+// Compiles every fused kernel of `p` with NVRTC (on the compiler's arena; this waits), all of
+// them submitted as one batch (one NVRTC program). A kernel that fails to compile (or spills in
+// every variant) is replaced by single steps for its nodes, with the reason as a Decision.
+// Returns the number of kernels that failed.
 int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::CompileOptions& opts);
+// The same for several plans, their kernels in one batch; returns the failures of each plan.
+std::vector<int> compile_plans(const std::vector<PlannedSegment*>& plans, jit::KernelCompiler& compiler,
+                               const jit::CompileOptions& opts);
 
 }  // namespace livefuse::planner

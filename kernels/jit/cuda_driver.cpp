@@ -75,8 +75,7 @@ bool driver_available(std::string* why) {
   return a.why.empty();
 }
 
-std::shared_ptr<LoadedModule> load_module(const std::string& cubin, const std::vector<std::string>& entries,
-                                          std::string* error) {
+void* load_cubin(const std::string& cubin, std::string* error) {
   if (!driver_available(error)) return nullptr;
   // The runtime creates (or binds) the primary context; the driver calls below use it.
   if (cudaFree(nullptr) != cudaSuccess) {
@@ -84,19 +83,24 @@ std::shared_ptr<LoadedModule> load_module(const std::string& cubin, const std::v
     *error = "[jit] cannot initialise the CUDA context";
     return nullptr;
   }
-  const DriverApi& a = api();
-  auto m = std::make_shared<LoadedModule>();
   CUmodule mod = nullptr;
-  if (CUresult r = a.module_load(&mod, cubin.data()); r != CUDA_SUCCESS) {
+  if (CUresult r = api().module_load(&mod, cubin.data()); r != CUDA_SUCCESS) {
     *error = "[jit] cuModuleLoadData: " + cu_error(r);
     return nullptr;
   }
-  m->module = mod;
+  return mod;
+}
+
+std::shared_ptr<LoadedModule> module_functions(void* module, const std::vector<std::string>& entries,
+                                               std::string* error) {
+  const DriverApi& a = api();
+  auto m = std::make_shared<LoadedModule>();
+  m->module = module;
   m->device = current_device_index();
   for (const auto& name : entries) {
     LoadedFunction f;
     CUfunction fn = nullptr;
-    if (CUresult r = a.get_function(&fn, mod, name.c_str()); r != CUDA_SUCCESS) {
+    if (CUresult r = a.get_function(&fn, static_cast<CUmodule>(module), name.c_str()); r != CUDA_SUCCESS) {
       *error = "[jit] cuModuleGetFunction(" + name + "): " + cu_error(r);
       return nullptr;
     }
@@ -186,7 +190,11 @@ bool driver_available(std::string* why) {
   if (why) *why = "[jit] built without CUDA";
   return false;
 }
-std::shared_ptr<LoadedModule> load_module(const std::string&, const std::vector<std::string>&, std::string* error) {
+void* load_cubin(const std::string&, std::string* error) {
+  *error = "[jit] built without CUDA";
+  return nullptr;
+}
+std::shared_ptr<LoadedModule> module_functions(void*, const std::vector<std::string>&, std::string* error) {
   *error = "[jit] built without CUDA";
   return nullptr;
 }

@@ -17,8 +17,9 @@ struct LoadedFunction {
   int smem_optin_set = 0;   // dynamic shared memory already allowed for this function
 };
 
-// A cubin loaded into the current device's primary context. Never unloaded: a kernel may still
-// be referenced by a captured graph when its cache entry goes away.
+// A kernel's entry points in a cubin loaded into the current device's primary context. Modules
+// are never unloaded: a kernel may still be referenced by a captured graph when its cache entry
+// goes away. Several kernels may share one module (one program, program_source).
 struct LoadedModule {
   void* module = nullptr;   // CUmodule
   int device = -1;
@@ -26,9 +27,11 @@ struct LoadedModule {
 };
 
 bool driver_available(std::string* why = nullptr);
-// Loads `cubin` on the current device and looks up `entries`. nullptr + *error on failure.
-std::shared_ptr<LoadedModule> load_module(const std::string& cubin, const std::vector<std::string>& entries,
-                                          std::string* error);
+// Loads `cubin` on the current device: the CUmodule, or nullptr + *error.
+void* load_cubin(const std::string& cubin, std::string* error);
+// Looks up `entries` in `module` (loaded on the current device). nullptr + *error on failure.
+std::shared_ptr<LoadedModule> module_functions(void* module, const std::vector<std::string>& entries,
+                                               std::string* error);
 // Allows `bytes` of dynamic shared memory for `f` (static + dynamic above 48 KiB needs it; any
 // request above 32 KiB is made explicit).
 bool set_dynamic_smem(LoadedFunction& f, int bytes, std::string* error);

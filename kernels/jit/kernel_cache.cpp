@@ -74,6 +74,21 @@ KernelKey make_key(const KernelSpec& spec, const RenderedKernel& rk, const Compi
 }
 
 // ---- CompiledKernel ---------------------------------------------------------------------------
+void* CompiledProgram::module(std::string* error) {
+  const int dev = current_device_index();
+  if (dev < 0) {
+    *error = "[jit] no current CUDA device";
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<size_t>(dev) < modules_.size() && modules_[dev]) return modules_[dev];
+  void* m = load_cubin(cubin_, error);
+  if (!m) return nullptr;
+  if (modules_.size() <= static_cast<size_t>(dev)) modules_.resize(dev + 1);
+  modules_[dev] = m;
+  return m;
+}
+
 std::shared_ptr<LoadedModule> CompiledKernel::module(std::string* error) {
   const int dev = current_device_index();
   if (dev < 0) {
@@ -82,9 +97,11 @@ std::shared_ptr<LoadedModule> CompiledKernel::module(std::string* error) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<size_t>(dev) < modules_.size() && modules_[dev]) return modules_[dev];
+  void* mod = program->module(error);
+  if (!mod) return nullptr;
   std::vector<std::string> names;
   for (Variant v : rendered.variants) names.push_back(rendered.entry(v));
-  auto m = load_module(cubin, names, error);
+  auto m = module_functions(mod, names, error);
   if (!m) return nullptr;
   // The loaded functions' own report is the final word on spilling.
   for (size_t i = 0; i < m->functions.size() && i < variant_ok.size(); ++i)
@@ -125,7 +142,7 @@ std::string encode_payload(const CompiledKernel& k) {
   }
   put_raw<uint32_t>(s, static_cast<uint32_t>(k.variant_ok.size()));
   for (bool b : k.variant_ok) put_raw<uint8_t>(s, b ? 1 : 0);
-  put_str(s, k.cubin);
+  put_str(s, k.cubin());
   return s;
 }
 
@@ -147,7 +164,9 @@ bool decode_payload(const std::string& s, CompiledKernel& k) {
     if (!get_raw(s, pos, b)) return false;
     k.variant_ok[i] = b != 0;
   }
-  if (!get_str(s, pos, k.cubin) || k.cubin.empty()) return false;
+  std::string cubin;
+  if (!get_str(s, pos, cubin) || cubin.empty()) return false;
+  k.program = std::make_shared<CompiledProgram>(std::move(cubin));
   return pos == s.size();
 }
 

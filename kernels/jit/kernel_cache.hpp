@@ -47,14 +47,34 @@ struct KernelKey {
 KernelKey make_key(const KernelSpec& spec, const RenderedKernel& rk, const CompileOptions& opts);
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
 
-// A compiled kernel: the rendered module, its cubin and stats; loaded lazily per device.
+// An NVRTC program's cubin, loaded at most once per device and shared by the kernels compiled in
+// it (a program may hold several: program_source).
+class CompiledProgram {
+ public:
+  explicit CompiledProgram(std::string cubin, int kernels = 1) : cubin_(std::move(cubin)), kernels_(kernels) {}
+  const std::string& cubin() const { return cubin_; }
+  int kernels() const { return kernels_; }
+  // The CUmodule on the current device (loaded at the first call there); nullptr + *error.
+  void* module(std::string* error);
+
+ private:
+  const std::string cubin_;
+  const int kernels_;
+  std::mutex mu_;
+  std::vector<void*> modules_;  // by device index
+};
+
+// A compiled kernel: the rendered kernel, the program it was compiled in and its stats; its
+// functions are looked up lazily per device.
 struct CompiledKernel {
   KernelKey key;
   RenderedKernel rendered;
-  std::string cubin;
+  std::shared_ptr<CompiledProgram> program;
   std::string log;
-  double compile_ms = 0;   // NVRTC time when it was built (0 for a disk hit)
+  double compile_ms = 0;   // NVRTC time spent on it: its program's, shared out among the program's
+                           // kernels (the stored figure for a disk hit)
   bool from_disk = false;
+  const std::string& cubin() const { return program->cubin(); }
   std::vector<EntryStats> stats;       // per variant, from ptxas
   std::vector<bool> variant_ok;        // per rendered.variants entry: false when it spills
 

@@ -3,8 +3,11 @@
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 
 #include <cstdio>
 
@@ -29,8 +32,24 @@ CompileOptions default_compile_options() {
   return o;
 }
 
+namespace {
+// NVRTC allocates and frees tens of MB per program; with glibc's default top pad (128 KiB) the
+// heap is trimmed after each compile and the next one faults the same pages in again: 10% of a
+// small kernel's compile time locally (kernel time in clear_page and page faults). A 16 MiB pad
+// keeps that much free memory at the top of each heap instead (peak RSS unchanged). A
+// MALLOC_TOP_PAD_ set by the user is left alone.
+void keep_compile_heap() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!std::getenv("MALLOC_TOP_PAD_")) mallopt(M_TOP_PAD, 16 << 20);
+  });
+}
+}  // namespace
+
 KernelCompiler::KernelCompiler(int threads, std::string cache_dir, size_t memory_cap, size_t disk_cap)
-    : impl_(std::make_unique<Impl>(threads < 1 ? 1 : threads)), cache_(std::move(cache_dir), memory_cap, disk_cap) {}
+    : impl_(std::make_unique<Impl>(threads < 1 ? 1 : threads)), cache_(std::move(cache_dir), memory_cap, disk_cap) {
+  keep_compile_heap();
+}
 
 KernelCompiler::~KernelCompiler() {
   // Wait for queued jobs: they reference this object.
@@ -72,50 +91,92 @@ CompilerStats KernelCompiler::stats() const {
   return stats_;
 }
 
-std::shared_future<CompileResult> KernelCompiler::submit(std::shared_ptr<const KernelSpec> spec,
-                                                         const CompileOptions& opts) {
+struct KernelCompiler::Job {
+  std::shared_ptr<const KernelSpec> spec;
+  std::string key;  // in inflight_
+  std::shared_ptr<std::promise<CompileResult>> promise;
+  RenderedKernel rk;
+  KernelKey kernel_key;
+  CompileResult result;
+};
+
+namespace {
+std::string job_key(const KernelSpec& spec, const CompileOptions& opts) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(structure_hash(*spec)));
-  const std::string job_key = std::string(buf) + "|" + opts.str();
-  auto promise = std::make_shared<std::promise<CompileResult>>();
-  std::shared_future<CompileResult> fut;
-  if (exiting_.load()) {
-    CompileResult r;
-    r.error = "[jit] " + spec->name + ": not compiled, the process is exiting";
-    promise->set_value(std::move(r));
-    return promise->get_future().share();
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(structure_hash(spec)));
+  return std::string(buf) + "|" + opts.str();
+}
+
+// NVRTC builds statics of its own on the first use of a code path (its first compile, its first
+// split compile; on a GPU host the driver it looks for), and their destructors run at exit
+// before every atexit handler registered earlier: a drain registered before them runs after
+// them, with a job still inside NVRTC (a crash at exit, seen on the GPU after split compiles
+// came in). So the first program of the process is preceded by two empty ones, plain and split,
+// and the drain is registered again after them and after every program whose flags are new.
+std::mutex drain_mu;
+std::vector<std::string> drain_flags_seen;  // flags of the programs compiled so far
+
+void before_program(const CompileOptions& opts) {
+  std::lock_guard<std::mutex> g(drain_mu);
+  if (!drain_flags_seen.empty()) return;
+  CompileOptions o = opts;
+  for (int split : {0, 2}) {
+    o.split = split;
+    (void)nvrtc_compile("extern \"C\" __global__ void lf_warm_up() {}\n", "lf_warm_up", o);
+    drain_flags_seen.push_back(o.str() + (split ? " split" : ""));
   }
+  std::atexit(drain_global_at_exit);
+}
+
+void after_program(const CompileOptions& o) {
+  const std::string flags = o.str() + (o.split > 1 ? " split" : "");
+  std::lock_guard<std::mutex> g(drain_mu);
+  if (std::find(drain_flags_seen.begin(), drain_flags_seen.end(), flags) != drain_flags_seen.end()) return;
+  drain_flags_seen.push_back(flags);
+  std::atexit(drain_global_at_exit);
+}
+}  // namespace
+
+std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
+    const std::vector<std::shared_ptr<const KernelSpec>>& specs, const CompileOptions& opts) {
+  std::vector<std::shared_future<CompileResult>> futures;
+  auto jobs = std::make_shared<std::vector<Job>>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.submitted;
-    if (auto it = inflight_.find(job_key); it != inflight_.end()) {
-      ++stats_.deduplicated;
-      return it->second;
-    }
-    fut = promise->get_future().share();
-    inflight_[job_key] = fut;
-  }
-  impl_->arena.enqueue([this, spec, opts, promise, job_key] {
-    CompileResult r;
-    try {
-      if (exiting_.load())
+    for (const auto& spec : specs) {
+      ++stats_.submitted;
+      auto promise = std::make_shared<std::promise<CompileResult>>();
+      if (exiting_.load()) {
+        CompileResult r;
         r.error = "[jit] " + spec->name + ": not compiled, the process is exiting";
-      else
-        r = run_job(*spec, opts);
+        promise->set_value(std::move(r));
+        futures.push_back(promise->get_future().share());
+        continue;
+      }
+      std::string key = job_key(*spec, opts);
+      if (auto it = inflight_.find(key); it != inflight_.end()) {
+        ++stats_.deduplicated;
+        futures.push_back(it->second);
+        continue;
+      }
+      futures.push_back(promise->get_future().share());
+      inflight_[key] = futures.back();
+      jobs->push_back(Job{spec, std::move(key), std::move(promise), {}, {}, {}});
+    }
+  }
+  if (jobs->empty()) return futures;
+  impl_->arena.enqueue([this, jobs, opts] {
+    try {
+      if (!exiting_.load()) run_batch(*jobs, opts);
     } catch (const std::exception& e) {
-      r.error = e.what();
+      for (Job& j : *jobs)
+        if (!j.result.ok() && j.result.error.empty()) j.result.error = "[jit] " + j.spec->name + ": " + e.what();
     }
-    // NVRTC loads libraries of its own at its first compile, and their teardown is registered
-    // then: a drain registered only before that would run after it, with a job still inside
-    // NVRTC (a crash at exit, seen on the GPU). Registered again after the first job, the drain
-    // runs first.
-    if (is_global_) {
-      static std::once_flag once;
-      std::call_once(once, [] { std::atexit(drain_global_at_exit); });
-    }
-    r.worker = std::this_thread::get_id();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Job& j : *jobs) {
+      CompileResult& r = j.result;
+      if (!r.ok() && r.error.empty()) r.error = "[jit] " + j.spec->name + ": not compiled, the process is exiting";
+      r.worker = std::this_thread::get_id();
       if (r.cache_hit) ++stats_.cache_hits;
       else if (r.ok()) ++stats_.compiled;
       if (!r.ok()) ++stats_.failed;
@@ -123,39 +184,101 @@ std::shared_future<CompileResult> KernelCompiler::submit(std::shared_ptr<const K
         stats_.compile_ms.push_back(r.kernel->compile_ms);
         if (stats_.compile_ms.size() > 512) stats_.compile_ms.erase(stats_.compile_ms.begin());
       }
-      inflight_.erase(job_key);
+      inflight_.erase(j.key);
+      j.promise->set_value(std::move(r));
     }
-    promise->set_value(std::move(r));
   });
-  return fut;
+  return futures;
 }
 
-CompileResult KernelCompiler::run_job(const KernelSpec& spec, const CompileOptions& opts) {
-  CompileResult r;
-  RenderedKernel rk = render_cuda(spec);
-  const KernelKey key = make_key(spec, rk, opts);
-  if (auto hit = cache_.find(key, rk)) {
-    r.kernel = hit;
-    r.cache_hit = true;
-    r.log = hit->log;
-  } else {
-    // Row kernels carry two heavy bodies (plain and pipelined): NVRTC may work on them at once.
-    // (A program of one entry point only pays the split's threads: 3-7 ms locally.)
-    CompileOptions o = opts;
-    if (spec.kind == SpecKind::Row && rk.variants.size() >= 2)
-      o.split = static_cast<int>(std::min<size_t>(rk.variants.size(), std::max(2u, std::thread::hardware_concurrency())));
-    NvrtcOutput out = nvrtc_compile(rk.source, rk.prefix, o);
-    r.log = out.log;
-    if (!out.ok) {
-      r.error = "[jit] " + spec.name + ": " + out.error;
-      return r;
+void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opts) {
+  // Render and look up every kernel; the misses go to NVRTC, in programs of kernels that agree
+  // on the program head's fast_exp.
+  std::vector<size_t> misses[2];
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& j = jobs[i];
+    try {
+      j.rk = render_cuda(*j.spec);
+    } catch (const std::exception& e) {
+      j.result.error = "[jit] " + j.spec->name + ": " + e.what();
+      continue;
     }
+    j.kernel_key = make_key(*j.spec, j.rk, opts);
+    if (auto hit = cache_.find(j.kernel_key, j.rk)) {
+      j.result.kernel = hit;
+      j.result.cache_hit = true;
+      j.result.log = hit->log;
+    } else {
+      misses[j.rk.head.fast_exp ? 1 : 0].push_back(i);
+    }
+  }
+  for (const std::vector<size_t>& group : misses)
+    for (size_t b = 0; b < group.size(); b += kMaxProgramKernels) {
+      const std::vector<size_t> chunk(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
+      if (!compile_program(jobs, chunk, opts) && chunk.size() > 1)
+        for (size_t i : chunk) {
+          jobs[i].result = {};
+          compile_program(jobs, {i}, opts);  // alone: its own error, the others' kernels
+        }
+    }
+  for (Job& j : jobs) {
+    CompileResult& r = j.result;
+    if (!r.ok()) continue;
+    bool any = false;
+    int spill = 0;
+    for (size_t i = 0; i < r.kernel->variant_ok.size(); ++i) {
+      any |= r.kernel->variant_ok[i];
+      spill = std::max(spill, r.kernel->stats[i].spill_bytes);
+    }
+    if (!any) {
+      r.error = "[jit] " + j.spec->name + ": every variant spills registers (" + std::to_string(spill) + " bytes)";
+      r.kernel.reset();
+    }
+  }
+}
+
+bool KernelCompiler::compile_program(std::vector<Job>& jobs, const std::vector<size_t>& chunk,
+                                     const CompileOptions& opts) {
+  std::vector<const RenderedKernel*> kernels;
+  size_t entries = 0;
+  bool rows = false;
+  for (size_t i : chunk) {
+    kernels.push_back(&jobs[i].rk);
+    entries += jobs[i].rk.variants.size();
+    rows = rows || jobs[i].spec->kind == SpecKind::Row;
+  }
+  // Several heavy bodies (a program of several kernels, a row kernel's plain and pipelined
+  // bodies): NVRTC may work on them at once. A program of one light kernel only pays the
+  // split's threads (3-7 ms locally).
+  CompileOptions o = opts;
+  if (entries >= 2 && (chunk.size() > 1 || rows))
+    o.split = static_cast<int>(std::min<size_t>(entries, std::max(2u, std::thread::hardware_concurrency())));
+  if (is_global_) before_program(o);
+  const Job& first = jobs[chunk[0]];
+  const NvrtcOutput out = chunk.size() == 1
+                              ? nvrtc_compile(first.rk.source, first.rk.prefix, o)
+                              : nvrtc_compile(program_source(kernels), first.rk.prefix + "_program", o);
+  if (is_global_) after_program(o);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.programs;
+  }
+  if (!out.ok) {
+    for (size_t i : chunk) {
+      jobs[i].result.error = "[jit] " + jobs[i].spec->name + ": " + out.error;
+      jobs[i].result.log = out.log;
+    }
+    return false;
+  }
+  auto program = std::make_shared<CompiledProgram>(out.cubin, static_cast<int>(chunk.size()));
+  for (size_t i : chunk) {
+    Job& j = jobs[i];
     auto k = std::make_shared<CompiledKernel>();
-    k->key = key;
-    k->rendered = std::move(rk);
-    k->cubin = std::move(out.cubin);
+    k->key = j.kernel_key;
+    k->rendered = std::move(j.rk);
+    k->program = program;
     k->log = out.log;
-    k->compile_ms = out.compile_ms;
+    k->compile_ms = out.compile_ms / static_cast<double>(chunk.size());
     for (Variant v : k->rendered.variants) {
       const std::string name = k->rendered.entry(v);
       EntryStats st{name, 0, 0};
@@ -165,19 +288,10 @@ CompileResult KernelCompiler::run_job(const KernelSpec& spec, const CompileOptio
       k->variant_ok.push_back(st.spill_bytes == 0);
     }
     cache_.insert(k);
-    r.kernel = k;
+    j.result.kernel = k;
+    j.result.log = out.log;
   }
-  bool any = false;
-  int spill = 0;
-  for (size_t i = 0; i < r.kernel->variant_ok.size(); ++i) {
-    any |= r.kernel->variant_ok[i];
-    spill = std::max(spill, r.kernel->stats[i].spill_bytes);
-  }
-  if (!any) {
-    r.error = "[jit] " + spec.name + ": every variant spills registers (" + std::to_string(spill) + " bytes)";
-    r.kernel.reset();
-  }
-  return r;
+  return true;
 }
 
 }  // namespace livefuse::jit

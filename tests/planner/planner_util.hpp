@@ -114,4 +114,14 @@ inline Attrs linear_attrs(bool bias) {
   return a;
 }
 
+// The generated kernels of a plan (fused steps and GEMM tails), in step order.
+inline std::vector<std::shared_ptr<const jit::KernelSpec>> specs_of(const PlannedSegment& p) {
+  std::vector<std::shared_ptr<const jit::KernelSpec>> s;
+  for (const Step& st : p.steps) {
+    if (const auto* fk = std::get_if<FusedKernelStep>(&st.body)) s.push_back(fk->spec);
+    if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->tail) s.push_back(gs->tail->spec);
+  }
+  return s;
+}
+
 }  // namespace plantest

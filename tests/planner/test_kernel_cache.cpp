@@ -65,7 +65,7 @@ TEST_CASE("nvrtc cache: a second compiler finds the first one's kernel on disk" 
     const jit::CompileResult r = c1.compile(spec, sm90());
     REQUIRE(r.ok());
     CHECK(!r.cache_hit);
-    cubin = r.kernel->cubin;
+    cubin = r.kernel->cubin();
     CHECK(c1.cache().counters().disk_writes == 1);
     // The same compiler: a memory hit.
     CHECK(c1.compile(spec, sm90()).cache_hit);
@@ -78,7 +78,7 @@ TEST_CASE("nvrtc cache: a second compiler finds the first one's kernel on disk" 
   REQUIRE(r2.ok());
   CHECK(r2.cache_hit);
   CHECK(r2.kernel->from_disk);
-  CHECK(r2.kernel->cubin == cubin);
+  CHECK(r2.kernel->cubin() == cubin);
   CHECK(c2.cache().counters().disk_hits == 1);
   CHECK(c2.stats().compiled == 0);
 }
@@ -136,7 +136,7 @@ TEST_CASE("nvrtc cache: concurrent writers of the same kernel" * doctest::skip(k
   tb.join();
   REQUIRE(ra.ok());
   REQUIRE(rb.ok());
-  CHECK(ra.kernel->cubin == rb.kernel->cubin);
+  CHECK(ra.kernel->cubin() == rb.kernel->cubin());
   CHECK(dir.files().size() == 1);
   CHECK(dir.files(".tmp").empty());
   for (const auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().extension() == ".lfk");
@@ -154,7 +154,7 @@ TEST_CASE("nvrtc cache: concurrent writers of the same kernel" * doctest::skip(k
     k->key = jit::make_key(*spec2, k->rendered, sm90());
     jit::NvrtcOutput out = jit::nvrtc_compile(k->rendered.source, k->rendered.prefix, sm90());
     if (!out.ok) _exit(1);
-    k->cubin = out.cubin;
+    k->program = std::make_shared<jit::CompiledProgram>(out.cubin);
     for (size_t i = 0; i < k->rendered.variants.size(); ++i) {
       k->stats.push_back({k->rendered.entry(k->rendered.variants[i]), 1, 0});
       k->variant_ok.push_back(true);

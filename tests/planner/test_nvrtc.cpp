@@ -74,15 +74,6 @@ std::vector<Segment> strategy_segments(DType dt) {
   return out;
 }
 
-std::vector<std::shared_ptr<const jit::KernelSpec>> specs_of(const PlannedSegment& p) {
-  std::vector<std::shared_ptr<const jit::KernelSpec>> s;
-  for (const Step& st : p.steps) {
-    if (const auto* fk = std::get_if<FusedKernelStep>(&st.body)) s.push_back(fk->spec);
-    if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->tail) s.push_back(gs->tail->spec);
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("nvrtc: every strategy and dtype compiles for sm_80 and sm_90" * doctest::skip(kNoNvrtc)) {
@@ -109,7 +100,7 @@ TEST_CASE("nvrtc: every strategy and dtype compiles for sm_80 and sm_90" * docte
           const jit::CompileResult r = compiler.compile(sp, o);
           INFO(sp->name << " " << dtype_name(dt) << " sm_" << arch << " variants " << sp->variants << "\n" << r.error << "\n" << r.log);
           REQUIRE(r.ok());
-          CHECK(!r.kernel->cubin.empty());
+          CHECK(!r.kernel->cubin().empty());
           CHECK(r.kernel->stats.size() == r.kernel->rendered.variants.size());
           // ptxas' report (-v) gives registers and spills, when this NVRTC prints one.
           if (r.log.find("Used") != std::string::npos)
