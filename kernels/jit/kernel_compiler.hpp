@@ -4,8 +4,8 @@
 // caller's thread, and every failure (render limits, NVRTC errors, spilling) comes back as a
 // CompileResult with the reason and log, never as an exception.
 //
-// Kernels submitted together (submit_batch: a plan's kernels, or the kernels of every plan the
-// planner has in hand) are compiled as one NVRTC program per up to kMaxProgramKernels kernels:
+// Kernels submitted together (submit_batch: compile_plan submits a plan's kernels so) are
+// compiled as one NVRTC program per up to kMaxProgramKernels kernels:
 // NVRTC's fixed cost per program -- front end start, NVVM and ptxas set-up; an empty kernel
 // costs 40-60% of a small generated one -- is paid once, and NVRTC spreads the program's
 // entries over its threads (-split-compile). Each kernel still has its own cache entry. A
