@@ -257,6 +257,38 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
     print_record(r);
     out.push_back(r);
   }
+  // Gelu-heavy chains (ALU-bound in f16), the expensive functions inline (the default) and out
+  // of line (set_outline_heavy_ops): what out-of-lining costs at run time against what it saves
+  // in NVRTC time.
+  for (DType dt : {DType::f32, DType::f16}) {
+    const Tensor gx = rand_uniform({n}, 7, -3, 3, dt, dev);
+    std::vector<float> inline_out;
+    for (bool outline : {false, true}) {
+      jit::set_outline_heavy_ops(outline);
+      SegmentBuilder b;
+      const ValueRef in = b.input({n}, dt);
+      ValueRef v = b.add(OpId::gelu, {b.scalar_op(OpId::mul, in, 1.5)});
+      v = b.add(OpId::gelu, {b.add(OpId::mul, {v, in})});
+      b.output(v);
+      GpuPlan g = gpu_plan(b.build(), {gx});
+      double compile_ms = 0;
+      for (const Step& st : g.plan.steps)
+        if (const auto* fk = std::get_if<FusedKernelStep>(&st.body); fk && fk->compiled) compile_ms += fk->compiled->compile_ms;
+      const double us = device_us(s, reps, 5, [&] { run_plan(g.plan, g.values, s); });
+      const double gbs = 2.0 * n * static_cast<double>(dtype_size(dt)) / us / 1e3;
+      const auto got = g.values[g.plan.segment.value_id(g.plan.segment.outputs[0])].to_floats();
+      double diff = 0;
+      if (outline)
+        for (size_t i = 0; i < got.size(); i += 997) diff = std::max(diff, static_cast<double>(std::abs(got[i] - inline_out[i])));
+      else
+        inline_out = got;
+      Record r{"fused_gelu_chain", std::string(dtype_name(dt)) + (outline ? " out of line" : " inline"), std::to_string(n), us, {}};
+      r.derived = {{"gbs", gbs}, {"fraction_of_copy_bw", gbs / copy_bw}, {"compile_ms", compile_ms}, {"max_diff_vs_inline", diff}};
+      print_record(r);
+      out.push_back(r);
+    }
+    jit::set_outline_heavy_ops(false);
+  }
   struct RowCase {
     const char* name;
     int64_t rows, cols;

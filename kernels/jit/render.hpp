@@ -121,5 +121,9 @@ void set_row_reg_budget(int floats);
 // Row kernels: only pipelined register variants (1), only unpipelined ones (0), or both, the
 // launch choosing (-1, the built-in); a knob for benchmarks, like the budget.
 void set_row_pipeline(int on);
+// Expensive scalar functions (gelu, erf, tanh, sigmoid, silu) called out of line, one copy per
+// kernel instead of one per unrolled element (less NVRTC time, a call per element); a knob for
+// benchmarks, off by default. Like the budget, it changes the rendered source.
+void set_outline_heavy_ops(bool on);
 
 }  // namespace livefuse::jit

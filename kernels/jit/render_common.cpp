@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -134,6 +135,13 @@ std::string literal(double v, DType c) {
   return "((lf_i64)" + std::to_string(x) + "LL)";
 }
 
+std::atomic<bool> g_outline{false};  // set_outline_heavy_ops
+
+bool outlined_op(OpId op) {
+  return g_outline.load() && (op == OpId::gelu || op == OpId::gelu_tanh || op == OpId::erf || op == OpId::silu ||
+                              op == OpId::sigmoid || op == OpId::tanh);
+}
+
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
   const std::string v = "v" + std::to_string(i);
   const std::string nt = nat_type(in.dtype);
@@ -159,6 +167,7 @@ std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
   const std::string conv = custom ? "lf_to_f" : to_compute_fn(in.compute);
   std::string expr;
   if (custom) expr = custom_op(in.custom_id).cuda_expr;
+  else if (outlined_op(in.op)) expr = "lf_ool_" + std::string(op_name(in.op)) + "(a)";
   else expr = std::string(op_info(in.op).expr);
   os << nt << " " << v << ";";
   if (has_bits(in)) os << " lf_u16 " << v << "_b;";
@@ -310,4 +319,7 @@ __device__ __forceinline__ float lf_row_max(float v, float* red) {
 }
 
 }  // namespace render_detail
+
+void set_outline_heavy_ops(bool on) { render_detail::g_outline.store(on); }
+
 }  // namespace livefuse::jit

@@ -139,3 +139,27 @@ TEST_CASE("nvrtc programs: a spec twice in one batch, or already in flight, is o
   CHECK(compiler.stats().compiled == 1);
   CHECK(compiler.stats().deduplicated >= 1);
 }
+
+TEST_CASE("nvrtc programs: expensive functions out of line are one copy per kernel" * doctest::skip(kNoNvrtc)) {
+  jit::set_outline_heavy_ops(true);
+  SegmentBuilder b;
+  const ValueRef x = b.input({4096}, DType::f16);
+  b.output(b.add(OpId::silu, {b.add(OpId::gelu, {b.add(OpId::gelu, {x})})}));
+  const auto spec = only_spec(b.build());
+  const jit::RenderedKernel rk = jit::render_cuda(*spec);
+  jit::set_outline_heavy_ops(false);
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t p = rk.body.find(what); p != std::string::npos; p = rk.body.find(what, p + 1)) ++n;
+    return n;
+  };
+  CHECK(count("__noinline__ float lf_ool_gelu(") == 1);
+  CHECK(count("__noinline__ float lf_ool_silu(") == 1);
+  CHECK(count("lf_gelu(") == 1);  // inside the one out-of-line copy
+  jit::KernelCompiler compiler(1, "");
+  const jit::CompileResult r = compiler.compile(spec, sm90());
+  INFO(r.error << "\n" << r.log);
+  CHECK(r.ok());
+  // Off again: the default renders a different source (a different cache key).
+  CHECK(jit::render_cuda(*spec).source != rk.source);
+}
