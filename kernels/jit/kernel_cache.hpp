@@ -17,10 +17,10 @@
 // Disk entry: "LFKC" | u32 format | u32 key_len | u64 payload_len | u64 checksum (FNV-1a over
 // key and payload) | key | payload (cubin and compile stats). The cubin is that of the program
 // the kernel was compiled in, which may hold other kernels of its batch (kernel_compiler.hpp);
-// the key is still the kernel's own (its source alone), and loading the entry finds its entries. Written to a unique temp file in
-// the same directory and renamed over the final name (atomic on POSIX), so a reader sees the
-// old entry, the new one, or none -- never half of one; concurrent writers of one key both
-// rename whole files. A truncated, corrupt or foreign file is ignored and rebuilt. An
+// the key is still the kernel's own (its source alone), and loading the entry finds its entries.
+// Written to a unique temp file in the same directory and renamed over the final name (atomic
+// on POSIX), so a reader sees the old entry, the new one, or none -- never half of one;
+// concurrent writers of one key both rename whole files. A truncated, corrupt or foreign file is ignored and rebuilt. An
 // unwritable directory turns disk caching off for the process with one warning.
 //
 // Bounds: the memory cache keeps at most `memory_cap` kernels (LRU; evictions counted; a

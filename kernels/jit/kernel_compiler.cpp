@@ -116,6 +116,8 @@ std::string job_key(const KernelSpec& spec, const CompileOptions& opts) {
 std::mutex drain_mu;
 std::vector<std::string> drain_flags_seen;  // flags of the programs compiled so far
 
+std::string drain_flags(const CompileOptions& o) { return o.str() + (o.split > 1 ? " split" : ""); }
+
 void before_program(const CompileOptions& opts) {
   std::lock_guard<std::mutex> g(drain_mu);
   if (!drain_flags_seen.empty()) return;
@@ -123,13 +125,13 @@ void before_program(const CompileOptions& opts) {
   for (int split : {0, 2}) {
     o.split = split;
     (void)nvrtc_compile("extern \"C\" __global__ void lf_warm_up() {}\n", "lf_warm_up", o);
-    drain_flags_seen.push_back(o.str() + (split ? " split" : ""));
+    drain_flags_seen.push_back(drain_flags(o));
   }
   std::atexit(drain_global_at_exit);
 }
 
 void after_program(const CompileOptions& o) {
-  const std::string flags = o.str() + (o.split > 1 ? " split" : "");
+  const std::string flags = drain_flags(o);
   std::lock_guard<std::mutex> g(drain_mu);
   if (std::find(drain_flags_seen.begin(), drain_flags_seen.end(), flags) != drain_flags_seen.end()) return;
   drain_flags_seen.push_back(flags);
@@ -245,7 +247,7 @@ bool KernelCompiler::compile_program(std::vector<Job>& jobs, const std::vector<s
   for (size_t i : chunk) {
     kernels.push_back(&jobs[i].rk);
     entries += jobs[i].rk.variants.size();
-    rows = rows || jobs[i].spec->kind == SpecKind::Row;
+    rows = rows || jobs[i].rk.head.rows;
   }
   // Several heavy bodies (a program of several kernels, a row kernel's plain and pipelined
   // bodies): NVRTC may work on them at once. A program of one light kernel only pays the

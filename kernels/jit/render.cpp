@@ -38,10 +38,9 @@ RenderedKernel render_cuda(const KernelSpec& spec) {
   else render_row(spec, rk);
   // Expensive scalar functions called out of line (set_outline_heavy_ops): one copy per kernel.
   std::string outlined;
-  for (OpId op : {OpId::gelu, OpId::gelu_tanh, OpId::erf, OpId::silu, OpId::sigmoid, OpId::tanh})
-    if (rk.body.find("lf_ool_" + std::string(op_name(op)) + "(") != std::string::npos)
-      outlined += "__device__ __noinline__ float lf_ool_" + std::string(op_name(op)) + "(float a) { return " +
-                  std::string(op_info(op).expr) + "; }\n";
+  for (OpId op : render_detail::kOutlinedOps)
+    if (const std::string fn = render_detail::outlined_fn(op); rk.body.find(fn + "(") != std::string::npos)
+      outlined += "__device__ __noinline__ float " + fn + "(float a) { return " + std::string(op_info(op).expr) + "; }\n";
   if (!outlined.empty()) {
     const size_t at = rk.body.find("};\n") + 3;  // after the kernel's LfArgs
     rk.body.insert(at, outlined);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -137,9 +138,10 @@ std::string literal(double v, DType c) {
 
 std::atomic<bool> g_outline{false};  // set_outline_heavy_ops
 
+std::string outlined_fn(OpId op) { return "lf_ool_" + std::string(op_name(op)); }
+
 bool outlined_op(OpId op) {
-  return g_outline.load() && (op == OpId::gelu || op == OpId::gelu_tanh || op == OpId::erf || op == OpId::silu ||
-                              op == OpId::sigmoid || op == OpId::tanh);
+  return g_outline.load() && std::find(std::begin(kOutlinedOps), std::end(kOutlinedOps), op) != std::end(kOutlinedOps);
 }
 
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
@@ -167,7 +169,7 @@ std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
   const std::string conv = custom ? "lf_to_f" : to_compute_fn(in.compute);
   std::string expr;
   if (custom) expr = custom_op(in.custom_id).cuda_expr;
-  else if (outlined_op(in.op)) expr = "lf_ool_" + std::string(op_name(in.op)) + "(a)";
+  else if (outlined_op(in.op)) expr = outlined_fn(in.op) + "(a)";
   else expr = std::string(op_info(in.op).expr);
   os << nt << " " << v << ";";
   if (has_bits(in)) os << " lf_u16 " << v << "_b;";

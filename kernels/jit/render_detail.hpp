@@ -14,6 +14,11 @@ std::string load_expr(DType d, int word, const std::string& off);
 std::string literal(double v, DType c);
 // "const T vI = ...;" for Op, Custom, Const and ColCount instructions; operands are vK.
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr);
+// Expensive scalar functions that set_outline_heavy_ops calls out of line, and the name of the
+// out-of-line copy value_stmt calls ("lf_ool_gelu"); outlined_op: the knob is on and op is one.
+inline constexpr OpId kOutlinedOps[] = {OpId::gelu, OpId::gelu_tanh, OpId::erf, OpId::silu, OpId::sigmoid, OpId::tanh};
+std::string outlined_fn(OpId op);
+bool outlined_op(OpId op);
 // f16/bf16 op results also keep their storage bits (vN_b): one conversion, not three, when
 // the value is stored (the natural float is dead code then).
 bool has_bits(const Instr& in);
@@ -24,8 +29,8 @@ std::string store_storage(DType d, int word, const std::string& off, const std::
 std::string storage_type(DType d);
 std::string from_storage(DType d, const std::string& x);
 std::string to_storage(DType d, const std::string& x);
-// The helpers a generated module starts with: the embedded sources and the parameter block,
-// then 16-byte pack accesses and row reductions only for modules that use them.
+// The helpers a program starts with (its head): the embedded sources, then 16-byte pack accesses
+// and row reductions only for programs that use them.
 std::string preamble(bool packs, bool rows);
 // Offsets of every io from a linear index (over the runtime rank, outermost dim without a
 // division). `off` names one I variable per io; `shape_word` the part's shape[0]. Unrolled

@@ -17,6 +17,8 @@ int main() {
     std::printf("no NVRTC in this build: nothing to test\n");
     return 77;  // meson: skipped
   }
+  jit::CompileOptions o;
+  o.arch = 90;
   std::vector<std::shared_future<jit::CompileResult>> jobs;
   std::vector<std::shared_ptr<const jit::KernelSpec>> batch;
   // Distinct kernels, so none is deduplicated or cached: pointwise ones alone, then row kernels
@@ -38,14 +40,10 @@ int main() {
     const PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
     for (const Step& s : p.steps)
       if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
-        jit::CompileOptions o;
-        o.arch = 90;
         if (k < 6) jobs.push_back(jit::KernelCompiler::global().submit(fk->spec, o));
         else batch.push_back(fk->spec);
       }
   }
-  jit::CompileOptions o;
-  o.arch = 90;
   for (auto& f : jit::KernelCompiler::global().submit_batch(batch, o)) jobs.push_back(f);
   if (jobs.empty()) return 1;
   const jit::CompileResult first = jobs[0].get();

@@ -114,6 +114,13 @@ inline Attrs linear_attrs(bool bias) {
   return a;
 }
 
+// NVRTC options for sm_90 (tests compile for it whether or not a GPU is present).
+inline jit::CompileOptions sm90() {
+  jit::CompileOptions o;
+  o.arch = 90;
+  return o;
+}
+
 // The generated kernels of a plan (fused steps and GEMM tails), in step order.
 inline std::vector<std::shared_ptr<const jit::KernelSpec>> specs_of(const PlannedSegment& p) {
   std::vector<std::shared_ptr<const jit::KernelSpec>> s;

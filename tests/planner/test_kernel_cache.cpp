@@ -48,12 +48,6 @@ std::shared_ptr<const jit::KernelSpec> chain_spec(int length, DType dt = DType::
   return std::get<FusedKernelStep>(p.steps.at(0).body).spec;
 }
 
-jit::CompileOptions sm90() {
-  jit::CompileOptions o;
-  o.arch = 90;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("nvrtc cache: a second compiler finds the first one's kernel on disk" * doctest::skip(kNoNvrtc)) {

@@ -16,12 +16,6 @@ namespace {
 
 const bool kNoNvrtc = !jit::nvrtc_available();
 
-jit::CompileOptions sm90() {
-  jit::CompileOptions o;
-  o.arch = 90;
-  return o;
-}
-
 std::shared_ptr<const jit::KernelSpec> only_spec(const Segment& seg) {
   const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
   REQUIRE(specs_of(p).size() == 1);
