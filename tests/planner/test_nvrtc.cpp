@@ -117,8 +117,7 @@ TEST_CASE("nvrtc: every strategy and dtype compiles for sm_80 and sm_90" * docte
 
 TEST_CASE("nvrtc: compile_plan compiles a plan; a broken kernel becomes eager steps with its log" * doctest::skip(kNoNvrtc)) {
   jit::KernelCompiler compiler(1, "");
-  jit::CompileOptions o;
-  o.arch = 90;
+  const jit::CompileOptions o = sm90();
   const CustomOp bad = register_elementwise("nvrtc_broken", 1, "a +* no_such_function(a)", [](float a, float, float) { return a; });
   SegmentBuilder b;
   const ValueRef x = b.input({64});
@@ -150,8 +149,7 @@ TEST_CASE("nvrtc: compile_plan compiles a plan; a broken kernel becomes eager st
 }
 
 TEST_CASE("nvrtc: LIVEFUSE_FMA=0 compiles with --fmad=false; jobs run off the caller's thread" * doctest::skip(kNoNvrtc)) {
-  jit::CompileOptions o;
-  o.arch = 90;
+  jit::CompileOptions o = sm90();
   o.fma = false;
   const auto flags = o.flags();
   CHECK(std::find(flags.begin(), flags.end(), "--fmad=false") != flags.end());
@@ -331,8 +329,7 @@ TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the 
     CHECK(tight.smem == 0);
     CHECK(static_cast<int64_t>(lc.block_x) * rk.row_regs >= geo[0].cols);
     if (!kNoNvrtc) {  // and it compiles without spilling
-      jit::CompileOptions o;
-      o.arch = 90;
+      const jit::CompileOptions o = sm90();
       const jit::CompileResult r = compiler.compile(specs[0], o);
       REQUIRE(r.ok());
       for (const auto& st : r.kernel->stats) CHECK(st.spill_bytes == 0);

@@ -110,8 +110,7 @@ TEST_CASE("pointwise variants: a launch picks exact or the tail variant; a missi
 TEST_CASE("pointwise variants: exact and tail variants compile, in one module too" * doctest::skip(kNoNvrtc)) {
   using jit::Variant;
   jit::KernelCompiler compiler(1, "");
-  jit::CompileOptions o;
-  o.arch = 90;
+  const jit::CompileOptions o = sm90();
   for (DType dt : {DType::f32, DType::f16}) {
     auto spec = std::make_shared<jit::KernelSpec>(*only_spec(chain({64, 512}, dt)));
     for (uint32_t v : {jit::variant_bit(Variant::VecExactI64),
