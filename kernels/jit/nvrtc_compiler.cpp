@@ -11,21 +11,30 @@
 namespace livefuse::jit {
 
 namespace {
+bool nvrtc_at_least(int want_major, int want_minor) {
+#if LIVEFUSE_HAS_CUDA
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return false;
+  return major > want_major || (major == want_major && minor >= want_minor);
+#else
+  (void)want_major, (void)want_minor;
+  return false;
+#endif
+}
+
 // NVRTC 12.9+ keeps a compile cache of its own in the CUDA driver's compute cache whenever it
 // can load the driver (it tries libcuda.so.1 at every compile; without a driver the cache is
 // off). Ours (kernel_cache.hpp) already covers every compile with a complete key, so that second
 // cache is only cost on GPU hosts: hashing, lookups and disk writes in every compile, and our
 // cubins evicting the driver's own entries. --no-cache turns it off.
 bool nvrtc_has_own_cache() {
-#if LIVEFUSE_HAS_CUDA
-  static const bool has = [] {
-    int major = 0, minor = 0;
-    return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS && (major > 12 || (major == 12 && minor >= 9));
-  }();
+  static const bool has = nvrtc_at_least(12, 9);
   return has;
-#else
-  return false;
-#endif
+}
+
+bool nvrtc_has_fast_compile() {  // -Ofc
+  static const bool has = nvrtc_at_least(12, 8);
+  return has;
 }
 }  // namespace
 
@@ -36,6 +45,7 @@ std::vector<std::string> CompileOptions::flags() const {
                                 "-default-device", "-minimal"};
   if (nvrtc_has_own_cache()) f.push_back("--no-cache");
   if (!fma) f.push_back("--fmad=false");
+  if (fast_compile && nvrtc_has_fast_compile()) f.push_back("-Ofc=min");
   if (split > 1) f.push_back("-split-compile=" + std::to_string(split));
   return f;
 }

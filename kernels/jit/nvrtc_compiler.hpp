@@ -9,6 +9,12 @@ namespace livefuse::jit {
 struct CompileOptions {
   int arch = 90;     // sm_XX: the device's own architecture (cubin, not PTX)
   bool fma = true;   // LIVEFUSE_FMA=0 -> --fmad=false
+  // -Ofc=min (NVRTC 12.8+; ignored before): less optimisation for less compile time. The
+  // compile service applies it to pointwise kernels only (options_for). Measured on the H200
+  // (bench/RESULTS.md, session 6): pointwise kernels compile ~15-25% faster and run the same to
+  // 5% slower (f32 gelu chains); row kernels ran 8-35% slower, and -Ofc=mid/max made every
+  // generated kernel 3-80x slower, so neither is offered.
+  bool fast_compile = false;
   // > 1: NVRTC optimizes and assembles up to this many entry points at once (-split-compile).
   // Same code; the compile service sets it for programs with several heavy entry points (row
   // kernels with both register bodies), where it saves a quarter of the time on two cores.

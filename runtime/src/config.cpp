@@ -105,6 +105,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
          return false;
        }},
       bool_row("LIVEFUSE_FMA", &Config::fma),
+      bool_row("LIVEFUSE_FAST_COMPILE", &Config::fast_compile),
       bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
       bool_row("LIVEFUSE_PROFILE", &Config::profile),
       {"LIVEFUSE_DEVICE", "cpu or cuda",

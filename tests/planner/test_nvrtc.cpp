@@ -170,6 +170,44 @@ TEST_CASE("nvrtc: LIVEFUSE_FMA=0 compiles with --fmad=false; jobs run off the ca
   CHECK(jit::make_key(*spec, r.kernel->rendered, o).text != jit::make_key(*spec, r.kernel->rendered, fma).text);
 }
 
+TEST_CASE("nvrtc: LIVEFUSE_FAST_COMPILE compiles pointwise kernels with -Ofc=min, row kernels without" * doctest::skip(kNoNvrtc)) {
+  const std::string ver = jit::nvrtc_version();
+  const int major = std::atoi(ver.c_str()), minor = std::atoi(ver.substr(ver.find('.') + 1).c_str());
+  const bool has_ofc = major > 12 || (major == 12 && minor >= 8);
+  auto has_flag = [](const jit::CompileOptions& o) {
+    const auto f = o.flags();
+    return std::find(f.begin(), f.end(), "-Ofc=min") != f.end();
+  };
+  jit::CompileOptions fast = sm90();
+  fast.fast_compile = true;
+  CHECK(has_flag(fast) == has_ofc);
+  CHECK_FALSE(has_flag(sm90()));
+
+  SegmentBuilder b;
+  const ValueRef x = b.input({64, 100}), w = b.input({100});
+  b.output(b.add(OpId::gelu, {b.add(OpId::mul, {x, x})}));
+  Attrs a;
+  a.push_float(1e-5);
+  a.push_int(1);
+  a.push_int(0);
+  b.output(b.add(OpId::layer_norm, {b.add(OpId::add, {x, x}), w}, a));
+  const auto specs = specs_of(plan_segment(b.build()));
+  REQUIRE(specs.size() == 2);
+  jit::KernelCompiler compiler(1, "");
+  auto futures = compiler.submit_batch(specs, fast);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const jit::CompileResult r = futures[i].get();
+    REQUIRE_MESSAGE(r.ok(), r.error, "\n", r.log);
+    const jit::CompileOptions used = jit::options_for(*specs[i], fast);
+    CHECK(used.fast_compile == (specs[i]->kind == jit::SpecKind::Pointwise));
+    CHECK(r.kernel->key.text == jit::make_key(*specs[i], r.kernel->rendered, used).text);
+    // Keyed apart from the same kernel at full optimisation, where the flag does anything.
+    CHECK((jit::make_key(*specs[i], r.kernel->rendered, sm90()).text != r.kernel->key.text) == (used.fast_compile && has_ofc));
+  }
+  // A pointwise and a row kernel with different options: two programs, not one.
+  CHECK(compiler.stats().programs == (has_ofc ? 2u : 1u));
+}
+
 TEST_CASE("nvrtc: the rendered source uses the embedded helpers and the op table's expressions") {
   SegmentBuilder b;
   b.output(b.add(OpId::gelu_tanh, {b.input({10})}));

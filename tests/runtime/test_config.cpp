@@ -28,7 +28,8 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
   CHECK(source_of(c, "LIVEFUSE_HOT") == "default");
 
   g_env = {{"LIVEFUSE", "shadow"},   {"LIVEFUSE_HOT", "5"}, {"LIVEFUSE_CACHE_DIR", "off"},
-           {"LIVEFUSE_GRAPHS", "0"}, {"LIVEFUSE_FMA", "0"}, {"LIVEFUSE_LOG", "debug"}};
+           {"LIVEFUSE_GRAPHS", "0"}, {"LIVEFUSE_FMA", "0"}, {"LIVEFUSE_LOG", "debug"},
+           {"LIVEFUSE_FAST_COMPILE", "1"}};
   c = lf::parse_config(fake_getenv, &warnings);
   CHECK(warnings.empty());
   CHECK(c.mode == lf::Mode::shadow);
@@ -36,13 +37,16 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
   CHECK(c.cache_dir.empty());
   CHECK_FALSE(c.graphs);
   CHECK_FALSE(c.fma);
+  CHECK(c.fast_compile);
   CHECK(c.log == lf::LogLevel::debug);
   CHECK(source_of(c, "LIVEFUSE_HOT") == "env");
 
-  g_env = {{"LIVEFUSE", "sometimes"}, {"LIVEFUSE_HOT", "-3"}, {"LIVEFUSE_MAX_SEGMENT", "12abc"}};
+  g_env = {{"LIVEFUSE", "sometimes"}, {"LIVEFUSE_HOT", "-3"}, {"LIVEFUSE_MAX_SEGMENT", "12abc"},
+           {"LIVEFUSE_FAST_COMPILE", "max"}};
   warnings.clear();
   c = lf::parse_config(fake_getenv, &warnings);
-  REQUIRE(warnings.size() == 3);
+  REQUIRE(warnings.size() == 4);
+  CHECK(c.fast_compile == lf::Config{}.fast_compile);
   CHECK(warnings[0].find("LIVEFUSE='sometimes'") != std::string::npos);
   CHECK(warnings[0].find("off, trace, shadow or on") != std::string::npos);
   CHECK(c.mode == lf::Mode::on);
