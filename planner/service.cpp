@@ -310,9 +310,8 @@ class Service final : public monitor::CandidateConsumer {
       }
       if (faults::fire(faults::Point::compile)) throw Error("[planner] injected fault at compile");
       if (device.is_cuda()) {
-        jit::CompileOptions co;
+        jit::CompileOptions co = jit::default_compile_options();  // the LIVEFUSE_* choices
         co.arch = device_arch(device);
-        co.fma = config().fma;
         compile_plan(planned, jit::KernelCompiler::global(), co);
         preload_modules(planned, device);
       } else if (planned.summary.fused_kernels == 0) {

@@ -1,6 +1,8 @@
 // Every LIVEFUSE mode does what DESIGN.md says, on the same loop.
 #include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
+#include "kernels/jit/kernel_cache.hpp"
+#include "planner/fused_plan.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
 #include "test_plan_util.hpp"
@@ -115,4 +117,56 @@ LF_CUDA_TEST_CASE("modes: LIVEFUSE_PROFILE times every fusion group of a CUDA pl
     }
   }
   CHECK(timed > 0);  // at least one replayed plan with a timed kernel
+}
+
+LF_CUDA_TEST_CASE("modes: LIVEFUSE_FAST_COMPILE reaches the planner's compiles: pointwise kernels -Ofc=min, rows not") {
+  const lf::Config saved = lf::config();
+  lftest::reset_pipeline();
+  lf::Config c = lf::config();
+  c.mode = lf::Mode::on;
+  c.sample = 0;
+  c.fast_compile = true;
+  lf::set_config_for_testing(c);
+  const lf::Device gpu = lf::Device::cuda(0);
+  const lf::Tensor x = lf::rand_uniform({64, 256}, 5, -1, 1, lf::DType::f32, gpu);
+  const lf::Tensor g = lf::rand_uniform({256}, 6, 0.5, 1.5, lf::DType::f32, gpu);
+  auto forward = [&] {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = lf::exp(lf::mul(body(h, g), 0.5));  // a row kernel and a pointwise one a layer
+    return h.to_doubles();
+  };
+  std::vector<double> v;
+  for (int it = 0; it < 30; ++it) {
+    v = forward();
+    if (it == 6) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  const uint64_t served = lf::matcher_counters().served;
+  int pointwise = 0, rows = 0;
+  for (const auto& p : lf::PlanTable::get().snapshot()->plans) {
+    const auto* fp = dynamic_cast<const lf::planner::FusedPlan*>(p.get());
+    if (!fp) continue;
+    for (const lf::planner::Step& s : fp->planned().steps) {
+      const auto* fk = std::get_if<lf::planner::FusedKernelStep>(&s.body);
+      if (!fk || !fk->compiled) continue;
+      const bool fast = fk->compiled->key.text.find("-Ofc=min") != std::string::npos;
+      if (fk->spec->kind == lf::jit::SpecKind::Pointwise) {
+        CHECK_MESSAGE(fast, fk->compiled->key.text);
+        ++pointwise;
+      } else {
+        CHECK_FALSE_MESSAGE(fast, fk->compiled->key.text);
+        ++rows;
+      }
+    }
+  }
+  c.mode = lf::Mode::off;
+  lf::set_config_for_testing(c);
+  const std::vector<double> eager = forward();
+  lf::set_config_for_testing(saved);
+  CHECK(served > 0);
+  CHECK(pointwise > 0);
+  CHECK(rows > 0);
+  CHECK(lftest::allclose(v, eager, 1e-4, 1e-5));
 }
