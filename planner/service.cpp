@@ -1,5 +1,6 @@
 #include "planner/service.hpp"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -386,14 +387,19 @@ void stop_at_exit() { service().stop(std::chrono::seconds(5)); }
 
 }  // namespace
 
-void ensure_service_started() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const Mode m = config().mode;
-    if (m == Mode::off || m == Mode::trace) return;
+bool ensure_service_started() {
+  static std::atomic<bool> started{false};
+  if (started.load(std::memory_order_acquire)) return true;
+  const Mode m = config().mode;
+  if (m == Mode::off || m == Mode::trace) return false;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  if (!started.load()) {
     service().start();
     monitor::Monitor::instance().set_consumer(&service());
-  });
+    started.store(true, std::memory_order_release);
+  }
+  return true;
 }
 
 bool wait_service_idle(std::chrono::milliseconds timeout) { return service().wait_idle(timeout); }

@@ -11,8 +11,9 @@ struct ServiceCounters {
   uint64_t candidates = 0, planned = 0, published = 0, skipped = 0, failed = 0, retired = 0;
 };
 
-// Installs the service as the monitor's consumer (idempotent; not in LIVEFUSE=off or trace).
-void ensure_service_started();
+// Installs the service as the monitor's consumer (idempotent). Not in LIVEFUSE=off or trace:
+// returns false then, and a later call in another mode (tools switch it at run time) starts it.
+bool ensure_service_started();
 // Waits until every candidate handed over so far has been planned (tests, benchmarks).
 bool wait_service_idle(std::chrono::milliseconds timeout = std::chrono::seconds(60));
 ServiceCounters service_counters();

@@ -1,6 +1,8 @@
 // Executor::submit -- every op call of the program passes here exactly once.
 #include "runtime/executor.hpp"
 
+#include <atomic>
+
 #include "kernels/backend.hpp"
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
@@ -209,14 +211,13 @@ void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const 
 }
 
 namespace {
-// The monitor thread and the planning service start with the first traced call.
+// The monitor thread starts with the first traced call, the planning service with the first
+// call in a mode that plans (a program may go from trace to on at run time).
 void start_background() {
-  static const bool started = [] {
-    monitor::ensure_started();
-    planner::ensure_service_started();
-    return true;
-  }();
-  (void)started;
+  static std::atomic<bool> started{false};
+  if (started.load(std::memory_order_acquire)) return;
+  monitor::ensure_started();
+  if (planner::ensure_service_started()) started.store(true, std::memory_order_release);
 }
 }  // namespace
 

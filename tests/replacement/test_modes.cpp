@@ -130,10 +130,16 @@ LF_CUDA_TEST_CASE("modes: LIVEFUSE_FAST_COMPILE reaches the planner's compiles: 
   const lf::Device gpu = lf::Device::cuda(0);
   const lf::Tensor x = lf::rand_uniform({64, 256}, 5, -1, 1, lf::DType::f32, gpu);
   const lf::Tensor g = lf::rand_uniform({256}, 6, 0.5, 1.5, lf::DType::f32, gpu);
-  auto forward = [&] {
-    lf::Tensor h = x;
-    for (int l = 0; l < 3; ++l) h = lf::exp(lf::mul(body(h, g), 0.5));  // a row kernel and a pointwise one a layer
-    return h.to_doubles();
+  const lf::Tensor y = lf::rand_uniform({64, 256}, 7, -1, 1, lf::DType::f32, gpu);
+  auto forward = [&] {  // a layer: a row kernel (body) and an unrelated pointwise chain
+    lf::Tensor h = x, z = y;
+    for (int l = 0; l < 3; ++l) {
+      h = body(h, g);
+      z = lf::exp(lf::mul(lf::gelu(z), 0.5));
+    }
+    std::vector<double> v = h.to_doubles(), w = z.to_doubles();
+    v.insert(v.end(), w.begin(), w.end());
+    return v;
   };
   std::vector<double> v;
   for (int it = 0; it < 30; ++it) {
