@@ -33,11 +33,6 @@ CompileOptions default_compile_options() {
   return o;
 }
 
-CompileOptions options_for(const KernelSpec& spec, CompileOptions opts) {
-  if (spec.kind != SpecKind::Pointwise) opts.fast_compile = false;  // rows ran 8-35% slower
-  return opts;
-}
-
 namespace {
 // NVRTC allocates and frees tens of MB per program; with glibc's default top pad (128 KiB) the
 // heap is trimmed after each compile and the next one faults the same pages in again: 10% of a
@@ -161,7 +156,7 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
         futures.push_back(promise->get_future().share());
         continue;
       }
-      std::string key = job_key(*spec, options_for(*spec, opts));
+      std::string key = job_key(*spec, opts);
       if (auto it = inflight_.find(key); it != inflight_.end()) {
         ++stats_.deduplicated;
         futures.push_back(it->second);
@@ -201,8 +196,8 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
 
 void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opts) {
   // Render and look up every kernel; the misses go to NVRTC, in programs of kernels that agree
-  // on the program head's fast_exp and on their options.
-  std::vector<size_t> misses[4];  // [fast_exp * 2 + fast_compile]
+  // on the program head's fast_exp.
+  std::vector<size_t> misses[2];
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& j = jobs[i];
     try {
@@ -211,24 +206,22 @@ void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opt
       j.result.error = "[jit] " + j.spec->name + ": " + e.what();
       continue;
     }
-    const CompileOptions o = options_for(*j.spec, opts);
-    j.kernel_key = make_key(*j.spec, j.rk, o);
+    j.kernel_key = make_key(*j.spec, j.rk, opts);
     if (auto hit = cache_.find(j.kernel_key, j.rk)) {
       j.result.kernel = hit;
       j.result.cache_hit = true;
       j.result.log = hit->log;
     } else {
-      misses[(j.rk.head.fast_exp ? 2 : 0) + (o.fast_compile ? 1 : 0)].push_back(i);
+      misses[j.rk.head.fast_exp ? 1 : 0].push_back(i);
     }
   }
   for (const std::vector<size_t>& group : misses)
     for (size_t b = 0; b < group.size(); b += kMaxProgramKernels) {
       const std::vector<size_t> chunk(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
-      const CompileOptions o = options_for(*jobs[chunk[0]].spec, opts);
-      if (!compile_program(jobs, chunk, o) && chunk.size() > 1)
+      if (!compile_program(jobs, chunk, opts) && chunk.size() > 1)
         for (size_t i : chunk) {
           jobs[i].result = {};
-          compile_program(jobs, {i}, o);  // alone: its own error, the others' kernels
+          compile_program(jobs, {i}, opts);  // alone: its own error, the others' kernels
         }
     }
   for (Job& j : jobs) {

@@ -37,9 +37,6 @@ struct CompileResult {
 // Options for the current device: its own SM version (sm_90 when there is no GPU), and
 // LIVEFUSE_FMA.
 CompileOptions default_compile_options();
-// The options a kernel compiles with: `opts` less what does not suit its kind (fast_compile is
-// for pointwise kernels only). Keys, programs and the cache all use these.
-CompileOptions options_for(const KernelSpec& spec, CompileOptions opts);
 
 inline constexpr int kMaxProgramKernels = 16;
 

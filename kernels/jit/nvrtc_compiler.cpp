@@ -45,7 +45,10 @@ std::vector<std::string> CompileOptions::flags() const {
                                 "-default-device", "-minimal"};
   if (nvrtc_has_own_cache()) f.push_back("--no-cache");
   if (!fma) f.push_back("--fmad=false");
-  if (fast_compile && nvrtc_has_fast_compile()) f.push_back("-Ofc=min");
+  if (fast_compile && nvrtc_has_fast_compile()) {
+    f.push_back("-Ofc=min");
+    f.push_back("--ptxas-options=-Ofc=0");  // the register allocator at full strength
+  }
   if (split > 1) f.push_back("-split-compile=" + std::to_string(split));
   return f;
 }

@@ -9,12 +9,14 @@ namespace livefuse::jit {
 struct CompileOptions {
   int arch = 90;     // sm_XX: the device's own architecture (cubin, not PTX)
   bool fma = true;   // LIVEFUSE_FMA=0 -> --fmad=false
-  // -Ofc=min (NVRTC 12.8+; ignored before): less optimisation for less compile time. The
-  // compile service applies it to pointwise kernels only (options_for). Measured on the H200
-  // (bench/RESULTS.md, session 6): pointwise kernels compile ~15-25% faster and run the same to
-  // 5% slower (f32 gelu chains); row kernels ran 8-35% slower, and -Ofc=mid/max made every
-  // generated kernel 3-80x slower, so neither is offered.
-  bool fast_compile = false;
+  // LIVEFUSE_FAST_COMPILE (on by default): NVRTC's front end and NVVM at -Ofc=min, ptxas at
+  // full optimisation (-Ofc=0 for ptxas; NVRTC 12.8+, older ones ignore it). Measured on the H200
+  // (bench/RESULTS.md, session 6): every fused kernel of the fusion bench ran as fast as at full
+  // optimisation (pointwise chains, f16 and f32 gelu chains, layer_norm, softmax, masked softmax,
+  // rms_norm: all within run-to-run noise), and NVRTC took ~11% less per pointwise kernel, ~14%
+  // less per row kernel (locally). -Ofc=min for ptxas too made row kernels 8-35% slower and
+  // -Ofc=mid/max every kernel 3-60x slower: neither is used.
+  bool fast_compile = true;
   // > 1: NVRTC optimizes and assembles up to this many entry points at once (-split-compile).
   // Same code; the compile service sets it for programs with several heavy entry points (row
   // kernels with both register bodies), where it saves a quarter of the time on two cores.

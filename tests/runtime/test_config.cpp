@@ -29,7 +29,7 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
 
   g_env = {{"LIVEFUSE", "shadow"},   {"LIVEFUSE_HOT", "5"}, {"LIVEFUSE_CACHE_DIR", "off"},
            {"LIVEFUSE_GRAPHS", "0"}, {"LIVEFUSE_FMA", "0"}, {"LIVEFUSE_LOG", "debug"},
-           {"LIVEFUSE_FAST_COMPILE", "1"}};
+           {"LIVEFUSE_FAST_COMPILE", "0"}};
   c = lf::parse_config(fake_getenv, &warnings);
   CHECK(warnings.empty());
   CHECK(c.mode == lf::Mode::shadow);
@@ -37,7 +37,7 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
   CHECK(c.cache_dir.empty());
   CHECK_FALSE(c.graphs);
   CHECK_FALSE(c.fma);
-  CHECK(c.fast_compile);
+  CHECK_FALSE(c.fast_compile);
   CHECK(c.log == lf::LogLevel::debug);
   CHECK(source_of(c, "LIVEFUSE_HOT") == "env");
 
