@@ -7,6 +7,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "livefuse/config.hpp"
@@ -127,6 +128,7 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("skipped", c.skipped);
       sink.add("failed", c.failed);
       sink.add("retired", c.retired);
+      sink.add("rounds", c.rounds);
     });
     // Plans not yet in the PlanTable: hot candidates waiting (candidate) and the one being
     // planned and compiled (compiling).
@@ -146,7 +148,8 @@ class Service final : public monitor::CandidateConsumer {
         out.push_back(std::move(p));
       };
       uint64_t n = 0;
-      if (busy_ && current_) info(*current_, "compiling", n++);
+      if (busy_)
+        for (const monitor::Candidate& c : current_) info(c, "compiling", n++);
       for (const monitor::Candidate& c : queue_) info(c, "candidate", n++);
     });
     register_counter_source("kernel_cache", [](CounterSink& sink) {
@@ -201,6 +204,12 @@ class Service final : public monitor::CandidateConsumer {
     paused_ = p;
   }
 
+  void set_held(bool h) {
+    std::lock_guard<std::mutex> g(mu_);
+    held_ = h;
+    cv_.notify_all();
+  }
+
   ServiceCounters counters() {
     std::lock_guard<std::mutex> g(mu_);
     return ctr_;
@@ -214,31 +223,34 @@ class Service final : public monitor::CandidateConsumer {
  private:
   void loop() {
     for (;;) {
-      monitor::Candidate c;
+      std::vector<monitor::Candidate> batch;
       std::vector<std::pair<uint64_t, uint32_t>> cold;
       {
         std::unique_lock<std::mutex> g(mu_);
         busy_ = false;
         idle_cv_.notify_all();
-        cv_.wait(g, [&] { return stopping_ || !queue_.empty() || !cold_.empty(); });
+        cv_.wait(g, [&] { return stopping_ || (!held_ && !queue_.empty()) || !cold_.empty(); });
         if (stopping_) return;
         busy_ = true;
         cold.swap(cold_);
-        if (!queue_.empty()) {
-          c = std::move(queue_.front());
+        if (!held_ && !queue_.empty()) ++ctr_.rounds;
+        // Every candidate queued by now is planned in this round: their kernels compile as one
+        // batch (kernel_compiler.hpp), so NVRTC's fixed cost per program is paid once for them.
+        while (!held_ && !queue_.empty() && batch.size() < kMaxBatch) {
+          batch.push_back(std::move(queue_.front()));
           queue_.pop_front();
-          current_ = std::make_shared<monitor::Candidate>(c);
         }
+        current_ = batch;
       }
       for (auto [sig, stream] : cold) retire(sig, stream);
-      if (!c.ops.empty()) handle(c);
+      if (!batch.empty()) handle(batch);
       // Statics first built by planning (op attributes, strategy tables, ...) are destroyed
       // before atexit handlers registered earlier run: register the stop once more after the
       // first job, so it runs before those destructors.
       static std::once_flag once;
       std::call_once(once, [] { std::atexit(stop_at_exit); });
       std::lock_guard<std::mutex> g(mu_);
-      current_.reset();
+      current_.clear();
     }
   }
 
@@ -268,63 +280,118 @@ class Service final : public monitor::CandidateConsumer {
     return nullptr;
   }
 
-  void handle(const monitor::Candidate& c) {
+  // A candidate planned and waiting for its kernels.
+  struct Pending {
+    const monitor::Candidate* c = nullptr;
+    std::pair<uint64_t, uint32_t> key;
+    uint64_t old_plan = 0;
+    Device device = Device::cpu();
+    std::string subject;
+    PlannedSegment planned;
+  };
+
+  void handle(const std::vector<monitor::Candidate>& batch) {
+    std::vector<Pending> pending;
+    for (const monitor::Candidate& c : batch)
+      if (auto p = prepare(c)) pending.push_back(std::move(*p));
+    compile(pending);
+    for (Pending& p : pending) publish(p);
+  }
+
+  void fail(const monitor::Candidate& c, const std::string& subject, const std::string& why) {
+    record_decision("planner", subject, "failed to plan", why);
+    std::lock_guard<std::mutex> g(mu_);
+    ++ctr_.failed;
+    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size()};
+    last_error_ = why;
+  }
+
+  void skip(const monitor::Candidate& c, const std::string& subject, const char* why) {
+    record_decision("planner", subject, "skip", why);
+    std::lock_guard<std::mutex> g(mu_);
+    ++ctr_.skipped;
+    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size()};
+  }
+
+  // Plans one candidate; nothing when it needs no plan (or cannot have one: recorded here).
+  std::optional<Pending> prepare(const monitor::Candidate& c) {
     // The mode is read per candidate: tests and tools switch it at run time.
     const Mode mode = config().mode;
     if (mode == Mode::off || mode == Mode::trace) {
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.skipped;
-      return;
+      return std::nullopt;
     }
-    const std::pair<uint64_t, uint32_t> key{c.signature, c.stream};
-    uint64_t old_plan = 0;
+    Pending p;
+    p.c = &c;
+    p.key = {c.signature, c.stream};
     {
       std::lock_guard<std::mutex> g(mu_);
-      auto it = planned_.find(key);
+      auto it = planned_.find(p.key);
       if (it != planned_.end()) {
         // Same structure again: re-plan only when its shape mix changed (a new version).
         if (it->second.version >= c.version || it->second.shape_tuples == c.shapes.tuples.size()) {
           ++ctr_.skipped;
-          return;
+          return std::nullopt;
         }
-        old_plan = it->second.plan_id;
+        p.old_plan = it->second.plan_id;
       }
     }
-    Device device = Device::cpu();
     trace::Scope ts("compile", "plan_segment");
-    const std::string subject = monitor::describe(c).substr(0, 120);
+    p.subject = monitor::describe(c).substr(0, 120);
     try {
-      device = stream_by_id(c.stream).device();
+      p.device = stream_by_id(c.stream).device();
       if (faults::fire(faults::Point::plan)) throw Error("[planner] injected fault at plan");
-      Segment seg = from_candidate(c);
-      PlannerOptions opts = default_planner_options(device);
-      PlannedSegment planned = plan_segment(seg, opts);
+      p.planned = plan_segment(from_candidate(c), default_planner_options(p.device));
       // The matcher hands the program the last call's results, so a plan that does not write
       // them (the monitor saw them never used) could never serve: its windows would always be
       // flushed eagerly, after paying the deferral.
-      if (const char* why = unservable(planned)) {
-        record_decision("planner", subject, "skip", why);
-        std::lock_guard<std::mutex> g(mu_);
-        ++ctr_.skipped;
-        planned_[key] = {0, c.version, c.shapes.tuples.size()};
-        return;
+      if (const char* why = unservable(p.planned)) {
+        skip(c, p.subject, why);
+        return std::nullopt;
       }
       if (faults::fire(faults::Point::compile)) throw Error("[planner] injected fault at compile");
-      if (device.is_cuda()) {
-        jit::CompileOptions co = jit::default_compile_options();  // the LIVEFUSE_* choices
-        co.arch = device_arch(device);
-        compile_plan(planned, jit::KernelCompiler::global(), co);
-        preload_modules(planned, device);
-      } else if (planned.summary.fused_kernels == 0) {
+      if (!p.device.is_cuda() && p.planned.summary.fused_kernels == 0) {
         // On the CPU a plan only pays through fusion (there are no launches to save).
-        record_decision("planner", subject, "skip",
-                        "no fusion possible: on the CPU a plan only pays through fusion");
-        std::lock_guard<std::mutex> g(mu_);
-        ++ctr_.skipped;
-        planned_[key] = {0, c.version, c.shapes.tuples.size()};
-        return;
+        skip(c, p.subject, "no fusion possible: on the CPU a plan only pays through fusion");
+        return std::nullopt;
       }
-      auto plan = std::make_shared<FusedPlan>(std::move(planned), device.kind);
+    } catch (const std::exception& e) {
+      fail(c, p.subject, e.what());
+      return std::nullopt;
+    }
+    return p;
+  }
+
+  // The CUDA plans' kernels, all of them in one submission per architecture.
+  void compile(std::vector<Pending>& pending) {
+    std::map<int, std::vector<Pending*>> by_arch;
+    for (Pending& p : pending)
+      if (p.device.is_cuda()) by_arch[device_arch(p.device)].push_back(&p);
+    for (auto& [arch, group] : by_arch) {
+      trace::Scope ts("compile", "compile_plans");
+      jit::CompileOptions co = jit::default_compile_options();  // the LIVEFUSE_* choices
+      co.arch = arch;
+      std::vector<PlannedSegment*> plans;
+      for (Pending* p : group) plans.push_back(&p->planned);
+      try {
+        compile_plans(plans, jit::KernelCompiler::global(), co);
+        for (Pending* p : group) preload_modules(p->planned, p->device);
+      } catch (const std::exception& e) {
+        for (Pending* p : group) {
+          fail(*p->c, p->subject, e.what());
+          p->c = nullptr;  // settled
+        }
+      }
+    }
+  }
+
+  void publish(Pending& p) {
+    if (!p.c) return;
+    const monitor::Candidate& c = *p.c;
+    const Mode mode = config().mode;
+    try {
+      auto plan = std::make_shared<FusedPlan>(std::move(p.planned), p.device.kind);
       plan->ops = plan_ops(c);
       plan->n_external = static_cast<int>(c.externals.size());
       plan->signature = c.signature;
@@ -344,19 +411,15 @@ class Service final : public monitor::CandidateConsumer {
           std::to_string(plan->planned().summary.plan_launches) + " launches (eager " +
           std::to_string(plan->planned().summary.eager_launches) + ")";
       const uint64_t id = plan->id;
-      record_decision("planner", subject, "publish plan " + std::to_string(id), plan->last_reason);
+      record_decision("planner", p.subject, "publish plan " + std::to_string(id), plan->last_reason);
       PlanTable::get().publish(std::move(plan));
-      if (old_plan) PlanTable::get().retire(old_plan, "replaced: the shape mix changed");
+      if (p.old_plan) PlanTable::get().retire(p.old_plan, "replaced: the shape mix changed");
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.planned;
       ++ctr_.published;
-      planned_[key] = {id, c.version, c.shapes.tuples.size()};
+      planned_[p.key] = {id, c.version, c.shapes.tuples.size()};
     } catch (const std::exception& e) {
-      record_decision("planner", subject, "failed to plan", e.what());
-      std::lock_guard<std::mutex> g(mu_);
-      ++ctr_.failed;
-      planned_[key] = {0, c.version, c.shapes.tuples.size()};
-      last_error_ = e.what();
+      fail(c, p.subject, e.what());
     }
   }
 
@@ -372,8 +435,9 @@ class Service final : public monitor::CandidateConsumer {
   std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
   ServiceCounters ctr_;
   std::string last_error_;
-  bool started_ = false, busy_ = false, stopping_ = false, paused_ = false;
-  std::shared_ptr<monitor::Candidate> current_;  // being planned (inspection)
+  bool started_ = false, busy_ = false, stopping_ = false, paused_ = false, held_ = false;
+  std::vector<monitor::Candidate> current_;  // being planned (inspection)
+  static constexpr size_t kMaxBatch = 16;     // candidates planned and compiled together
   uint64_t next_id_ = 1;
 };
 
@@ -407,5 +471,7 @@ ServiceCounters service_counters() { return service().counters(); }
 void reset_service_for_testing() { service().reset(); }
 
 void set_service_paused(bool paused) { service().set_paused(paused); }
+
+void hold_service_for_testing(bool held) { service().set_held(held); }
 
 }  // namespace livefuse::planner

@@ -9,6 +9,7 @@ namespace livefuse::planner {
 
 struct ServiceCounters {
   uint64_t candidates = 0, planned = 0, published = 0, skipped = 0, failed = 0, retired = 0;
+  uint64_t rounds = 0;  // planning rounds: the candidates queued at a round's start go together
 };
 
 // Installs the service as the monitor's consumer (idempotent). Not in LIVEFUSE=off or trace:
@@ -19,6 +20,9 @@ bool wait_service_idle(std::chrono::milliseconds timeout = std::chrono::seconds(
 ServiceCounters service_counters();
 // While paused, candidates are counted and dropped (benchmarks of the unplanned hot path).
 void set_service_paused(bool paused);
+// While held, candidates queue and are not planned; releasing plans them all in one round
+// (tests of batched planning).
+void hold_service_for_testing(bool held);
 // Forgets which candidates were planned (tests that reset the monitor and the PlanTable).
 void reset_service_for_testing();
 

@@ -1,8 +1,11 @@
 // The whole pipeline on the CPU: eager calls -> monitor -> planner -> PlanTable -> matcher.
+#include <chrono>
+
+#include "kernels/jit/kernel_compiler.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
-#include "test_util.hpp"
+#include "test_plan_util.hpp"
 
 namespace lf = livefuse;
 
@@ -51,4 +54,67 @@ TEST_CASE("pipeline: a repeating layer becomes a plan that serves calls with eag
                     << p->last_reason);
   REQUIRE(!snap->plans.empty());
   CHECK(lf::matcher_counters().served > 0);
+}
+
+namespace {
+// A program in two phases, each repeating a chain of its own: two hot sequences, two candidates.
+// `salt` makes the kernels new to every cache (a scalar of the chain).
+struct PhaseCounts {
+  lf::planner::ServiceCounters before, after;
+  uint64_t programs = 0, compiled = 0;  // NVRTC programs and kernels of the round
+};
+
+PhaseCounts plan_two_phases_held(const lf::Device& d, double salt) {
+  lftest::reset_pipeline();
+  lf::Config c = lf::config();
+  c.mode = lf::Mode::on;
+  c.sample = 0;
+  lf::set_config_for_testing(c);
+  const lf::Tensor x = lf::rand_uniform({32, 64}, 11, -1, 1, lf::DType::f32, d);
+  PhaseCounts r;
+  r.before = lf::planner::service_counters();
+  const lf::jit::CompilerStats s0 = lf::jit::KernelCompiler::global().stats();
+  lf::planner::hold_service_for_testing(true);
+  for (int it = 0; it < 12; ++it) {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = lf::exp(lf::mul(lf::add(h, salt), 0.5));
+    (void)h.to_doubles();
+  }
+  for (int it = 0; it < 12; ++it) {
+    lf::Tensor h = x;
+    for (int l = 0; l < 3; ++l) h = lf::tanh(lf::sub(lf::mul(h, h), salt));
+    (void)h.to_doubles();
+  }
+  CHECK(lf::monitor::Monitor::instance().drain());
+  const uint64_t queued = lf::planner::service_counters().candidates - r.before.candidates;
+  CHECK(queued >= 2);
+  CHECK(lf::planner::service_counters().rounds == r.before.rounds);  // held: nothing planned yet
+  lf::planner::hold_service_for_testing(false);
+  CHECK(lf::planner::wait_service_idle());
+  r.after = lf::planner::service_counters();
+  const lf::jit::CompilerStats s1 = lf::jit::KernelCompiler::global().stats();
+  r.programs = s1.programs - s0.programs;
+  r.compiled = s1.compiled - s0.compiled;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("pipeline: candidates queued together are planned in one round") {
+  const lf::Config saved = lf::config();
+  const PhaseCounts r = plan_two_phases_held(lf::Device::cpu(), 1.0);
+  lf::set_config_for_testing(saved);
+  CHECK(r.after.rounds - r.before.rounds == 1);
+  CHECK(r.after.published - r.before.published >= 2);
+}
+
+LF_CUDA_TEST_CASE("pipeline: the kernels of candidates planned in one round compile as one NVRTC program") {
+  const lf::Config saved = lf::config();
+  // A scalar no earlier run used: every kernel is compiled, none comes from the disk cache.
+  const double salt = 1.0 + static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % 1000003) * 1e-9;
+  const PhaseCounts r = plan_two_phases_held(lf::Device::cuda(0), salt);
+  lf::set_config_for_testing(saved);
+  CHECK(r.after.rounds - r.before.rounds == 1);
+  CHECK(r.after.published - r.before.published >= 2);
+  CHECK(r.compiled >= 2);
+  CHECK(r.programs == 1);  // f32 kernels share a program head
 }
