@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "livefuse/config.hpp"
@@ -291,9 +292,19 @@ class Service final : public monitor::CandidateConsumer {
   };
 
   void handle(const std::vector<monitor::Candidate>& batch) {
+    // A structure queued twice (its shape mix changed again while it waited) is planned once,
+    // from its latest candidate: one round publishes at most one plan per structure.
+    std::vector<const monitor::Candidate*> latest;
+    std::set<std::pair<uint64_t, uint32_t>> seen;
+    for (auto it = batch.rbegin(); it != batch.rend(); ++it)
+      if (seen.insert({it->signature, it->stream}).second) latest.insert(latest.begin(), &*it);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      ctr_.skipped += batch.size() - latest.size();
+    }
     std::vector<Pending> pending;
-    for (const monitor::Candidate& c : batch)
-      if (auto p = prepare(c)) pending.push_back(std::move(*p));
+    for (const monitor::Candidate* c : latest)
+      if (auto p = prepare(*c)) pending.push_back(std::move(*p));
     compile(pending);
     for (Pending& p : pending) publish(p);
   }

@@ -1,5 +1,6 @@
 // The whole pipeline on the CPU: eager calls -> monitor -> planner -> PlanTable -> matcher.
 #include <chrono>
+#include <map>
 
 #include "kernels/jit/kernel_compiler.hpp"
 #include "monitor/monitor.hpp"
@@ -117,4 +118,37 @@ LF_CUDA_TEST_CASE("pipeline: the kernels of candidates planned in one round comp
   CHECK(r.after.published - r.before.published >= 2);
   CHECK(r.compiled >= 2);
   CHECK(r.programs == 1);  // f32 kernels share a program head
+}
+
+TEST_CASE("pipeline: a structure queued twice in one round (its shape mix grew) becomes one plan") {
+  const lf::Config saved = lf::config();
+  lftest::reset_pipeline();
+  lf::Config c = lf::config();
+  c.mode = lf::Mode::on;
+  c.sample = 0;
+  lf::set_config_for_testing(c);
+  const lf::Device cpu = lf::Device::cpu();
+  const auto before = lf::planner::service_counters();
+  lf::planner::hold_service_for_testing(true);
+  for (int64_t rows : {32, 16}) {  // the same chain, then at a second shape
+    const lf::Tensor x = lf::rand_uniform({rows, 64}, 12, -1, 1, lf::DType::f32, cpu);
+    for (int it = 0; it < 12; ++it) {
+      lf::Tensor h = x;
+      for (int l = 0; l < 3; ++l) h = lf::sigmoid(lf::mul(lf::add(h, 0.25), h));
+      (void)h.to_doubles();
+    }
+  }
+  CHECK(lf::monitor::Monitor::instance().drain());
+  const uint64_t queued = lf::planner::service_counters().candidates - before.candidates;
+  lf::planner::hold_service_for_testing(false);
+  CHECK(lf::planner::wait_service_idle());
+  const auto after = lf::planner::service_counters();
+  std::map<uint64_t, int> plans_per_structure;
+  for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+    if (p->state != lf::PlanState::retired) ++plans_per_structure[p->signature];
+  lf::set_config_for_testing(saved);
+  REQUIRE_MESSAGE(queued >= 2, "the monitor queued " << queued << " candidates");
+  CHECK(after.rounds - before.rounds == 1);
+  CHECK(after.published - before.published == plans_per_structure.size());
+  for (const auto& [sig, n] : plans_per_structure) CHECK_MESSAGE(n == 1, "structure " << sig);
 }
