@@ -33,6 +33,7 @@
 #include "bench/bench_record.hpp"
 #include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/kernel_compiler.hpp"
+#include "kernels/jit/lto_compiler.hpp"
 #include "kernels/jit/render.hpp"
 #include "livefuse/livefuse.hpp"
 #include "planner/planner.hpp"
@@ -182,6 +183,13 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   jit::CompileOptions full = o;
   full.fast_compile = false;
   const std::vector<double> full_pass = alone_pass(full);
+  // Linked from the op library where the IR renderer covers the kernel (LIVEFUSE_JIT=lto; the
+  // others compile with NVRTC as above), in passes like the first figure.
+  jit::CompileOptions linked = o;
+  linked.lto = true;
+  std::vector<std::vector<double>> lto_runs;
+  if (jit::lto_available())
+    for (int p = 0; p < passes; ++p) lto_runs.push_back(alone_pass(linked));
   int programs = 0;
   size_t batched = 0;  // kernels the batch compiled
   double batch_wall_ms = 0;
@@ -208,12 +216,24 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   }
   std::fprintf(stderr, "\n[bench] %zu kernels submitted together: %d programs, %.1f ms in all\n", batched,
                programs, batch_wall_ms);
+  std::vector<double> lto_alone;  // each kernel's median pass, linked where covered
+  for (size_t k = 0; !lto_runs.empty() && k < specs.size(); ++k) {
+    std::vector<double> per;
+    for (const auto& run : lto_runs) per.push_back(run[k]);
+    if (!compiled(per).empty()) lto_alone.push_back(median(compiled(per)));
+  }
+  if (!lto_alone.empty()) {
+    std::fprintf(stderr, "[bench] linked from the op library (LIVEFUSE_JIT=lto), ms per kernel:");
+    for (double m : lto_alone) std::fprintf(stderr, " %.1f", m);
+    std::fprintf(stderr, "\n");
+  }
   double alone_sum = 0;
   for (double m : alone) alone_sum += m;
   Record r{"nvrtc_compile", "sm_" + std::to_string(o.arch), std::to_string(alone.size()) + " kernels", median(alone) * 1e3, {}};
   r.derived = {{"median_ms", median(alone)},
                {"first_pass_median_ms", median(compiled(runs[0]))},
                {"full_opt_median_ms", median(compiled(full_pass))},
+               {"lto_median_ms", lto_alone.empty() ? 0 : median(lto_alone)},
                {"nvrtc_init_ms", init_ms},
                {"max_ms", alone.empty() ? 0 : *std::max_element(alone.begin(), alone.end())},
                {"mean_ms", alone.empty() ? 0 : alone_sum / alone.size()},

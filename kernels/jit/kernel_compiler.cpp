@@ -12,6 +12,8 @@
 #include <cstdio>
 
 #include "kernels/jit/cuda_driver.hpp"
+#include "kernels/jit/lto_compiler.hpp"
+#include "kernels/jit/lto_render.hpp"
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 
@@ -30,6 +32,7 @@ CompileOptions default_compile_options() {
   o.arch = arch > 0 ? arch : 90;
   o.fma = config().fma;
   o.fast_compile = config().fast_compile;
+  o.lto = config().jit_lto;
   return o;
 }
 
@@ -197,7 +200,7 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
 void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opts) {
   // Render and look up every kernel; the misses go to NVRTC, in programs of kernels that agree
   // on the program head's fast_exp.
-  std::vector<size_t> misses[2];
+  std::vector<size_t> misses[2], linked;
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& j = jobs[i];
     try {
@@ -206,22 +209,29 @@ void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opt
       j.result.error = "[jit] " + j.spec->name + ": " + e.what();
       continue;
     }
-    j.kernel_key = make_key(*j.spec, j.rk, opts);
+    CompileOptions o = opts;
+    o.lto = opts.lto && ir_covers(*j.spec) && lto_available();
+    j.kernel_key = make_key(*j.spec, j.rk, o);
     if (auto hit = cache_.find(j.kernel_key, j.rk)) {
       j.result.kernel = hit;
       j.result.cache_hit = true;
       j.result.log = hit->log;
+    } else if (o.lto) {
+      linked.push_back(i);
     } else {
       misses[j.rk.head.fast_exp ? 1 : 0].push_back(i);
     }
   }
+  CompileOptions nvrtc_opts = opts;
+  nvrtc_opts.lto = false;
+  for (size_t i : linked) compile_linked(jobs, i, opts);
   for (const std::vector<size_t>& group : misses)
     for (size_t b = 0; b < group.size(); b += kMaxProgramKernels) {
       const std::vector<size_t> chunk(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
-      if (!compile_program(jobs, chunk, opts) && chunk.size() > 1)
+      if (!compile_program(jobs, chunk, nvrtc_opts) && chunk.size() > 1)
         for (size_t i : chunk) {
           jobs[i].result = {};
-          compile_program(jobs, {i}, opts);  // alone: its own error, the others' kernels
+          compile_program(jobs, {i}, nvrtc_opts);  // alone: its own error, the others' kernels
         }
     }
   for (Job& j : jobs) {
@@ -274,27 +284,58 @@ bool KernelCompiler::compile_program(std::vector<Job>& jobs, const std::vector<s
     return false;
   }
   auto program = std::make_shared<CompiledProgram>(out.cubin, static_cast<int>(chunk.size()));
-  for (size_t i : chunk) {
-    Job& j = jobs[i];
-    auto k = std::make_shared<CompiledKernel>();
-    k->key = j.kernel_key;
-    k->rendered = std::move(j.rk);
-    k->program = program;
-    k->log = out.log;
-    k->compile_ms = out.compile_ms / static_cast<double>(chunk.size());
-    for (Variant v : k->rendered.variants) {
-      const std::string name = k->rendered.entry(v);
-      EntryStats st{name, 0, 0};
-      for (const auto& e : out.entries)
-        if (e.name == name) st = e;
-      k->stats.push_back(st);
-      k->variant_ok.push_back(st.spill_bytes == 0);
-    }
-    cache_.insert(k);
-    j.result.kernel = k;
-    j.result.log = out.log;
-  }
+  for (size_t i : chunk) install(jobs[i], program, out, out.compile_ms / static_cast<double>(chunk.size()));
   return true;
+}
+
+void KernelCompiler::install(Job& j, const std::shared_ptr<CompiledProgram>& program, const NvrtcOutput& out,
+                             double compile_ms) {
+  auto k = std::make_shared<CompiledKernel>();
+  k->key = j.kernel_key;
+  k->rendered = std::move(j.rk);
+  k->program = program;
+  k->log = out.log;
+  k->compile_ms = compile_ms;
+  for (Variant v : k->rendered.variants) {
+    const std::string name = k->rendered.entry(v);
+    EntryStats st{name, 0, 0};
+    for (const auto& e : out.entries)
+      if (e.name == name) st = e;
+    k->stats.push_back(st);
+    k->variant_ok.push_back(st.spill_bytes == 0);
+  }
+  cache_.insert(k);
+  j.result.kernel = k;
+  j.result.log = out.log;
+}
+
+void KernelCompiler::compile_linked(std::vector<Job>& jobs, size_t i, const CompileOptions& opts) {
+  Job& j = jobs[i];
+  CompileOptions o = opts;
+  o.lto = true;
+  o.split = 0;
+  // The exit drain must be registered after libNVVM's and nvJitLink's statics exist, as after
+  // NVRTC's (before_program): the first link has new flags, so after_program registers it again.
+  CompileOptions warm = o;
+  warm.lto = false;  // NVRTC's warm-up flags: the link's flags stay new for after_program
+  if (is_global_) before_program(warm);
+  const NvrtcOutput out = lto_compile(render_pointwise_ir(*j.spec, j.rk), j.rk.prefix, o, j.rk.head.fast_exp);
+  if (is_global_) after_program(o);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(out.ok ? stats_.linked : stats_.link_fallbacks);
+  }
+  if (out.ok) {
+    install(j, std::make_shared<CompiledProgram>(out.cubin, 1), out, out.compile_ms);
+    return;
+  }
+  // Not linked (IR the library or libNVVM refuses): the same kernel from C++, keyed so; the
+  // log says why.
+  o.lto = false;
+  j.kernel_key = make_key(*j.spec, j.rk, o);
+  compile_program(jobs, {i}, o);
+  j.result.log = "[jit] linking from the op library failed (" + out.error + "); compiled with NVRTC\n" + out.log +
+                 "\n" + j.result.log;
 }
 
 }  // namespace livefuse::jit

@@ -43,6 +43,8 @@ inline constexpr int kMaxProgramKernels = 16;
 struct CompilerStats {
   uint64_t submitted = 0, compiled = 0, failed = 0, cache_hits = 0, deduplicated = 0;
   uint64_t programs = 0;           // NVRTC programs compiled (a program may hold several kernels)
+  uint64_t linked = 0;             // kernels linked from the op library (LIVEFUSE_JIT=lto)
+  uint64_t link_fallbacks = 0;     // kernels the library route refused, compiled with NVRTC
   std::vector<double> compile_ms;  // most recent NVRTC times (bounded)
 };
 
@@ -82,6 +84,10 @@ class KernelCompiler {
   // Compiles the kernels of `chunk` (indices into jobs, each rendered) as one program; false when
   // NVRTC failed (every job of the chunk then carries the error).
   bool compile_program(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const CompileOptions& opts);
+  // One kernel linked from the op library (lto_render.hpp); on failure it compiles with NVRTC.
+  void compile_linked(std::vector<Job>& jobs, size_t i, const CompileOptions& opts);
+  // Makes jobs[i]'s CompiledKernel from its program's output and caches it.
+  void install(Job& job, const std::shared_ptr<CompiledProgram>& program, const NvrtcOutput& out, double compile_ms);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   KernelCache cache_;

@@ -41,11 +41,16 @@ bool nvrtc_has_fast_compile() {  // -Ofc
 std::vector<std::string> CompileOptions::flags() const {
   // -minimal: generated kernels use no textures, runtime calls or device launches; skipping
   // those declarations saves a few ms of NVRTC time per kernel.
-  std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17", "--ptxas-options=-v",
-                                "-default-device", "-minimal"};
+  std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17", "-default-device", "-minimal"};
+  if (lto_ir) {  // no ptxas here: it runs when kernels are linked
+    f.push_back("-dlto");
+    f.push_back("-rdc=true");
+  } else {
+    f.push_back("--ptxas-options=-v");
+  }
   if (nvrtc_has_own_cache()) f.push_back("--no-cache");
   if (!fma) f.push_back("--fmad=false");
-  if (fast_compile && nvrtc_has_fast_compile()) {
+  if (fast_compile && !lto_ir && nvrtc_has_fast_compile()) {
     f.push_back("-Ofc=min");
     f.push_back("--ptxas-options=-Ofc=0");  // the register allocator at full strength
   }
@@ -58,6 +63,7 @@ std::string CompileOptions::str() const {
   keyed.split = 0;  // how NVRTC spreads its work changes nothing it produces
   std::string s;
   for (const auto& f : keyed.flags()) s += (s.empty() ? "" : " ") + f;
+  if (lto) s += " +lto";  // linked from the op library, not compiled from C++ (lto_render.hpp)
   return s;
 }
 
@@ -145,7 +151,12 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
     out.error = std::string("nvrtcCompileProgram: ") + nvrtcGetErrorString(r);
   } else {
     size_t n = 0;
-    if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+    if (opts.lto_ir) {
+      if (nvrtcGetLTOIRSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+        out.cubin.resize(n);  // the LTO IR, in the cubin's place
+        if (nvrtcGetLTOIR(prog, out.cubin.data()) == NVRTC_SUCCESS) out.ok = true;
+      }
+    } else if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
       out.cubin.resize(n);
       if (nvrtcGetCUBIN(prog, out.cubin.data()) == NVRTC_SUCCESS) out.ok = true;
     }
@@ -157,11 +168,32 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   return out;
 }
 
+std::string nvrtc_ptx(const std::string& source, const CompileOptions& opts) {
+  nvrtcProgram prog = nullptr;
+  if (nvrtcCreateProgram(&prog, source.c_str(), "ptx.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return {};
+  std::vector<std::string> flags = opts.flags();
+  for (std::string& f : flags)
+    if (f.rfind("-arch=sm_", 0) == 0) f = "-arch=compute_" + f.substr(9);  // PTX, no ptxas
+  std::vector<const char*> cflags;
+  for (const auto& f : flags)
+    if (f.rfind("--ptxas-options", 0) != 0) cflags.push_back(f.c_str());
+  std::string ptx;
+  size_t n = 0;
+  if (nvrtcCompileProgram(prog, static_cast<int>(cflags.size()), cflags.data()) == NVRTC_SUCCESS &&
+      nvrtcGetPTXSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+    ptx.assign(n, '\0');
+    if (nvrtcGetPTX(prog, ptx.data()) != NVRTC_SUCCESS) ptx.clear();
+  }
+  nvrtcDestroyProgram(&prog);
+  return ptx;
+}
+
 #else  // CPU-only build
 
 bool nvrtc_available() { return false; }
 std::string nvrtc_version() { return "none"; }
 bool nvrtc_supports_arch(int) { return false; }
+std::string nvrtc_ptx(const std::string&, const CompileOptions&) { return {}; }
 NvrtcOutput nvrtc_compile(const std::string&, const std::string&, const CompileOptions&) {
   NvrtcOutput out;
   out.error = "livefuse was built without CUDA: no NVRTC";

@@ -17,6 +17,11 @@ struct CompileOptions {
   // less per row kernel (locally). -Ofc=min for ptxas too made row kernels 8-35% slower and
   // -Ofc=mid/max every kernel 3-60x slower: neither is used.
   bool fast_compile = true;
+  // LIVEFUSE_JIT=lto: pointwise kernels the IR renderer covers are linked from the op library
+  // (lto_render.hpp) instead of compiled from C++. Part of the key.
+  bool lto = false;
+  // NVRTC emits LTO IR (-dlto -rdc=true) instead of a cubin: the op library's own compile.
+  bool lto_ir = false;
   // > 1: NVRTC optimizes and assembles up to this many entry points at once (-split-compile).
   // Same code; the compile service sets it for programs with several heavy entry points (row
   // kernels with both register bodies), where it saves a quarter of the time on two cores.
@@ -48,6 +53,8 @@ std::string nvrtc_version();      // "13.0", or "none"
 bool nvrtc_supports_arch(int arch);
 // Compiles `source` (program name `name` in messages).
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, const CompileOptions& opts);
+// The PTX NVRTC makes of `source` for opts.arch (tests compare it with the linked route's).
+std::string nvrtc_ptx(const std::string& source, const CompileOptions& opts);
 // Parses ptxas -v output ("Function properties for X", "N bytes spill stores", "Used R registers").
 std::vector<EntryStats> parse_ptxas_log(const std::string& log);
 

@@ -72,6 +72,17 @@ namespace {
 std::string ptr(const char* type, int word) {
   return std::string("((") + type + "*)A.w[" + std::to_string(word) + "])";
 }
+bool mentions(std::string_view expr, std::string_view name) {
+  for (size_t p = expr.find(name); p != std::string_view::npos; p = expr.find(name, p + 1)) {
+    const bool left = p == 0 || !(std::isalnum(static_cast<unsigned char>(expr[p - 1])) || expr[p - 1] == '_');
+    const size_t e = p + name.size();
+    const bool right = e >= expr.size() || !(std::isalnum(static_cast<unsigned char>(expr[e])) || expr[e] == '_');
+    if (left && right) return true;
+  }
+  return false;
+}
+}  // namespace
+
 std::string to_compute_fn(DType c) {
   switch (c) {
     case DType::i32: return "lf_to_i32";
@@ -89,17 +100,6 @@ std::string naturalize(DType d, const std::string& x) {
     default: return "lf_to_f(" + x + ")";
   }
 }
-bool mentions(std::string_view expr, std::string_view name) {
-  for (size_t p = expr.find(name); p != std::string_view::npos; p = expr.find(name, p + 1)) {
-    const bool left = p == 0 || !(std::isalnum(static_cast<unsigned char>(expr[p - 1])) || expr[p - 1] == '_');
-    const size_t e = p + name.size();
-    const bool right = e >= expr.size() || !(std::isalnum(static_cast<unsigned char>(expr[e])) || expr[e] == '_');
-    if (left && right) return true;
-  }
-  return false;
-}
-}  // namespace
-
 std::string load_expr(DType d, int word, const std::string& off) {
   const std::string o = "[" + off + "]";
   switch (d) {

@@ -10,6 +10,10 @@ std::string nat_type(DType d);      // register type of a value: float, int or l
 std::string compute_ctype(DType c); // f32 -> float, i32 -> int, i64 -> lf_i64
 // Natural value of dtype d at element `off` of the pointer stored in parameter word `word`.
 std::string load_expr(DType d, int word, const std::string& off);
+// Conversions of value_stmt: a natural value to compute type c (lf_to_f, lf_to_i32, lf_to_i64),
+// and an expression to the natural form of dtype d.
+std::string to_compute_fn(DType c);
+std::string naturalize(DType d, const std::string& x);
 // A scalar attribute as a literal of compute type c (converted like the eager backend does).
 std::string literal(double v, DType c);
 // "const T vI = ...;" for Op, Custom, Const and ColCount instructions; operands are vK.

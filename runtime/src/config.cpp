@@ -106,6 +106,11 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
        }},
       bool_row("LIVEFUSE_FMA", &Config::fma),
       bool_row("LIVEFUSE_FAST_COMPILE", &Config::fast_compile),
+      {"LIVEFUSE_JIT", "nvrtc or lto",
+       [](const std::string& s, Config& c) {
+         if (s != "nvrtc" && s != "lto") return false;
+         return c.jit_lto = s == "lto", true;
+       }},
       bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
       bool_row("LIVEFUSE_PROFILE", &Config::profile),
       {"LIVEFUSE_DEVICE", "cpu or cuda",

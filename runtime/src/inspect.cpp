@@ -48,6 +48,7 @@ std::string config_value(const Config& c, std::string_view name) {
   }
   if (name == "LIVEFUSE_FMA") return yes_no(c.fma);
   if (name == "LIVEFUSE_FAST_COMPILE") return yes_no(c.fast_compile);
+  if (name == "LIVEFUSE_JIT") return c.jit_lto ? "lto" : "nvrtc";
   if (name == "LIVEFUSE_CUDA_CACHE") return yes_no(c.cuda_cache);
   if (name == "LIVEFUSE_DEVICE") return c.device;
   return "?";  // a variable added to config.cpp but not here yet

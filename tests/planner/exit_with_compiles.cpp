@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/jit/kernel_compiler.hpp"
+#include "livefuse/config.hpp"
 #include "planner/planner.hpp"
 #include "planner/segment.hpp"
 
@@ -19,6 +20,7 @@ int main() {
   }
   jit::CompileOptions o;
   o.arch = 90;
+  o.lto = livefuse::config().jit_lto;  // a second run links pointwise kernels (LIVEFUSE_JIT=lto)
   std::vector<std::shared_future<jit::CompileResult>> jobs;
   std::vector<std::shared_ptr<const jit::KernelSpec>> batch;
   // Distinct kernels, so none is deduplicated or cached: pointwise ones alone, then row kernels

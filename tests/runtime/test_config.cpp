@@ -29,7 +29,7 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
 
   g_env = {{"LIVEFUSE", "shadow"},   {"LIVEFUSE_HOT", "5"}, {"LIVEFUSE_CACHE_DIR", "off"},
            {"LIVEFUSE_GRAPHS", "0"}, {"LIVEFUSE_FMA", "0"}, {"LIVEFUSE_LOG", "debug"},
-           {"LIVEFUSE_FAST_COMPILE", "0"}};
+           {"LIVEFUSE_FAST_COMPILE", "0"}, {"LIVEFUSE_JIT", "lto"}};
   c = lf::parse_config(fake_getenv, &warnings);
   CHECK(warnings.empty());
   CHECK(c.mode == lf::Mode::shadow);
@@ -38,14 +38,16 @@ TEST_CASE("config: defaults, valid values and one warning per bad value") {
   CHECK_FALSE(c.graphs);
   CHECK_FALSE(c.fma);
   CHECK_FALSE(c.fast_compile);
+  CHECK(c.jit_lto);
   CHECK(c.log == lf::LogLevel::debug);
   CHECK(source_of(c, "LIVEFUSE_HOT") == "env");
 
   g_env = {{"LIVEFUSE", "sometimes"}, {"LIVEFUSE_HOT", "-3"}, {"LIVEFUSE_MAX_SEGMENT", "12abc"},
-           {"LIVEFUSE_FAST_COMPILE", "max"}};
+           {"LIVEFUSE_FAST_COMPILE", "max"}, {"LIVEFUSE_JIT", "llvm"}};
   warnings.clear();
   c = lf::parse_config(fake_getenv, &warnings);
-  REQUIRE(warnings.size() == 4);
+  REQUIRE(warnings.size() == 5);
+  CHECK_FALSE(c.jit_lto);
   CHECK(c.fast_compile == lf::Config{}.fast_compile);
   CHECK(warnings[0].find("LIVEFUSE='sometimes'") != std::string::npos);
   CHECK(warnings[0].find("off, trace, shadow or on") != std::string::npos);

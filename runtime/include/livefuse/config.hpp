@@ -28,6 +28,9 @@ struct Config {
   // LIVEFUSE_FAST_COMPILE: NVRTC's front end at -Ofc=min, ptxas at full optimisation
   // (nvrtc_compiler.hpp says what was measured).
   bool fast_compile = true;
+  // LIVEFUSE_JIT: "lto" links the pointwise kernels it covers from a precompiled op library
+  // (kernels/jit/lto_render.hpp) instead of compiling them from C++ with NVRTC ("nvrtc").
+  bool jit_lto = false;
   bool cuda_cache = true;  // LIVEFUSE_CUDA_CACHE: reuse freed CUDA blocks per stream
   // LIVEFUSE_PROFILE: CUDA plans run their steps one by one between events (no graph) and
   // record each fusion group's GPU time (inspect(), report: groups[].gpu_us). Diagnostic: it

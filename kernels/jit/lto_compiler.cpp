@@ -1,0 +1,252 @@
+#include "kernels/jit/lto_compiler.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <type_traits>
+#include <vector>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/jit/lto_render.hpp"
+
+#if LIVEFUSE_HAS_CUDA
+#include <dlfcn.h>
+#endif
+
+namespace livefuse::jit {
+namespace {
+
+#if LIVEFUSE_HAS_CUDA
+// The entry points used, declared here rather than taken from nvvm.h / nvJitLink.h: those
+// headers are not where every install puts them, and nvJitLink.h maps its names onto
+// versioned symbols; the unversioned ones below are exported by every 12.x and 13.x library.
+using Handle = void*;
+constexpr int kInputLtoIr = 3;  // NVJITLINK_INPUT_LTOIR
+struct Api {
+  bool ok = false;
+  std::string why;
+  int (*nvvmCreateProgram)(Handle*);
+  int (*nvvmDestroyProgram)(Handle*);
+  int (*nvvmAddModuleToProgram)(Handle, const char*, size_t, const char*);
+  int (*nvvmCompileProgram)(Handle, int, const char**);
+  int (*nvvmGetCompiledResultSize)(Handle, size_t*);
+  int (*nvvmGetCompiledResult)(Handle, char*);
+  int (*nvvmGetProgramLogSize)(Handle, size_t*);
+  int (*nvvmGetProgramLog)(Handle, char*);
+  int (*nvJitLinkCreate)(Handle*, uint32_t, const char**);
+  int (*nvJitLinkDestroy)(Handle*);
+  int (*nvJitLinkAddData)(Handle, int, const void*, size_t, const char*);
+  int (*nvJitLinkComplete)(Handle);
+  int (*nvJitLinkGetLinkedCubinSize)(Handle, size_t*);
+  int (*nvJitLinkGetLinkedCubin)(Handle, void*);
+  int (*nvJitLinkGetLinkedPtxSize)(Handle, size_t*);
+  int (*nvJitLinkGetLinkedPtx)(Handle, char*);
+  int (*nvJitLinkGetErrorLogSize)(Handle, size_t*);
+  int (*nvJitLinkGetErrorLog)(Handle, char*);
+  int (*nvJitLinkGetInfoLogSize)(Handle, size_t*);
+  int (*nvJitLinkGetInfoLog)(Handle, char*);
+};
+
+void* open_first(const std::vector<std::string>& names) {
+  for (const std::string& n : names)
+    if (void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  return nullptr;
+}
+
+const Api& api() {
+  static const Api a = [] {
+    Api r{};
+    std::vector<std::string> nvvm = {"libnvvm.so.4", "libnvvm.so"};
+    std::vector<std::string> jitlink = {"libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"};
+    for (const char* root : {static_cast<const char*>(std::getenv("CUDA_HOME")), static_cast<const char*>(std::getenv("CUDA_PATH")), "/usr/local/cuda"}) {
+      if (!root) continue;
+      nvvm.push_back(std::string(root) + "/nvvm/lib64/libnvvm.so");
+      nvvm.push_back(std::string(root) + "/lib64/libnvvm.so");
+      jitlink.push_back(std::string(root) + "/lib64/libnvJitLink.so");
+    }
+    void* hv = open_first(nvvm);
+    void* hj = open_first(jitlink);
+    if (!hv || !hj) {
+      r.why = std::string(hv ? "" : "libnvvm not found") + (!hv && !hj ? ", " : "") + (hj ? "" : "libnvJitLink not found");
+      return r;
+    }
+    bool all = true;
+    auto get = [&](void* h, const char* name, auto& fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (!fn) {
+        all = false;
+        r.why = std::string("symbol ") + name + " missing";
+      }
+    };
+    get(hv, "nvvmCreateProgram", r.nvvmCreateProgram);
+    get(hv, "nvvmDestroyProgram", r.nvvmDestroyProgram);
+    get(hv, "nvvmAddModuleToProgram", r.nvvmAddModuleToProgram);
+    get(hv, "nvvmCompileProgram", r.nvvmCompileProgram);
+    get(hv, "nvvmGetCompiledResultSize", r.nvvmGetCompiledResultSize);
+    get(hv, "nvvmGetCompiledResult", r.nvvmGetCompiledResult);
+    get(hv, "nvvmGetProgramLogSize", r.nvvmGetProgramLogSize);
+    get(hv, "nvvmGetProgramLog", r.nvvmGetProgramLog);
+    get(hj, "nvJitLinkCreate", r.nvJitLinkCreate);
+    get(hj, "nvJitLinkDestroy", r.nvJitLinkDestroy);
+    get(hj, "nvJitLinkAddData", r.nvJitLinkAddData);
+    get(hj, "nvJitLinkComplete", r.nvJitLinkComplete);
+    get(hj, "nvJitLinkGetLinkedCubinSize", r.nvJitLinkGetLinkedCubinSize);
+    get(hj, "nvJitLinkGetLinkedCubin", r.nvJitLinkGetLinkedCubin);
+    get(hj, "nvJitLinkGetLinkedPtxSize", r.nvJitLinkGetLinkedPtxSize);
+    get(hj, "nvJitLinkGetLinkedPtx", r.nvJitLinkGetLinkedPtx);
+    get(hj, "nvJitLinkGetErrorLogSize", r.nvJitLinkGetErrorLogSize);
+    get(hj, "nvJitLinkGetErrorLog", r.nvJitLinkGetErrorLog);
+    get(hj, "nvJitLinkGetInfoLogSize", r.nvJitLinkGetInfoLogSize);
+    get(hj, "nvJitLinkGetInfoLog", r.nvJitLinkGetInfoLog);
+    r.ok = all;
+    return r;
+  }();
+  return a;
+}
+
+template <class SizeFn, class GetFn>
+std::string read_log(Handle h, SizeFn size, GetFn get) {
+  size_t n = 0;
+  if (size(h, &n) != 0 || n <= 1) return {};
+  std::string s(n, '\0');
+  if (get(h, s.data()) != 0) return {};
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  return s;
+}
+
+// The op library's LTO IR per (options, exp flavour): compiled once, shared by every kernel.
+struct Library {
+  std::once_flag once;
+  NvrtcOutput out;
+};
+
+std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, bool>, std::shared_ptr<Library>> libs;
+  CompileOptions lo = opts;
+  lo.lto = false;
+  lo.lto_ir = true;
+  lo.split = 0;
+  std::shared_ptr<Library> lib;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto& slot = libs[{lo.str(), fast_exp}];
+    if (!slot) slot = std::make_shared<Library>();
+    lib = slot;
+  }
+  std::call_once(lib->once, [&] { lib->out = nvrtc_compile(op_library_source(fast_exp), "lf_op_library", lo); });
+  return lib;
+}
+#endif
+
+}  // namespace
+
+#if LIVEFUSE_HAS_CUDA
+bool lto_available() { return api().ok; }
+std::string lto_unavailable_reason() { return api().ok ? std::string() : api().why; }
+
+namespace {
+// The link; `ptx`: its PTX in out.cubin instead of a cubin.
+NvrtcOutput link(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp, bool ptx) {
+  NvrtcOutput out;
+  const Api& a = api();
+  if (!a.ok) {
+    out.error = "LTO linking unavailable: " + a.why;
+    return out;
+  }
+  const std::shared_ptr<Library> lib = library(opts, fast_exp);
+  if (!lib->out.ok) {
+    out.error = "op library: " + lib->out.error;
+    out.log = lib->out.log;
+    return out;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // The kernel's IR -> LTO IR.
+  Handle vp = nullptr;
+  if (a.nvvmCreateProgram(&vp) != 0) {
+    out.error = "nvvmCreateProgram failed";
+    return out;
+  }
+  const std::string arch = "-arch=compute_" + std::to_string(opts.arch);
+  std::vector<const char*> vo = {arch.c_str(), "-gen-lto"};
+  if (!opts.fma) vo.push_back("-fma=0");
+  std::string kernel_lto;
+  if (a.nvvmAddModuleToProgram(vp, ir.data(), ir.size(), name.c_str()) != 0 ||
+      a.nvvmCompileProgram(vp, static_cast<int>(vo.size()), vo.data()) != 0) {
+    out.error = "libNVVM rejected the kernel's IR";
+    out.log = read_log(vp, a.nvvmGetProgramLogSize, a.nvvmGetProgramLog);
+    a.nvvmDestroyProgram(&vp);
+    return out;
+  }
+  size_t n = 0;
+  if (a.nvvmGetCompiledResultSize(vp, &n) == 0 && n > 0) {
+    kernel_lto.assign(n, '\0');
+    if (a.nvvmGetCompiledResult(vp, kernel_lto.data()) != 0) kernel_lto.clear();
+  }
+  a.nvvmDestroyProgram(&vp);
+  if (kernel_lto.empty()) {
+    out.error = "libNVVM produced no LTO IR";
+    return out;
+  }
+  // Link with the library (every call inlined), optimise, assemble.
+  const std::string sm = "-arch=sm_" + std::to_string(opts.arch);
+  std::vector<const char*> lo = {sm.c_str(), "-lto", "-verbose"};  // -verbose: ptxas's register report
+  if (!opts.fma) lo.push_back("-fma=0");
+  if (opts.fast_compile) {  // as for NVRTC (nvrtc_compiler.hpp): NVVM at -Ofc=min, ptxas at full strength
+    lo.push_back("-Ofc=min");
+    lo.push_back("-Xptxas=-Ofc=0");
+  }
+  if (ptx) lo.push_back("-ptx");
+  Handle h = nullptr;
+  if (a.nvJitLinkCreate(&h, static_cast<uint32_t>(lo.size()), lo.data()) != 0) {
+    out.error = "nvJitLinkCreate failed";
+    return out;
+  }
+  const bool linked = a.nvJitLinkAddData(h, kInputLtoIr, kernel_lto.data(), kernel_lto.size(), name.c_str()) == 0 &&
+                      a.nvJitLinkAddData(h, kInputLtoIr, lib->out.cubin.data(), lib->out.cubin.size(), "lf_op_library") == 0 &&
+                      a.nvJitLinkComplete(h) == 0;
+  out.log = read_log(h, a.nvJitLinkGetInfoLogSize, a.nvJitLinkGetInfoLog);
+  if (!linked) {
+    out.error = "nvJitLink failed";
+    out.log += read_log(h, a.nvJitLinkGetErrorLogSize, a.nvJitLinkGetErrorLog);
+  } else if (ptx) {
+    if (a.nvJitLinkGetLinkedPtxSize(h, &n) == 0 && n > 0) {
+      out.cubin.assign(n, '\0');
+      out.ok = a.nvJitLinkGetLinkedPtx(h, out.cubin.data()) == 0;
+    }
+  } else if (a.nvJitLinkGetLinkedCubinSize(h, &n) == 0 && n > 0) {
+    out.cubin.assign(n, '\0');
+    out.ok = a.nvJitLinkGetLinkedCubin(h, out.cubin.data()) == 0;
+    if (!out.ok) out.error = "nvJitLink produced no cubin";
+  } else {
+    out.error = "nvJitLink produced no cubin";
+  }
+  a.nvJitLinkDestroy(&h);
+  out.entries = parse_ptxas_log(out.log);
+  out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+}  // namespace
+
+NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp) {
+  return link(ir, name, opts, fast_exp, false);
+}
+
+std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp) {
+  NvrtcOutput out = link(ir, "ptx", opts, fast_exp, true);
+  return out.ok ? std::move(out.cubin) : std::string();
+}
+#else
+bool lto_available() { return false; }
+std::string lto_unavailable_reason() { return "built without CUDA"; }
+NvrtcOutput lto_compile(const std::string&, const std::string&, const CompileOptions&, bool) {
+  NvrtcOutput out;
+  out.error = "LTO linking unavailable: built without CUDA";
+  return out;
+}
+std::string lto_ptx(const std::string&, const CompileOptions&, bool) { return {}; }
+#endif
+
+}  // namespace livefuse::jit

@@ -1,0 +1,22 @@
+#pragma once
+// Kernels linked from the op library (lto_render.hpp): libNVVM turns a kernel's NVVM IR into
+// LTO IR, nvJitLink links it with the library's LTO IR (inlining every call) and runs ptxas.
+// libNVVM and nvJitLink are loaded at first use (dlopen: libnvvm lives outside the toolkit's
+// lib64 on many installs); without them, lto_available() is false and kernels take NVRTC.
+#include <string>
+
+#include "kernels/jit/nvrtc_compiler.hpp"
+
+namespace livefuse::jit {
+
+bool lto_available();
+std::string lto_unavailable_reason();  // empty when available
+
+// Compiles one kernel's IR (render_pointwise_ir) against the library for `opts` and the
+// kernel's exp flavour. The library is compiled once per (arch, options, flavour) and process;
+// its NVRTC time is not part of any kernel's compile_ms. On failure, `error` and `log` say why.
+NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp);
+// The PTX the same link makes (tests compare it with NVRTC's for the C++ kernel); empty on failure.
+std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp);
+
+}  // namespace livefuse::jit

@@ -1,0 +1,369 @@
+#include "kernels/jit/lto_render.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "kernels/jit/render_detail.hpp"
+#include "livefuse/error.hpp"
+
+namespace livefuse::jit {
+namespace {
+using namespace render_detail;
+
+// Value classes: a natural value or a compute value is a float, an int or a 64-bit int.
+enum class Cls : char { F = 'f', I = 'i', L = 'l' };
+Cls nat_cls(DType d) { return d == DType::i64 ? Cls::L : (d == DType::i32 || d == DType::boolean) ? Cls::I : Cls::F; }
+Cls compute_cls(DType c) { return c == DType::i64 ? Cls::L : c == DType::i32 ? Cls::I : Cls::F; }
+DType cls_dtype(Cls c) { return c == Cls::L ? DType::i64 : c == Cls::I ? DType::i32 : DType::f32; }
+std::string c_type(Cls c) { return c == Cls::L ? "lf_i64" : c == Cls::I ? "int" : "float"; }
+std::string ir_type(Cls c) { return c == Cls::L ? "i64" : c == Cls::I ? "i32" : "float"; }
+std::string sfx(Cls c) { return std::string(1, static_cast<char>(c)); }
+
+std::string storage_ir(DType d) {
+  switch (d) {
+    case DType::f16:
+    case DType::bf16: return "i16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::boolean: return "i8";
+    default: return "float";
+  }
+}
+std::string dname(DType d) { return std::string(dtype_name(d)); }
+
+// Library function names: the IR renderer and the library source agree through these.
+std::string fn_op(OpId op, Cls c) { return "lf_w_op_" + std::string(op_name(op)) + "_" + sfx(c); }
+std::string fn_cv(Cls c, Cls n) { return "lf_w_cv_" + sfx(c) + "_" + sfx(n); }
+std::string fn_truth(Cls c, Cls n) { return "lf_w_tr_" + sfx(c) + "_" + sfx(n); }
+std::string fn_nat(DType d, Cls c) { return "lf_w_nat_" + dname(d) + "_" + sfx(c); }
+std::string fn_bits(DType d, Cls c) { return "lf_w_bits_" + dname(d) + "_" + sfx(c); }
+std::string fn_ld(DType d) { return "lf_w_ld_" + dname(d); }
+std::string fn_st(DType d) { return "lf_w_st_" + dname(d); }
+
+constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean};
+constexpr Cls kCls[] = {Cls::F, Cls::I, Cls::L};
+
+bool elementwise_builtin(OpId op) {
+  return op_info(op).category == OpCategory::Elementwise && op != OpId::custom && !op_info(op).expr.empty();
+}
+bool op_has(OpId op, Cls c) { return elementwise_builtin(op) && (c == Cls::F || op_info(op).int_ok); }
+
+// IR constants with the conversions of render_detail::literal (float rounding, integer
+// saturation toward zero).
+std::string ir_const(double v, Cls c) {
+  if (c == Cls::F) {
+    const float f = static_cast<float>(v);
+    const double d = static_cast<double>(f);  // LLVM spells a float as the double it widens to
+    uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(bits));
+    return buf;
+  }
+  if (c == Cls::I) {
+    const long long x = v != v ? 0 : v >= 2147483647.0 ? 2147483647LL : v <= -2147483648.0 ? -2147483648LL : static_cast<long long>(v);
+    return std::to_string(x);
+  }
+  constexpr long long kMax = std::numeric_limits<long long>::max(), kMin = std::numeric_limits<long long>::min();
+  const long long x = v != v ? 0 : v >= static_cast<double>(kMax) ? kMax : v <= static_cast<double>(kMin) ? kMin : static_cast<long long>(v);
+  return std::to_string(x);
+}
+
+// Builds one kernel's IR: body lines, and the declarations of the library functions it calls.
+struct IrWriter {
+  std::ostringstream os;
+  std::map<std::string, std::string> decls;  // name -> declaration
+  int tmp = 0;
+
+  std::string fresh() { return "%q" + std::to_string(tmp++); }
+  // %r = call RET @name(args...), declared once.
+  std::string call(const std::string& ret, const std::string& name, const std::vector<std::pair<std::string, std::string>>& args) {
+    std::string sig, list;
+    for (const auto& [type, value] : args) {
+      sig += (sig.empty() ? "" : ", ") + type;
+      list += (list.empty() ? "" : ", ") + type + " " + value;
+    }
+    decls.emplace(name, "declare " + ret + " @" + name + "(" + sig + ")");
+    const std::string r = fresh();
+    os << "  " << r << " = call " << ret << " @" << name << "(" << list << ")\n";
+    return r;
+  }
+  std::string word(int k) {  // A.w[k] as an i64
+    const std::string p = fresh(), v = fresh();
+    os << "  " << p << " = getelementptr %LfArgs, %LfArgs* %A, i64 0, i32 0, i64 " << k << "\n";
+    os << "  " << v << " = load i64, i64* " << p << ", align 8\n";
+    return v;
+  }
+  // A pack of `vec` elements of dtype d at element `base` (i64) of the pointer in word k, read or
+  // written as words when the elements are narrower: a <8 x i16> access would become two 8-byte
+  // ones, a <4 x i32> is one 16-byte access (the NVRTC kernel's LfPack is one too).
+  struct Pack {
+    std::string ptr, access_type, elem_type;
+    int align = 0;
+  };
+  Pack pack(int k, DType d, int vec, const std::string& base) {
+    Pack pk;
+    pk.elem_type = "<" + std::to_string(vec) + " x " + storage_ir(d) + ">";
+    const size_t bytes = vec * dtype_size(d);
+    pk.access_type = dtype_size(d) < 4 && bytes % 4 == 0 ? "<" + std::to_string(bytes / 4) + " x i32>" : pk.elem_type;
+    pk.align = static_cast<int>(std::min<size_t>(16, bytes));
+    const std::string st = storage_ir(d), w = word(k), p = fresh(), q = fresh();
+    pk.ptr = fresh();
+    os << "  " << p << " = inttoptr i64 " << w << " to " << st << "*\n";
+    os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p << ", i64 " << base << "\n";
+    os << "  " << pk.ptr << " = bitcast " << st << "* " << q << " to " << pk.access_type << "*\n";
+    return pk;
+  }
+  // Loaded packs: either a vector of the elements, or (narrow elements) a vector of words the
+  // elements are shifted out of -- a bitcast of the words would be folded back into a vector of
+  // narrow elements, and that into two 8-byte accesses.
+  struct Loaded {
+    std::string value;
+    bool words = false;
+  };
+  Loaded load_pack(int k, DType d, int vec, const std::string& base) {
+    const Pack pk = pack(k, d, vec, base);
+    Loaded l{fresh(), pk.access_type != pk.elem_type};
+    os << "  " << l.value << " = load " << pk.access_type << ", " << pk.access_type << "* " << pk.ptr << ", align " << pk.align << "\n";
+    return l;
+  }
+  std::string element(const Loaded& l, DType d, int vec, int e) {
+    const std::string st = storage_ir(d), x = fresh();
+    if (!l.words) {
+      os << "  " << x << " = extractelement <" << vec << " x " << st << "> " << l.value << ", i32 " << e << "\n";
+      return x;
+    }
+    const int size = static_cast<int>(dtype_size(d)), per_word = 4 / size, words = vec / per_word;
+    const std::string h = fresh(), r = fresh();
+    const std::string wt = "<" + std::to_string(per_word) + " x " + st + ">";
+    os << "  " << x << " = extractelement <" << words << " x i32> " << l.value << ", i32 " << e / per_word << "\n";
+    os << "  " << h << " = bitcast i32 " << x << " to " << wt << "\n";
+    os << "  " << r << " = extractelement " << wt << " " << h << ", i32 " << e % per_word << "\n";
+    return r;
+  }
+  // Stores `elements` (one storage value each) as one pack.
+  void store_pack(int k, DType d, int vec, const std::string& base, const std::vector<std::string>& elements) {
+    const Pack pk = pack(k, d, vec, base);
+    const std::string st = storage_ir(d);
+    std::string value = "undef";
+    if (pk.access_type == pk.elem_type) {
+      for (int e = 0; e < vec; ++e) {
+        const std::string v = fresh();
+        os << "  " << v << " = insertelement " << pk.elem_type << " " << value << ", " << st << " " << elements[e] << ", i32 " << e << "\n";
+        value = v;
+      }
+    } else {
+      const int size = static_cast<int>(dtype_size(d)), per_word = 4 / size, words = vec / per_word;
+      for (int wi = 0; wi < words; ++wi) {
+        std::string word_value;
+        for (int j = 0; j < per_word; ++j) {
+          const std::string z = fresh();
+          os << "  " << z << " = zext " << st << " " << elements[wi * per_word + j] << " to i32\n";
+          std::string part = z;
+          if (j) {
+            part = fresh();
+            os << "  " << part << " = shl i32 " << z << ", " << j * size * 8 << "\n";
+          }
+          if (word_value.empty()) {
+            word_value = part;
+          } else {
+            const std::string o = fresh();
+            os << "  " << o << " = or i32 " << word_value << ", " << part << "\n";
+            word_value = o;
+          }
+        }
+        const std::string v = fresh();
+        os << "  " << v << " = insertelement <" << words << " x i32> " << value << ", i32 " << word_value << ", i32 " << wi << "\n";
+        value = v;
+      }
+    }
+    os << "  store " << pk.access_type << " " << value << ", " << pk.access_type << "* " << pk.ptr << ", align " << pk.align << "\n";
+  }
+};
+
+}  // namespace
+
+std::string op_library_source(bool fast_exp) {
+  std::ostringstream os;
+  os << program_head({fast_exp, false, false});
+  os << "\n// ---- the op library of LTO-linked kernels (lto_render.hpp) ----\n";
+  for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
+    const OpId op = static_cast<OpId>(i);
+    for (Cls c : kCls) {
+      if (!op_has(op, c)) continue;
+      const std::string t = c_type(c);
+      os << "extern \"C\" __device__ " << t << " " << fn_op(op, c) << "(" << t << " a, " << t << " b, " << t << " c, " << t
+         << " s0, " << t << " s1) { return (" << t << ")(" << op_info(op).expr << "); }\n";
+    }
+  }
+  for (Cls c : kCls)
+    for (Cls n : kCls) {
+      os << "extern \"C\" __device__ " << c_type(c) << " " << fn_cv(c, n) << "(" << c_type(n) << " x) { return "
+         << to_compute_fn(cls_dtype(c)) << "(x); }\n";
+      os << "extern \"C\" __device__ " << c_type(c) << " " << fn_truth(c, n) << "(" << c_type(n) << " x) { return ("
+         << c_type(c) << ")lf_truth(x); }\n";
+    }
+  for (DType d : kDTypes) {
+    const std::string nt = nat_type(d), st = storage_type(d);
+    for (Cls c : kCls) {
+      os << "extern \"C\" __device__ " << nt << " " << fn_nat(d, c) << "(" << c_type(c) << " r) { return "
+         << naturalize(d, "r") << "; }\n";
+      if (d == DType::f16 || d == DType::bf16)
+        os << "extern \"C\" __device__ lf_u16 " << fn_bits(d, c) << "(" << c_type(c) << " r) { return "
+           << (d == DType::f16 ? "lf_f2h" : "lf_f2bf") << "(lf_to_f(r)); }\n";
+    }
+    os << "extern \"C\" __device__ " << nt << " " << fn_ld(d) << "(" << st << " x) { return " << from_storage(d, "x") << "; }\n";
+    os << "extern \"C\" __device__ " << st << " " << fn_st(d) << "(" << nt << " x) { return " << to_storage(d, "x") << "; }\n";
+  }
+  return os.str();
+}
+
+bool ir_covers(const KernelSpec& spec) {
+  if (spec.kind != SpecKind::Pointwise || spec.variants != variant_bit(Variant::VecExactI32)) return false;
+  for (const KernelPart& part : spec.parts) {
+    for (const Instr& in : part.instrs) {
+      switch (in.kind) {
+        case InstrKind::Load:
+        case InstrKind::Const: break;
+        case InstrKind::Op:
+          if (!op_has(in.op, compute_cls(in.compute)) || outlined_op(in.op)) return false;
+          break;
+        case InstrKind::Store: {
+          const Instr& x = part.instrs[in.arg[0]];
+          if (!(has_bits(x) && x.dtype == in.dtype) && nat_cls(x.dtype) != nat_cls(in.dtype)) return false;
+          break;
+        }
+        default: return false;  // custom ops, row instructions
+      }
+    }
+    std::vector<int> stores(part.outputs.size(), 0);
+    for (const Instr& in : part.instrs)
+      if (in.kind == InstrKind::Store) ++stores.at(in.io);
+    for (int n : stores)
+      if (n != 1) return false;
+  }
+  return true;
+}
+
+std::string render_pointwise_ir(const KernelSpec& spec, const RenderedKernel& rk) {
+  LF_CHECK(ir_covers(spec), "fused kernel", spec.name, ": not a kernel the IR renderer covers");
+  const int vec = rk.vec;
+  const std::string entry = rk.entry(Variant::VecExactI32);
+  IrWriter w;
+  w.os << "define void @" << entry << "(%LfArgs* byval align 8 %A) {\nentry:\n";
+  w.os << "  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()\n  %b = zext i32 %ctaid to i64\n";
+  w.os << "  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n  br label %p0.test\n";
+  const size_t np = spec.parts.size();
+  for (size_t p = 0; p < np; ++p) {
+    const KernelPart& part = spec.parts[p];
+    const ArgLayout::Part& lp = rk.layout.parts[p];
+    const std::string P = "p" + std::to_string(p);
+    // A horizontal kernel's parts own consecutive block ranges: part p runs below part p+1's first.
+    w.os << P << ".test:\n";
+    if (p + 1 < np) {
+      const std::string next = w.word(rk.layout.parts[p + 1].base + 10), in = w.fresh();
+      w.os << "  " << in << " = icmp slt i64 %b, " << next << "\n";
+      w.os << "  br i1 " << in << ", label %" << P << ".run, label %p" << p + 1 << ".test\n";
+    } else {
+      w.os << "  br label %" << P << ".run\n";
+    }
+    w.os << P << ".run:\n";
+    const std::string begin = w.word(lp.base + 10), rel = w.fresh(), rel32 = w.fresh(), t0 = w.fresh(), t = w.fresh();
+    w.os << "  " << rel << " = sub i64 %b, " << begin << "\n  " << rel32 << " = trunc i64 " << rel << " to i32\n";
+    w.os << "  " << t0 << " = mul i32 " << rel32 << ", " << kPointwiseBlock << "\n  " << t << " = add i32 " << t0 << ", %tid\n";
+    const std::string nvec64 = w.word(lp.base + 11), nvec = w.fresh(), ok = w.fresh();
+    w.os << "  " << nvec << " = trunc i64 " << nvec64 << " to i32\n  " << ok << " = icmp slt i32 " << t << ", " << nvec << "\n";
+    w.os << "  br i1 " << ok << ", label %" << P << ".body, label %exit\n" << P << ".body:\n";
+    const std::string base32 = w.fresh(), base = w.fresh();
+    w.os << "  " << base32 << " = mul i32 " << t << ", " << vec << "\n  " << base << " = sext i32 " << base32 << " to i64\n";
+
+    // Packed loads, then the ops element by element (the NVRTC kernel's unrolled loop).
+    std::vector<IrWriter::Loaded> packs(part.instrs.size());
+    for (size_t i = 0; i < part.instrs.size(); ++i) {
+      const Instr& in = part.instrs[i];
+      if (in.kind != InstrKind::Load) continue;
+      packs[i] = w.load_pack(lp.in[in.io], in.dtype, vec, base);
+    }
+    std::vector<std::vector<std::string>> out_elems(part.outputs.size());  // storage values
+    for (int e = 0; e < vec; ++e) {
+      std::vector<std::string> val(part.instrs.size()), bits(part.instrs.size());
+      for (size_t i = 0; i < part.instrs.size(); ++i) {
+        const Instr& in = part.instrs[i];
+        switch (in.kind) {
+          case InstrKind::Load: {
+            const std::string x = w.element(packs[i], in.dtype, vec, e);
+            val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_ld(in.dtype), {{storage_ir(in.dtype), x}});
+            break;
+          }
+          case InstrKind::Const: {
+            // render_detail::value_stmt: float dtypes round the f32 literal to their natural form;
+            // bool is 0/1; integers take the literal of their own type.
+            const bool is_float = nat_cls(in.dtype) == Cls::F;
+            const Cls c = is_float ? Cls::F : nat_cls(in.dtype);
+            const std::string k = in.dtype == DType::boolean ? (in.s[0] != 0 ? "1" : "0") : ir_const(in.s[0], c);
+            val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ir_type(c), k}});
+            break;
+          }
+          case InstrKind::Op: {
+            const Cls c = compute_cls(in.compute);
+            const std::string ct = ir_type(c);
+            std::string args[3] = {"", "", ""};
+            for (int k = 0; k < in.nargs; ++k) {
+              const Instr& src = part.instrs[in.arg[k]];
+              const Cls n = nat_cls(src.dtype);
+              const std::string& fn = in.op == OpId::where && k == 0 ? fn_truth(c, n) : fn_cv(c, n);
+              args[k] = w.call(ct, fn, {{ir_type(n), val[in.arg[k]]}});
+            }
+            const std::string zero = c == Cls::F ? "0.0" : "0";
+            if (in.scalar_operand) args[in.nargs] = ir_const(in.s[0], c);
+            for (auto& a : args)
+              if (a.empty()) a = zero;
+            const std::string r = w.call(ct, fn_op(in.op, c),
+                                         {{ct, args[0]}, {ct, args[1]}, {ct, args[2]}, {ct, ir_const(in.s[0], c)}, {ct, ir_const(in.s[1], c)}});
+            val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ct, r}});
+            if (has_bits(in)) bits[i] = w.call("i16", fn_bits(in.dtype, c), {{ct, r}});
+            break;
+          }
+          case InstrKind::Store: {
+            const int x = in.arg[0];
+            const Instr& src = part.instrs[x];
+            const std::string st = storage_ir(in.dtype);
+            const std::string s = has_bits(src) && src.dtype == in.dtype
+                                      ? bits[x]
+                                      : w.call(st, fn_st(in.dtype), {{ir_type(nat_cls(in.dtype)), val[x]}});
+            out_elems[in.io].push_back(s);
+            break;
+          }
+          default: LF_ASSERT(false, "render_pointwise_ir: ", instr_kind_name(in.kind));
+        }
+      }
+    }
+    for (size_t k = 0; k < part.outputs.size(); ++k) {
+      w.store_pack(lp.out[k], part.outputs[k].dtype, vec, base, out_elems[k]);
+    }
+    w.os << "  br label %exit\n";
+  }
+  w.os << "exit:\n  ret void\n}\n";
+
+  std::ostringstream ir;
+  ir << "target datalayout = \"e-i64:64-i128:128-v16:16-v32:32-n16:32:64\"\n";
+  ir << "target triple = \"nvptx64-nvidia-cuda\"\n\n";
+  ir << "%LfArgs = type { [" << rk.layout.words << " x i64] }\n\n";
+  ir << "declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()\ndeclare i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n";
+  for (const auto& [name, decl] : w.decls) ir << decl << "\n";
+  ir << "\n" << w.os.str() << "\n";
+  const std::string fn_type = "void (%LfArgs*)*";
+  // nvJitLink's link-time optimisation drops kernels nothing marks as used.
+  ir << "@llvm.used = appending global [1 x i8*] [i8* bitcast (" << fn_type << " @" << entry << " to i8*)], section \"llvm.metadata\"\n\n";
+  ir << "!nvvm.annotations = !{!0, !1}\n";
+  ir << "!0 = !{" << fn_type << " @" << entry << ", !\"kernel\", i32 1}\n";
+  ir << "!1 = !{" << fn_type << " @" << entry << ", !\"maxntidx\", i32 " << kPointwiseBlock << "}\n";
+  ir << "!nvvmir.version = !{!2}\n!2 = !{i32 2, i32 0}\n";
+  return ir.str();
+}
+
+}  // namespace livefuse::jit

@@ -1,0 +1,34 @@
+#pragma once
+// [ Note -- kernels linked from an op library (LIVEFUSE_JIT=lto) ]
+// NVRTC spends most of a small kernel's compile on work that is the same for every kernel: its
+// C++ front end (its own builtin header, our device helpers), libdevice, ptxas's setup. So the
+// ops are compiled once, as an op library: the device helpers (lf_math.cuh, lf_fused.cuh) and
+// one extern "C" wrapper per (op, compute type), per conversion and per storage access, whose
+// bodies are the very C expressions of the op table -- compiled by NVRTC to LTO IR (-dlto), per
+// architecture, options and exp flavour, once per process. A kernel is then NVVM IR that only
+// indexes, loads, calls wrappers and stores (render_pointwise_ir); libNVVM turns it into LTO IR
+// and nvJitLink links it with the library, inlining every call, and runs ptxas
+// (lto_compiler.hpp). Entry names and the by-value LfArgs are the NVRTC kernel's, so launches do
+// not change. tools/nvvm_probe has the measurements that chose this route.
+//
+// Covered: pointwise kernels whose only variant is VecExactI32 (the planner asks for that one
+// when every shape is contiguous and divides by the pack), of built-in ops. Everything else
+// (strided or 64-bit variants, row kernels, custom ops, out-of-line ops) compiles with NVRTC.
+#include <string>
+
+#include "kernels/jit/kernel_spec.hpp"
+#include "kernels/jit/render.hpp"
+
+namespace livefuse::jit {
+
+// The library's C++ source for one exp flavour (ProgramHead::fast_exp).
+std::string op_library_source(bool fast_exp);
+
+// Whether render_pointwise_ir covers this kernel (else: NVRTC).
+bool ir_covers(const KernelSpec& spec);
+
+// The kernel as NVVM IR (LLVM 7 text, NVVM IR 2.0) over the library's functions. `rk` is the
+// NVRTC rendering of the same spec: entry names, argument layout and pack width come from it.
+std::string render_pointwise_ir(const KernelSpec& spec, const RenderedKernel& rk);
+
+}  // namespace livefuse::jit
