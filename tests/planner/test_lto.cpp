@@ -125,6 +125,16 @@ TEST_CASE("lto: every elementwise op and dtype links, with NVRTC's instructions"
       REQUIRE(!nvrtc_ptx.empty());
       CHECK(linked_ptx.find(".entry " + rk.entry(jit::Variant::VecExactI32)) != std::string::npos);
       CHECK_MESSAGE(linked_ptx.find("call") == std::string::npos, "a library call was not inlined");
+      // Launch-compatible: the same parameter block and block-size bound.
+      auto signature = [](const std::string& ptx) {
+        std::string sig;
+        std::istringstream is(ptx);
+        for (std::string line; std::getline(is, line);)
+          if (line.find(".param .align") != std::string::npos || line.find(".maxntid") != std::string::npos) sig += line + "\n";
+        return sig;
+      };
+      CHECK(!signature(nvrtc_ptx).empty());
+      CHECK(signature(linked_ptx) == signature(nvrtc_ptx));
       const std::string d = diff(histogram(nvrtc_ptx), histogram(linked_ptx));
       if (c.same_instructions) CHECK_MESSAGE(d.empty(), "instructions differ:\n", d);
       else if (!d.empty()) MESSAGE(c.name, ": instructions differ (expected, see OpCase):\n", d);
