@@ -223,7 +223,9 @@ std::string op_library_source(bool fast_exp) {
 }
 
 bool ir_covers(const KernelSpec& spec) {
-  if (spec.kind != SpecKind::Pointwise || spec.variants != variant_bit(Variant::VecExactI32)) return false;
+  constexpr uint32_t kVec = variant_bit(Variant::VecExactI32) | variant_bit(Variant::VecI32) |
+                           variant_bit(Variant::VecExactI64) | variant_bit(Variant::VecI64);
+  if (spec.kind != SpecKind::Pointwise || spec.variants == 0 || (spec.variants & ~kVec) != 0) return false;
   for (const KernelPart& part : spec.parts) {
     for (const Instr& in : part.instrs) {
       switch (in.kind) {
@@ -249,14 +251,81 @@ bool ir_covers(const KernelSpec& spec) {
   return true;
 }
 
-std::string render_pointwise_ir(const KernelSpec& spec, const RenderedKernel& rk) {
-  LF_CHECK(ir_covers(spec), "fused kernel", spec.name, ": not a kernel the IR renderer covers");
+namespace {
+// The ops of one element: `load(i)` gives Load instruction i's storage value, `store(io, v)`
+// takes output io's. Mirrors render_detail::value_stmt call for call.
+template <class LoadFn, class StoreFn>
+void element_ops(IrWriter& w, const KernelPart& part, LoadFn load, StoreFn store) {
+  std::vector<std::string> val(part.instrs.size()), bits(part.instrs.size());
+  for (size_t i = 0; i < part.instrs.size(); ++i) {
+    const Instr& in = part.instrs[i];
+    switch (in.kind) {
+      case InstrKind::Load:
+        val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_ld(in.dtype), {{storage_ir(in.dtype), load(i)}});
+        break;
+      case InstrKind::Const: {
+        // value_stmt: float dtypes round the f32 literal to their natural form; bool is 0/1;
+        // integers take the literal of their own type.
+        const Cls c = nat_cls(in.dtype);
+        const std::string k = in.dtype == DType::boolean ? (in.s[0] != 0 ? "1" : "0") : ir_const(in.s[0], c);
+        val[i] = w.call(ir_type(c), fn_nat(in.dtype, c), {{ir_type(c), k}});
+        break;
+      }
+      case InstrKind::Op: {
+        const Cls c = compute_cls(in.compute);
+        const std::string ct = ir_type(c);
+        std::string args[3] = {"", "", ""};
+        for (int k = 0; k < in.nargs; ++k) {
+          const Cls n = nat_cls(part.instrs[in.arg[k]].dtype);
+          const std::string fn = in.op == OpId::where && k == 0 ? fn_truth(c, n) : fn_cv(c, n);
+          args[k] = w.call(ct, fn, {{ir_type(n), val[in.arg[k]]}});
+        }
+        if (in.scalar_operand) args[in.nargs] = ir_const(in.s[0], c);
+        for (auto& a : args)
+          if (a.empty()) a = c == Cls::F ? "0.0" : "0";
+        const std::string r = w.call(ct, fn_op(in.op, c),
+                                     {{ct, args[0]}, {ct, args[1]}, {ct, args[2]}, {ct, ir_const(in.s[0], c)}, {ct, ir_const(in.s[1], c)}});
+        val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ct, r}});
+        if (has_bits(in)) bits[i] = w.call("i16", fn_bits(in.dtype, c), {{ct, r}});
+        break;
+      }
+      case InstrKind::Store: {
+        const int x = in.arg[0];
+        const Instr& src = part.instrs[x];
+        store(in.io, has_bits(src) && src.dtype == in.dtype
+                         ? bits[x]
+                         : w.call(storage_ir(in.dtype), fn_st(in.dtype), {{ir_type(nat_cls(in.dtype)), val[x]}}));
+        break;
+      }
+      default: LF_ASSERT(false, "render_pointwise_ir: ", instr_kind_name(in.kind));
+    }
+  }
+}
+
+// One entry point: the NVRTC kernel's render_entry, for a vec variant (packs, and when the
+// variant is not exact, the numel % VEC elements after them one a thread).
+void render_entry_ir(IrWriter& w, const KernelSpec& spec, const RenderedKernel& rk, Variant v) {
   const int vec = rk.vec;
-  const std::string entry = rk.entry(Variant::VecExactI32);
-  IrWriter w;
-  w.os << "define void @" << entry << "(%LfArgs* byval align 8 %A) {\nentry:\n";
+  const bool wide = is_i64(v), exact = v == Variant::VecExactI32 || v == Variant::VecExactI64;
+  const std::string I = wide ? "i64" : "i32";
+  // An I value of word k (the C kernel's (I)A.w[k]).
+  auto word_i = [&](int k) {
+    const std::string x = w.word(k);
+    if (wide) return x;
+    const std::string t = w.fresh();
+    w.os << "  " << t << " = trunc i64 " << x << " to i32\n";
+    return t;
+  };
+  auto to_i64 = [&](const std::string& x) {
+    if (wide) return x;
+    const std::string t = w.fresh();
+    w.os << "  " << t << " = sext i32 " << x << " to i64\n";
+    return t;
+  };
+  w.os << "define void @" << rk.entry(v) << "(%LfArgs* byval align 8 %A) {\nentry:\n";
   w.os << "  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()\n  %b = zext i32 %ctaid to i64\n";
-  w.os << "  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n  br label %p0.test\n";
+  w.os << "  %tid32 = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n";
+  w.os << (wide ? "  %tid = zext i32 %tid32 to i64\n" : "  %tid = add i32 %tid32, 0\n") << "  br label %p0.test\n";
   const size_t np = spec.parts.size();
   for (size_t p = 0; p < np; ++p) {
     const KernelPart& part = spec.parts[p];
@@ -272,82 +341,77 @@ std::string render_pointwise_ir(const KernelSpec& spec, const RenderedKernel& rk
       w.os << "  br label %" << P << ".run\n";
     }
     w.os << P << ".run:\n";
-    const std::string begin = w.word(lp.base + 10), rel = w.fresh(), rel32 = w.fresh(), t0 = w.fresh(), t = w.fresh();
-    w.os << "  " << rel << " = sub i64 %b, " << begin << "\n  " << rel32 << " = trunc i64 " << rel << " to i32\n";
-    w.os << "  " << t0 << " = mul i32 " << rel32 << ", " << kPointwiseBlock << "\n  " << t << " = add i32 " << t0 << ", %tid\n";
-    const std::string nvec64 = w.word(lp.base + 11), nvec = w.fresh(), ok = w.fresh();
-    w.os << "  " << nvec << " = trunc i64 " << nvec64 << " to i32\n  " << ok << " = icmp slt i32 " << t << ", " << nvec << "\n";
-    w.os << "  br i1 " << ok << ", label %" << P << ".body, label %exit\n" << P << ".body:\n";
-    const std::string base32 = w.fresh(), base = w.fresh();
-    w.os << "  " << base32 << " = mul i32 " << t << ", " << vec << "\n  " << base << " = sext i32 " << base32 << " to i64\n";
-
-    // Packed loads, then the ops element by element (the NVRTC kernel's unrolled loop).
-    std::vector<IrWriter::Loaded> packs(part.instrs.size());
-    for (size_t i = 0; i < part.instrs.size(); ++i) {
-      const Instr& in = part.instrs[i];
-      if (in.kind != InstrKind::Load) continue;
-      packs[i] = w.load_pack(lp.in[in.io], in.dtype, vec, base);
+    const std::string begin = w.word(lp.base + 10), rel = w.fresh(), t0 = w.fresh(), t = w.fresh();
+    w.os << "  " << rel << " = sub i64 %b, " << begin << "\n";
+    std::string rel_i = rel;
+    if (!wide) {
+      rel_i = w.fresh();
+      w.os << "  " << rel_i << " = trunc i64 " << rel << " to i32\n";
     }
-    std::vector<std::vector<std::string>> out_elems(part.outputs.size());  // storage values
-    for (int e = 0; e < vec; ++e) {
-      std::vector<std::string> val(part.instrs.size()), bits(part.instrs.size());
-      for (size_t i = 0; i < part.instrs.size(); ++i) {
-        const Instr& in = part.instrs[i];
-        switch (in.kind) {
-          case InstrKind::Load: {
-            const std::string x = w.element(packs[i], in.dtype, vec, e);
-            val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_ld(in.dtype), {{storage_ir(in.dtype), x}});
-            break;
-          }
-          case InstrKind::Const: {
-            // render_detail::value_stmt: float dtypes round the f32 literal to their natural form;
-            // bool is 0/1; integers take the literal of their own type.
-            const bool is_float = nat_cls(in.dtype) == Cls::F;
-            const Cls c = is_float ? Cls::F : nat_cls(in.dtype);
-            const std::string k = in.dtype == DType::boolean ? (in.s[0] != 0 ? "1" : "0") : ir_const(in.s[0], c);
-            val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ir_type(c), k}});
-            break;
-          }
-          case InstrKind::Op: {
-            const Cls c = compute_cls(in.compute);
-            const std::string ct = ir_type(c);
-            std::string args[3] = {"", "", ""};
-            for (int k = 0; k < in.nargs; ++k) {
-              const Instr& src = part.instrs[in.arg[k]];
-              const Cls n = nat_cls(src.dtype);
-              const std::string& fn = in.op == OpId::where && k == 0 ? fn_truth(c, n) : fn_cv(c, n);
-              args[k] = w.call(ct, fn, {{ir_type(n), val[in.arg[k]]}});
-            }
-            const std::string zero = c == Cls::F ? "0.0" : "0";
-            if (in.scalar_operand) args[in.nargs] = ir_const(in.s[0], c);
-            for (auto& a : args)
-              if (a.empty()) a = zero;
-            const std::string r = w.call(ct, fn_op(in.op, c),
-                                         {{ct, args[0]}, {ct, args[1]}, {ct, args[2]}, {ct, ir_const(in.s[0], c)}, {ct, ir_const(in.s[1], c)}});
-            val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ct, r}});
-            if (has_bits(in)) bits[i] = w.call("i16", fn_bits(in.dtype, c), {{ct, r}});
-            break;
-          }
-          case InstrKind::Store: {
-            const int x = in.arg[0];
-            const Instr& src = part.instrs[x];
-            const std::string st = storage_ir(in.dtype);
-            const std::string s = has_bits(src) && src.dtype == in.dtype
-                                      ? bits[x]
-                                      : w.call(st, fn_st(in.dtype), {{ir_type(nat_cls(in.dtype)), val[x]}});
-            out_elems[in.io].push_back(s);
-            break;
-          }
-          default: LF_ASSERT(false, "render_pointwise_ir: ", instr_kind_name(in.kind));
-        }
-      }
+    w.os << "  " << t0 << " = mul " << I << " " << rel_i << ", " << kPointwiseBlock << "\n  " << t << " = add " << I << " " << t0
+         << ", %tid\n";
+    const std::string nvec = word_i(lp.base + 11), ok = w.fresh();
+    w.os << "  " << ok << " = icmp slt " << I << " " << t << ", " << nvec << "\n";
+    w.os << "  br i1 " << ok << ", label %" << P << ".vec, label %" << P << ".tail\n" << P << ".vec:\n";
+    {  // packs of VEC elements
+      const std::string base_i = w.fresh();
+      w.os << "  " << base_i << " = mul " << I << " " << t << ", " << vec << "\n";
+      const std::string base = to_i64(base_i);
+      std::vector<IrWriter::Loaded> packs(part.instrs.size());
+      for (size_t i = 0; i < part.instrs.size(); ++i)
+        if (part.instrs[i].kind == InstrKind::Load) packs[i] = w.load_pack(lp.in[part.instrs[i].io], part.instrs[i].dtype, vec, base);
+      std::vector<std::vector<std::string>> out(part.outputs.size());
+      for (int e = 0; e < vec; ++e)
+        element_ops(
+            w, part, [&](size_t i) { return w.element(packs[i], part.instrs[i].dtype, vec, e); },
+            [&](int io, const std::string& value) { out[io].push_back(value); });
+      for (size_t k = 0; k < part.outputs.size(); ++k) w.store_pack(lp.out[k], part.outputs[k].dtype, vec, base, out[k]);
+      w.os << "  br label %" << P << ".tail\n";
     }
-    for (size_t k = 0; k < part.outputs.size(); ++k) {
-      w.store_pack(lp.out[k], part.outputs[k].dtype, vec, base, out_elems[k]);
+    w.os << P << ".tail:\n";
+    if (exact) {
+      w.os << "  br label %exit\n";
+      continue;
     }
-    w.os << "  br label %exit\n";
+    {  // the numel % VEC elements after the packs, one a thread (the C kernel's _at at i)
+      const std::string numel = word_i(lp.base), packed = w.fresh(), rest = w.fresh(), in_rest = w.fresh();
+      w.os << "  " << packed << " = mul " << I << " " << nvec << ", " << vec << "\n";
+      w.os << "  " << rest << " = sub " << I << " " << numel << ", " << packed << "\n";
+      w.os << "  " << in_rest << " = icmp slt " << I << " " << t << ", " << rest << "\n";
+      w.os << "  br i1 " << in_rest << ", label %" << P << ".one, label %exit\n" << P << ".one:\n";
+      const std::string i_i = w.fresh();
+      w.os << "  " << i_i << " = add " << I << " " << packed << ", " << t << "\n";
+      const std::string i64 = to_i64(i_i);
+      auto elem_ptr = [&](int word, DType d) {
+        const std::string st = storage_ir(d), x = w.word(word), p0 = w.fresh(), q = w.fresh();
+        w.os << "  " << p0 << " = inttoptr i64 " << x << " to " << st << "*\n";
+        w.os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p0 << ", i64 " << i64 << "\n";
+        return q;
+      };
+      element_ops(
+          w, part,
+          [&](size_t i) {
+            const Instr& in = part.instrs[i];
+            const std::string st = storage_ir(in.dtype), ptr = elem_ptr(lp.in[in.io], in.dtype), x = w.fresh();
+            w.os << "  " << x << " = load " << st << ", " << st << "* " << ptr << ", align " << dtype_size(in.dtype) << "\n";
+            return x;
+          },
+          [&](int io, const std::string& value) {
+            const DType d = part.outputs[io].dtype;
+            const std::string st = storage_ir(d), ptr = elem_ptr(lp.out[io], d);
+            w.os << "  store " << st << " " << value << ", " << st << "* " << ptr << ", align " << dtype_size(d) << "\n";
+          });
+      w.os << "  br label %exit\n";
+    }
   }
-  w.os << "exit:\n  ret void\n}\n";
+  w.os << "exit:\n  ret void\n}\n\n";
+}
+}  // namespace
+
+std::string render_pointwise_ir(const KernelSpec& spec, const RenderedKernel& rk) {
+  LF_CHECK(ir_covers(spec), "fused kernel", spec.name, ": not a kernel the IR renderer covers");
+  IrWriter w;
+  for (Variant v : rk.variants) render_entry_ir(w, spec, rk, v);
 
   std::ostringstream ir;
   ir << "target datalayout = \"e-i64:64-i128:128-v16:16-v32:32-n16:32:64\"\n";
@@ -358,11 +422,19 @@ std::string render_pointwise_ir(const KernelSpec& spec, const RenderedKernel& rk
   ir << "\n" << w.os.str() << "\n";
   const std::string fn_type = "void (%LfArgs*)*";
   // nvJitLink's link-time optimisation drops kernels nothing marks as used.
-  ir << "@llvm.used = appending global [1 x i8*] [i8* bitcast (" << fn_type << " @" << entry << " to i8*)], section \"llvm.metadata\"\n\n";
-  ir << "!nvvm.annotations = !{!0, !1}\n";
-  ir << "!0 = !{" << fn_type << " @" << entry << ", !\"kernel\", i32 1}\n";
-  ir << "!1 = !{" << fn_type << " @" << entry << ", !\"maxntidx\", i32 " << kPointwiseBlock << "}\n";
-  ir << "!nvvmir.version = !{!2}\n!2 = !{i32 2, i32 0}\n";
+  ir << "@llvm.used = appending global [" << rk.variants.size() << " x i8*] [";
+  for (size_t k = 0; k < rk.variants.size(); ++k)
+    ir << (k ? ", " : "") << "i8* bitcast (" << fn_type << " @" << rk.entry(rk.variants[k]) << " to i8*)";
+  ir << "], section \"llvm.metadata\"\n\n!nvvm.annotations = !{";
+  const int n = static_cast<int>(rk.variants.size());
+  for (int k = 0; k < 2 * n; ++k) ir << (k ? ", " : "") << "!" << k;
+  ir << "}\n";
+  for (int k = 0; k < n; ++k) {
+    const std::string e = rk.entry(rk.variants[k]);
+    ir << "!" << 2 * k << " = !{" << fn_type << " @" << e << ", !\"kernel\", i32 1}\n";
+    ir << "!" << 2 * k + 1 << " = !{" << fn_type << " @" << e << ", !\"maxntidx\", i32 " << kPointwiseBlock << "}\n";
+  }
+  ir << "!nvvmir.version = !{!" << 2 * n << "}\n!" << 2 * n << " = !{i32 2, i32 0}\n";
   return ir.str();
 }
 

@@ -11,9 +11,10 @@
 // (lto_compiler.hpp). Entry names and the by-value LfArgs are the NVRTC kernel's, so launches do
 // not change. tools/nvvm_probe has the measurements that chose this route.
 //
-// Covered: pointwise kernels whose only variant is VecExactI32 (the planner asks for that one
-// when every shape is contiguous and divides by the pack), of built-in ops. Everything else
-// (strided or 64-bit variants, row kernels, custom ops, out-of-line ops) compiles with NVRTC.
+// Covered: pointwise kernels of built-in ops whose variants are packed ones (VecExact and Vec,
+// 32- and 64-bit indexing: contiguous operands; the non-exact ones end with a tail of single
+// elements). Everything else (strided variants, row kernels, custom ops, out-of-line ops)
+// compiles with NVRTC.
 #include <string>
 
 #include "kernels/jit/kernel_spec.hpp"

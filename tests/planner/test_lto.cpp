@@ -59,8 +59,9 @@ struct OpCase {
   bool same_instructions = true;
 };
 
-// One kernel per elementwise op and dtype it takes, with a scalar operand, a constant-free
-// broadcast-free shape (the VecExactI32 variant) and an f32 side output.
+// One kernel per elementwise op and dtype it takes (with a scalar operand, on a shape that
+// divides by the pack: the VecExactI32 variant), casts, sizes with a tail (VecI32) and a
+// horizontal kernel.
 std::vector<OpCase> op_cases() {
   std::vector<OpCase> out;
   for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
@@ -86,6 +87,13 @@ std::vector<OpCase> op_cases() {
     b.output(b.add(OpId::cast, {b.add(OpId::gelu, {x})}, cast_attrs(DType::i32)));
     b.output(b.add(OpId::cast, {x}, cast_attrs(DType::boolean)));
     out.push_back({"cast f16 -> i32, bool", b.build()});
+  }
+  for (DType dt : {DType::f16, DType::f32, DType::i64}) {  // numel % pack != 0: packs, then a tail
+    SegmentBuilder b;
+    const ValueRef x = b.input({7, 37}, dt), y = b.input({7, 37}, dt);
+    const ValueRef v = dt == DType::i64 ? b.add(OpId::maximum, {x, y}) : b.add(OpId::gelu, {b.add(OpId::sub, {x, y})});
+    b.output(b.add(OpId::where, {x, v, y}));
+    out.push_back({"odd size " + std::string(dtype_name(dt)), b.build()});
   }
   {  // a horizontal kernel: two unrelated chains in one launch
     SegmentBuilder b;
@@ -114,7 +122,13 @@ TEST_CASE("lto: every elementwise op and dtype links, with NVRTC's instructions"
   for (const OpCase& c : op_cases()) {
     INFO(c.name);
     const PlannedSegment p = plan_segment(c.seg, default_planner_options(Device::cuda(0)));
-    for (const auto& spec : specs_of(p)) {
+    auto specs = specs_of(p);
+    {  // the same kernel with 64-bit indexing (shapes past 2^31 elements take it)
+      auto wide = std::make_shared<jit::KernelSpec>(*specs.at(0));
+      wide->variants = jit::variant_bit(jit::Variant::VecI64) | jit::variant_bit(jit::Variant::VecExactI64);
+      specs.push_back(wide);
+    }
+    for (const auto& spec : specs) {
       REQUIRE_MESSAGE(jit::ir_covers(*spec), "the IR renderer should cover ", spec->name);
       const jit::RenderedKernel rk = jit::render_cuda(*spec);
       const std::string ir = jit::render_pointwise_ir(*spec, rk);
@@ -123,7 +137,7 @@ TEST_CASE("lto: every elementwise op and dtype links, with NVRTC's instructions"
       const std::string nvrtc_ptx = jit::nvrtc_ptx(rk.source, sm90());
       REQUIRE_MESSAGE(!linked_ptx.empty(), "linking failed; IR:\n", ir);
       REQUIRE(!nvrtc_ptx.empty());
-      CHECK(linked_ptx.find(".entry " + rk.entry(jit::Variant::VecExactI32)) != std::string::npos);
+      for (jit::Variant v : rk.variants) CHECK(linked_ptx.find(".entry " + rk.entry(v)) != std::string::npos);
       CHECK_MESSAGE(linked_ptx.find("call") == std::string::npos, "a library call was not inlined");
       // Launch-compatible: the same parameter block and block-size bound.
       auto signature = [](const std::string& ptx) {
@@ -141,7 +155,7 @@ TEST_CASE("lto: every elementwise op and dtype links, with NVRTC's instructions"
       ++linked;
     }
   }
-  CHECK(linked > 40);
+  CHECK(linked > 80);
 }
 
 TEST_CASE("lto: the compile service links what the renderer covers and compiles the rest with NVRTC" * doctest::skip(kNoLto)) {
