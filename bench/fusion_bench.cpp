@@ -14,7 +14,9 @@
 //                     before its first program): `median_ms` is the median over kernels of each
 //                     kernel's median pass (`first_pass_median_ms`: of the first pass alone),
 //                     `mean_ms`; at NVRTC's full optimisation (LIVEFUSE_FAST_COMPILE=0), one pass:
-//                     `full_opt_median_ms`;
+//                     `full_opt_median_ms`; linked from the op library (LIVEFUSE_JIT=lto) where
+//                     the IR renderer covers the kernel: `lto_median_ms`, and the library's own
+//                     compile, once per process: `lto_library_ms`;
 //                     the same kernels submitted together, as the planner submits a plan's
 //                     kernels (one program per up to 16 kernels): `batched_ms_per_kernel` (wall
 //                     time / kernels); `empty_kernel_ms`, an empty kernel's, is NVRTC's fixed
@@ -188,8 +190,11 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   jit::CompileOptions linked = o;
   linked.lto = true;
   std::vector<std::vector<double>> lto_runs;
-  if (jit::lto_available())
+  double lto_library_ms = 0;  // once per process and exp flavour (both are used below)
+  if (jit::lto_available()) {
+    lto_library_ms = jit::lto_library_ms(linked, false) + jit::lto_library_ms(linked, true);
     for (int p = 0; p < passes; ++p) lto_runs.push_back(alone_pass(linked));
+  }
   int programs = 0;
   size_t batched = 0;  // kernels the batch compiled
   double batch_wall_ms = 0;
@@ -234,6 +239,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
                {"first_pass_median_ms", median(compiled(runs[0]))},
                {"full_opt_median_ms", median(compiled(full_pass))},
                {"lto_median_ms", lto_alone.empty() ? 0 : median(lto_alone)},
+               {"lto_library_ms", lto_library_ms},
                {"nvrtc_init_ms", init_ms},
                {"max_ms", alone.empty() ? 0 : *std::max_element(alone.begin(), alone.end())},
                {"mean_ms", alone.empty() ? 0 : alone_sum / alone.size()},

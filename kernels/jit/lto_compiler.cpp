@@ -234,6 +234,11 @@ NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const Co
   return link(ir, name, opts, fast_exp, false);
 }
 
+double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
+  const std::shared_ptr<Library> lib = library(opts, fast_exp);
+  return lib->out.ok ? lib->out.compile_ms : -1;
+}
+
 std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp) {
   NvrtcOutput out = link(ir, "ptx", opts, fast_exp, true);
   return out.ok ? std::move(out.cubin) : std::string();
@@ -247,6 +252,7 @@ NvrtcOutput lto_compile(const std::string&, const std::string&, const CompileOpt
   return out;
 }
 std::string lto_ptx(const std::string&, const CompileOptions&, bool) { return {}; }
+double lto_library_ms(const CompileOptions&, bool) { return -1; }
 #endif
 
 }  // namespace livefuse::jit

@@ -16,6 +16,9 @@ std::string lto_unavailable_reason();  // empty when available
 // kernel's exp flavour. The library is compiled once per (arch, options, flavour) and process;
 // its NVRTC time is not part of any kernel's compile_ms. On failure, `error` and `log` say why.
 NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp);
+// The op library's NVRTC time for these options and flavour (compiling it if not yet done):
+// paid once per process, outside every kernel's compile_ms. < 0 when it does not compile.
+double lto_library_ms(const CompileOptions& opts, bool fast_exp);
 // The PTX the same link makes (tests compare it with NVRTC's for the C++ kernel); empty on failure.
 std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp);
 
