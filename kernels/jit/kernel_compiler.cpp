@@ -200,7 +200,7 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
 void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opts) {
   // Render and look up every kernel; the misses go to NVRTC, in programs of kernels that agree
   // on the program head's fast_exp.
-  std::vector<size_t> misses[2], linked;
+  std::vector<size_t> misses[2], linked[2];
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& j = jobs[i];
     try {
@@ -217,14 +217,16 @@ void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opt
       j.result.cache_hit = true;
       j.result.log = hit->log;
     } else if (o.lto) {
-      linked.push_back(i);
+      linked[j.rk.head.fast_exp ? 1 : 0].push_back(i);
     } else {
       misses[j.rk.head.fast_exp ? 1 : 0].push_back(i);
     }
   }
   CompileOptions nvrtc_opts = opts;
   nvrtc_opts.lto = false;
-  for (size_t i : linked) compile_linked(jobs, i, opts);
+  for (const std::vector<size_t>& group : linked)
+    for (size_t b = 0; b < group.size(); b += kMaxProgramKernels)
+      compile_linked(jobs, std::vector<size_t>(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels)), opts);
   for (const std::vector<size_t>& group : misses)
     for (size_t b = 0; b < group.size(); b += kMaxProgramKernels) {
       const std::vector<size_t> chunk(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
@@ -309,31 +311,45 @@ void KernelCompiler::install(Job& j, const std::shared_ptr<CompiledProgram>& pro
   j.result.log = out.log;
 }
 
-void KernelCompiler::compile_linked(std::vector<Job>& jobs, size_t i, const CompileOptions& opts) {
-  Job& j = jobs[i];
+void KernelCompiler::compile_linked(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const CompileOptions& opts) {
   CompileOptions o = opts;
   o.lto = true;
   o.split = 0;
+  std::vector<std::string> irs;
+  for (size_t i : chunk) irs.push_back(render_pointwise_ir(*jobs[i].spec, jobs[i].rk));
+  std::vector<LinkInput> inputs;
+  for (size_t k = 0; k < chunk.size(); ++k) inputs.push_back({&irs[k], jobs[chunk[k]].rk.prefix});
   // The exit drain must be registered after libNVVM's and nvJitLink's statics exist, as after
   // NVRTC's (before_program): the first link has new flags, so after_program registers it again.
   CompileOptions warm = o;
   warm.lto = false;  // NVRTC's warm-up flags: the link's flags stay new for after_program
   if (is_global_) before_program(warm);
-  const NvrtcOutput out = lto_compile(render_pointwise_ir(*j.spec, j.rk), j.rk.prefix, o, j.rk.head.fast_exp);
+  const NvrtcOutput out = lto_compile(inputs, o, jobs[chunk[0]].rk.head.fast_exp);
   if (is_global_) after_program(o);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++(out.ok ? stats_.linked : stats_.link_fallbacks);
-  }
   if (out.ok) {
-    install(j, std::make_shared<CompiledProgram>(out.cubin, 1), out, out.compile_ms);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.linked += chunk.size();
+      ++stats_.programs;
+    }
+    auto program = std::make_shared<CompiledProgram>(out.cubin, static_cast<int>(chunk.size()));
+    for (size_t i : chunk) install(jobs[i], program, out, out.compile_ms / static_cast<double>(chunk.size()));
+    return;
+  }
+  if (chunk.size() > 1) {
+    for (size_t i : chunk) compile_linked(jobs, {i}, opts);  // alone: the others still link
     return;
   }
   // Not linked (IR the library or libNVVM refuses): the same kernel from C++, keyed so; the
   // log says why.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.link_fallbacks;
+  }
+  Job& j = jobs[chunk[0]];
   o.lto = false;
   j.kernel_key = make_key(*j.spec, j.rk, o);
-  compile_program(jobs, {i}, o);
+  compile_program(jobs, chunk, o);
   j.result.log = "[jit] linking from the op library failed (" + out.error + "); compiled with NVRTC\n" + out.log +
                  "\n" + j.result.log;
 }

@@ -84,8 +84,10 @@ class KernelCompiler {
   // Compiles the kernels of `chunk` (indices into jobs, each rendered) as one program; false when
   // NVRTC failed (every job of the chunk then carries the error).
   bool compile_program(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const CompileOptions& opts);
-  // One kernel linked from the op library (lto_render.hpp); on failure it compiles with NVRTC.
-  void compile_linked(std::vector<Job>& jobs, size_t i, const CompileOptions& opts);
+  // Kernels linked from the op library (lto_render.hpp), one exp flavour, into one cubin. A
+  // chunk that fails is linked again kernel by kernel; a kernel that fails alone compiles with
+  // NVRTC.
+  void compile_linked(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const CompileOptions& opts);
   // Makes jobs[i]'s CompiledKernel from its program's output and caches it.
   void install(Job& job, const std::shared_ptr<CompiledProgram>& program, const NvrtcOutput& out, double compile_ms);
   struct Impl;

@@ -1,5 +1,6 @@
 #include "kernels/jit/lto_compiler.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <type_traits>
@@ -7,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <tuple>
 
 #include "kernels/jit/lto_render.hpp"
@@ -148,8 +150,8 @@ bool lto_available() { return api().ok; }
 std::string lto_unavailable_reason() { return api().ok ? std::string() : api().why; }
 
 namespace {
-// The link; `ptx`: its PTX in out.cubin instead of a cubin.
-NvrtcOutput link(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp, bool ptx) {
+// The link of one or more kernels (one cubin for all); `ptx`: its PTX in out.cubin instead.
+NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp, bool ptx) {
   NvrtcOutput out;
   const Api& a = api();
   if (!a.ok) {
@@ -163,32 +165,36 @@ NvrtcOutput link(const std::string& ir, const std::string& name, const CompileOp
     return out;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  // The kernel's IR -> LTO IR.
-  Handle vp = nullptr;
-  if (a.nvvmCreateProgram(&vp) != 0) {
-    out.error = "nvvmCreateProgram failed";
-    return out;
-  }
+  // Each kernel's IR -> LTO IR.
   const std::string arch = "-arch=compute_" + std::to_string(opts.arch);
   std::vector<const char*> vo = {arch.c_str(), "-gen-lto"};
   if (!opts.fma) vo.push_back("-fma=0");
-  std::string kernel_lto;
-  if (a.nvvmAddModuleToProgram(vp, ir.data(), ir.size(), name.c_str()) != 0 ||
-      a.nvvmCompileProgram(vp, static_cast<int>(vo.size()), vo.data()) != 0) {
-    out.error = "libNVVM rejected the kernel's IR";
-    out.log = read_log(vp, a.nvvmGetProgramLogSize, a.nvvmGetProgramLog);
+  std::vector<std::string> kernel_lto;
+  for (const LinkInput& k : kernels) {
+    Handle vp = nullptr;
+    if (a.nvvmCreateProgram(&vp) != 0) {
+      out.error = "nvvmCreateProgram failed";
+      return out;
+    }
+    if (a.nvvmAddModuleToProgram(vp, k.ir->data(), k.ir->size(), k.name.c_str()) != 0 ||
+        a.nvvmCompileProgram(vp, static_cast<int>(vo.size()), vo.data()) != 0) {
+      out.error = "libNVVM rejected the IR of " + k.name;
+      out.log = read_log(vp, a.nvvmGetProgramLogSize, a.nvvmGetProgramLog);
+      a.nvvmDestroyProgram(&vp);
+      return out;
+    }
+    size_t n = 0;
+    std::string lto;
+    if (a.nvvmGetCompiledResultSize(vp, &n) == 0 && n > 0) {
+      lto.assign(n, '\0');
+      if (a.nvvmGetCompiledResult(vp, lto.data()) != 0) lto.clear();
+    }
     a.nvvmDestroyProgram(&vp);
-    return out;
-  }
-  size_t n = 0;
-  if (a.nvvmGetCompiledResultSize(vp, &n) == 0 && n > 0) {
-    kernel_lto.assign(n, '\0');
-    if (a.nvvmGetCompiledResult(vp, kernel_lto.data()) != 0) kernel_lto.clear();
-  }
-  a.nvvmDestroyProgram(&vp);
-  if (kernel_lto.empty()) {
-    out.error = "libNVVM produced no LTO IR";
-    return out;
+    if (lto.empty()) {
+      out.error = "libNVVM produced no LTO IR for " + k.name;
+      return out;
+    }
+    kernel_lto.push_back(std::move(lto));
   }
   // Link with the library (every call inlined), optimise, assemble.
   const std::string sm = "-arch=sm_" + std::to_string(opts.arch);
@@ -199,15 +205,23 @@ NvrtcOutput link(const std::string& ir, const std::string& name, const CompileOp
     lo.push_back("-Xptxas=-Ofc=0");
   }
   if (ptx) lo.push_back("-ptx");
+  // Several kernels: NVVM and ptxas may take them on the host's threads at once (as NVRTC's
+  // -split-compile does for a program of several kernels).
+  const std::string split = "-split-compile=" + std::to_string(std::min<size_t>(kernels.size(), std::max(2u, std::thread::hardware_concurrency())));
+  if (kernels.size() > 1 && !ptx) lo.push_back(split.c_str());
   Handle h = nullptr;
   if (a.nvJitLinkCreate(&h, static_cast<uint32_t>(lo.size()), lo.data()) != 0) {
     out.error = "nvJitLinkCreate failed";
     return out;
   }
-  const bool linked = a.nvJitLinkAddData(h, kInputLtoIr, kernel_lto.data(), kernel_lto.size(), name.c_str()) == 0 &&
-                      a.nvJitLinkAddData(h, kInputLtoIr, lib->out.cubin.data(), lib->out.cubin.size(), "lf_op_library") == 0 &&
-                      a.nvJitLinkComplete(h) == 0;
+  bool linked = true;
+  for (size_t k = 0; k < kernels.size() && linked; ++k)
+    linked = a.nvJitLinkAddData(h, kInputLtoIr, kernel_lto[k].data(), kernel_lto[k].size(), kernels[k].name.c_str()) == 0;
+  linked = linked &&
+           a.nvJitLinkAddData(h, kInputLtoIr, lib->out.cubin.data(), lib->out.cubin.size(), "lf_op_library") == 0 &&
+           a.nvJitLinkComplete(h) == 0;
   out.log = read_log(h, a.nvJitLinkGetInfoLogSize, a.nvJitLinkGetInfoLog);
+  size_t n = 0;
   if (!linked) {
     out.error = "nvJitLink failed";
     out.log += read_log(h, a.nvJitLinkGetErrorLogSize, a.nvJitLinkGetErrorLog);
@@ -231,7 +245,11 @@ NvrtcOutput link(const std::string& ir, const std::string& name, const CompileOp
 }  // namespace
 
 NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp) {
-  return link(ir, name, opts, fast_exp, false);
+  return link({{&ir, name}}, opts, fast_exp, false);
+}
+
+NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp) {
+  return link(kernels, opts, fast_exp, false);
 }
 
 double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
@@ -240,7 +258,7 @@ double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
 }
 
 std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp) {
-  NvrtcOutput out = link(ir, "ptx", opts, fast_exp, true);
+  NvrtcOutput out = link({{&ir, "ptx"}}, opts, fast_exp, true);
   return out.ok ? std::move(out.cubin) : std::string();
 }
 #else
@@ -251,6 +269,7 @@ NvrtcOutput lto_compile(const std::string&, const std::string&, const CompileOpt
   out.error = "LTO linking unavailable: built without CUDA";
   return out;
 }
+NvrtcOutput lto_compile(const std::vector<LinkInput>&, const CompileOptions& o, bool f) { return lto_compile("", "", o, f); }
 std::string lto_ptx(const std::string&, const CompileOptions&, bool) { return {}; }
 double lto_library_ms(const CompileOptions&, bool) { return -1; }
 #endif

@@ -4,6 +4,7 @@
 // libNVVM and nvJitLink are loaded at first use (dlopen: libnvvm lives outside the toolkit's
 // lib64 on many installs); without them, lto_available() is false and kernels take NVRTC.
 #include <string>
+#include <vector>
 
 #include "kernels/jit/nvrtc_compiler.hpp"
 
@@ -16,6 +17,13 @@ std::string lto_unavailable_reason();  // empty when available
 // kernel's exp flavour. The library is compiled once per (arch, options, flavour) and process;
 // its NVRTC time is not part of any kernel's compile_ms. On failure, `error` and `log` say why.
 NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp);
+// Several kernels (one exp flavour) linked at once into one cubin: the library is read, and
+// ptxas set up, once for all of them.
+struct LinkInput {
+  const std::string* ir;
+  std::string name;
+};
+NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp);
 // The op library's NVRTC time for these options and flavour (compiling it if not yet done):
 // paid once per process, outside every kernel's compile_ms. < 0 when it does not compile.
 double lto_library_ms(const CompileOptions& opts, bool fast_exp);

@@ -185,6 +185,27 @@ TEST_CASE("lto: the compile service links what the renderer covers and compiles 
   for (auto& f : again) CHECK(f.get().cache_hit);
 }
 
+TEST_CASE("lto: kernels submitted together are linked together, into one cubin" * doctest::skip(kNoLto)) {
+  std::vector<std::shared_ptr<const jit::KernelSpec>> specs;
+  for (const OpCase& c : op_cases())
+    if (specs.size() < 6 && c.name.find("f32") != std::string::npos)  // one exp flavour
+      for (const auto& s : specs_of(plan_segment(c.seg, default_planner_options(Device::cuda(0))))) specs.push_back(s);
+  REQUIRE(specs.size() == 6);
+  jit::CompileOptions o = sm90();
+  o.lto = true;
+  jit::KernelCompiler compiler(1, "");
+  std::vector<jit::CompileResult> results;
+  for (auto& f : compiler.submit_batch(specs, o)) results.push_back(f.get());
+  for (const auto& r : results) {
+    REQUIRE_MESSAGE(r.ok(), r.error, "\n", r.log);
+    CHECK(r.kernel->program == results[0].kernel->program);  // one cubin, one module per device
+    CHECK(!r.kernel->stats.empty());
+    CHECK(r.kernel->stats[0].registers > 0);  // each entry's own ptxas report
+  }
+  CHECK(compiler.stats().linked == 6);
+  CHECK(compiler.stats().programs == 1);
+}
+
 TEST_CASE("lto: IR that libNVVM refuses is an error with its log, not a crash" * doctest::skip(kNoLto)) {
   const jit::NvrtcOutput out = jit::lto_compile("this is not IR", "broken", sm90(), false);
   CHECK_FALSE(out.ok);
