@@ -197,7 +197,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   }
   // All of them submitted at once: wall time per kernel, and the programs (or links) it took.
   auto batch = [&](const jit::CompileOptions& opts, int* programs) {
-    jit::KernelCompiler compiler(1, "");
+    jit::KernelCompiler compiler(config().compile_threads, "");  // the planner's compiler has as many
     size_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& f : compiler.submit_batch(specs, opts))

@@ -2,6 +2,7 @@
 
 #include <tbb/info.h>
 #include <tbb/task_arena.h>
+#include <tbb/task_group.h>
 
 #include <malloc.h>
 
@@ -224,9 +225,14 @@ void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opt
   }
   CompileOptions nvrtc_opts = opts;
   nvrtc_opts.lto = false;
-  for (const std::vector<size_t>& group : linked)
-    for (size_t b = 0; b < group.size(); b += kMaxProgramKernels)
-      compile_linked(jobs, std::vector<size_t>(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels)), opts);
+  // Links and NVRTC programs are independent (disjoint jobs): links run beside the programs
+  // on another of the arena's threads when one is free.
+  tbb::task_group links;
+  links.run([&] {
+    for (const std::vector<size_t>& group : linked)
+      for (size_t b = 0; b < group.size(); b += kMaxProgramKernels)
+        compile_linked(jobs, std::vector<size_t>(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels)), opts);
+  });
   for (const std::vector<size_t>& group : misses)
     for (size_t b = 0; b < group.size(); b += kMaxProgramKernels) {
       const std::vector<size_t> chunk(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
@@ -236,6 +242,7 @@ void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opt
           compile_program(jobs, {i}, nvrtc_opts);  // alone: its own error, the others' kernels
         }
     }
+  links.wait();
   for (Job& j : jobs) {
     CompileResult& r = j.result;
     if (!r.ok()) continue;
