@@ -9,6 +9,7 @@
 
 #include "kernels/jit/render_detail.hpp"
 #include "livefuse/error.hpp"
+#include "livefuse/shape.hpp"
 
 namespace livefuse::jit {
 namespace {
@@ -223,9 +224,8 @@ std::string op_library_source(bool fast_exp) {
 }
 
 bool ir_covers(const KernelSpec& spec) {
-  constexpr uint32_t kVec = variant_bit(Variant::VecExactI32) | variant_bit(Variant::VecI32) |
-                           variant_bit(Variant::VecExactI64) | variant_bit(Variant::VecI64);
-  if (spec.kind != SpecKind::Pointwise || spec.variants == 0 || (spec.variants & ~kVec) != 0) return false;
+  // Every pointwise variant (the renderer's list); spec.variants == 0 asks for all of them.
+  if (spec.kind != SpecKind::Pointwise || spec.variants == 0) return false;
   for (const KernelPart& part : spec.parts) {
     for (const Instr& in : part.instrs) {
       switch (in.kind) {
@@ -302,6 +302,86 @@ void element_ops(IrWriter& w, const KernelPart& part, LoadFn load, StoreFn store
   }
 }
 
+// A strided part (render_pointwise's _strided and _at): thread t is element t; each operand's
+// offset comes from t's coordinates (render_detail::decompose: dims from the last, the runtime
+// rank's outermost one without a division) times its strides; the part's words are those of
+// the NVRTC kernel (rank at base+1, shape at base+2, an operand's strides after its pointer).
+template <class WordI, class ToI64>
+void strided_part(IrWriter& w, const KernelPart& part, const ArgLayout::Part& lp, const std::string& P, const std::string& I,
+                  const std::string& t, WordI word_i, ToI64 to_i64) {
+  const std::string numel = word_i(lp.base), ok = w.fresh();
+  w.os << "  " << ok << " = icmp slt " << I << " " << t << ", " << numel << "\n";
+  w.os << "  br i1 " << ok << ", label %" << P << ".d" << kMaxDims - 1 << ", label %exit\n";
+  const size_t nin = part.inputs.size(), nio = nin + part.outputs.size();
+  auto io_word = [&](size_t k) { return k < nin ? lp.in[k] : lp.out[k - nin]; };
+  std::string r = t;
+  std::vector<std::string> off(nio, "0");
+  const std::string rank = w.fresh();
+  bool rank_loaded = false;
+  for (int d = kMaxDims - 1; d >= 0; --d) {
+    const std::string test = P + ".d" + std::to_string(d), body = test + ".in", join = test + ".out";
+    w.os << test << ":\n";
+    if (!rank_loaded) {  // (int)A.w[rank word]
+      const std::string r64 = w.word(lp.base + 1);
+      w.os << "  " << rank << " = trunc i64 " << r64 << " to i32\n";
+      rank_loaded = true;
+    }
+    const std::string act = w.fresh();
+    w.os << "  " << act << " = icmp slt i32 " << d << ", " << rank << "\n";
+    w.os << "  br i1 " << act << ", label %" << body << ", label %" << join << "\n" << body << ":\n";
+    std::string c = r, r_next = r;
+    if (d > 0) {
+      const std::string n = word_i(lp.base + 2 + d), q = w.fresh(), qn = w.fresh();
+      c = w.fresh();
+      w.os << "  " << q << " = sdiv " << I << " " << r << ", " << n << "\n";
+      w.os << "  " << qn << " = mul " << I << " " << q << ", " << n << "\n";
+      w.os << "  " << c << " = sub " << I << " " << r << ", " << qn << "\n";
+      r_next = q;
+    }
+    std::vector<std::string> off_next(nio);
+    for (size_t k = 0; k < nio; ++k) {
+      const std::string stride = word_i(io_word(k) + 1 + d), cs = w.fresh();
+      off_next[k] = w.fresh();
+      w.os << "  " << cs << " = mul " << I << " " << c << ", " << stride << "\n";
+      w.os << "  " << off_next[k] << " = add " << I << " " << off[k] << ", " << cs << "\n";
+    }
+    w.os << "  br label %" << join << "\n" << join << ":\n";
+    if (d > 0) {
+      const std::string rp = w.fresh();
+      w.os << "  " << rp << " = phi " << I << " [ " << r_next << ", %" << body << " ], [ " << r << ", %" << test << " ]\n";
+      r = rp;
+    }
+    for (size_t k = 0; k < nio; ++k) {
+      const std::string op = w.fresh();
+      w.os << "  " << op << " = phi " << I << " [ " << off_next[k] << ", %" << body << " ], [ " << off[k] << ", %" << test << " ]\n";
+      off[k] = op;
+    }
+    w.os << "  br label %" << (d > 0 ? P + ".d" + std::to_string(d - 1) : P + ".at") << "\n";
+  }
+  w.os << P << ".at:\n";
+  auto elem_ptr = [&](size_t k, DType d) {
+    const std::string idx = to_i64(off[k]);  // emits its own line: before the ones below
+    const std::string st = storage_ir(d), x = w.word(io_word(k)), p0 = w.fresh(), q = w.fresh();
+    w.os << "  " << p0 << " = inttoptr i64 " << x << " to " << st << "*\n";
+    w.os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p0 << ", i64 " << idx << "\n";
+    return q;
+  };
+  element_ops(
+      w, part,
+      [&](size_t i) {
+        const Instr& in = part.instrs[i];
+        const std::string st = storage_ir(in.dtype), ptr = elem_ptr(in.io, in.dtype), x = w.fresh();
+        w.os << "  " << x << " = load " << st << ", " << st << "* " << ptr << ", align " << dtype_size(in.dtype) << "\n";
+        return x;
+      },
+      [&](int io, const std::string& value) {
+        const DType d = part.outputs[io].dtype;
+        const std::string st = storage_ir(d), ptr = elem_ptr(nin + io, d);
+        w.os << "  store " << st << " " << value << ", " << st << "* " << ptr << ", align " << dtype_size(d) << "\n";
+      });
+  w.os << "  br label %exit\n";
+}
+
 // One entry point: the NVRTC kernel's render_entry, for a vec variant (packs, and when the
 // variant is not exact, the numel % VEC elements after them one a thread).
 void render_entry_ir(IrWriter& w, const KernelSpec& spec, const RenderedKernel& rk, Variant v) {
@@ -350,6 +430,10 @@ void render_entry_ir(IrWriter& w, const KernelSpec& spec, const RenderedKernel& 
     }
     w.os << "  " << t0 << " = mul " << I << " " << rel_i << ", " << kPointwiseBlock << "\n  " << t << " = add " << I << " " << t0
          << ", %tid\n";
+    if (!is_vec_pointwise(v)) {
+      strided_part(w, part, lp, P, I, t, word_i, to_i64);
+      continue;
+    }
     const std::string nvec = word_i(lp.base + 11), ok = w.fresh();
     w.os << "  " << ok << " = icmp slt " << I << " " << t << ", " << nvec << "\n";
     w.os << "  br i1 " << ok << ", label %" << P << ".vec, label %" << P << ".tail\n" << P << ".vec:\n";

@@ -11,10 +11,9 @@
 // (lto_compiler.hpp). Entry names and the by-value LfArgs are the NVRTC kernel's, so launches do
 // not change. tools/nvvm_probe has the measurements that chose this route.
 //
-// Covered: pointwise kernels of built-in ops whose variants are packed ones (VecExact and Vec,
-// 32- and 64-bit indexing: contiguous operands; the non-exact ones end with a tail of single
-// elements). Everything else (strided variants, row kernels, custom ops, out-of-line ops)
-// compiles with NVRTC.
+// Covered: pointwise kernels of built-in ops, every variant (packed VecExact and Vec with their
+// tail of single elements, strided through each operand's strides; 32- and 64-bit indexing).
+// Row kernels, custom ops and out-of-line ops compile with NVRTC.
 #include <string>
 
 #include "kernels/jit/kernel_spec.hpp"

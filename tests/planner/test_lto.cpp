@@ -19,7 +19,7 @@ namespace {
 const bool kNoLto = !jit::nvrtc_available() || !jit::lto_available();
 
 // Counts of a PTX listing's value instructions: floating-point arithmetic, compares and
-// conversions, which decide the values. Address arithmetic and the form of loads and stores
+// conversions, which decide the values, and integer divisions (a strided kernel's offsets). Address arithmetic and the form of loads and stores
 // (generic or global, one 8-byte store or two 4-byte halves) are left out: the two routes
 // spell them differently. A compare and its negation select the same values, so "eq" and "neu"
 // count as one.
@@ -33,7 +33,7 @@ std::map<std::string, int> histogram(const std::string& ptx) {
     if (!std::regex_search(line, m, op_re)) continue;
     std::string op = m[2];
     if (op.rfind("ld", 0) == 0 || op.rfind("st", 0) == 0 || op.rfind("mov", 0) == 0) continue;
-    if (!std::regex_search(op, value_op)) continue;
+    if (!std::regex_search(op, value_op) && op.rfind("div", 0) != 0 && op.rfind("rem", 0) != 0) continue;
     op = std::regex_replace(op, std::regex("^setp\\.(eq|neu|ne|equ)\\."), "setp.eqne.");
     ++h[op];
   }
@@ -95,6 +95,22 @@ std::vector<OpCase> op_cases() {
     b.output(b.add(OpId::where, {x, v, y}));
     out.push_back({"odd size " + std::string(dtype_name(dt)), b.build()});
   }
+  for (DType dt : {DType::f32, DType::f16, DType::i32}) {  // broadcasts and a view: strided
+    SegmentBuilder b;
+    const ValueRef x = b.input({33, 65}, dt), bias = b.input({65}, dt), col = b.input({33, 1}, dt);
+    const ValueRef a = b.add(OpId::add, {x, bias});
+    b.output(b.add(OpId::maximum, {b.add(OpId::mul, {a, col}), x}));
+    out.push_back({"broadcast " + std::string(dtype_name(dt)), b.build()});
+  }
+  {
+    SegmentBuilder b;
+    const ValueRef x = b.input({40, 12}, DType::bf16);
+    Attrs perm;
+    perm.push_int(1);
+    perm.push_int(0);
+    b.output(b.add(OpId::gelu, {b.add(OpId::permute, {x}, perm)}));
+    out.push_back({"permuted bf16", b.build()});
+  }
   {  // a horizontal kernel: two unrelated chains in one launch
     SegmentBuilder b;
     const ValueRef x = b.input({64, 256}), y = b.input({32, 128}, DType::bf16);
@@ -125,7 +141,9 @@ TEST_CASE("lto: every elementwise op and dtype links, with NVRTC's instructions"
     auto specs = specs_of(p);
     {  // the same kernel with 64-bit indexing (shapes past 2^31 elements take it)
       auto wide = std::make_shared<jit::KernelSpec>(*specs.at(0));
-      wide->variants = jit::variant_bit(jit::Variant::VecI64) | jit::variant_bit(jit::Variant::VecExactI64);
+      const bool vec = specs[0]->variants & (jit::variant_bit(jit::Variant::VecI32) | jit::variant_bit(jit::Variant::VecExactI32));
+      wide->variants = vec ? jit::variant_bit(jit::Variant::VecI64) | jit::variant_bit(jit::Variant::VecExactI64)
+                           : jit::variant_bit(jit::Variant::StridedI64);
       specs.push_back(wide);
     }
     for (const auto& spec : specs) {
