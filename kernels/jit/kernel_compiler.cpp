@@ -325,7 +325,7 @@ void KernelCompiler::compile_linked(std::vector<Job>& jobs, const std::vector<si
   std::vector<std::string> irs;
   for (size_t i : chunk) irs.push_back(render_pointwise_ir(*jobs[i].spec, jobs[i].rk));
   std::vector<LinkInput> inputs;
-  for (size_t k = 0; k < chunk.size(); ++k) inputs.push_back({&irs[k], jobs[chunk[k]].rk.prefix});
+  for (size_t k = 0; k < chunk.size(); ++k) inputs.push_back({&irs[k], jobs[chunk[k]].rk.prefix, custom_ops_of(*jobs[chunk[k]].spec)});
   // The exit drain must be registered after libNVVM's and nvJitLink's statics exist, as after
   // NVRTC's (before_program): the first link has new flags, so after_program registers it again.
   CompileOptions warm = o;

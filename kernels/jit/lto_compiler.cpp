@@ -124,9 +124,10 @@ struct Library {
   NvrtcOutput out;
 };
 
-std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp) {
+// `custom`: a custom op's module (custom_op_source), else the op library.
+std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp, int64_t custom = -1) {
   static std::mutex mu;
-  static std::map<std::pair<std::string, bool>, std::shared_ptr<Library>> libs;
+  static std::map<std::tuple<std::string, bool, int64_t>, std::shared_ptr<Library>> libs;
   CompileOptions lo = opts;
   lo.lto = false;
   lo.lto_ir = true;
@@ -134,11 +135,15 @@ std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp) {
   std::shared_ptr<Library> lib;
   {
     std::lock_guard<std::mutex> g(mu);
-    auto& slot = libs[{lo.str(), fast_exp}];
+    auto& slot = libs[{lo.str(), fast_exp, custom}];
     if (!slot) slot = std::make_shared<Library>();
     lib = slot;
   }
-  std::call_once(lib->once, [&] { lib->out = nvrtc_compile(op_library_source(fast_exp), "lf_op_library", lo); });
+  std::call_once(lib->once, [&] {
+    lib->out = custom < 0 ? nvrtc_compile(op_library_source(fast_exp), "lf_op_library", lo)
+                          : nvrtc_compile(custom_op_source(static_cast<uint32_t>(custom), fast_exp),
+                                          "lf_custom_" + std::to_string(custom), lo);
+  });
   return lib;
 }
 #endif
@@ -163,6 +168,19 @@ NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& op
     out.error = "op library: " + lib->out.error;
     out.log = lib->out.log;
     return out;
+  }
+  std::vector<std::shared_ptr<Library>> custom_modules;  // each custom op once
+  std::vector<uint32_t> ids;
+  for (const LinkInput& k : kernels)
+    for (uint32_t id : k.custom_ops)
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  for (uint32_t id : ids) {
+    custom_modules.push_back(library(opts, fast_exp, id));
+    if (!custom_modules.back()->out.ok) {
+      out.error = "custom op " + std::to_string(id) + ": " + custom_modules.back()->out.error;
+      out.log = custom_modules.back()->out.log;
+      return out;
+    }
   }
   const auto t0 = std::chrono::steady_clock::now();
   // Each kernel's IR -> LTO IR.
@@ -217,6 +235,8 @@ NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& op
   bool linked = true;
   for (size_t k = 0; k < kernels.size() && linked; ++k)
     linked = a.nvJitLinkAddData(h, kInputLtoIr, kernel_lto[k].data(), kernel_lto[k].size(), kernels[k].name.c_str()) == 0;
+  for (const auto& m : custom_modules)
+    if (linked) linked = a.nvJitLinkAddData(h, kInputLtoIr, m->out.cubin.data(), m->out.cubin.size(), "lf_custom") == 0;
   linked = linked &&
            a.nvJitLinkAddData(h, kInputLtoIr, lib->out.cubin.data(), lib->out.cubin.size(), "lf_op_library") == 0 &&
            a.nvJitLinkComplete(h) == 0;
@@ -245,7 +265,7 @@ NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& op
 }  // namespace
 
 NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp) {
-  return link({{&ir, name}}, opts, fast_exp, false);
+  return link({{&ir, name, {}}}, opts, fast_exp, false);
 }
 
 NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp) {
@@ -257,8 +277,8 @@ double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
   return lib->out.ok ? lib->out.compile_ms : -1;
 }
 
-std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp) {
-  NvrtcOutput out = link({{&ir, "ptx"}}, opts, fast_exp, true);
+std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp, const std::vector<uint32_t>& custom_ops) {
+  NvrtcOutput out = link({{&ir, "ptx", custom_ops}}, opts, fast_exp, true);
   return out.ok ? std::move(out.cubin) : std::string();
 }
 #else
@@ -270,7 +290,7 @@ NvrtcOutput lto_compile(const std::string&, const std::string&, const CompileOpt
   return out;
 }
 NvrtcOutput lto_compile(const std::vector<LinkInput>&, const CompileOptions& o, bool f) { return lto_compile("", "", o, f); }
-std::string lto_ptx(const std::string&, const CompileOptions&, bool) { return {}; }
+std::string lto_ptx(const std::string&, const CompileOptions&, bool, const std::vector<uint32_t>&) { return {}; }
 double lto_library_ms(const CompileOptions&, bool) { return -1; }
 #endif
 

@@ -3,6 +3,7 @@
 // LTO IR, nvJitLink links it with the library's LTO IR (inlining every call) and runs ptxas.
 // libNVVM and nvJitLink are loaded at first use (dlopen: libnvvm lives outside the toolkit's
 // lib64 on many installs); without them, lto_available() is false and kernels take NVRTC.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,12 +23,14 @@ NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const Co
 struct LinkInput {
   const std::string* ir;
   std::string name;
+  std::vector<uint32_t> custom_ops;  // custom_ops_of(spec): their modules join the link
 };
 NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp);
 // The op library's NVRTC time for these options and flavour (compiling it if not yet done):
 // paid once per process, outside every kernel's compile_ms. < 0 when it does not compile.
 double lto_library_ms(const CompileOptions& opts, bool fast_exp);
 // The PTX the same link makes (tests compare it with NVRTC's for the C++ kernel); empty on failure.
-std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp);
+std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp,
+                    const std::vector<uint32_t>& custom_ops = {});
 
 }  // namespace livefuse::jit

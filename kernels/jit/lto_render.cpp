@@ -1,5 +1,6 @@
 #include "kernels/jit/lto_render.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "kernels/jit/render_detail.hpp"
+#include "runtime/registry.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/shape.hpp"
 
@@ -44,6 +46,7 @@ std::string fn_nat(DType d, Cls c) { return "lf_w_nat_" + dname(d) + "_" + sfx(c
 std::string fn_bits(DType d, Cls c) { return "lf_w_bits_" + dname(d) + "_" + sfx(c); }
 std::string fn_ld(DType d) { return "lf_w_ld_" + dname(d); }
 std::string fn_st(DType d) { return "lf_w_st_" + dname(d); }
+std::string fn_custom(uint32_t id) { return "lf_w_custom_" + std::to_string(id); }
 
 constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean};
 constexpr Cls kCls[] = {Cls::F, Cls::I, Cls::L};
@@ -223,6 +226,20 @@ std::string op_library_source(bool fast_exp) {
   return os.str();
 }
 
+std::string custom_op_source(uint32_t custom_id, bool fast_exp) {
+  const CustomElementwiseDef& def = custom_op(custom_id);
+  return program_head({fast_exp, false, false}) + "\nextern \"C\" __device__ float " + fn_custom(custom_id) +
+         "(float a, float b, float c, float s0, float s1) { return (float)(" + def.cuda_expr + "); }\n";
+}
+
+std::vector<uint32_t> custom_ops_of(const KernelSpec& spec) {
+  std::vector<uint32_t> ids;
+  for (const KernelPart& part : spec.parts)
+    for (const Instr& in : part.instrs)
+      if (in.kind == InstrKind::Custom && std::find(ids.begin(), ids.end(), in.custom_id) == ids.end()) ids.push_back(in.custom_id);
+  return ids;
+}
+
 bool ir_covers(const KernelSpec& spec) {
   // Every pointwise variant (the renderer's list); spec.variants == 0 asks for all of them.
   if (spec.kind != SpecKind::Pointwise || spec.variants == 0) return false;
@@ -234,12 +251,13 @@ bool ir_covers(const KernelSpec& spec) {
         case InstrKind::Op:
           if (!op_has(in.op, compute_cls(in.compute)) || outlined_op(in.op)) return false;
           break;
+        case InstrKind::Custom: break;
         case InstrKind::Store: {
           const Instr& x = part.instrs[in.arg[0]];
           if (!(has_bits(x) && x.dtype == in.dtype) && nat_cls(x.dtype) != nat_cls(in.dtype)) return false;
           break;
         }
-        default: return false;  // custom ops, row instructions
+        default: return false;  // row instructions
       }
     }
     std::vector<int> stores(part.outputs.size(), 0);
@@ -271,22 +289,28 @@ void element_ops(IrWriter& w, const KernelPart& part, LoadFn load, StoreFn store
         val[i] = w.call(ir_type(c), fn_nat(in.dtype, c), {{ir_type(c), k}});
         break;
       }
-      case InstrKind::Op: {
-        const Cls c = compute_cls(in.compute);
+      case InstrKind::Op:
+      case InstrKind::Custom: {  // value_stmt: a custom op computes in float
+        const bool custom = in.kind == InstrKind::Custom;
+        const Cls c = custom ? Cls::F : compute_cls(in.compute);
         const std::string ct = ir_type(c);
         std::string args[3] = {"", "", ""};
         for (int k = 0; k < in.nargs; ++k) {
           const Cls n = nat_cls(part.instrs[in.arg[k]].dtype);
-          const std::string fn = in.op == OpId::where && k == 0 ? fn_truth(c, n) : fn_cv(c, n);
+          const std::string fn = !custom && in.op == OpId::where && k == 0 ? fn_truth(c, n) : fn_cv(c, n);
           args[k] = w.call(ct, fn, {{ir_type(n), val[in.arg[k]]}});
         }
         if (in.scalar_operand) args[in.nargs] = ir_const(in.s[0], c);
         for (auto& a : args)
           if (a.empty()) a = c == Cls::F ? "0.0" : "0";
-        const std::string r = w.call(ct, fn_op(in.op, c),
+        const std::string r = w.call(ct, custom ? fn_custom(in.custom_id) : fn_op(in.op, c),
                                      {{ct, args[0]}, {ct, args[1]}, {ct, args[2]}, {ct, ir_const(in.s[0], c)}, {ct, ir_const(in.s[1], c)}});
-        val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ct, r}});
-        if (has_bits(in)) bits[i] = w.call("i16", fn_bits(in.dtype, c), {{ct, r}});
+        if (has_bits(in)) {  // value_stmt: the bits once, the natural value read back from them
+          bits[i] = w.call("i16", fn_bits(in.dtype, c), {{ct, r}});
+          val[i] = w.call("float", fn_ld(in.dtype), {{"i16", bits[i]}});
+        } else {
+          val[i] = w.call(ir_type(nat_cls(in.dtype)), fn_nat(in.dtype, c), {{ct, r}});
+        }
         break;
       }
       case InstrKind::Store: {

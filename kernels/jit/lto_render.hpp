@@ -13,8 +13,9 @@
 //
 // Covered: pointwise kernels of built-in ops, every variant (packed VecExact and Vec with their
 // tail of single elements, strided through each operand's strides; 32- and 64-bit indexing).
-// Row kernels, custom ops and out-of-line ops compile with NVRTC.
+// Row kernels and out-of-line ops compile with NVRTC.
 #include <string>
+#include <vector>
 
 #include "kernels/jit/kernel_spec.hpp"
 #include "kernels/jit/render.hpp"
@@ -23,6 +24,11 @@ namespace livefuse::jit {
 
 // The library's C++ source for one exp flavour (ProgramHead::fast_exp).
 std::string op_library_source(bool fast_exp);
+// A registered custom elementwise op's wrapper (its CUDA expression over float a, b, c), a
+// module of its own linked beside the library: the library does not change when ops register.
+std::string custom_op_source(uint32_t custom_id, bool fast_exp);
+// The custom ops a kernel calls (their modules join its link).
+std::vector<uint32_t> custom_ops_of(const KernelSpec& spec);
 
 // Whether render_pointwise_ir covers this kernel (else: NVRTC).
 bool ir_covers(const KernelSpec& spec);

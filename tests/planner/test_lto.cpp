@@ -111,6 +111,17 @@ std::vector<OpCase> op_cases() {
     b.output(b.add(OpId::gelu, {b.add(OpId::permute, {x}, perm)}));
     out.push_back({"permuted bf16", b.build()});
   }
+  {  // a registered custom op, in f16 and beside integer work (its own module joins the link)
+    static const CustomOp cubic = register_elementwise("lto_cubic", 2, "a * a * a - b", [](float a, float b, float) { return a * a * a - b; });
+    SegmentBuilder b;
+    const ValueRef x = b.input({64, 256}, DType::f16), y = b.input({64, 256}, DType::f16), i = b.input({64, 256}, DType::i32);
+    Attrs ca;
+    ca.custom_id = cubic.id();
+    const ValueRef c = b.add(OpId::custom, {b.add(OpId::gelu, {x}), y}, ca);
+    b.output(c);
+    b.output(b.add(OpId::add, {b.add(OpId::cast, {c}, cast_attrs(DType::i32)), i}));
+    out.push_back({"custom op f16", b.build()});
+  }
   {  // a horizontal kernel: two unrelated chains in one launch
     SegmentBuilder b;
     const ValueRef x = b.input({64, 256}), y = b.input({32, 128}, DType::bf16);
@@ -150,7 +161,7 @@ TEST_CASE("lto: every elementwise op and dtype links, with NVRTC's instructions"
       REQUIRE_MESSAGE(jit::ir_covers(*spec), "the IR renderer should cover ", spec->name);
       const jit::RenderedKernel rk = jit::render_cuda(*spec);
       const std::string ir = jit::render_pointwise_ir(*spec, rk);
-      const std::string linked_ptx = jit::lto_ptx(ir, sm90(), rk.head.fast_exp);
+      const std::string linked_ptx = jit::lto_ptx(ir, sm90(), rk.head.fast_exp, jit::custom_ops_of(*spec));
       // Same options both ways: NVVM's optimisation level decides where a*b+c becomes an FMA.
       const std::string nvrtc_ptx = jit::nvrtc_ptx(rk.source, sm90());
       REQUIRE_MESSAGE(!linked_ptx.empty(), "linking failed; IR:\n", ir);
