@@ -326,6 +326,30 @@ void element_ops(IrWriter& w, const KernelPart& part, LoadFn load, StoreFn store
   }
 }
 
+// One element at given offsets (i64, one per operand: inputs, then outputs): the C kernel's _at.
+void ops_at(IrWriter& w, const KernelPart& part, const ArgLayout::Part& lp, const std::vector<std::string>& off) {
+  const size_t nin = part.inputs.size();
+  auto elem_ptr = [&](size_t k, DType d) {
+    const std::string st = storage_ir(d), x = w.word(k < nin ? lp.in[k] : lp.out[k - nin]), p0 = w.fresh(), q = w.fresh();
+    w.os << "  " << p0 << " = inttoptr i64 " << x << " to " << st << "*\n";
+    w.os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p0 << ", i64 " << off[k] << "\n";
+    return q;
+  };
+  element_ops(
+      w, part,
+      [&](size_t i) {
+        const Instr& in = part.instrs[i];
+        const std::string st = storage_ir(in.dtype), ptr = elem_ptr(in.io, in.dtype), x = w.fresh();
+        w.os << "  " << x << " = load " << st << ", " << st << "* " << ptr << ", align " << dtype_size(in.dtype) << "\n";
+        return x;
+      },
+      [&](int io, const std::string& value) {
+        const DType d = part.outputs[io].dtype;
+        const std::string st = storage_ir(d), ptr = elem_ptr(nin + io, d);
+        w.os << "  store " << st << " " << value << ", " << st << "* " << ptr << ", align " << dtype_size(d) << "\n";
+      });
+}
+
 // A strided part (render_pointwise's _strided and _at): thread t is element t; each operand's
 // offset comes from t's coordinates (render_detail::decompose: dims from the last, the runtime
 // rank's outermost one without a division) times its strides; the part's words are those of
@@ -383,26 +407,9 @@ void strided_part(IrWriter& w, const KernelPart& part, const ArgLayout::Part& lp
     w.os << "  br label %" << (d > 0 ? P + ".d" + std::to_string(d - 1) : P + ".at") << "\n";
   }
   w.os << P << ".at:\n";
-  auto elem_ptr = [&](size_t k, DType d) {
-    const std::string idx = to_i64(off[k]);  // emits its own line: before the ones below
-    const std::string st = storage_ir(d), x = w.word(io_word(k)), p0 = w.fresh(), q = w.fresh();
-    w.os << "  " << p0 << " = inttoptr i64 " << x << " to " << st << "*\n";
-    w.os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p0 << ", i64 " << idx << "\n";
-    return q;
-  };
-  element_ops(
-      w, part,
-      [&](size_t i) {
-        const Instr& in = part.instrs[i];
-        const std::string st = storage_ir(in.dtype), ptr = elem_ptr(in.io, in.dtype), x = w.fresh();
-        w.os << "  " << x << " = load " << st << ", " << st << "* " << ptr << ", align " << dtype_size(in.dtype) << "\n";
-        return x;
-      },
-      [&](int io, const std::string& value) {
-        const DType d = part.outputs[io].dtype;
-        const std::string st = storage_ir(d), ptr = elem_ptr(nin + io, d);
-        w.os << "  store " << st << " " << value << ", " << st << "* " << ptr << ", align " << dtype_size(d) << "\n";
-      });
+  std::vector<std::string> off64;
+  for (const std::string& o : off) off64.push_back(to_i64(o));
+  ops_at(w, part, lp, off64);
   w.os << "  br label %exit\n";
 }
 
@@ -489,26 +496,7 @@ void render_entry_ir(IrWriter& w, const KernelSpec& spec, const RenderedKernel& 
       w.os << "  br i1 " << in_rest << ", label %" << P << ".one, label %exit\n" << P << ".one:\n";
       const std::string i_i = w.fresh();
       w.os << "  " << i_i << " = add " << I << " " << packed << ", " << t << "\n";
-      const std::string i64 = to_i64(i_i);
-      auto elem_ptr = [&](int word, DType d) {
-        const std::string st = storage_ir(d), x = w.word(word), p0 = w.fresh(), q = w.fresh();
-        w.os << "  " << p0 << " = inttoptr i64 " << x << " to " << st << "*\n";
-        w.os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p0 << ", i64 " << i64 << "\n";
-        return q;
-      };
-      element_ops(
-          w, part,
-          [&](size_t i) {
-            const Instr& in = part.instrs[i];
-            const std::string st = storage_ir(in.dtype), ptr = elem_ptr(lp.in[in.io], in.dtype), x = w.fresh();
-            w.os << "  " << x << " = load " << st << ", " << st << "* " << ptr << ", align " << dtype_size(in.dtype) << "\n";
-            return x;
-          },
-          [&](int io, const std::string& value) {
-            const DType d = part.outputs[io].dtype;
-            const std::string st = storage_ir(d), ptr = elem_ptr(lp.out[io], d);
-            w.os << "  store " << st << " " << value << ", " << st << "* " << ptr << ", align " << dtype_size(d) << "\n";
-          });
+      ops_at(w, part, lp, std::vector<std::string>(part.inputs.size() + part.outputs.size(), to_i64(i_i)));
       w.os << "  br label %exit\n";
     }
   }
