@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One full GPU session, run THERE (repo root) after tools/gpu/pack.sh built .gpu/build HERE:
-# every test binary and benchmark (tools/gpu/run.sh), the replacement benchmark with its
+# every test binary and benchmark (tools/gpu/run.sh), the fusion bench and replacement suite
+# through LIVEFUSE_JIT=lto, the replacement benchmark with its
 # PyTorch peers, the demo, and the BERT comparison against PyTorch. Everything lands in one
 # archive, $OUT/gpu.tgz (the device tool brings back only a few files); the summary is printed.
 # Usage (device tool): bash tools/gpu/session.sh    [RUN_BUDGET_S=300 BERT=1 BERT_DTYPE=f16,f32
@@ -25,6 +26,16 @@ if ldd "$B/liblivefuse.so" | grep -q "not found"; then
   [ -n "$extra" ] && export LD_LIBRARY_PATH="$extra:$LD_LIBRARY_PATH"
 fi
 export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+
+echo "== LIVEFUSE_JIT=lto: the linked route's kernels against NVRTC's ($(( $(date +%s) - START )) s)"
+# test_planner (above) already ran the bit-for-bit case; here the fused kernels' speed and the
+# replacement suite through the linked route.
+LIVEFUSE_JIT=lto timeout -k 5 120 "$B/bench/livefuse-bench-fusion" --device cuda --json "$OUT/bench/fusion_lto.json" \
+  > "$OUT/bench/fusion_lto.log" 2>&1
+grep -E "^(fused_|nvrtc)" "$OUT/bench/fusion_lto.log" | cut -c1-160
+LIVEFUSE_JIT=lto LIVEFUSE_CACHE_DIR=/tmp/lf-kcache-lto timeout -k 5 150 "$B/tests/test_replacement" > "$OUT/test_replacement_lto.log" 2>&1
+echo "test_replacement with LIVEFUSE_JIT=lto: rc=$? $(grep 'test cases' "$OUT/test_replacement_lto.log")"
+pack_out
 
 echo "== replacement benchmark ($(( $(date +%s) - START )) s)"
 timeout -k 5 90 "$B/bench/livefuse-bench-replacement" --device cuda --json "$OUT/bench/replacement.json" 2>&1 | tail -8
