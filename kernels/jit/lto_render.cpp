@@ -8,53 +8,15 @@
 #include <map>
 #include <sstream>
 
+#include "kernels/jit/lto_detail.hpp"
 #include "kernels/jit/render_detail.hpp"
-#include "runtime/registry.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/shape.hpp"
 
 namespace livefuse::jit {
 namespace {
+using namespace lto_detail;
 using namespace render_detail;
-
-// Value classes: a natural value or a compute value is a float, an int or a 64-bit int.
-enum class Cls : char { F = 'f', I = 'i', L = 'l' };
-Cls nat_cls(DType d) { return d == DType::i64 ? Cls::L : (d == DType::i32 || d == DType::boolean) ? Cls::I : Cls::F; }
-Cls compute_cls(DType c) { return c == DType::i64 ? Cls::L : c == DType::i32 ? Cls::I : Cls::F; }
-DType cls_dtype(Cls c) { return c == Cls::L ? DType::i64 : c == Cls::I ? DType::i32 : DType::f32; }
-std::string c_type(Cls c) { return c == Cls::L ? "lf_i64" : c == Cls::I ? "int" : "float"; }
-std::string ir_type(Cls c) { return c == Cls::L ? "i64" : c == Cls::I ? "i32" : "float"; }
-std::string sfx(Cls c) { return std::string(1, static_cast<char>(c)); }
-
-std::string storage_ir(DType d) {
-  switch (d) {
-    case DType::f16:
-    case DType::bf16: return "i16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-    case DType::boolean: return "i8";
-    default: return "float";
-  }
-}
-std::string dname(DType d) { return std::string(dtype_name(d)); }
-
-// Library function names: the IR renderer and the library source agree through these.
-std::string fn_op(OpId op, Cls c) { return "lf_w_op_" + std::string(op_name(op)) + "_" + sfx(c); }
-std::string fn_cv(Cls c, Cls n) { return "lf_w_cv_" + sfx(c) + "_" + sfx(n); }
-std::string fn_truth(Cls c, Cls n) { return "lf_w_tr_" + sfx(c) + "_" + sfx(n); }
-std::string fn_nat(DType d, Cls c) { return "lf_w_nat_" + dname(d) + "_" + sfx(c); }
-std::string fn_bits(DType d, Cls c) { return "lf_w_bits_" + dname(d) + "_" + sfx(c); }
-std::string fn_ld(DType d) { return "lf_w_ld_" + dname(d); }
-std::string fn_st(DType d) { return "lf_w_st_" + dname(d); }
-std::string fn_custom(uint32_t id) { return "lf_w_custom_" + std::to_string(id); }
-
-constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean};
-constexpr Cls kCls[] = {Cls::F, Cls::I, Cls::L};
-
-bool elementwise_builtin(OpId op) {
-  return op_info(op).category == OpCategory::Elementwise && op != OpId::custom && !op_info(op).expr.empty();
-}
-bool op_has(OpId op, Cls c) { return elementwise_builtin(op) && (c == Cls::F || op_info(op).int_ok); }
 
 // IR constants with the conversions of render_detail::literal (float rounding, integer
 // saturation toward zero).
@@ -190,55 +152,6 @@ struct IrWriter {
 };
 
 }  // namespace
-
-std::string op_library_source(bool fast_exp) {
-  std::ostringstream os;
-  os << program_head({fast_exp, false, false});
-  os << "\n// ---- the op library of LTO-linked kernels (lto_render.hpp) ----\n";
-  for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
-    const OpId op = static_cast<OpId>(i);
-    for (Cls c : kCls) {
-      if (!op_has(op, c)) continue;
-      const std::string t = c_type(c);
-      os << "extern \"C\" __device__ " << t << " " << fn_op(op, c) << "(" << t << " a, " << t << " b, " << t << " c, " << t
-         << " s0, " << t << " s1) { return (" << t << ")(" << op_info(op).expr << "); }\n";
-    }
-  }
-  for (Cls c : kCls)
-    for (Cls n : kCls) {
-      os << "extern \"C\" __device__ " << c_type(c) << " " << fn_cv(c, n) << "(" << c_type(n) << " x) { return "
-         << to_compute_fn(cls_dtype(c)) << "(x); }\n";
-      os << "extern \"C\" __device__ " << c_type(c) << " " << fn_truth(c, n) << "(" << c_type(n) << " x) { return ("
-         << c_type(c) << ")lf_truth(x); }\n";
-    }
-  for (DType d : kDTypes) {
-    const std::string nt = nat_type(d), st = storage_type(d);
-    for (Cls c : kCls) {
-      os << "extern \"C\" __device__ " << nt << " " << fn_nat(d, c) << "(" << c_type(c) << " r) { return "
-         << naturalize(d, "r") << "; }\n";
-      if (d == DType::f16 || d == DType::bf16)
-        os << "extern \"C\" __device__ lf_u16 " << fn_bits(d, c) << "(" << c_type(c) << " r) { return "
-           << (d == DType::f16 ? "lf_f2h" : "lf_f2bf") << "(lf_to_f(r)); }\n";
-    }
-    os << "extern \"C\" __device__ " << nt << " " << fn_ld(d) << "(" << st << " x) { return " << from_storage(d, "x") << "; }\n";
-    os << "extern \"C\" __device__ " << st << " " << fn_st(d) << "(" << nt << " x) { return " << to_storage(d, "x") << "; }\n";
-  }
-  return os.str();
-}
-
-std::string custom_op_source(uint32_t custom_id, bool fast_exp) {
-  const CustomElementwiseDef& def = custom_op(custom_id);
-  return program_head({fast_exp, false, false}) + "\nextern \"C\" __device__ float " + fn_custom(custom_id) +
-         "(float a, float b, float c, float s0, float s1) { return (float)(" + def.cuda_expr + "); }\n";
-}
-
-std::vector<uint32_t> custom_ops_of(const KernelSpec& spec) {
-  std::vector<uint32_t> ids;
-  for (const KernelPart& part : spec.parts)
-    for (const Instr& in : part.instrs)
-      if (in.kind == InstrKind::Custom && std::find(ids.begin(), ids.end(), in.custom_id) == ids.end()) ids.push_back(in.custom_id);
-  return ids;
-}
 
 bool ir_covers(const KernelSpec& spec) {
   // Every pointwise variant (the renderer's list); spec.variants == 0 asks for all of them.
