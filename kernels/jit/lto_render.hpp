@@ -12,7 +12,7 @@
 // (lto_compiler.hpp). Entry names and the by-value LfArgs are the NVRTC kernel's, so launches do
 // not change. tools/nvvm_probe has the measurements that chose this route.
 //
-// Covered: pointwise kernels of built-in ops, every variant (packed VecExact and Vec with their
+// Covered: pointwise kernels of built-in and registered custom ops, every variant (packed VecExact and Vec with their
 // tail of single elements, strided through each operand's strides; 32- and 64-bit indexing).
 // Row kernels and out-of-line ops compile with NVRTC.
 #include <string>
