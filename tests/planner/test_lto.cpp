@@ -235,6 +235,24 @@ TEST_CASE("lto: kernels submitted together are linked together, into one cubin" 
   CHECK(compiler.stats().programs == 1);
 }
 
+TEST_CASE("lto: LIVEFUSE_FMA=0 reaches the link, as it reaches NVRTC" * doctest::skip(kNoLto)) {
+  SegmentBuilder b;
+  const ValueRef x = b.input({64, 256});
+  b.output(b.add(OpId::gelu_tanh, {x}));  // x + 0.044715 x^3 and friends: FMAs when allowed
+  const auto spec = specs_of(plan_segment(b.build(), default_planner_options(Device::cuda(0)))).at(0);
+  const jit::RenderedKernel rk = jit::render_cuda(*spec);
+  const std::string ir = jit::render_pointwise_ir(*spec, rk);
+  jit::CompileOptions no_fma = sm90();
+  no_fma.fma = false;
+  const auto with = histogram(jit::lto_ptx(ir, sm90(), false)), without = histogram(jit::lto_ptx(ir, no_fma, false));
+  REQUIRE(!with.empty());
+  REQUIRE(!without.empty());
+  CHECK(with != without);
+  CHECK(diff(histogram(jit::nvrtc_ptx(rk.source, sm90())), with).empty());
+  CHECK_MESSAGE(diff(histogram(jit::nvrtc_ptx(rk.source, no_fma)), without).empty(),
+                diff(histogram(jit::nvrtc_ptx(rk.source, no_fma)), without));
+}
+
 TEST_CASE("lto: IR that libNVVM refuses is an error with its log, not a crash" * doctest::skip(kNoLto)) {
   const jit::NvrtcOutput out = jit::lto_compile("this is not IR", "broken", sm90(), false);
   CHECK_FALSE(out.ok);
