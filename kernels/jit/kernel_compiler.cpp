@@ -198,6 +198,16 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
   return futures;
 }
 
+namespace {
+// A group of job indices in chunks of at most kMaxProgramKernels: one program (or link) each.
+std::vector<std::vector<size_t>> chunks_of(const std::vector<size_t>& group) {
+  std::vector<std::vector<size_t>> out;
+  for (size_t b = 0; b < group.size(); b += kMaxProgramKernels)
+    out.emplace_back(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
+  return out;
+}
+}  // namespace
+
 void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opts) {
   // Render and look up every kernel; the misses go to NVRTC, in programs of kernels that agree
   // on the program head's fast_exp.
@@ -230,12 +240,10 @@ void KernelCompiler::run_batch(std::vector<Job>& jobs, const CompileOptions& opt
   tbb::task_group links;
   links.run([&] {
     for (const std::vector<size_t>& group : linked)
-      for (size_t b = 0; b < group.size(); b += kMaxProgramKernels)
-        compile_linked(jobs, std::vector<size_t>(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels)), opts);
+      for (const std::vector<size_t>& chunk : chunks_of(group)) compile_linked(jobs, chunk, opts);
   });
   for (const std::vector<size_t>& group : misses)
-    for (size_t b = 0; b < group.size(); b += kMaxProgramKernels) {
-      const std::vector<size_t> chunk(group.begin() + b, group.begin() + std::min(group.size(), b + kMaxProgramKernels));
+    for (const std::vector<size_t>& chunk : chunks_of(group)) {
       if (!compile_program(jobs, chunk, nvrtc_opts) && chunk.size() > 1)
         for (size_t i : chunk) {
           jobs[i].result = {};
@@ -273,8 +281,7 @@ bool KernelCompiler::compile_program(std::vector<Job>& jobs, const std::vector<s
   // bodies): NVRTC may work on them at once. A program of one light kernel only pays the
   // split's threads (3-7 ms locally).
   CompileOptions o = opts;
-  if (entries >= 2 && (chunk.size() > 1 || rows))
-    o.split = static_cast<int>(std::min<size_t>(entries, std::max(2u, std::thread::hardware_concurrency())));
+  if (entries >= 2 && (chunk.size() > 1 || rows)) o.split = split_threads(entries);
   if (is_global_) before_program(o);
   const Job& first = jobs[chunk[0]];
   const NvrtcOutput out = chunk.size() == 1
@@ -292,30 +299,32 @@ bool KernelCompiler::compile_program(std::vector<Job>& jobs, const std::vector<s
     }
     return false;
   }
-  auto program = std::make_shared<CompiledProgram>(out.cubin, static_cast<int>(chunk.size()));
-  for (size_t i : chunk) install(jobs[i], program, out, out.compile_ms / static_cast<double>(chunk.size()));
+  install(jobs, chunk, out);
   return true;
 }
 
-void KernelCompiler::install(Job& j, const std::shared_ptr<CompiledProgram>& program, const NvrtcOutput& out,
-                             double compile_ms) {
-  auto k = std::make_shared<CompiledKernel>();
-  k->key = j.kernel_key;
-  k->rendered = std::move(j.rk);
-  k->program = program;
-  k->log = out.log;
-  k->compile_ms = compile_ms;
-  for (Variant v : k->rendered.variants) {
-    const std::string name = k->rendered.entry(v);
-    EntryStats st{name, 0, 0};
-    for (const auto& e : out.entries)
-      if (e.name == name) st = e;
-    k->stats.push_back(st);
-    k->variant_ok.push_back(st.spill_bytes == 0);
+void KernelCompiler::install(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const NvrtcOutput& out) {
+  auto program = std::make_shared<CompiledProgram>(out.cubin, static_cast<int>(chunk.size()));
+  for (size_t i : chunk) {
+    Job& j = jobs[i];
+    auto k = std::make_shared<CompiledKernel>();
+    k->key = j.kernel_key;
+    k->rendered = std::move(j.rk);
+    k->program = program;
+    k->log = out.log;
+    k->compile_ms = out.compile_ms / static_cast<double>(chunk.size());  // its share of the program
+    for (Variant v : k->rendered.variants) {
+      const std::string name = k->rendered.entry(v);
+      EntryStats st{name, 0, 0};
+      for (const auto& e : out.entries)
+        if (e.name == name) st = e;
+      k->stats.push_back(st);
+      k->variant_ok.push_back(st.spill_bytes == 0);
+    }
+    cache_.insert(k);
+    j.result.kernel = k;
+    j.result.log = out.log;
   }
-  cache_.insert(k);
-  j.result.kernel = k;
-  j.result.log = out.log;
 }
 
 void KernelCompiler::compile_linked(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const CompileOptions& opts) {
@@ -339,8 +348,7 @@ void KernelCompiler::compile_linked(std::vector<Job>& jobs, const std::vector<si
       stats_.linked += chunk.size();
       ++stats_.programs;
     }
-    auto program = std::make_shared<CompiledProgram>(out.cubin, static_cast<int>(chunk.size()));
-    for (size_t i : chunk) install(jobs[i], program, out, out.compile_ms / static_cast<double>(chunk.size()));
+    install(jobs, chunk, out);
     return;
   }
   if (chunk.size() > 1) {

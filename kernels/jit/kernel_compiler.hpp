@@ -42,7 +42,7 @@ inline constexpr int kMaxProgramKernels = 16;
 
 struct CompilerStats {
   uint64_t submitted = 0, compiled = 0, failed = 0, cache_hits = 0, deduplicated = 0;
-  uint64_t programs = 0;           // NVRTC programs compiled (a program may hold several kernels)
+  uint64_t programs = 0;           // NVRTC programs compiled and links made (each may hold several kernels)
   uint64_t linked = 0;             // kernels linked from the op library (LIVEFUSE_JIT=lto)
   uint64_t link_fallbacks = 0;     // kernels the library route refused, compiled with NVRTC
   std::vector<double> compile_ms;  // most recent NVRTC times (bounded)
@@ -88,8 +88,9 @@ class KernelCompiler {
   // chunk that fails is linked again kernel by kernel; a kernel that fails alone compiles with
   // NVRTC.
   void compile_linked(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const CompileOptions& opts);
-  // Makes jobs[i]'s CompiledKernel from its program's output and caches it.
-  void install(Job& job, const std::shared_ptr<CompiledProgram>& program, const NvrtcOutput& out, double compile_ms);
+  // Makes the CompiledKernels of `chunk` from their program's output (one cubin, shared; each
+  // kernel's compile_ms its share) and caches them.
+  void install(std::vector<Job>& jobs, const std::vector<size_t>& chunk, const NvrtcOutput& out);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   KernelCache cache_;

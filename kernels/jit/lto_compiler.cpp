@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <tuple>
 
 #include "kernels/jit/lto_render.hpp"
@@ -225,7 +224,7 @@ NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& op
   if (ptx) lo.push_back("-ptx");
   // Several kernels: NVVM and ptxas may take them on the host's threads at once (as NVRTC's
   // -split-compile does for a program of several kernels).
-  const std::string split = "-split-compile=" + std::to_string(std::min<size_t>(kernels.size(), std::max(2u, std::thread::hardware_concurrency())));
+  const std::string split = "-split-compile=" + std::to_string(split_threads(kernels.size()));
   if (kernels.size() > 1 && !ptx) lo.push_back(split.c_str());
   Handle h = nullptr;
   if (a.nvJitLinkCreate(&h, static_cast<uint32_t>(lo.size()), lo.data()) != 0) {

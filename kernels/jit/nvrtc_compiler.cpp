@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
+#include <thread>
 
 #if LIVEFUSE_HAS_CUDA
 #include <nvrtc.h>
@@ -37,6 +38,10 @@ bool nvrtc_has_fast_compile() {  // -Ofc
   return has;
 }
 }  // namespace
+
+int split_threads(size_t entries) {
+  return static_cast<int>(std::min<size_t>(entries, std::max(2u, std::thread::hardware_concurrency())));
+}
 
 std::vector<std::string> CompileOptions::flags() const {
   // -minimal: generated kernels use no textures, runtime calls or device launches; skipping

@@ -1,10 +1,14 @@
 #pragma once
 // NVRTC: CUDA source -> cubin for one SM architecture. Needs no GPU (CI compiles every
 // generated kernel). Failures come back as data (ok = false, the log kept), never as throws.
+#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace livefuse::jit {
+
+// Threads NVRTC (-split-compile) or nvJitLink may spread `entries` independent entry points over.
+int split_threads(size_t entries);
 
 struct CompileOptions {
   int arch = 90;     // sm_XX: the device's own architecture (cubin, not PTX)
