@@ -129,7 +129,7 @@ std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp, int6
   static std::map<std::tuple<std::string, bool, int64_t>, std::shared_ptr<Library>> libs;
   CompileOptions lo = opts;
   lo.lto = false;
-  lo.lto_ir = true;
+  lo.output = CompileOptions::Output::lto_ir;
   lo.split = 0;
   std::shared_ptr<Library> lib;
   {

@@ -46,18 +46,19 @@ int split_threads(size_t entries) {
 std::vector<std::string> CompileOptions::flags() const {
   // -minimal: generated kernels use no textures, runtime calls or device launches; skipping
   // those declarations saves a few ms of NVRTC time per kernel.
-  std::vector<std::string> f = {"-arch=sm_" + std::to_string(arch), "--std=c++17", "-default-device", "-minimal"};
-  if (lto_ir) {  // no ptxas here: it runs when kernels are linked
+  const bool ptxas = output == Output::cubin;  // LTO IR and PTX stop before ptxas
+  std::vector<std::string> f = {(output == Output::ptx ? "-arch=compute_" : "-arch=sm_") + std::to_string(arch),
+                                "--std=c++17", "-default-device", "-minimal"};
+  if (output == Output::lto_ir) {
     f.push_back("-dlto");
     f.push_back("-rdc=true");
-  } else {
-    f.push_back("--ptxas-options=-v");
   }
+  if (ptxas) f.push_back("--ptxas-options=-v");
   if (nvrtc_has_own_cache()) f.push_back("--no-cache");
   if (!fma) f.push_back("--fmad=false");
-  if (fast_compile && !lto_ir && nvrtc_has_fast_compile()) {
+  if (fast_compile && output != Output::lto_ir && nvrtc_has_fast_compile()) {  // a link optimises LTO IR
     f.push_back("-Ofc=min");
-    f.push_back("--ptxas-options=-Ofc=0");  // the register allocator at full strength
+    if (ptxas) f.push_back("--ptxas-options=-Ofc=0");  // the register allocator at full strength
   }
   if (split > 1) f.push_back("-split-compile=" + std::to_string(split));
   return f;
@@ -156,16 +157,29 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
     out.error = std::string("nvrtcCompileProgram: ") + nvrtcGetErrorString(r);
   } else {
     size_t n = 0;
-    if (opts.lto_ir) {
-      if (nvrtcGetLTOIRSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
-        out.cubin.resize(n);  // the LTO IR, in the cubin's place
-        if (nvrtcGetLTOIR(prog, out.cubin.data()) == NVRTC_SUCCESS) out.ok = true;
-      }
-    } else if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
-      out.cubin.resize(n);
-      if (nvrtcGetCUBIN(prog, out.cubin.data()) == NVRTC_SUCCESS) out.ok = true;
+    switch (opts.output) {  // LTO IR and PTX take the cubin's place
+      case CompileOptions::Output::cubin:
+        if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+          out.cubin.resize(n);
+          out.ok = nvrtcGetCUBIN(prog, out.cubin.data()) == NVRTC_SUCCESS;
+        }
+        break;
+      case CompileOptions::Output::lto_ir:
+        if (nvrtcGetLTOIRSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+          out.cubin.resize(n);
+          out.ok = nvrtcGetLTOIR(prog, out.cubin.data()) == NVRTC_SUCCESS;
+        }
+        break;
+      case CompileOptions::Output::ptx:
+        if (nvrtcGetPTXSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
+          out.cubin.resize(n);
+          out.ok = nvrtcGetPTX(prog, out.cubin.data()) == NVRTC_SUCCESS;
+          while (!out.cubin.empty() && out.cubin.back() == '\0') out.cubin.pop_back();
+        }
+        break;
     }
-    if (!out.ok) out.error = "NVRTC produced no cubin";
+    constexpr const char* kWhat[] = {"cubin", "LTO IR", "PTX"};
+    if (!out.ok) out.error = std::string("NVRTC produced no ") + kWhat[static_cast<int>(opts.output)];
   }
   nvrtcDestroyProgram(&prog);
   out.entries = parse_ptxas_log(out.log);
@@ -174,23 +188,10 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
 }
 
 std::string nvrtc_ptx(const std::string& source, const CompileOptions& opts) {
-  nvrtcProgram prog = nullptr;
-  if (nvrtcCreateProgram(&prog, source.c_str(), "ptx.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return {};
-  std::vector<std::string> flags = opts.flags();
-  for (std::string& f : flags)
-    if (f.rfind("-arch=sm_", 0) == 0) f = "-arch=compute_" + f.substr(9);  // PTX, no ptxas
-  std::vector<const char*> cflags;
-  for (const auto& f : flags)
-    if (f.rfind("--ptxas-options", 0) != 0) cflags.push_back(f.c_str());
-  std::string ptx;
-  size_t n = 0;
-  if (nvrtcCompileProgram(prog, static_cast<int>(cflags.size()), cflags.data()) == NVRTC_SUCCESS &&
-      nvrtcGetPTXSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
-    ptx.assign(n, '\0');
-    if (nvrtcGetPTX(prog, ptx.data()) != NVRTC_SUCCESS) ptx.clear();
-  }
-  nvrtcDestroyProgram(&prog);
-  return ptx;
+  CompileOptions o = opts;
+  o.output = CompileOptions::Output::ptx;
+  NvrtcOutput out = nvrtc_compile(source, "ptx", o);
+  return out.ok ? std::move(out.cubin) : std::string();
 }
 
 #else  // CPU-only build

@@ -2,6 +2,7 @@
 // NVRTC: CUDA source -> cubin for one SM architecture. Needs no GPU (CI compiles every
 // generated kernel). Failures come back as data (ok = false, the log kept), never as throws.
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,10 @@ struct CompileOptions {
   // LIVEFUSE_JIT=lto: pointwise kernels the IR renderer covers are linked from the op library
   // (lto_render.hpp) instead of compiled from C++. Part of the key.
   bool lto = false;
-  // NVRTC emits LTO IR (-dlto -rdc=true) instead of a cubin: the op library's own compile.
-  bool lto_ir = false;
+  // What NVRTC hands back in NvrtcOutput::cubin: the cubin; LTO IR (-dlto -rdc=true, no ptxas:
+  // the op library's own compile); or PTX (compute_XX, no ptxas: tests compare it).
+  enum class Output : uint8_t { cubin, lto_ir, ptx };
+  Output output = Output::cubin;
   // > 1: NVRTC optimizes and assembles up to this many entry points at once (-split-compile).
   // Same code; the compile service sets it for programs with several heavy entry points (row
   // kernels with both register bodies), where it saves a quarter of the time on two cores.
@@ -57,7 +60,8 @@ std::string nvrtc_version();      // "13.0", or "none"
 bool nvrtc_supports_arch(int arch);
 // Compiles `source` (program name `name` in messages).
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, const CompileOptions& opts);
-// The PTX NVRTC makes of `source` for opts.arch (tests compare it with the linked route's).
+// nvrtc_compile with Output::ptx: the PTX of `source`, empty on failure (tests compare it with
+// the linked route's).
 std::string nvrtc_ptx(const std::string& source, const CompileOptions& opts);
 // Parses ptxas -v output ("Function properties for X", "N bytes spill stores", "Used R registers").
 std::vector<EntryStats> parse_ptxas_log(const std::string& log);

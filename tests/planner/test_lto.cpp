@@ -137,7 +137,7 @@ std::vector<OpCase> op_cases() {
 TEST_CASE("lto: the op library compiles, both exp flavours" * doctest::skip(!jit::nvrtc_available())) {
   for (bool fast : {false, true}) {
     jit::CompileOptions o = sm90();
-    o.lto_ir = true;
+    o.output = jit::CompileOptions::Output::lto_ir;
     const jit::NvrtcOutput out = jit::nvrtc_compile(jit::op_library_source(fast), "lf_op_library", o);
     REQUIRE_MESSAGE(out.ok, out.error, "\n", out.log);
     CHECK(!out.cubin.empty());  // the library's LTO IR
