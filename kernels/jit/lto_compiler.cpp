@@ -153,9 +153,8 @@ std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp, int6
 bool lto_available() { return api().ok; }
 std::string lto_unavailable_reason() { return api().ok ? std::string() : api().why; }
 
-namespace {
-// The link of one or more kernels (one cubin for all); `ptx`: its PTX in out.cubin instead.
-NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp, bool ptx) {
+NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp) {
+  const bool ptx = opts.output == CompileOptions::Output::ptx;
   NvrtcOutput out;
   const Api& a = api();
   if (!a.ok) {
@@ -249,6 +248,7 @@ NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& op
       out.cubin.assign(n, '\0');
       out.ok = a.nvJitLinkGetLinkedPtx(h, out.cubin.data()) == 0;
     }
+    if (!out.ok) out.error = "nvJitLink produced no PTX";
   } else if (a.nvJitLinkGetLinkedCubinSize(h, &n) == 0 && n > 0) {
     out.cubin.assign(n, '\0');
     out.ok = a.nvJitLinkGetLinkedCubin(h, out.cubin.data()) == 0;
@@ -261,15 +261,6 @@ NvrtcOutput link(const std::vector<LinkInput>& kernels, const CompileOptions& op
   out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
-}  // namespace
-
-NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp) {
-  return link({{&ir, name, {}}}, opts, fast_exp, false);
-}
-
-NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp) {
-  return link(kernels, opts, fast_exp, false);
-}
 
 double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
   const std::shared_ptr<Library> lib = library(opts, fast_exp);
@@ -277,18 +268,19 @@ double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
 }
 
 std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp, const std::vector<uint32_t>& custom_ops) {
-  NvrtcOutput out = link({{&ir, "ptx", custom_ops}}, opts, fast_exp, true);
+  CompileOptions o = opts;
+  o.output = CompileOptions::Output::ptx;
+  NvrtcOutput out = lto_compile({{&ir, "ptx", custom_ops}}, o, fast_exp);
   return out.ok ? std::move(out.cubin) : std::string();
 }
 #else
 bool lto_available() { return false; }
 std::string lto_unavailable_reason() { return "built without CUDA"; }
-NvrtcOutput lto_compile(const std::string&, const std::string&, const CompileOptions&, bool) {
+NvrtcOutput lto_compile(const std::vector<LinkInput>&, const CompileOptions&, bool) {
   NvrtcOutput out;
   out.error = "LTO linking unavailable: built without CUDA";
   return out;
 }
-NvrtcOutput lto_compile(const std::vector<LinkInput>&, const CompileOptions& o, bool f) { return lto_compile("", "", o, f); }
 std::string lto_ptx(const std::string&, const CompileOptions&, bool, const std::vector<uint32_t>&) { return {}; }
 double lto_library_ms(const CompileOptions&, bool) { return -1; }
 #endif

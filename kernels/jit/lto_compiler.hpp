@@ -14,12 +14,11 @@ namespace livefuse::jit {
 bool lto_available();
 std::string lto_unavailable_reason();  // empty when available
 
-// Compiles one kernel's IR (render_pointwise_ir) against the library for `opts` and the
-// kernel's exp flavour. The library is compiled once per (arch, options, flavour) and process;
-// its NVRTC time is not part of any kernel's compile_ms. On failure, `error` and `log` say why.
-NvrtcOutput lto_compile(const std::string& ir, const std::string& name, const CompileOptions& opts, bool fast_exp);
-// Several kernels (one exp flavour) linked at once into one cubin: the library is read, and
-// ptxas set up, once for all of them.
+// Links kernels (NVVM IR from render_pointwise_ir, one exp flavour) against the library for
+// `opts` and that flavour, into one cubin -- or its PTX, with opts.output == Output::ptx. The
+// library is compiled once per (arch, options, flavour) and process; its NVRTC time is not part
+// of compile_ms. The library is read, and ptxas set up, once for all the kernels. On failure,
+// `error` and `log` say why.
 struct LinkInput {
   const std::string* ir;
   std::string name;

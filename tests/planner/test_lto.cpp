@@ -254,7 +254,8 @@ TEST_CASE("lto: LIVEFUSE_FMA=0 reaches the link, as it reaches NVRTC" * doctest:
 }
 
 TEST_CASE("lto: IR that libNVVM refuses is an error with its log, not a crash" * doctest::skip(kNoLto)) {
-  const jit::NvrtcOutput out = jit::lto_compile("this is not IR", "broken", sm90(), false);
+  const std::string ir = "this is not IR";
+  const jit::NvrtcOutput out = jit::lto_compile({{&ir, "broken", {}}}, sm90(), false);
   CHECK_FALSE(out.ok);
   CHECK(out.error.find("libNVVM") != std::string::npos);
   CHECK(!out.log.empty());
