@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <sstream>
 
@@ -18,8 +17,8 @@ namespace {
 using namespace lto_detail;
 using namespace render_detail;
 
-// IR constants with the conversions of render_detail::literal (float rounding, integer
-// saturation toward zero).
+// IR constants with the conversions of render_detail::literal (float rounding; integers through
+// integer_literal).
 std::string ir_const(double v, Cls c) {
   if (c == Cls::F) {
     const float f = static_cast<float>(v);
@@ -30,13 +29,7 @@ std::string ir_const(double v, Cls c) {
     std::snprintf(buf, sizeof buf, "0x%016llX", static_cast<unsigned long long>(bits));
     return buf;
   }
-  if (c == Cls::I) {
-    const long long x = v != v ? 0 : v >= 2147483647.0 ? 2147483647LL : v <= -2147483648.0 ? -2147483648LL : static_cast<long long>(v);
-    return std::to_string(x);
-  }
-  constexpr long long kMax = std::numeric_limits<long long>::max(), kMin = std::numeric_limits<long long>::min();
-  const long long x = v != v ? 0 : v >= static_cast<double>(kMax) ? kMax : v <= static_cast<double>(kMin) ? kMin : static_cast<long long>(v);
-  return std::to_string(x);
+  return std::to_string(integer_literal(v, cls_dtype(c)));
 }
 
 // Builds one kernel's IR: body lines, and the declarations of the library functions it calls.

@@ -122,18 +122,19 @@ std::string literal(double v, DType c) {
     std::snprintf(buf, sizeof buf, "%af", static_cast<double>(f));
     return buf;
   }
-  // Integers: truncation toward zero with saturation, like the eager backend's to_compute.
-  if (c == DType::i32) {
-    const long long x = v != v ? 0 : v >= 2147483647.0 ? 2147483647LL
-                      : v <= -2147483648.0 ? -2147483648LL : static_cast<long long>(v);
-    return x == -2147483648LL ? "(-2147483647 - 1)" : "(" + std::to_string(x) + ")";
-  }
+  const long long x = integer_literal(v, c);
+  if (c == DType::i32) return x == -2147483648LL ? "(-2147483647 - 1)" : "(" + std::to_string(x) + ")";
+  if (x == std::numeric_limits<long long>::min()) return "((lf_i64)(-9223372036854775807LL - 1))";
+  return "((lf_i64)" + std::to_string(x) + "LL)";
+}
+
+long long integer_literal(double v, DType c) {
+  // Truncation toward zero with saturation, like the eager backend's to_compute.
+  if (c == DType::i32)
+    return v != v ? 0 : v >= 2147483647.0 ? 2147483647LL : v <= -2147483648.0 ? -2147483648LL : static_cast<long long>(v);
   constexpr long long kMax = std::numeric_limits<long long>::max();
   constexpr long long kMin = std::numeric_limits<long long>::min();
-  const long long x = v != v ? 0 : v >= static_cast<double>(kMax) ? kMax
-                    : v <= static_cast<double>(kMin) ? kMin : static_cast<long long>(v);
-  if (x == kMin) return "((lf_i64)(-9223372036854775807LL - 1))";
-  return "((lf_i64)" + std::to_string(x) + "LL)";
+  return v != v ? 0 : v >= static_cast<double>(kMax) ? kMax : v <= static_cast<double>(kMin) ? kMin : static_cast<long long>(v);
 }
 
 std::atomic<bool> g_outline{false};  // set_outline_heavy_ops

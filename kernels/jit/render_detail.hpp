@@ -16,6 +16,8 @@ std::string to_compute_fn(DType c);
 std::string naturalize(DType d, const std::string& x);
 // A scalar attribute as a literal of compute type c (converted like the eager backend does).
 std::string literal(double v, DType c);
+// Its value for an integer compute type c (i32 or i64): truncated toward zero, saturated, NaN 0.
+long long integer_literal(double v, DType c);
 // "const T vI = ...;" for Op, Custom, Const and ColCount instructions; operands are vK.
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr);
 // Expensive scalar functions that set_outline_heavy_ops calls out of line, and the name of the
