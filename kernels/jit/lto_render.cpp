@@ -63,12 +63,14 @@ struct IrWriter {
   struct Pack {
     std::string ptr, access_type, elem_type;
     int align = 0;
+    int per_word = 0;  // elements a 4-byte word holds when the pack is accessed as words, else 0
   };
   Pack pack(int k, DType d, int vec, const std::string& base) {
     Pack pk;
     pk.elem_type = "<" + std::to_string(vec) + " x " + storage_ir(d) + ">";
     const size_t bytes = vec * dtype_size(d);
-    pk.access_type = dtype_size(d) < 4 && bytes % 4 == 0 ? "<" + std::to_string(bytes / 4) + " x i32>" : pk.elem_type;
+    pk.per_word = dtype_size(d) < 4 && bytes % 4 == 0 ? static_cast<int>(4 / dtype_size(d)) : 0;
+    pk.access_type = pk.per_word ? "<" + std::to_string(bytes / 4) + " x i32>" : pk.elem_type;
     pk.align = static_cast<int>(std::min<size_t>(16, bytes));
     const std::string st = storage_ir(d), w = word(k), p = fresh(), q = fresh();
     pk.ptr = fresh();
@@ -82,21 +84,22 @@ struct IrWriter {
   // narrow elements, and that into two 8-byte accesses.
   struct Loaded {
     std::string value;
-    bool words = false;
+    int per_word = 0;  // Pack::per_word
   };
   Loaded load_pack(int k, DType d, int vec, const std::string& base) {
     const Pack pk = pack(k, d, vec, base);
-    Loaded l{fresh(), pk.access_type != pk.elem_type};
+    Loaded l{fresh(), pk.per_word};
     os << "  " << l.value << " = load " << pk.access_type << ", " << pk.access_type << "* " << pk.ptr << ", align " << pk.align << "\n";
     return l;
   }
   std::string element(const Loaded& l, DType d, int vec, int e) {
     const std::string st = storage_ir(d), x = fresh();
-    if (!l.words) {
+    const int per_word = l.per_word;
+    if (!per_word) {
       os << "  " << x << " = extractelement <" << vec << " x " << st << "> " << l.value << ", i32 " << e << "\n";
       return x;
     }
-    const int size = static_cast<int>(dtype_size(d)), per_word = 4 / size, words = vec / per_word;
+    const int words = vec / per_word;
     const std::string h = fresh(), r = fresh();
     const std::string wt = "<" + std::to_string(per_word) + " x " + st + ">";
     os << "  " << x << " = extractelement <" << words << " x i32> " << l.value << ", i32 " << e / per_word << "\n";
@@ -109,14 +112,14 @@ struct IrWriter {
     const Pack pk = pack(k, d, vec, base);
     const std::string st = storage_ir(d);
     std::string value = "undef";
-    if (pk.access_type == pk.elem_type) {
+    if (!pk.per_word) {
       for (int e = 0; e < vec; ++e) {
         const std::string v = fresh();
         os << "  " << v << " = insertelement " << pk.elem_type << " " << value << ", " << st << " " << elements[e] << ", i32 " << e << "\n";
         value = v;
       }
     } else {
-      const int size = static_cast<int>(dtype_size(d)), per_word = 4 / size, words = vec / per_word;
+      const int per_word = pk.per_word, words = vec / per_word, bits = 32 / per_word;
       for (int wi = 0; wi < words; ++wi) {
         std::string word_value;
         for (int j = 0; j < per_word; ++j) {
@@ -125,7 +128,7 @@ struct IrWriter {
           std::string part = z;
           if (j) {
             part = fresh();
-            os << "  " << part << " = shl i32 " << z << ", " << j * size * 8 << "\n";
+            os << "  " << part << " = shl i32 " << z << ", " << j * bits << "\n";
           }
           if (word_value.empty()) {
             word_value = part;
