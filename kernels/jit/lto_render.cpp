@@ -235,11 +235,17 @@ void element_ops(IrWriter& w, const KernelPart& part, LoadFn load, StoreFn store
   }
 }
 
+// The parameter word of a part's operand k: inputs, then outputs.
+int io_word(const KernelPart& part, const ArgLayout::Part& lp, size_t k) {
+  const size_t nin = part.inputs.size();
+  return k < nin ? lp.in[k] : lp.out[k - nin];
+}
+
 // One element at given offsets (i64, one per operand: inputs, then outputs): the C kernel's _at.
 void ops_at(IrWriter& w, const KernelPart& part, const ArgLayout::Part& lp, const std::vector<std::string>& off) {
   const size_t nin = part.inputs.size();
   auto elem_ptr = [&](size_t k, DType d) {
-    const std::string st = storage_ir(d), x = w.word(k < nin ? lp.in[k] : lp.out[k - nin]), p0 = w.fresh(), q = w.fresh();
+    const std::string st = storage_ir(d), x = w.word(io_word(part, lp, k)), p0 = w.fresh(), q = w.fresh();
     w.os << "  " << p0 << " = inttoptr i64 " << x << " to " << st << "*\n";
     w.os << "  " << q << " = getelementptr " << st << ", " << st << "* " << p0 << ", i64 " << off[k] << "\n";
     return q;
@@ -267,22 +273,16 @@ template <class WordI, class ToI64>
 void strided_part(IrWriter& w, const KernelPart& part, const ArgLayout::Part& lp, const std::string& P, const std::string& I,
                   const std::string& t, WordI word_i, ToI64 to_i64) {
   const std::string numel = word_i(lp.base), ok = w.fresh();
+  const std::string rank64 = w.word(lp.base + 1), rank = w.fresh();  // (int)A.w[rank word]
+  w.os << "  " << rank << " = trunc i64 " << rank64 << " to i32\n";
   w.os << "  " << ok << " = icmp slt " << I << " " << t << ", " << numel << "\n";
   w.os << "  br i1 " << ok << ", label %" << P << ".d" << kMaxDims - 1 << ", label %exit\n";
-  const size_t nin = part.inputs.size(), nio = nin + part.outputs.size();
-  auto io_word = [&](size_t k) { return k < nin ? lp.in[k] : lp.out[k - nin]; };
+  const size_t nio = part.inputs.size() + part.outputs.size();
   std::string r = t;
   std::vector<std::string> off(nio, "0");
-  const std::string rank = w.fresh();
-  bool rank_loaded = false;
   for (int d = kMaxDims - 1; d >= 0; --d) {
     const std::string test = P + ".d" + std::to_string(d), body = test + ".in", join = test + ".out";
     w.os << test << ":\n";
-    if (!rank_loaded) {  // (int)A.w[rank word]
-      const std::string r64 = w.word(lp.base + 1);
-      w.os << "  " << rank << " = trunc i64 " << r64 << " to i32\n";
-      rank_loaded = true;
-    }
     const std::string act = w.fresh();
     w.os << "  " << act << " = icmp slt i32 " << d << ", " << rank << "\n";
     w.os << "  br i1 " << act << ", label %" << body << ", label %" << join << "\n" << body << ":\n";
@@ -297,7 +297,7 @@ void strided_part(IrWriter& w, const KernelPart& part, const ArgLayout::Part& lp
     }
     std::vector<std::string> off_next(nio);
     for (size_t k = 0; k < nio; ++k) {
-      const std::string stride = word_i(io_word(k) + 1 + d), cs = w.fresh();
+      const std::string stride = word_i(io_word(part, lp, k) + 1 + d), cs = w.fresh();
       off_next[k] = w.fresh();
       w.os << "  " << cs << " = mul " << I << " " << c << ", " << stride << "\n";
       w.os << "  " << off_next[k] << " = add " << I << " " << off[k] << ", " << cs << "\n";
