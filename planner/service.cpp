@@ -283,8 +283,7 @@ class Service final : public monitor::CandidateConsumer {
 
   // A candidate planned and waiting for its kernels.
   struct Pending {
-    const monitor::Candidate* c = nullptr;
-    std::pair<uint64_t, uint32_t> key;
+    const monitor::Candidate* c = nullptr;  // nullptr once settled (failed)
     uint64_t old_plan = 0;
     Device device = Device::cpu();
     std::string subject;
@@ -335,10 +334,9 @@ class Service final : public monitor::CandidateConsumer {
     }
     Pending p;
     p.c = &c;
-    p.key = {c.signature, c.stream};
     {
       std::lock_guard<std::mutex> g(mu_);
-      auto it = planned_.find(p.key);
+      auto it = planned_.find({c.signature, c.stream});
       if (it != planned_.end()) {
         // Same structure again: re-plan only when its shape mix changed (a new version).
         if (it->second.version >= c.version || it->second.shape_tuples == c.shapes.tuples.size()) {
@@ -428,7 +426,7 @@ class Service final : public monitor::CandidateConsumer {
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.planned;
       ++ctr_.published;
-      planned_[p.key] = {id, c.version, c.shapes.tuples.size()};
+      planned_[{c.signature, c.stream}] = {id, c.version, c.shapes.tuples.size()};
     } catch (const std::exception& e) {
       fail(c, p.subject, e.what());
     }
