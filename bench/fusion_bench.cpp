@@ -173,15 +173,20 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
       if (m >= 0) ok.push_back(m);
     return ok;
   };
+  // Each compiled kernel's median pass.
+  auto per_kernel_medians = [&](const std::vector<std::vector<double>>& runs) {
+    std::vector<double> med;
+    for (size_t k = 0; !runs.empty() && k < specs.size(); ++k) {
+      std::vector<double> per;
+      for (const auto& run : runs) per.push_back(run[k]);
+      if (!compiled(per).empty()) med.push_back(median(compiled(per)));
+    }
+    return med;
+  };
   const int passes = quick ? 1 : 3;
   std::vector<std::vector<double>> runs;
   for (int p = 0; p < passes; ++p) runs.push_back(alone_pass(o));
-  std::vector<double> alone;  // each compiled kernel's median pass
-  for (size_t k = 0; k < specs.size(); ++k) {
-    std::vector<double> per;
-    for (const auto& run : runs) per.push_back(run[k]);
-    if (!compiled(per).empty()) alone.push_back(median(compiled(per)));
-  }
+  const std::vector<double> alone = per_kernel_medians(runs);
   jit::CompileOptions full = o;
   full.fast_compile = false;
   const std::vector<double> full_pass = alone_pass(full);
@@ -196,19 +201,21 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     for (int p = 0; p < passes; ++p) lto_runs.push_back(alone_pass(linked));
   }
   // All of them submitted at once: wall time per kernel, and the programs (or links) it took.
-  auto batch = [&](const jit::CompileOptions& opts, int* programs) {
+  struct Batch {
+    double ms_per_kernel = 0;
+    int programs = 0;
+  };
+  auto batch = [&](const jit::CompileOptions& opts) {
     jit::KernelCompiler compiler(config().compile_threads, "");  // the planner's compiler has as many
     size_t done = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (auto& f : compiler.submit_batch(specs, opts))
       if (f.get().ok()) ++done;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    *programs = static_cast<int>(compiler.stats().programs);
-    return done == 0 ? 0.0 : ms / static_cast<double>(done);
+    return Batch{done == 0 ? 0.0 : ms / static_cast<double>(done), static_cast<int>(compiler.stats().programs)};
   };
-  int programs = 0, lto_programs = 0;
-  const double batched_ms = batch(o, &programs);
-  const double lto_batched_ms = jit::lto_available() ? batch(linked, &lto_programs) : 0;
+  const Batch batched = batch(o);
+  const double lto_batched_ms = jit::lto_available() ? batch(linked).ms_per_kernel : 0;
   // The floor: an empty kernel with the same options, NVRTC's fixed cost per program. Only the
   // part above it depends on what livefuse generates.
   std::vector<double> empty;
@@ -222,13 +229,8 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     for (size_t p = 0; p < runs.size(); ++p) std::fprintf(stderr, "%s%.1f", p ? "/" : "", runs[p][k]);
   }
   std::fprintf(stderr, "\n[bench] %zu kernels submitted together: %d programs, %.1f ms a kernel\n", specs.size(),
-               programs, batched_ms);
-  std::vector<double> lto_alone;  // each kernel's median pass, linked where covered
-  for (size_t k = 0; !lto_runs.empty() && k < specs.size(); ++k) {
-    std::vector<double> per;
-    for (const auto& run : lto_runs) per.push_back(run[k]);
-    if (!compiled(per).empty()) lto_alone.push_back(median(compiled(per)));
-  }
+               batched.programs, batched.ms_per_kernel);
+  const std::vector<double> lto_alone = per_kernel_medians(lto_runs);  // linked where covered
   if (!lto_alone.empty()) {
     std::fprintf(stderr, "[bench] linked from the op library (LIVEFUSE_JIT=lto), ms per kernel:");
     for (double m : lto_alone) std::fprintf(stderr, " %.1f", m);
@@ -245,8 +247,8 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
                {"nvrtc_init_ms", init_ms},
                {"max_ms", alone.empty() ? 0 : *std::max_element(alone.begin(), alone.end())},
                {"mean_ms", alone.empty() ? 0 : alone_sum / alone.size()},
-               {"batched_programs", static_cast<double>(programs)},
-               {"batched_ms_per_kernel", batched_ms},
+               {"batched_programs", static_cast<double>(batched.programs)},
+               {"batched_ms_per_kernel", batched.ms_per_kernel},
                {"lto_batched_ms_per_kernel", lto_batched_ms},
                {"empty_kernel_ms", median(empty)}};
   print_record(r);
