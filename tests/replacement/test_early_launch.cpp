@@ -143,11 +143,7 @@ TEST_CASE("early launch: never while sampling, nor before op 0 binds every exter
 // The real thing: the chain's plan, made by the pipeline, launched early on the GPU.
 LF_CUDA_TEST_CASE("early launch: on the GPU, eager values from early launches, dropped ones and two streams") {
   const lf::Config saved = lf::config();
-  lftest::reset_pipeline();
-  lf::Config c = saved;
-  c.mode = lf::Mode::on;
-  c.sample = 0;
-  lf::set_config_for_testing(c);
+  lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
   const lf::Device gpu = lf::Device::cuda(0);
   lf::Tensor x = lf::rand_uniform({4096}, 6, -2, 2, lf::DType::f32, gpu);
   const std::vector<double> want = lftest::eager_values([&] { return chain(x); });

@@ -21,17 +21,8 @@ struct Run {
   bool equal = true;
 };
 
-// A fresh pipeline in mode m, plans kept without sampling (callers set the rest, then apply it).
-lf::Config fresh_unsampled(lf::Mode m) {
-  lftest::reset_pipeline();
-  lf::Config c = lf::config();
-  c.mode = m;
-  c.sample = 0;
-  return c;
-}
-
 Run run_mode(lf::Mode m) {
-  lf::set_config_for_testing(fresh_unsampled(m));
+  lf::set_config_for_testing(lftest::fresh_unsampled(m));
   const lf::Tensor x = lf::rand_uniform({8, 48}, 1, -1, 1, lf::DType::f32, cpu);
   const lf::Tensor g = lf::rand_uniform({48}, 2, 0.5, 1.5, lf::DType::f32, cpu);
   const auto& mc = lf::matcher_counters();
@@ -86,7 +77,7 @@ TEST_CASE(
 
 LF_CUDA_TEST_CASE("modes: LIVEFUSE_PROFILE times every fusion group of a CUDA plan, same values") {
   const lf::Config saved = lf::config();
-  lf::Config c = fresh_unsampled(lf::Mode::on);
+  lf::Config c = lftest::fresh_unsampled(lf::Mode::on);
   c.profile = true;
   lf::set_config_for_testing(c);
   const lf::Device gpu = lf::Device::cuda(0);
@@ -123,7 +114,7 @@ LF_CUDA_TEST_CASE("modes: LIVEFUSE_PROFILE times every fusion group of a CUDA pl
 
 LF_CUDA_TEST_CASE("modes: the planner compiles with the LIVEFUSE_* options (FAST_COMPILE=0: no -Ofc in any kernel)") {
   const lf::Config saved = lf::config();
-  lf::Config c = fresh_unsampled(lf::Mode::on);
+  lf::Config c = lftest::fresh_unsampled(lf::Mode::on);
   c.fast_compile = false;
   lf::set_config_for_testing(c);
   const lf::Device gpu = lf::Device::cuda(0);

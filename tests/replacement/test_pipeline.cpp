@@ -66,11 +66,7 @@ struct PhaseCounts {
 };
 
 PhaseCounts plan_two_phases_held(const lf::Device& d, double salt) {
-  lftest::reset_pipeline();
-  lf::Config c = lf::config();
-  c.mode = lf::Mode::on;
-  c.sample = 0;
-  lf::set_config_for_testing(c);
+  lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
   const lf::Tensor x = lf::rand_uniform({32, 64}, 11, -1, 1, lf::DType::f32, d);
   PhaseCounts r;
   r.before = lf::planner::service_counters();
@@ -122,11 +118,7 @@ LF_CUDA_TEST_CASE("pipeline: the kernels of candidates planned in one round comp
 
 TEST_CASE("pipeline: a structure queued twice in one round (its shape mix grew) becomes one plan") {
   const lf::Config saved = lf::config();
-  lftest::reset_pipeline();
-  lf::Config c = lf::config();
-  c.mode = lf::Mode::on;
-  c.sample = 0;
-  lf::set_config_for_testing(c);
+  lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
   const lf::Device cpu = lf::Device::cpu();
   const auto before = lf::planner::service_counters();
   lf::planner::hold_service_for_testing(true);

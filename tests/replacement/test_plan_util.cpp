@@ -57,6 +57,14 @@ void reset_pipeline() {
   livefuse::set_config_for_testing(saved);
 }
 
+livefuse::Config fresh_unsampled(livefuse::Mode m) {
+  reset_pipeline();
+  livefuse::Config c = livefuse::config();
+  c.mode = m;
+  c.sample = 0;
+  return c;
+}
+
 HandMadePlans::HandMadePlans() {
   livefuse::Config c = livefuse::config();
   c.mode = livefuse::Mode::on;

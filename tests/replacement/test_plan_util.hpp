@@ -49,6 +49,10 @@ class RecordingPlan : public livefuse::Plan {
 // Forgets every hot sequence, planned candidate and installed plan (the configuration in force
 // is kept), so the next loop starts the pipeline from scratch.
 void reset_pipeline();
+// A fresh pipeline (reset_pipeline) and the process configuration in mode m with plans kept
+// unsampled (LIVEFUSE_SAMPLE=0), not yet applied: callers set the rest, then
+// set_config_for_testing.
+livefuse::Config fresh_unsampled(livefuse::Mode m);
 
 // Builds a plan from the calls that `body` makes: records (op, attrs, dtypes, wiring).
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body);

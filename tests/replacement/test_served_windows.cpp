@@ -23,11 +23,7 @@ lf::Tensor chain(const lf::Tensor& x) {
 
 struct Served {
   Served() : saved(lf::config()) {
-    lftest::reset_pipeline();
-    lf::Config c = saved;
-    c.mode = lf::Mode::on;
-    c.sample = 0;
-    lf::set_config_for_testing(c);
+    lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
     // A short half-life (256 ops): a structure nobody counts goes cold within a few hundred
     // iterations.
     lf::monitor::MonitorOptions o = lf::monitor::MonitorOptions::from_config();
