@@ -12,24 +12,16 @@
 #include <nvvm.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-namespace {
-using clk = std::chrono::steady_clock;
-double ms_since(clk::time_point a) { return std::chrono::duration<double, std::milli>(clk::now() - a).count(); }
-std::string read(const char* f) {
-  std::ifstream in(f);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
+#include "probe_util.hpp"
+
+using probe::clk;
+using probe::log_of;
+using probe::ms_since;
+using probe::read;
 
 int main(int argc, char** argv) {
   if (argc != 3) {
@@ -42,11 +34,7 @@ int main(int argc, char** argv) {
   nvrtcCreateProgram(&p, lib.c_str(), "lib.cu", 0, nullptr, nullptr);
   const char* o[] = {"-arch=sm_90", "--std=c++17", "-default-device", "-minimal", "--no-cache", "-dlto", "-rdc=true"};
   if (nvrtcCompileProgram(p, 7, o)) {
-    size_t n;
-    nvrtcGetProgramLogSize(p, &n);
-    std::string l(n, 0);
-    nvrtcGetProgramLog(p, l.data());
-    std::printf("library failed:\n%s\n", l.c_str());
+    std::printf("library failed:\n%s\n", log_of(p, nvrtcGetProgramLogSize, nvrtcGetProgramLog).c_str());
     return 1;
   }
   size_t n;
@@ -63,11 +51,7 @@ int main(int argc, char** argv) {
     nvvmAddModuleToProgram(vp, glue.data(), glue.size(), "kernel");
     const char* vo[] = {"-arch=compute_90", "-gen-lto"};
     if (nvvmCompileProgram(vp, 2, vo)) {
-      size_t ln;
-      nvvmGetProgramLogSize(vp, &ln);
-      std::string l(ln, 0);
-      nvvmGetProgramLog(vp, l.data());
-      std::printf("libNVVM failed:\n%s\n", l.c_str());
+      std::printf("libNVVM failed:\n%s\n", log_of(vp, nvvmGetProgramLogSize, nvvmGetProgramLog).c_str());
       return 1;
     }
     size_t gn;
@@ -83,11 +67,7 @@ int main(int argc, char** argv) {
     nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, gir.data(), gir.size(), "kernel");
     nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, libir.data(), libir.size(), "lib");
     if (nvJitLinkComplete(h)) {
-      size_t ln;
-      nvJitLinkGetErrorLogSize(h, &ln);
-      std::string l(ln, 0);
-      nvJitLinkGetErrorLog(h, l.data());
-      std::printf("nvJitLink failed:\n%s\n", l.c_str());
+      std::printf("nvJitLink failed:\n%s\n", log_of(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog).c_str());
       return 1;
     }
     if (r == 0) {

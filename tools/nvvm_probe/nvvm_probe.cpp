@@ -4,40 +4,63 @@
 //          -lnvvm -lnvJitLink -Wl,-rpath,/usr/local/cuda/lib64
 // Session 6 (2 cores, here): 18.7 ms for the kernel-1 shape (4 elements, 2 gelus; NVRTC takes
 // 32.0 with the fast-compile default, 36 without), 11.3 ms without the gelus.
-#include <cstring>
-#include <nvvm.h>
 #include <nvJitLink.h>
+#include <nvvm.h>
+
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 #include <string>
 #include <vector>
-using clk = std::chrono::steady_clock;
-static double ms(clk::time_point a) { return std::chrono::duration<double, std::milli>(clk::now() - a).count(); }
+
+#include "probe_util.hpp"
+
+using probe::clk;
+using probe::log_of;
+using probe::ms_since;
+
 int main(int argc, char** argv) {
   for (int f = 1; f < argc; ++f) {
-    std::ifstream in(argv[f]); std::stringstream ss; ss << in.rdbuf(); std::string ir = ss.str();
-    std::vector<double> a, b; std::string ptx;
+    const std::string ir = probe::read(argv[f]);
+    std::vector<double> a, b;
+    std::string ptx;
     for (int r = 0; r < 8; ++r) {
       auto t1 = clk::now();
-      nvvmProgram vp; nvvmCreateProgram(&vp);
-      if (nvvmAddModuleToProgram(vp, ir.data(), ir.size(), "k")) { printf("add fail\n"); return 1; }
+      nvvmProgram vp;
+      nvvmCreateProgram(&vp);
+      if (nvvmAddModuleToProgram(vp, ir.data(), ir.size(), "k")) {
+        std::printf("add fail\n");
+        return 1;
+      }
       const char* vo[] = {"-arch=compute_90", "-opt=3"};
-      if (nvvmCompileProgram(vp, 2, vo)) { size_t ln; nvvmGetProgramLogSize(vp,&ln); std::string l(ln,0); nvvmGetProgramLog(vp,l.data()); printf("nvvm fail %s\n", l.c_str()); return 1; }
-      size_t pn; nvvmGetCompiledResultSize(vp, &pn); ptx.assign(pn, 0); nvvmGetCompiledResult(vp, ptx.data()); nvvmDestroyProgram(&vp);
-      double ta = ms(t1);
+      if (nvvmCompileProgram(vp, 2, vo)) {
+        std::printf("nvvm fail %s\n", log_of(vp, nvvmGetProgramLogSize, nvvmGetProgramLog).c_str());
+        return 1;
+      }
+      size_t pn;
+      nvvmGetCompiledResultSize(vp, &pn);
+      ptx.assign(pn, 0);
+      nvvmGetCompiledResult(vp, ptx.data());
+      nvvmDestroyProgram(&vp);
+      const double ta = ms_since(t1);
       auto t2 = clk::now();
-      nvJitLinkHandle h; const char* lo[] = {"-arch=sm_90", "-verbose"};
+      nvJitLinkHandle h;
+      const char* lo[] = {"-arch=sm_90", "-verbose"};
       nvJitLinkCreate(&h, 2, lo);
       nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.data(), strlen(ptx.c_str()), "k.ptx");
-      if (nvJitLinkComplete(h)) { size_t ln; nvJitLinkGetErrorLogSize(h,&ln); std::string l(ln,0); nvJitLinkGetErrorLog(h,l.data()); printf("link fail %s\n", l.c_str()); return 1; }
-      if (r == 0) { size_t ln; nvJitLinkGetInfoLogSize(h,&ln); std::string l(ln,0); nvJitLinkGetInfoLog(h,l.data()); printf("%s", l.c_str()); }
+      if (nvJitLinkComplete(h)) {
+        std::printf("link fail %s\n", log_of(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog).c_str());
+        return 1;
+      }
+      if (r == 0) std::printf("%s", log_of(h, nvJitLinkGetInfoLogSize, nvJitLinkGetInfoLog).c_str());
       nvJitLinkDestroy(&h);
-      if (r) { a.push_back(ta); b.push_back(ms(t2)); }
+      if (r) {
+        a.push_back(ta);
+        b.push_back(ms_since(t2));
+      }
     }
-    std::sort(a.begin(), a.end()); std::sort(b.begin(), b.end());
-    printf("%s: libnvvm IR->PTX %.1f ms, PTX->cubin %.1f ms, total %.1f\n", argv[f], a[3], b[3], a[3] + b[3]);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::printf("%s: libnvvm IR->PTX %.1f ms, PTX->cubin %.1f ms, total %.1f\n", argv[f], a[3], b[3], a[3] + b[3]);
   }
 }
