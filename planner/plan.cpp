@@ -200,6 +200,10 @@ std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tenso
   LF_CHECK(externals.size() == seg.externals.size(), "plan", "expected ", seg.externals.size(), " externals, got ",
            externals.size());
   const Device d = externals.empty() ? Device::cpu() : externals[0].device();
+  // An external may be the pending output of a window a live plan deferred (the caller got it
+  // from the runtime API); the steps read its storage, so that window is flushed first.
+  for (const Tensor& t : externals)
+    if (t.defined() && t.impl()->pending) Executor::materialize(*t.impl());
   std::vector<Tensor> values(externals.begin(), externals.end());
   values.resize(seg.num_values());
   for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {

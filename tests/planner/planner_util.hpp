@@ -15,6 +15,11 @@ using namespace livefuse;
 using namespace livefuse::planner;
 
 inline std::vector<Tensor> eager_values(const Segment& seg, const std::vector<Tensor>& externals) {
+  // run_eager_into reads storage: an external a live plan deferred is flushed first (as the
+  // runtime's own eager path does; test_planner runs with LIVEFUSE=on, so hot sequences of the
+  // helpers' own calls, e.g. random_externals' casts, can be planned and deferred).
+  for (const Tensor& t : externals)
+    if (t.impl()->pending) Executor::materialize(*t.impl());
   std::vector<Tensor> values(externals.begin(), externals.end());
   values.resize(seg.num_values());
   for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {

@@ -1,5 +1,6 @@
 // Matcher mechanics with a hand-made plan (fusion itself is tested elsewhere).
 #include "monitor/monitor.hpp"
+#include "planner/planner.hpp"
 #include "runtime/plan.hpp"
 #include "test_plan_util.hpp"
 
@@ -166,4 +167,28 @@ TEST_CASE("matcher: LIVEFUSE=off never defers") {
   CHECK(a.impl()->pending == nullptr);
   (void)block(x, w);
   CHECK(plan->runs == 0);
+}
+
+TEST_CASE("matcher: a deferred value handed to the planner's bind_values is flushed first") {
+  // Tools and tests drive plans directly (bind_values + run_plan) with tensors from the API; one
+  // of them may be a window's pending output, which the steps would read without storage.
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({4, 8}, 15, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({8}, 16, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::active;
+  lf::PlanTable::get().publish(plan);
+  lf::Tensor a = lf::mul(x, w);
+  REQUIRE(a.impl()->pending != nullptr);
+  lf::planner::SegmentBuilder b;
+  const lf::planner::ValueRef in = b.input({4, 8});
+  b.output(b.add(lf::OpId::relu, {in}));
+  const lf::planner::PlannedSegment p =
+      lf::planner::plan_segment(b.build(), lf::planner::default_planner_options(cpu));
+  const std::vector<lf::Tensor> values = lf::planner::bind_values(p, {a});
+  CHECK(a.impl()->pending == nullptr);
+  lf::planner::run_plan(p, values);
+  const std::vector<double> as = a.to_doubles(), got = values[p.segment.value_id(p.segment.outputs[0])].to_doubles();
+  REQUIRE(got.size() == as.size());
+  for (size_t i = 0; i < as.size(); ++i) CHECK(got[i] == (as[i] > 0 ? as[i] : 0.0));
 }

@@ -66,10 +66,13 @@ livefuse::Config fresh_unsampled(livefuse::Mode m) {
 }
 
 HandMadePlans::HandMadePlans() {
+  // reset_pipeline waits for the planner service: a round still compiling an earlier test's
+  // candidate would otherwise publish its plan into this test's table (seen with
+  // LIVEFUSE_JIT=lto, whose first round also builds the op library).
+  reset_pipeline();
   livefuse::Config c = livefuse::config();
   c.mode = livefuse::Mode::on;
   livefuse::set_config_for_testing(c);
-  livefuse::PlanTable::get().clear_for_testing();
   livefuse::monitor::Monitor::instance().pause_for_testing(true);
 }
 
