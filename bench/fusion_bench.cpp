@@ -8,19 +8,23 @@
 //   fused_layer_norm / fused_softmax   row kernels at large sizes, bandwidth and fraction of a
 //                     copy of the same bytes (`fraction_of_64m_f32_copy`: of copy_bw's copy).
 //   fused_softmax_mask / fused_rms_norm   the same for a masked softmax and rms_norm.
-//   nvrtc_compile     NVRTC time per generated kernel (12 distinct kernels, no cache), each
-//                     compiled alone (one program each) in 3 passes after NVRTC's first use
-//                     (`nvrtc_init_ms`, paid once per process, as the compile service pays it
-//                     before its first program): `median_ms` is the median over kernels of each
-//                     kernel's median pass (`first_pass_median_ms`: of the first pass alone),
-//                     `mean_ms`; at NVRTC's full optimisation (LIVEFUSE_FAST_COMPILE=0), one pass:
-//                     `full_opt_median_ms`; linked from the op library (LIVEFUSE_JIT=lto) where
-//                     the IR renderer covers the kernel: `lto_median_ms`, and the library's own
-//                     compile, once per process: `lto_library_ms`;
+//   nvrtc_compile     compile time per generated kernel (12 distinct kernels, 8 pointwise and 4
+//                     layer_norm rows with a pointwise epilogue, no cache) through the default
+//                     route (LIVEFUSE_JIT: pointwise kernels linked from the op library, rows
+//                     compiled by NVRTC), each compiled alone (one program each) in 3 passes after
+//                     the route's one-time costs (`nvrtc_init_ms`, NVRTC's first use, and
+//                     `lto_library_ms`, the op library's compile: paid once per process, as the
+//                     compile service pays them before its first kernel): `median_ms` is the median
+//                     over kernels of each kernel's median pass (`first_pass_median_ms`: of the
+//                     first pass alone), `pointwise_median_ms` / `row_median_ms` by kind,
+//                     `mean_ms`, `max_ms`; every kernel through NVRTC (LIVEFUSE_JIT=nvrtc):
+//                     `nvrtc_median_ms`; linked where the IR renderer covers it: `lto_median_ms`;
+//                     at NVRTC's full optimisation (LIVEFUSE_FAST_COMPILE=0), one pass:
+//                     `full_opt_median_ms`;
 //                     the same kernels submitted together, as the planner submits a plan's
 //                     kernels (one program per up to 16 kernels): `batched_ms_per_kernel` (wall
-//                     time / kernels); `empty_kernel_ms`, an empty kernel's, is NVRTC's fixed
-//                     cost per program.
+//                     time / kernels; NVRTC alone: `nvrtc_batched_ms_per_kernel`);
+//                     `empty_kernel_ms`, an empty kernel's, is NVRTC's fixed cost per program.
 //                     NVRTC needs no GPU: --nvrtc-only runs just this (CUDA build, any machine).
 // Usage: livefuse-bench-fusion [--device cpu|cuda|all] [--json PATH] [--quick] [--nvrtc-only]
 #include <algorithm>
@@ -131,6 +135,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   // Distinct kernels, no cache: pointwise chains of gelus and products, every third one a
   // layer_norm row with that chain as its epilogue.
   std::vector<std::shared_ptr<const jit::KernelSpec>> specs;
+  std::vector<bool> is_row;
   const int count = quick ? 4 : 12;
   for (int k = 0; k < count; ++k) {
     SegmentBuilder b;
@@ -147,12 +152,20 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     b.output(v);
     const PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
     for (const Step& s : p.steps)
-      if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) specs.push_back(fk->spec);
+      if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
+        specs.push_back(fk->spec);
+        is_row.push_back(k % 3 == 2);
+      }
   }
-  // NVRTC's first use in a process costs more than any later compile (its libraries load and
-  // its statics are built); the compile service pays it before its first program, outside
-  // every kernel's time, and so does this bench.
+  // One-time costs, paid before any kernel's time (the compile service pays them before its
+  // first kernel): NVRTC's first use in a process (its libraries load and its statics are
+  // built), and the op library the linked route calls (both exp flavours are used below).
   const double init_ms = jit::nvrtc_compile("extern \"C\" __global__ void lf_init() {}\n", "lf_init", o).compile_ms;
+  jit::CompileOptions nvrtc_only = o, linked = o;
+  nvrtc_only.lto = false;
+  linked.lto = true;
+  const bool can_link = jit::lto_available();
+  const double lto_library_ms = can_link ? jit::lto_library(linked, false).ms + jit::lto_library(linked, true).ms : 0;
   // Each kernel alone (one program each, as a plan of one kernel compiles), in passes of fresh
   // compilers (no cache): a kernel's median pass is its time, so one slow moment of a shared
   // host does not stand for the kernel. Then all of them submitted together (as compile_plan
@@ -173,33 +186,36 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
       if (m >= 0) ok.push_back(m);
     return ok;
   };
-  // Each compiled kernel's median pass.
+  const int passes = quick ? 1 : 3;
+  auto passes_of = [&](const jit::CompileOptions& opts) {
+    std::vector<std::vector<double>> runs;
+    for (int p = 0; p < passes; ++p) runs.push_back(alone_pass(opts));
+    return runs;
+  };
+  // Each kernel's median pass (-1: never compiled), and the median of those over the kernels
+  // `pick` keeps.
   auto per_kernel_medians = [&](const std::vector<std::vector<double>>& runs) {
-    std::vector<double> med;
+    std::vector<double> med(specs.size(), -1);
     for (size_t k = 0; !runs.empty() && k < specs.size(); ++k) {
       std::vector<double> per;
       for (const auto& run : runs) per.push_back(run[k]);
-      if (!compiled(per).empty()) med.push_back(median(compiled(per)));
+      if (!compiled(per).empty()) med[k] = median(compiled(per));
     }
     return med;
   };
-  const int passes = quick ? 1 : 3;
-  std::vector<std::vector<double>> runs;
-  for (int p = 0; p < passes; ++p) runs.push_back(alone_pass(o));
+  auto median_of = [&](const std::vector<double>& per_kernel, int kind) {  // kind: -1 all, 0 pointwise, 1 row
+    std::vector<double> m;
+    for (size_t k = 0; k < per_kernel.size(); ++k)
+      if (per_kernel[k] >= 0 && (kind < 0 || is_row[k] == (kind == 1))) m.push_back(per_kernel[k]);
+    return m.empty() ? 0.0 : median(m);
+  };
+  const std::vector<std::vector<double>> runs = passes_of(o);
   const std::vector<double> alone = per_kernel_medians(runs);
-  jit::CompileOptions full = o;
+  const std::vector<double> nvrtc_alone = o.lto || !can_link ? per_kernel_medians(passes_of(nvrtc_only)) : alone;
+  const std::vector<double> lto_alone = !can_link ? std::vector<double>{} : o.lto ? alone : per_kernel_medians(passes_of(linked));
+  jit::CompileOptions full = nvrtc_only;
   full.fast_compile = false;
   const std::vector<double> full_pass = alone_pass(full);
-  // Linked from the op library where the IR renderer covers the kernel (LIVEFUSE_JIT=lto; the
-  // others compile with NVRTC as above), in passes like the first figure.
-  jit::CompileOptions linked = o;
-  linked.lto = true;
-  std::vector<std::vector<double>> lto_runs;
-  double lto_library_ms = 0;  // once per process and exp flavour (both are used below)
-  if (jit::lto_available()) {
-    lto_library_ms = jit::lto_library_ms(linked, false) + jit::lto_library_ms(linked, true);
-    for (int p = 0; p < passes; ++p) lto_runs.push_back(alone_pass(linked));
-  }
   // All of them submitted at once: wall time per kernel, and the programs (or links) it took.
   struct Batch {
     double ms_per_kernel = 0;
@@ -215,7 +231,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     return Batch{done == 0 ? 0.0 : ms / static_cast<double>(done), static_cast<int>(compiler.stats().programs)};
   };
   const Batch batched = batch(o);
-  const double lto_batched_ms = jit::lto_available() ? batch(linked).ms_per_kernel : 0;
+  const double nvrtc_batched_ms = o.lto && can_link ? batch(nvrtc_only).ms_per_kernel : batched.ms_per_kernel;
   // The floor: an empty kernel with the same options, NVRTC's fixed cost per program. Only the
   // part above it depends on what livefuse generates.
   std::vector<double> empty;
@@ -223,33 +239,39 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     const jit::NvrtcOutput e = jit::nvrtc_compile("extern \"C\" __global__ void lf_empty() {}\n", "lf_empty", o);
     if (e.ok) empty.push_back(e.compile_ms);
   }
-  std::fprintf(stderr, "[bench] nvrtc ms per kernel, alone (pass by pass):");
+  auto print_ms = [&](const char* what, const std::vector<double>& ms) {
+    std::fprintf(stderr, "[bench] %s, ms per kernel (r: row):", what);
+    for (size_t k = 0; k < ms.size(); ++k) std::fprintf(stderr, " %s%.1f", is_row[k] ? "r" : "", ms[k]);
+    std::fprintf(stderr, "\n");
+  };
+  std::fprintf(stderr, "[bench] default route (%s), ms per kernel alone, pass by pass:", o.lto && can_link ? "lto" : "nvrtc");
   for (size_t k = 0; k < specs.size(); ++k) {
-    std::fprintf(stderr, " ");
+    std::fprintf(stderr, " %s", is_row[k] ? "r" : "");
     for (size_t p = 0; p < runs.size(); ++p) std::fprintf(stderr, "%s%.1f", p ? "/" : "", runs[p][k]);
   }
   std::fprintf(stderr, "\n[bench] %zu kernels submitted together: %d programs, %.1f ms a kernel\n", specs.size(),
                batched.programs, batched.ms_per_kernel);
-  const std::vector<double> lto_alone = per_kernel_medians(lto_runs);  // linked where covered
-  if (!lto_alone.empty()) {
-    std::fprintf(stderr, "[bench] linked from the op library (LIVEFUSE_JIT=lto), ms per kernel:");
-    for (double m : lto_alone) std::fprintf(stderr, " %.1f", m);
-    std::fprintf(stderr, "\n");
-  }
-  double alone_sum = 0;
-  for (double m : alone) alone_sum += m;
-  Record r{"nvrtc_compile", "sm_" + std::to_string(o.arch), std::to_string(alone.size()) + " kernels", median(alone) * 1e3, {}};
-  r.derived = {{"median_ms", median(alone)},
+  print_ms("NVRTC alone (LIVEFUSE_JIT=nvrtc)", nvrtc_alone);
+  if (!lto_alone.empty()) print_ms("linked from the op library where covered (LIVEFUSE_JIT=lto)", lto_alone);
+  double alone_sum = 0, alone_max = 0;
+  for (double m : compiled(alone)) alone_sum += m, alone_max = std::max(alone_max, m);
+  const size_t n_ok = compiled(alone).size();
+  Record r{"nvrtc_compile", "sm_" + std::to_string(o.arch), std::to_string(n_ok) + " kernels", median_of(alone, -1) * 1e3, {}};
+  r.derived = {{"median_ms", median_of(alone, -1)},
                {"first_pass_median_ms", median(compiled(runs[0]))},
+               {"pointwise_median_ms", median_of(alone, 0)},
+               {"row_median_ms", median_of(alone, 1)},
+               {"linked", o.lto && can_link ? 1.0 : 0.0},
+               {"nvrtc_median_ms", median_of(nvrtc_alone, -1)},
+               {"lto_median_ms", median_of(lto_alone, -1)},
                {"full_opt_median_ms", median(compiled(full_pass))},
-               {"lto_median_ms", lto_alone.empty() ? 0 : median(lto_alone)},
                {"lto_library_ms", lto_library_ms},
                {"nvrtc_init_ms", init_ms},
-               {"max_ms", alone.empty() ? 0 : *std::max_element(alone.begin(), alone.end())},
-               {"mean_ms", alone.empty() ? 0 : alone_sum / alone.size()},
+               {"max_ms", alone_max},
+               {"mean_ms", n_ok == 0 ? 0 : alone_sum / n_ok},
                {"batched_programs", static_cast<double>(batched.programs)},
                {"batched_ms_per_kernel", batched.ms_per_kernel},
-               {"lto_batched_ms_per_kernel", lto_batched_ms},
+               {"nvrtc_batched_ms_per_kernel", nvrtc_batched_ms},
                {"empty_kernel_ms", median(empty)}};
   print_record(r);
   out.push_back(r);

@@ -11,7 +11,9 @@
 #include <set>
 #include <thread>
 
+#include "kernels/jit/kernel_compiler.hpp"
 #include "livefuse/config.hpp"
+#include "livefuse/device.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "monitor/candidate.hpp"
@@ -117,6 +119,10 @@ class Service final : public monitor::CandidateConsumer {
     // Detached: at exit an atexit handler stops it between jobs (waiting a bounded time for the
     // job in hand), so it is not planning while static destructors run.
     std::atexit(stop_at_exit);
+    // On a GPU machine the first plan's compile would also pay NVRTC's first use and the op
+    // library (LIVEFUSE_JIT=lto): started now, on the compile arena, while the monitor is still
+    // counting repeats, so they are off the path from "hot" to "served".
+    if (cuda_available() && config().device != "cpu") (void)jit::KernelCompiler::global().warm_up(jit::default_compile_options());
     std::thread([this] {
       trace::set_thread_name("livefuse-planner");
       loop();

@@ -198,6 +198,43 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
   return futures;
 }
 
+std::shared_future<CompileResult> KernelCompiler::warm_up(const CompileOptions& opts) {
+  auto promise = std::make_shared<std::promise<CompileResult>>();
+  std::shared_future<CompileResult> f = promise->get_future().share();
+  const std::string key = "warm-up|" + opts.str();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = inflight_.find(key); it != inflight_.end()) return it->second;
+    if (exiting_.load()) {
+      promise->set_value(CompileResult{nullptr, "[jit] warm-up: the process is exiting", {}, false, {}});
+      return f;
+    }
+    inflight_[key] = f;  // drain_for_exit waits for it like any job
+  }
+  impl_->arena.enqueue([this, opts, promise, key] {
+    CompileResult r;
+    try {
+      CompileOptions nvrtc = opts;
+      nvrtc.lto = false;
+      if (is_global_ && !exiting_.load()) before_program(nvrtc);
+      if (opts.lto && lto_available() && !exiting_.load()) {
+        CompileOptions linked = opts;
+        linked.split = 0;  // compile_linked's flags, so its first link finds the drain registered
+        const NvrtcOutput out = lto_warm_up(linked, &cache_.disk());
+        if (is_global_) after_program(linked);
+        if (!out.ok) r.error = "[jit] warm-up: " + out.error, r.log = out.log;
+      }
+    } catch (const std::exception& e) {
+      r.error = std::string("[jit] warm-up: ") + e.what();
+    }
+    r.worker = std::this_thread::get_id();
+    std::lock_guard<std::mutex> lock(mu_);
+    inflight_.erase(key);
+    promise->set_value(std::move(r));
+  });
+  return f;
+}
+
 namespace {
 // A group of job indices in chunks of at most kMaxProgramKernels: one program (or link) each.
 std::vector<std::vector<size_t>> chunks_of(const std::vector<size_t>& group) {
@@ -340,7 +377,7 @@ void KernelCompiler::compile_linked(std::vector<Job>& jobs, const std::vector<si
   CompileOptions warm = o;
   warm.lto = false;  // NVRTC's warm-up flags: the link's flags stay new for after_program
   if (is_global_) before_program(warm);
-  const NvrtcOutput out = lto_compile(inputs, o, jobs[chunk[0]].rk.head.fast_exp);
+  const NvrtcOutput out = lto_compile(inputs, o, jobs[chunk[0]].rk.head.fast_exp, &cache_.disk());
   if (is_global_) after_program(o);
   if (out.ok) {
     {

@@ -70,6 +70,14 @@ class KernelCompiler {
     return submit(std::move(spec), opts).get();
   }
 
+  // What the first kernel would pay before its own compile, paid now on the arena: NVRTC's
+  // first use and, with opts.lto, the op library's two flavours (read from the disk cache when
+  // an earlier process compiled them) and libNVVM's and nvJitLink's first use. The planner
+  // service starts it when it starts on a machine with a GPU, long before a sequence is hot.
+  // The result carries no kernel; `error` says what failed (a later compile then fails or falls
+  // back the usual way). Waited for at exit like any job.
+  std::shared_future<CompileResult> warm_up(const CompileOptions& opts);
+
   KernelCache& cache() { return cache_; }
   CompilerStats stats() const;
 

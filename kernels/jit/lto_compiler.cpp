@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 #include <vector>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
+#include "kernels/jit/kernel_cache.hpp"
 #include "kernels/jit/lto_render.hpp"
 
 #if LIVEFUSE_HAS_CUDA
@@ -121,27 +124,53 @@ std::string read_log(Handle h, SizeFn size, GetFn get) {
 struct Library {
   std::once_flag once;
   NvrtcOutput out;
+  bool from_disk = false;
 };
 
+std::mutex g_libs_mu;
+std::map<std::tuple<std::string, bool, int64_t>, std::shared_ptr<Library>> g_libs;
+
+// A library's disk entry: its own key family (a kernel lookup never matches it), with what its
+// LTO IR depends on -- NVRTC's version, the options (arch among them), the source's hash.
+KernelKey library_key(const std::string& kind, const std::string& source, const CompileOptions& lo) {
+  char src[24];
+  std::snprintf(src, sizeof src, "%016llx", static_cast<unsigned long long>(fnv1a(source.data(), source.size())));
+  KernelKey k;
+  k.text = "lfl1|" + kind + "|nvrtc=" + nvrtc_version() + "|opts=" + lo.str() + "|src=" + src;
+  k.hash = fnv1a(k.text.data(), k.text.size());
+  return k;
+}
+
 // `custom`: a custom op's module (custom_op_source), else the op library.
-std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp, int64_t custom = -1) {
-  static std::mutex mu;
-  static std::map<std::tuple<std::string, bool, int64_t>, std::shared_ptr<Library>> libs;
+std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp, int64_t custom, DiskCache* disk) {
   CompileOptions lo = opts;
   lo.lto = false;
   lo.output = CompileOptions::Output::lto_ir;
   lo.split = 0;
   std::shared_ptr<Library> lib;
   {
-    std::lock_guard<std::mutex> g(mu);
-    auto& slot = libs[{lo.str(), fast_exp, custom}];
+    std::lock_guard<std::mutex> g(g_libs_mu);
+    auto& slot = g_libs[{lo.str(), fast_exp, custom}];
     if (!slot) slot = std::make_shared<Library>();
     lib = slot;
   }
   std::call_once(lib->once, [&] {
-    lib->out = custom < 0 ? nvrtc_compile(op_library_source(fast_exp), "lf_op_library", lo)
-                          : nvrtc_compile(custom_op_source(static_cast<uint32_t>(custom), fast_exp),
-                                          "lf_custom_" + std::to_string(custom), lo);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string name = custom < 0 ? "lf_op_library" : "lf_custom_" + std::to_string(custom);
+    const std::string source =
+        custom < 0 ? op_library_source(fast_exp) : custom_op_source(static_cast<uint32_t>(custom), fast_exp);
+    const KernelKey key = library_key(custom < 0 ? "op_library" : "custom_op", source, lo);
+    CacheCounters unused;
+    if (disk && disk->enabled())
+      if (std::optional<std::string> ir = disk->get(key, unused); ir && !ir->empty()) {
+        lib->out.ok = true;
+        lib->out.cubin = std::move(*ir);
+        lib->out.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        lib->from_disk = true;
+        return;
+      }
+    lib->out = nvrtc_compile(source, name, lo);
+    if (lib->out.ok && disk && disk->enabled()) disk->put(key, lib->out.cubin, unused);
   });
   return lib;
 }
@@ -153,7 +182,8 @@ std::shared_ptr<Library> library(const CompileOptions& opts, bool fast_exp, int6
 bool lto_available() { return api().ok; }
 std::string lto_unavailable_reason() { return api().ok ? std::string() : api().why; }
 
-NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp) {
+NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp,
+                        DiskCache* library_cache) {
   const bool ptx = opts.output == CompileOptions::Output::ptx;
   NvrtcOutput out;
   const Api& a = api();
@@ -161,7 +191,7 @@ NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOpti
     out.error = "LTO linking unavailable: " + a.why;
     return out;
   }
-  const std::shared_ptr<Library> lib = library(opts, fast_exp);
+  const std::shared_ptr<Library> lib = library(opts, fast_exp, -1, library_cache);
   if (!lib->out.ok) {
     out.error = "op library: " + lib->out.error;
     out.log = lib->out.log;
@@ -173,7 +203,7 @@ NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOpti
     for (uint32_t id : k.custom_ops)
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   for (uint32_t id : ids) {
-    custom_modules.push_back(library(opts, fast_exp, id));
+    custom_modules.push_back(library(opts, fast_exp, id, library_cache));
     if (!custom_modules.back()->out.ok) {
       out.error = "custom op " + std::to_string(id) + ": " + custom_modules.back()->out.error;
       out.log = custom_modules.back()->out.log;
@@ -262,9 +292,33 @@ NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOpti
   return out;
 }
 
-double lto_library_ms(const CompileOptions& opts, bool fast_exp) {
-  const std::shared_ptr<Library> lib = library(opts, fast_exp);
-  return lib->out.ok ? lib->out.compile_ms : -1;
+LtoLibraryInfo lto_library(const CompileOptions& opts, bool fast_exp, DiskCache* library_cache) {
+  const std::shared_ptr<Library> lib = library(opts, fast_exp, -1, library_cache);
+  return {lib->out.ok, lib->out.compile_ms, lib->from_disk};
+}
+
+NvrtcOutput lto_warm_up(const CompileOptions& opts, DiskCache* library_cache) {
+  // An empty kernel, as render_pointwise_ir writes a module.
+  static const std::string ir =
+      "target datalayout = \"e-i64:64-i128:128-v16:16-v32:32-n16:32:64\"\n"
+      "target triple = \"nvptx64-nvidia-cuda\"\n\n"
+      "define void @lf_warm_up() {\n  ret void\n}\n\n"
+      "@llvm.used = appending global [1 x i8*] [i8* bitcast (void ()* @lf_warm_up to i8*)], section \"llvm.metadata\"\n\n"
+      "!nvvm.annotations = !{!0}\n!0 = !{void ()* @lf_warm_up, !\"kernel\", i32 1}\n"
+      "!nvvmir.version = !{!1}\n!1 = !{i32 2, i32 0}\n";
+  CompileOptions o = opts;
+  o.output = CompileOptions::Output::cubin;
+  NvrtcOutput out = lto_compile({{&ir, "lf_warm_up", {}}}, o, false, library_cache);
+  if (out.ok && !lto_library(o, true, library_cache).ok) {
+    out.ok = false;
+    out.error = "op library (fast exp): " + library(o, true, -1, library_cache)->out.error;
+  }
+  return out;
+}
+
+void forget_lto_libraries_for_testing() {
+  std::lock_guard<std::mutex> g(g_libs_mu);
+  g_libs.clear();
 }
 
 std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp, const std::vector<uint32_t>& custom_ops) {
@@ -276,13 +330,15 @@ std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast
 #else
 bool lto_available() { return false; }
 std::string lto_unavailable_reason() { return "built without CUDA"; }
-NvrtcOutput lto_compile(const std::vector<LinkInput>&, const CompileOptions&, bool) {
+NvrtcOutput lto_compile(const std::vector<LinkInput>&, const CompileOptions&, bool, DiskCache*) {
   NvrtcOutput out;
   out.error = "LTO linking unavailable: built without CUDA";
   return out;
 }
+NvrtcOutput lto_warm_up(const CompileOptions& opts, DiskCache* cache) { return lto_compile({}, opts, false, cache); }
+LtoLibraryInfo lto_library(const CompileOptions&, bool, DiskCache*) { return {}; }
+void forget_lto_libraries_for_testing() {}
 std::string lto_ptx(const std::string&, const CompileOptions&, bool, const std::vector<uint32_t>&) { return {}; }
-double lto_library_ms(const CompileOptions&, bool) { return -1; }
 #endif
 
 }  // namespace livefuse::jit

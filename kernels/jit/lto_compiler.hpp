@@ -11,6 +11,8 @@
 
 namespace livefuse::jit {
 
+class DiskCache;  // kernel_cache.hpp
+
 bool lto_available();
 std::string lto_unavailable_reason();  // empty when available
 
@@ -24,10 +26,26 @@ struct LinkInput {
   std::string name;
   std::vector<uint32_t> custom_ops;  // custom_ops_of(spec): their modules join the link
 };
-NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp);
-// The op library's NVRTC time for these options and flavour (compiling it if not yet done):
-// paid once per process, outside every kernel's compile_ms. < 0 when it does not compile.
-double lto_library_ms(const CompileOptions& opts, bool fast_exp);
+//
+// `library_cache`: where the library's LTO IR is kept between processes (the kernel cache's
+// directory; the entry's key holds NVRTC's version, the library's options and a hash of its
+// source, as a kernel's does). Null or disabled: compiled once per process.
+NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOptions& opts, bool fast_exp,
+                        DiskCache* library_cache = nullptr);
+// The op library for these options and flavour, compiled (or read from `library_cache`) if not
+// yet done: paid once per process, outside every kernel's compile_ms.
+struct LtoLibraryInfo {
+  bool ok = false;
+  double ms = 0;           // NVRTC time, or the disk read's when from_disk
+  bool from_disk = false;
+};
+LtoLibraryInfo lto_library(const CompileOptions& opts, bool fast_exp, DiskCache* library_cache = nullptr);
+// What the first kernel linked in a process would pay before its own link: both flavours of
+// the library and libNVVM's and nvJitLink's first use (an empty kernel is linked). The compile
+// service runs it on its arena when it starts on a GPU machine (KernelCompiler::warm_up).
+NvrtcOutput lto_warm_up(const CompileOptions& opts, DiskCache* library_cache = nullptr);
+// Test hook: forgets the libraries built in this process (the next use builds or reads them).
+void forget_lto_libraries_for_testing();
 // The PTX the same link makes (tests compare it with NVRTC's for the C++ kernel); empty on failure.
 std::string lto_ptx(const std::string& ir, const CompileOptions& opts, bool fast_exp,
                     const std::vector<uint32_t>& custom_ops = {});

@@ -1,9 +1,11 @@
 // A process that returns from main while the global kernel compiler still has NVRTC jobs
 // running or queued must exit cleanly (status 0). NVRTC loads libraries of its own at its first
 // compile; their teardown once ran before the compiler's drain and crashed the exit. Needs
-// NVRTC only (no GPU): run by meson as the test "nvrtc-exit-with-compiles".
+// NVRTC only (no GPU): run by meson as "nvrtc-exit-with-compiles", "lto-exit-with-compiles" and
+// "exit-during-warm-up".
 #include <cstdio>
 #include <future>
+#include <string>
 #include <vector>
 
 #include "kernels/jit/kernel_compiler.hpp"
@@ -11,7 +13,7 @@
 #include "planner/planner.hpp"
 #include "planner/segment.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace livefuse;
   using namespace livefuse::planner;
   if (!jit::nvrtc_available()) {
@@ -23,6 +25,15 @@ int main() {
   o.lto = livefuse::config().jit_lto;  // a second run links pointwise kernels (LIVEFUSE_JIT=lto)
   std::vector<std::shared_future<jit::CompileResult>> jobs;
   std::vector<std::shared_ptr<const jit::KernelSpec>> batch;
+  // The warm-up the planner service starts on a GPU machine (NVRTC's first use, the op library,
+  // the linker's first use) is a job like the others: queued first, it may still run at exit.
+  // With --warm-up-only the process returns with nothing else queued (a short program on a GPU
+  // machine whose planner service just started).
+  (void)jit::KernelCompiler::global().warm_up(o);
+  if (argc > 1 && std::string(argv[1]) == "--warm-up-only") {
+    std::printf("returning from main with the warm-up queued\n");
+    return 0;
+  }
   // Distinct kernels, so none is deduplicated or cached: pointwise ones alone, then row kernels
   // (two bodies: NVRTC's split compile, first used while the process exits) and a batch.
   for (int k = 0; k < 9; ++k) {

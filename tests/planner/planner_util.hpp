@@ -2,6 +2,9 @@
 // Helpers of the planner suite: eager reference execution of a Segment (every node through the
 // eager backends, as lf:: ops would run it) and the fused plan on the CPU interpreter, compared
 // output by output.
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -118,6 +121,28 @@ inline Attrs linear_attrs(bool bias) {
   a.push_int(0);
   return a;
 }
+
+// A fresh directory under the system's temp dir (kernel cache tests), removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("lf_kcache_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::vector<std::filesystem::path> files(const std::string& ext = ".lfk") const {
+    std::vector<std::filesystem::path> out;
+    if (!std::filesystem::exists(path)) return out;
+    for (const auto& e : std::filesystem::directory_iterator(path))
+      if (ext.empty() || e.path().extension() == ext) out.push_back(e.path());
+    return out;
+  }
+};
 
 // NVRTC options for sm_90 (tests compile for it whether or not a GPU is present).
 inline jit::CompileOptions sm90() {

@@ -19,26 +19,6 @@ namespace {
 
 const bool kNoNvrtc = !jit::nvrtc_available();
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag) {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("lf_kcache_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::vector<fs::path> files(const std::string& ext = ".lfk") const {
-    std::vector<fs::path> out;
-    if (!fs::exists(path)) return out;
-    for (const auto& e : fs::directory_iterator(path))
-      if (ext.empty() || e.path().extension() == ext) out.push_back(e.path());
-    return out;
-  }
-};
-
 std::shared_ptr<const jit::KernelSpec> chain_spec(int length, DType dt = DType::f32) {
   SegmentBuilder b;
   ValueRef v = b.input({128}, dt);

@@ -3,9 +3,11 @@
 // instructions as NVRTC's for the same kernel; the compile service links what the renderer
 // covers and compiles the rest with NVRTC. With a GPU: the same values as NVRTC's kernels, bit
 // for bit.
+#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "kernels/jit/kernel_compiler.hpp"
 #include "kernels/jit/lto_compiler.hpp"
@@ -290,4 +292,66 @@ TEST_CASE("lto: linked kernels give NVRTC's values, bit for bit" * doctest::skip
       CHECK_MESSAGE(first == a.size(), "output ", k, " differs at ", first, ": nvrtc ", a[first], ", linked ", l[first]);
     }
   }
+}
+
+TEST_CASE("lto: the op library is kept in the kernel cache's directory for the next process" * doctest::skip(kNoLto)) {
+  TempDir dir("lto_library");
+  jit::DiskCache disk(dir.path.string());
+  REQUIRE(disk.enabled());
+  jit::CompileOptions o = sm90();
+  o.lto = true;
+  jit::forget_lto_libraries_for_testing();  // as in a fresh process
+  const jit::LtoLibraryInfo built = jit::lto_library(o, false, &disk);
+  REQUIRE(built.ok);
+  CHECK_FALSE(built.from_disk);
+  const auto entries = dir.files();
+  REQUIRE(entries.size() == 1);
+  // The next process reads it back, and kernels link against what it read.
+  jit::forget_lto_libraries_for_testing();
+  const jit::LtoLibraryInfo read = jit::lto_library(o, false, &disk);
+  CHECK(read.ok);
+  CHECK(read.from_disk);
+  CHECK(read.ms < built.ms);
+  const std::vector<OpCase> cases = op_cases();
+  const OpCase& c = cases.front();
+  const auto spec = specs_of(plan_segment(c.seg, default_planner_options(Device::cuda(0)))).at(0);
+  const std::string ir = jit::render_pointwise_ir(*spec, jit::render_cuda(*spec));
+  const jit::NvrtcOutput linked = jit::lto_compile({{&ir, "k", {}}}, o, false, &disk);
+  CHECK_MESSAGE(linked.ok, linked.error, "\n", linked.log);
+  // A corrupt entry is ignored and the library compiled (and written) again.
+  {
+    std::ofstream f(entries[0], std::ios::binary | std::ios::trunc);
+    f << "LFKC not an entry";
+  }
+  jit::forget_lto_libraries_for_testing();
+  const jit::LtoLibraryInfo rebuilt = jit::lto_library(o, false, &disk);
+  CHECK(rebuilt.ok);
+  CHECK_FALSE(rebuilt.from_disk);
+  jit::forget_lto_libraries_for_testing();
+  CHECK(jit::lto_library(o, false, &disk).from_disk);
+  jit::forget_lto_libraries_for_testing();
+}
+
+TEST_CASE("lto: warm_up pays the library and the first link before any kernel" * doctest::skip(kNoLto)) {
+  TempDir dir("lto_warm_up");
+  jit::CompileOptions o = sm90();
+  o.lto = true;
+  jit::forget_lto_libraries_for_testing();
+  jit::KernelCompiler compiler(1, dir.path.string());
+  const jit::CompileResult w = compiler.warm_up(o).get();
+  CHECK_MESSAGE(w.error.empty(), w.error, "\n", w.log);
+  CHECK(w.worker != std::this_thread::get_id());  // on the arena, never the caller's thread
+  // Both flavours are built (and on disk for the next process); no kernel was compiled.
+  CHECK(jit::lto_library(o, false).ok);
+  CHECK(jit::lto_library(o, true).ok);
+  CHECK(dir.files().size() == 2);
+  CHECK(compiler.stats().programs == 0);
+  CHECK(compiler.stats().submitted == 0);
+  // A second process's warm-up reads both.
+  jit::forget_lto_libraries_for_testing();
+  jit::KernelCompiler second(1, dir.path.string());
+  CHECK(second.warm_up(o).get().error.empty());
+  CHECK(jit::lto_library(o, false).from_disk);
+  CHECK(jit::lto_library(o, true).from_disk);
+  jit::forget_lto_libraries_for_testing();
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One full GPU session, run THERE (repo root) after tools/gpu/pack.sh built .gpu/build HERE:
 # every test binary and benchmark (tools/gpu/run.sh), the fusion bench and replacement suite
-# through LIVEFUSE_JIT=lto, the replacement benchmark with its
+# through LIVEFUSE_JIT=nvrtc (every kernel from C++: the linked default's reference), the
+# replacement benchmark with its
 # PyTorch peers, the demo, and the BERT comparison against PyTorch. Everything lands in one
 # archive, $OUT/gpu.tgz (the device tool brings back only a few files); the summary is printed.
 # Usage (device tool): bash tools/gpu/session.sh    [RUN_BUDGET_S=300 BERT=1 BERT_DTYPE=f16,f32
@@ -27,14 +28,14 @@ if ldd "$B/liblivefuse.so" | grep -q "not found"; then
 fi
 export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
 
-echo "== LIVEFUSE_JIT=lto: the linked route's kernels against NVRTC's ($(( $(date +%s) - START )) s)"
+echo "== LIVEFUSE_JIT=nvrtc: NVRTC's kernels, the reference for the linked default's ($(( $(date +%s) - START )) s)"
 # test_planner (above) already ran the bit-for-bit case; here the fused kernels' speed and the
-# replacement suite through the linked route.
-LIVEFUSE_JIT=lto timeout -k 5 120 "$B/bench/livefuse-bench-fusion" --device cuda --json "$OUT/bench/fusion_lto.json" \
-  > "$OUT/bench/fusion_lto.log" 2>&1
-grep -E "^(fused_|nvrtc)" "$OUT/bench/fusion_lto.log" | cut -c1-160
-LIVEFUSE_JIT=lto LIVEFUSE_CACHE_DIR=/tmp/lf-kcache-lto timeout -k 5 150 "$B/tests/test_replacement" > "$OUT/test_replacement_lto.log" 2>&1
-echo "test_replacement with LIVEFUSE_JIT=lto: rc=$? $(grep 'test cases' "$OUT/test_replacement_lto.log")"
+# replacement suite with every kernel compiled from C++.
+LIVEFUSE_JIT=nvrtc timeout -k 5 120 "$B/bench/livefuse-bench-fusion" --device cuda --json "$OUT/bench/fusion_nvrtc.json" \
+  > "$OUT/bench/fusion_nvrtc.log" 2>&1
+grep -E "^(fused_|nvrtc)" "$OUT/bench/fusion_nvrtc.log" | cut -c1-160
+LIVEFUSE_JIT=nvrtc LIVEFUSE_CACHE_DIR=/tmp/lf-kcache-nvrtc timeout -k 5 150 "$B/tests/test_replacement" > "$OUT/test_replacement_nvrtc.log" 2>&1
+echo "test_replacement with LIVEFUSE_JIT=nvrtc: rc=$? $(grep 'test cases' "$OUT/test_replacement_nvrtc.log")"
 pack_out
 
 echo "== replacement benchmark ($(( $(date +%s) - START )) s)"
