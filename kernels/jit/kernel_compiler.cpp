@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
 #include <cstdio>
 
@@ -112,16 +113,46 @@ std::string job_key(const KernelSpec& spec, const CompileOptions& opts) {
   return std::string(buf) + "|" + opts.str();
 }
 
+// [ Note -- exit while compiling ]
 // NVRTC builds statics of its own on the first use of a code path (its first compile, its first
-// split compile; on a GPU host the driver it looks for), and their destructors run at exit
-// before every atexit handler registered earlier: a drain registered before them runs after
-// them, with a job still inside NVRTC (a crash at exit, seen on the GPU after split compiles
-// came in). So the first program of the process is preceded by two empty ones, plain and split,
-// and the drain is registered again after them and after every program whose flags are new.
+// split compile; on a GPU host the driver it looks for), and so may libNVVM and nvJitLink; their
+// destructors run at exit before every atexit handler registered earlier: a drain registered
+// before them runs after them, with a job still inside the library (a crash at exit, seen on the
+// GPU after split compiles came in, and again when the warm-up made first uses happen at start).
+// So the first program of the process is preceded by two empty ones, plain and split; the drain
+// is registered again after every program or link whose flags are new; and while such a first
+// use runs, a helper thread registers it every millisecond (DrainTicker): an exit in the middle
+// of it finds a drain registered after the statics it made, except within a millisecond of
+// their making.
 std::mutex drain_mu;
 std::vector<std::string> drain_flags_seen;  // flags of the programs compiled so far
 
 std::string drain_flags(const CompileOptions& o) { return o.str() + (o.split > 1 ? " split" : ""); }
+
+bool first_use(const CompileOptions& o) {
+  std::lock_guard<std::mutex> g(drain_mu);
+  return drain_flags_seen.empty() ||
+         std::find(drain_flags_seen.begin(), drain_flags_seen.end(), drain_flags(o)) == drain_flags_seen.end();
+}
+
+class DrainTicker {
+ public:
+  DrainTicker()
+      : thread_([this] {
+          while (!stop_.load()) {
+            std::atexit(drain_global_at_exit);
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }) {}
+  ~DrainTicker() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 void before_program(const CompileOptions& opts) {
   std::lock_guard<std::mutex> g(drain_mu);
@@ -142,6 +173,25 @@ void after_program(const CompileOptions& o) {
   drain_flags_seen.push_back(flags);
   std::atexit(drain_global_at_exit);
 }
+
+// The global compiler's scope around one program or link: the empty programs before the
+// process's first, the ticker while `o`'s flags are new, the drain registered after.
+class ExitSafe {
+ public:
+  ExitSafe(bool global, const CompileOptions& o, const CompileOptions& warm) : global_(global), o_(o) {
+    if (!global_) return;
+    if (first_use(o_)) ticker_.emplace();
+    before_program(warm);
+  }
+  ~ExitSafe() {
+    if (global_) after_program(o_);
+  }
+
+ private:
+  const bool global_;
+  const CompileOptions o_;
+  std::optional<DrainTicker> ticker_;
+};
 }  // namespace
 
 std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
@@ -216,12 +266,14 @@ std::shared_future<CompileResult> KernelCompiler::warm_up(const CompileOptions& 
     try {
       CompileOptions nvrtc = opts;
       nvrtc.lto = false;
-      if (is_global_ && !exiting_.load()) before_program(nvrtc);
+      if (!exiting_.load()) {
+        const ExitSafe guard(is_global_, nvrtc, nvrtc);  // NVRTC's first use: its empty programs
+      }
       if (opts.lto && lto_available() && !exiting_.load()) {
         CompileOptions linked = opts;
-        linked.split = 0;  // compile_linked's flags, so its first link finds the drain registered
+        linked.split = 0;  // compile_linked's flags
+        const ExitSafe guard(is_global_, linked, nvrtc);
         const NvrtcOutput out = lto_warm_up(linked, &cache_.disk());
-        if (is_global_) after_program(linked);
         if (!out.ok) r.error = "[jit] warm-up: " + out.error, r.log = out.log;
       }
     } catch (const std::exception& e) {
@@ -319,12 +371,13 @@ bool KernelCompiler::compile_program(std::vector<Job>& jobs, const std::vector<s
   // split's threads (3-7 ms locally).
   CompileOptions o = opts;
   if (entries >= 2 && (chunk.size() > 1 || rows)) o.split = split_threads(entries);
-  if (is_global_) before_program(o);
   const Job& first = jobs[chunk[0]];
-  const NvrtcOutput out = chunk.size() == 1
-                              ? nvrtc_compile(first.rk.source, first.rk.prefix, o)
-                              : nvrtc_compile(program_source(kernels), first.rk.prefix + "_program", o);
-  if (is_global_) after_program(o);
+  NvrtcOutput out;
+  {
+    const ExitSafe guard(is_global_, o, o);
+    out = chunk.size() == 1 ? nvrtc_compile(first.rk.source, first.rk.prefix, o)
+                            : nvrtc_compile(program_source(kernels), first.rk.prefix + "_program", o);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.programs;
@@ -372,13 +425,15 @@ void KernelCompiler::compile_linked(std::vector<Job>& jobs, const std::vector<si
   for (size_t i : chunk) irs.push_back(render_pointwise_ir(*jobs[i].spec, jobs[i].rk));
   std::vector<LinkInput> inputs;
   for (size_t k = 0; k < chunk.size(); ++k) inputs.push_back({&irs[k], jobs[chunk[k]].rk.prefix, custom_ops_of(*jobs[chunk[k]].spec)});
-  // The exit drain must be registered after libNVVM's and nvJitLink's statics exist, as after
-  // NVRTC's (before_program): the first link has new flags, so after_program registers it again.
+  // libNVVM's and nvJitLink's statics, like NVRTC's (Note: exit while compiling): the first
+  // link has new flags (the empty programs before it take NVRTC's).
   CompileOptions warm = o;
-  warm.lto = false;  // NVRTC's warm-up flags: the link's flags stay new for after_program
-  if (is_global_) before_program(warm);
-  const NvrtcOutput out = lto_compile(inputs, o, jobs[chunk[0]].rk.head.fast_exp, &cache_.disk());
-  if (is_global_) after_program(o);
+  warm.lto = false;
+  NvrtcOutput out;
+  {
+    const ExitSafe guard(is_global_, o, warm);
+    out = lto_compile(inputs, o, jobs[chunk[0]].rk.head.fast_exp, &cache_.disk());
+  }
   if (out.ok) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -38,6 +38,20 @@ LIVEFUSE_JIT=nvrtc LIVEFUSE_CACHE_DIR=/tmp/lf-kcache-nvrtc timeout -k 5 150 "$B/
 echo "test_replacement with LIVEFUSE_JIT=nvrtc: rc=$? $(grep 'test cases' "$OUT/test_replacement_nvrtc.log")"
 pack_out
 
+echo "== exits while compiling (Note: exit while compiling, kernels/jit/kernel_compiler.cpp)"
+# On a GPU host NVRTC's first use differs (it looks for the driver): a process returning from
+# main with the warm-up or compile jobs in flight must exit with status 0, every time.
+for i in 1 2 3 4 5; do
+  for args in "--warm-up-only" ""; do
+    for jit in lto nvrtc; do
+      LIVEFUSE_JIT=$jit LIVEFUSE_CACHE_DIR=off timeout -k 5 60 "$B/tests/planner/exit_with_compiles" $args > /dev/null 2>> "$OUT/exit_checks.log"
+      echo "jit=$jit args=${args:-none} rc=$?" >> "$OUT/exit_checks.log"
+    done
+  done
+done
+echo "exit checks: $(grep -c 'rc=0$' "$OUT/exit_checks.log") of 20 exited with 0"
+pack_out
+
 echo "== replacement benchmark ($(( $(date +%s) - START )) s)"
 timeout -k 5 90 "$B/bench/livefuse-bench-replacement" --device cuda --json "$OUT/bench/replacement.json" 2>&1 | tail -8
 pack_out
