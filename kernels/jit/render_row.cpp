@@ -359,14 +359,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   // Columns a thread holds in registers: a multiple of the pack width within the budget.
   const int held = std::max(regs.live, 1);
   const int budget = g_reg_budget.load(std::memory_order_relaxed) > 0 ? g_reg_budget.load() : kRegBudget;
-  int packs = std::max(1, budget / (held * rk.row_vec));
-  // 2-byte rows (8 columns a pack) take two packs a thread where the registers allow, whatever
-  // the budget gives: with one, a thread has a single 16-byte load in flight per operand and
-  // row. Measured on the H200 (fusion bench sweeps, sessions 6-7): layer_norm bf16, which holds
-  // two values, ran 84 us with one pack and 78-80 us with two; rows holding one value already
-  // get two from the budget (rms_norm bf16, softmax f16), where more did not help.
-  if (rk.row_vec >= 8 && g_reg_budget.load(std::memory_order_relaxed) == 0 && held * 2 * rk.row_vec <= kRegMax)
-    packs = std::max(packs, 2);
+  const int packs = std::max(1, budget / (held * rk.row_vec));
   rk.row_regs = held * packs * rk.row_vec <= kRegMax ? packs * rk.row_vec : 0;
   rk.variants.clear();
   // Families of entry points, each one body (a template over the index type) with an i32 and an
