@@ -297,24 +297,16 @@ __device__ __forceinline__ float lf_warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = lf_max(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-// The barrier of one row's warps: a named barrier per row (id 1 + threadIdx.y, counting the
-// row's blockDim.x threads; id 0 is __syncthreads'), not the block's -- the other rows of the
-// block go on instead of waiting for the slowest. Rows per block stay <= 8 (launch: 256 threads
-// over at least 32 a row), within the 16 barriers a block has.
-__device__ __forceinline__ void lf_row_barrier() {
-  asm volatile("bar.sync %0, %1;" :: "r"(threadIdx.y + 1), "r"(blockDim.x) : "memory");
-}
-// Across warps: warp partials through shared memory (each row its own slots), then one more
-// shuffle tree (no loop over the warps: at most 16 a row). One barrier, not two: consecutive
-// reductions of a kernel use alternate halves of lf_red (the renderer passes them), and every
-// read of one reduction's half happens before the row's next barrier, so a half is never
-// written while read.
+// Across warps: warp partials through shared memory, then one more shuffle tree (no loop over
+// the warps: at most 16 a row). One barrier, not two: consecutive reductions of a kernel use
+// alternate halves of lf_red (the renderer passes them), and every read of one reduction's
+// half happens before the next reduction's barrier, so a half is never written while read.
 __device__ __forceinline__ float lf_row_sum(float v, float* red) {
   v = lf_warp_sum(v);
   if (blockDim.x <= 32) return v;
   const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr, lane = threadIdx.x & 31;
   if (lane == 0) red[base + (threadIdx.x >> 5)] = v;
-  lf_row_barrier();
+  __syncthreads();
   return lf_warp_sum(lane < wpr ? red[base + lane] : 0.0f);
 }
 __device__ __forceinline__ float lf_row_max(float v, float* red) {
@@ -322,7 +314,7 @@ __device__ __forceinline__ float lf_row_max(float v, float* red) {
   if (blockDim.x <= 32) return v;
   const int wpr = blockDim.x >> 5, base = threadIdx.y * wpr, lane = threadIdx.x & 31;
   if (lane == 0) red[base + (threadIdx.x >> 5)] = v;
-  lf_row_barrier();
+  __syncthreads();
   return lf_warp_max(lane < wpr ? red[base + lane] : __int_as_float(0xff800000));
 }
 )LF";
