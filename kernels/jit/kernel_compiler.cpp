@@ -274,7 +274,10 @@ std::shared_future<CompileResult> KernelCompiler::warm_up(const CompileOptions& 
         linked.split = 0;  // compile_linked's flags
         const ExitSafe guard(is_global_, linked, nvrtc);
         const NvrtcOutput out = lto_warm_up(linked, &cache_.disk());
-        if (!out.ok) r.error = "[jit] warm-up: " + out.error, r.log = out.log;
+        if (!out.ok) {
+          r.error = "[jit] warm-up: " + out.error;
+          r.log = out.log;
+        }
       }
     } catch (const std::exception& e) {
       r.error = std::string("[jit] warm-up: ") + e.what();
