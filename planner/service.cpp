@@ -166,6 +166,11 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("compiled", s.compiled);
       sink.add("compile_failed", s.failed);
       sink.add("deduplicated", s.deduplicated);
+      // NVRTC programs and links made, and of the kernels, how many were linked from the op
+      // library (LIVEFUSE_JIT=lto) and how many it refused (compiled with NVRTC instead).
+      sink.add("programs", s.programs);
+      sink.add("linked", s.linked);
+      sink.add("link_fallbacks", s.link_fallbacks);
       sink.add("memory_hits", c.memory_hits);
       sink.add("memory_misses", c.memory_misses);
       sink.add("memory_evictions", c.memory_evictions);

@@ -2,6 +2,7 @@
 #include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "kernels/jit/kernel_cache.hpp"
+#include "kernels/jit/lto_compiler.hpp"
 #include "planner/fused_plan.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
@@ -73,6 +74,10 @@ TEST_CASE(
   CHECK(on.plans > 0);
   CHECK(on.served > 0);
   for (const Run* r : {&off, &trace, &shadow, &on}) CHECK(r->equal);
+  // The compile service's counters are in the snapshot, the route's among them.
+  const lf::Snapshot s = lf::inspect();
+  for (const char* name : {"compiled", "programs", "linked", "link_fallbacks"})
+    CHECK_MESSAGE(s.counter("kernel_cache", name).has_value(), name);
 }
 
 LF_CUDA_TEST_CASE("modes: LIVEFUSE_PROFILE times every fusion group of a CUDA plan, same values") {
@@ -151,6 +156,12 @@ LF_CUDA_TEST_CASE("modes: the planner compiles with the LIVEFUSE_* options (FAST
       ++(fk->spec->kind == lf::jit::SpecKind::Pointwise ? pointwise : rows);
     }
   }
+  // Pointwise kernels are linked from the op library where libNVVM and nvJitLink are found
+  // (LIVEFUSE_JIT=lto, the default), rows compiled by NVRTC; the snapshot counts both.
+  const lf::Snapshot snap = lf::inspect();
+  CHECK(snap.counter("kernel_cache", "programs").value_or(0) > 0);
+  if (lf::jit::lto_available()) CHECK(snap.counter("kernel_cache", "linked").value_or(0) > 0);
+  CHECK(snap.counter("kernel_cache", "link_fallbacks").value_or(1) == 0);
   c.mode = lf::Mode::off;
   lf::set_config_for_testing(c);
   const std::vector<double> eager = forward();
