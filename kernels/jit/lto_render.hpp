@@ -5,12 +5,15 @@
 // ops are compiled once, as an op library: the device helpers (lf_math.cuh, lf_fused.cuh) and
 // one extern "C" wrapper per (op, compute type), per conversion and per storage access, whose
 // bodies are the very C expressions of the op table -- compiled by NVRTC to LTO IR (-dlto), per
-// architecture, options and exp flavour, once per process (lto_library.cpp). A kernel is then
+// architecture, options and exp flavour, once per process and kept in the kernel cache's
+// directory for the next (lto_library.cpp, lto_compiler.cpp). A kernel is then
 // NVVM IR that only indexes, loads, calls wrappers and stores (render_pointwise_ir,
 // lto_render.cpp; the names both sides use: lto_detail.hpp); libNVVM turns it into LTO IR
 // and nvJitLink links it with the library, inlining every call, and runs ptxas
 // (lto_compiler.hpp). Entry names and the by-value LfArgs are the NVRTC kernel's, so launches do
-// not change. tools/nvvm_probe has the measurements that chose this route.
+// not change. tools/nvvm_probe has the measurements that chose this route; the H200 ones that
+// made it the default (5-9 ms a pointwise kernel against NVRTC's 38-69, the same speed, NVRTC's
+// values bit for bit) are in bench/RESULTS.md, session 7. LIVEFUSE_JIT=nvrtc turns it off.
 //
 // Covered: pointwise kernels of built-in and registered custom ops, every variant (packed VecExact and Vec with their
 // tail of single elements, strided through each operand's strides; 32- and 64-bit indexing).

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   }
   jit::CompileOptions o;
   o.arch = 90;
-  o.lto = livefuse::config().jit_lto;  // a second run links pointwise kernels (LIVEFUSE_JIT=lto)
+  o.lto = livefuse::config().jit_lto;  // linked pointwise kernels, or NVRTC's (LIVEFUSE_JIT=nvrtc)
   std::vector<std::shared_future<jit::CompileResult>> jobs;
   std::vector<std::shared_ptr<const jit::KernelSpec>> batch;
   // The warm-up the planner service starts on a GPU machine (NVRTC's first use, the op library,
