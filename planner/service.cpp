@@ -119,12 +119,14 @@ class Service final : public monitor::CandidateConsumer {
     // Detached: at exit an atexit handler stops it between jobs (waiting a bounded time for the
     // job in hand), so it is not planning while static destructors run.
     std::atexit(stop_at_exit);
-    // On a GPU machine the first plan's compile would also pay NVRTC's first use and the op
-    // library (LIVEFUSE_JIT=lto): started now, on the compile arena, while the monitor is still
-    // counting repeats, so they are off the path from "hot" to "served".
-    if (cuda_available() && config().device != "cpu") (void)jit::KernelCompiler::global().warm_up(jit::default_compile_options());
     std::thread([this] {
       trace::set_thread_name("livefuse-planner");
+      // On a GPU machine the first plan's compile would also pay NVRTC's first use and the op
+      // library (LIVEFUSE_JIT=lto): started now, on the compile arena, while the monitor is
+      // still counting repeats, so they are off the path from "hot" to "served". Asked here,
+      // not on the program's thread: the first cuda_available() may initialise the driver.
+      if (config().device != "cpu" && cuda_available())
+        (void)jit::KernelCompiler::global().warm_up(jit::default_compile_options());
       loop();
     }).detach();
     register_counter_source("planner", [this](CounterSink& sink) {
