@@ -6,6 +6,7 @@
 #include "livefuse/inspect.hpp"
 #include "livefuse/livefuse.hpp"
 #include "runtime/inspect_registry.hpp"
+#include "planner/service.hpp"
 #include "runtime/plan.hpp"
 
 namespace lf = livefuse;
@@ -52,8 +53,13 @@ std::shared_ptr<ShownPlan> make_plan(uint64_t id) {
   return p;
 }
 
+// A table of this test's plans only: a planner round still running for an earlier test's
+// candidate would otherwise publish into it (the counts below would see it).
 struct TableGuard {
-  TableGuard() { lf::PlanTable::get().clear_for_testing(); }
+  TableGuard() {
+    lf::planner::wait_service_idle();
+    lf::PlanTable::get().clear_for_testing();
+  }
   ~TableGuard() { lf::PlanTable::get().clear_for_testing(); }
 };
 
