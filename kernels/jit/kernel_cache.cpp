@@ -28,12 +28,6 @@ namespace {
 constexpr char kMagic[4] = {'L', 'F', 'K', 'C'};
 constexpr uint32_t kFormat = 2;
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 template <class T> void put_raw(std::string& s, const T& v) { s.append(reinterpret_cast<const char*>(&v), sizeof(T)); }
 template <class T> bool get_raw(const std::string& s, size_t& pos, T& v) {
   if (pos + sizeof(T) > s.size()) return false;
@@ -54,6 +48,19 @@ void put_str(std::string& s, const std::string& v) {
 }
 }  // namespace
 
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+KernelKey key_of(std::string text) {
+  KernelKey k;
+  k.text = std::move(text);
+  k.hash = fnv1a(k.text.data(), k.text.size());
+  return k;
+}
+
 KernelKey make_key(const KernelSpec& spec, const RenderedKernel& rk, const CompileOptions& opts) {
   std::ostringstream os;
   os << "lfk2|spec=" << hex64(structure_hash(spec)) << "|kind=" << (spec.kind == SpecKind::Pointwise ? "pointwise" : "row")
@@ -67,10 +74,7 @@ KernelKey make_key(const KernelSpec& spec, const RenderedKernel& rk, const Compi
   const uint64_t helpers = fnv1a(kLfFusedSource.data(), kLfFusedSource.size(), fnv1a(kLfMathSource.data(), kLfMathSource.size()));
   os << "|spec_dims=-|arch=sm_" << opts.arch << "|nvrtc=" << nvrtc_version() << "|opts=" << opts.str()
      << "|src=" << hex64(fnv1a(rk.source.data(), rk.source.size())) << "|helpers=" << hex64(helpers);
-  KernelKey k;
-  k.text = os.str();
-  k.hash = fnv1a(k.text.data(), k.text.size());
-  return k;
+  return key_of(os.str());
 }
 
 // ---- CompiledKernel ---------------------------------------------------------------------------

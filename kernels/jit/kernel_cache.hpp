@@ -13,6 +13,8 @@
 // strides and pointers are never in a key: they are kernel parameters. A disk entry's file name
 // is a 64-bit hash of the key, and the entry stores the whole key text, so a collision or an
 // entry written by another version/arch/NVRTC is detected and ignored (then overwritten).
+// The op library of the linked route keeps its LTO IR in the same directory under keys of its
+// own family, "lfl1|..." (lto_compiler.cpp): no kernel key ever matches one.
 //
 // Disk entry: "LFKC" | u32 format | u32 key_len | u64 payload_len | u64 checksum (FNV-1a over
 // key and payload) | key | payload (cubin and compile stats). The cubin is that of the program
@@ -48,6 +50,8 @@ struct KernelKey {
 };
 KernelKey make_key(const KernelSpec& spec, const RenderedKernel& rk, const CompileOptions& opts);
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
+std::string hex64(uint64_t v);       // 16 hex digits: key fields, file names
+KernelKey key_of(std::string text);  // the key with that text (its hash: FNV-1a of the text)
 
 // An NVRTC program's cubin, loaded at most once per device and shared by the kernels compiled in
 // it (a program may hold several: program_source).

@@ -11,8 +11,6 @@
 #include <mutex>
 #include <optional>
 
-#include <cstdio>
-
 #include "kernels/jit/cuda_driver.hpp"
 #include "kernels/jit/lto_compiler.hpp"
 #include "kernels/jit/lto_render.hpp"
@@ -108,9 +106,7 @@ struct KernelCompiler::Job {
 
 namespace {
 std::string job_key(const KernelSpec& spec, const CompileOptions& opts) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(structure_hash(spec)));
-  return std::string(buf) + "|" + opts.str();
+  return hex64(structure_hash(spec)) + "|" + opts.str();
 }
 
 // [ Note -- exit while compiling ]
@@ -129,10 +125,13 @@ std::vector<std::string> drain_flags_seen;  // flags of the programs compiled so
 
 std::string drain_flags(const CompileOptions& o) { return o.str() + (o.split > 1 ? " split" : ""); }
 
+bool seen_locked(const std::string& flags) {
+  return std::find(drain_flags_seen.begin(), drain_flags_seen.end(), flags) != drain_flags_seen.end();
+}
+
 bool first_use(const CompileOptions& o) {
   std::lock_guard<std::mutex> g(drain_mu);
-  return drain_flags_seen.empty() ||
-         std::find(drain_flags_seen.begin(), drain_flags_seen.end(), drain_flags(o)) == drain_flags_seen.end();
+  return !seen_locked(drain_flags(o));
 }
 
 class DrainTicker {
@@ -169,7 +168,7 @@ void before_program(const CompileOptions& opts) {
 void after_program(const CompileOptions& o) {
   const std::string flags = drain_flags(o);
   std::lock_guard<std::mutex> g(drain_mu);
-  if (std::find(drain_flags_seen.begin(), drain_flags_seen.end(), flags) != drain_flags_seen.end()) return;
+  if (seen_locked(flags)) return;
   drain_flags_seen.push_back(flags);
   std::atexit(drain_global_at_exit);
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <type_traits>
 #include <vector>
@@ -110,12 +109,19 @@ const Api& api() {
   return a;
 }
 
+// What libNVVM and nvJitLink hand back (a result, PTX, a cubin, a log): its size, then its
+// bytes. Empty when either call fails or there is nothing.
 template <class SizeFn, class GetFn>
-std::string read_log(Handle h, SizeFn size, GetFn get) {
+std::string fetch(Handle h, SizeFn size, GetFn get) {
   size_t n = 0;
-  if (size(h, &n) != 0 || n <= 1) return {};
+  if (size(h, &n) != 0 || n == 0) return {};
   std::string s(n, '\0');
   if (get(h, s.data()) != 0) return {};
+  return s;
+}
+template <class SizeFn, class GetFn>
+std::string read_log(Handle h, SizeFn size, GetFn get) {
+  std::string s = fetch(h, size, get);
   while (!s.empty() && s.back() == '\0') s.pop_back();
   return s;
 }
@@ -133,12 +139,8 @@ std::map<std::tuple<std::string, bool, int64_t>, std::shared_ptr<Library>> g_lib
 // A library's disk entry: its own key family (a kernel lookup never matches it), with what its
 // LTO IR depends on -- NVRTC's version, the options (arch among them), the source's hash.
 KernelKey library_key(const std::string& kind, const std::string& source, const CompileOptions& lo) {
-  char src[24];
-  std::snprintf(src, sizeof src, "%016llx", static_cast<unsigned long long>(fnv1a(source.data(), source.size())));
-  KernelKey k;
-  k.text = "lfl1|" + kind + "|nvrtc=" + nvrtc_version() + "|opts=" + lo.str() + "|src=" + src;
-  k.hash = fnv1a(k.text.data(), k.text.size());
-  return k;
+  return key_of("lfl1|" + kind + "|nvrtc=" + nvrtc_version() + "|opts=" + lo.str() +
+                "|src=" + hex64(fnv1a(source.data(), source.size())));
 }
 
 // `custom`: a custom op's module (custom_op_source), else the op library.
@@ -229,12 +231,7 @@ NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOpti
       a.nvvmDestroyProgram(&vp);
       return out;
     }
-    size_t n = 0;
-    std::string lto;
-    if (a.nvvmGetCompiledResultSize(vp, &n) == 0 && n > 0) {
-      lto.assign(n, '\0');
-      if (a.nvvmGetCompiledResult(vp, lto.data()) != 0) lto.clear();
-    }
+    std::string lto = fetch(vp, a.nvvmGetCompiledResultSize, a.nvvmGetCompiledResult);
     a.nvvmDestroyProgram(&vp);
     if (lto.empty()) {
       out.error = "libNVVM produced no LTO IR for " + k.name;
@@ -269,22 +266,14 @@ NvrtcOutput lto_compile(const std::vector<LinkInput>& kernels, const CompileOpti
            a.nvJitLinkAddData(h, kInputLtoIr, lib->out.cubin.data(), lib->out.cubin.size(), "lf_op_library") == 0 &&
            a.nvJitLinkComplete(h) == 0;
   out.log = read_log(h, a.nvJitLinkGetInfoLogSize, a.nvJitLinkGetInfoLog);
-  size_t n = 0;
   if (!linked) {
     out.error = "nvJitLink failed";
     out.log += read_log(h, a.nvJitLinkGetErrorLogSize, a.nvJitLinkGetErrorLog);
-  } else if (ptx) {
-    if (a.nvJitLinkGetLinkedPtxSize(h, &n) == 0 && n > 0) {
-      out.cubin.assign(n, '\0');
-      out.ok = a.nvJitLinkGetLinkedPtx(h, out.cubin.data()) == 0;
-    }
-    if (!out.ok) out.error = "nvJitLink produced no PTX";
-  } else if (a.nvJitLinkGetLinkedCubinSize(h, &n) == 0 && n > 0) {
-    out.cubin.assign(n, '\0');
-    out.ok = a.nvJitLinkGetLinkedCubin(h, out.cubin.data()) == 0;
-    if (!out.ok) out.error = "nvJitLink produced no cubin";
   } else {
-    out.error = "nvJitLink produced no cubin";
+    out.cubin = ptx ? fetch(h, a.nvJitLinkGetLinkedPtxSize, a.nvJitLinkGetLinkedPtx)
+                    : fetch(h, a.nvJitLinkGetLinkedCubinSize, a.nvJitLinkGetLinkedCubin);
+    out.ok = !out.cubin.empty();
+    if (!out.ok) out.error = ptx ? "nvJitLink produced no PTX" : "nvJitLink produced no cubin";
   }
   a.nvJitLinkDestroy(&h);
   out.entries = parse_ptxas_log(out.log);
