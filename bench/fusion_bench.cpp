@@ -165,6 +165,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   nvrtc_only.lto = false;
   linked.lto = true;
   const bool can_link = jit::lto_available();
+  const bool default_links = o.lto && can_link;  // else the default route is NVRTC alone
   const double lto_library_ms = can_link ? jit::lto_library(linked, false).ms + jit::lto_library(linked, true).ms : 0;
   // Each kernel alone (one program each, as a plan of one kernel compiles), in passes of fresh
   // compilers (no cache): a kernel's median pass is its time, so one slow moment of a shared
@@ -192,8 +193,8 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     for (int p = 0; p < passes; ++p) runs.push_back(alone_pass(opts));
     return runs;
   };
-  // Each kernel's median pass (-1: never compiled), and the median of those over the kernels
-  // `pick` keeps.
+  // Each kernel's median pass (-1: never compiled); median_of takes the median of those over
+  // every kernel or one kind.
   auto per_kernel_medians = [&](const std::vector<std::vector<double>>& runs) {
     std::vector<double> med(specs.size(), -1);
     for (size_t k = 0; !runs.empty() && k < specs.size(); ++k) {
@@ -211,8 +212,8 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
   };
   const std::vector<std::vector<double>> runs = passes_of(o);
   const std::vector<double> alone = per_kernel_medians(runs);
-  const std::vector<double> nvrtc_alone = o.lto || !can_link ? per_kernel_medians(passes_of(nvrtc_only)) : alone;
-  const std::vector<double> lto_alone = !can_link ? std::vector<double>{} : o.lto ? alone : per_kernel_medians(passes_of(linked));
+  const std::vector<double> nvrtc_alone = default_links ? per_kernel_medians(passes_of(nvrtc_only)) : alone;
+  const std::vector<double> lto_alone = !can_link ? std::vector<double>{} : default_links ? alone : per_kernel_medians(passes_of(linked));
   jit::CompileOptions full = nvrtc_only;
   full.fast_compile = false;
   const std::vector<double> full_pass = alone_pass(full);
@@ -231,7 +232,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     return Batch{done == 0 ? 0.0 : ms / static_cast<double>(done), static_cast<int>(compiler.stats().programs)};
   };
   const Batch batched = batch(o);
-  const double nvrtc_batched_ms = o.lto && can_link ? batch(nvrtc_only).ms_per_kernel : batched.ms_per_kernel;
+  const double nvrtc_batched_ms = default_links ? batch(nvrtc_only).ms_per_kernel : batched.ms_per_kernel;
   // The floor: an empty kernel with the same options, NVRTC's fixed cost per program. Only the
   // part above it depends on what livefuse generates.
   std::vector<double> empty;
@@ -244,7 +245,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
     for (size_t k = 0; k < ms.size(); ++k) std::fprintf(stderr, " %s%.1f", is_row[k] ? "r" : "", ms[k]);
     std::fprintf(stderr, "\n");
   };
-  std::fprintf(stderr, "[bench] default route (%s), ms per kernel alone, pass by pass:", o.lto && can_link ? "lto" : "nvrtc");
+  std::fprintf(stderr, "[bench] default route (%s), ms per kernel alone, pass by pass:", default_links ? "lto" : "nvrtc");
   for (size_t k = 0; k < specs.size(); ++k) {
     std::fprintf(stderr, " %s", is_row[k] ? "r" : "");
     for (size_t p = 0; p < runs.size(); ++p) std::fprintf(stderr, "%s%.1f", p ? "/" : "", runs[p][k]);
@@ -261,7 +262,7 @@ void bench_nvrtc(std::vector<Record>& out, bool quick) {
                {"first_pass_median_ms", median(compiled(runs[0]))},
                {"pointwise_median_ms", median_of(alone, 0)},
                {"row_median_ms", median_of(alone, 1)},
-               {"linked", o.lto && can_link ? 1.0 : 0.0},
+               {"linked", default_links ? 1.0 : 0.0},
                {"nvrtc_median_ms", median_of(nvrtc_alone, -1)},
                {"lto_median_ms", median_of(lto_alone, -1)},
                {"full_opt_median_ms", median(compiled(full_pass))},

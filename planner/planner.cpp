@@ -74,7 +74,6 @@ void unfuse(PlannedSegment& p, std::vector<Step>& out, const std::vector<int>& n
   }
 }
 
-
 // After compilation: steps whose kernel did not compile become single steps; the summary is
 // recounted.
 int settle_plan(PlannedSegment& p) {

@@ -13,8 +13,9 @@ PlannerOptions default_planner_options(Device device);
 PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts);
 inline PlannedSegment plan_segment(const Segment& seg) { return plan_segment(seg, default_planner_options(Device::cpu())); }
 
-// Compiles every fused kernel of `p` with NVRTC (on the compiler's arena; this waits), all of
-// them submitted as one batch (one NVRTC program). A kernel that fails to compile (or spills in
+// Compiles every fused kernel of `p` (on the compiler's arena; this waits), all of them
+// submitted as one batch: one NVRTC program, and one link for the pointwise kernels the op
+// library covers (LIVEFUSE_JIT, kernel_compiler.hpp). A kernel that fails to compile (or spills in
 // every variant) is replaced by single steps for its nodes, with the reason as a Decision.
 // Returns the number of kernels that failed.
 int compile_plan(PlannedSegment& p, jit::KernelCompiler& compiler, const jit::CompileOptions& opts);

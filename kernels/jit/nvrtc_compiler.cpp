@@ -140,44 +140,45 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& name, co
   std::vector<const char*> cflags;
   for (const auto& f : flags) cflags.push_back(f.c_str());
   r = nvrtcCompileProgram(prog, static_cast<int>(cflags.size()), cflags.data());
-  size_t log_size = 0;
-  if (nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-    out.log.resize(log_size);
-    nvrtcGetProgramLog(prog, out.log.data());
-    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
-    // fast_compile hands ptxas -Ofc=min (from NVRTC) and then -Ofc=0 (ours, on purpose): ptxas
-    // says so in every log. Not news to anyone reading one.
-    const std::string expected = "ptxas warning : incompatible redefinition for option 'Ofast-compile'";
-    for (size_t at; (at = out.log.find(expected)) != std::string::npos;) {
-      const size_t end = out.log.find('\n', at);
-      out.log.erase(at, end == std::string::npos ? std::string::npos : end + 1 - at);
+  // What NVRTC hands back (the log, a cubin, LTO IR, PTX): its size, then its bytes; empty when
+  // either call fails or there is nothing.
+  auto fetch = [&](auto size, auto get) {
+    size_t n = 0;
+    std::string s;
+    if (size(prog, &n) == NVRTC_SUCCESS && n > 0) {
+      s.resize(n);
+      if (get(prog, s.data()) != NVRTC_SUCCESS) s.clear();
     }
+    return s;
+  };
+  auto strip_nul = [](std::string& s) {
+    while (!s.empty() && s.back() == '\0') s.pop_back();
+  };
+  out.log = fetch(nvrtcGetProgramLogSize, nvrtcGetProgramLog);
+  strip_nul(out.log);
+  // fast_compile hands ptxas -Ofc=min (from NVRTC) and then -Ofc=0 (ours, on purpose): ptxas
+  // says so in every log. Not news to anyone reading one.
+  const std::string expected = "ptxas warning : incompatible redefinition for option 'Ofast-compile'";
+  for (size_t at; (at = out.log.find(expected)) != std::string::npos;) {
+    const size_t end = out.log.find('\n', at);
+    out.log.erase(at, end == std::string::npos ? std::string::npos : end + 1 - at);
   }
   if (r != NVRTC_SUCCESS) {
     out.error = std::string("nvrtcCompileProgram: ") + nvrtcGetErrorString(r);
   } else {
-    size_t n = 0;
     switch (opts.output) {  // LTO IR and PTX take the cubin's place
       case CompileOptions::Output::cubin:
-        if (nvrtcGetCUBINSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
-          out.cubin.resize(n);
-          out.ok = nvrtcGetCUBIN(prog, out.cubin.data()) == NVRTC_SUCCESS;
-        }
+        out.cubin = fetch(nvrtcGetCUBINSize, nvrtcGetCUBIN);
         break;
       case CompileOptions::Output::lto_ir:
-        if (nvrtcGetLTOIRSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
-          out.cubin.resize(n);
-          out.ok = nvrtcGetLTOIR(prog, out.cubin.data()) == NVRTC_SUCCESS;
-        }
+        out.cubin = fetch(nvrtcGetLTOIRSize, nvrtcGetLTOIR);
         break;
       case CompileOptions::Output::ptx:
-        if (nvrtcGetPTXSize(prog, &n) == NVRTC_SUCCESS && n > 0) {
-          out.cubin.resize(n);
-          out.ok = nvrtcGetPTX(prog, out.cubin.data()) == NVRTC_SUCCESS;
-          while (!out.cubin.empty() && out.cubin.back() == '\0') out.cubin.pop_back();
-        }
+        out.cubin = fetch(nvrtcGetPTXSize, nvrtcGetPTX);
+        strip_nul(out.cubin);
         break;
     }
+    out.ok = !out.cubin.empty();
     constexpr const char* kWhat[] = {"cubin", "LTO IR", "PTX"};
     if (!out.ok) out.error = std::string("NVRTC produced no ") + kWhat[static_cast<int>(opts.output)];
   }

@@ -62,7 +62,7 @@ namespace {
 // `salt` makes the kernels new to every cache (a scalar of the chain).
 struct PhaseCounts {
   lf::planner::ServiceCounters before, after;
-  uint64_t programs = 0, compiled = 0;  // NVRTC programs and kernels of the round
+  uint64_t programs = 0, compiled = 0;  // NVRTC programs or links, and kernels, of the round
 };
 
 PhaseCounts plan_two_phases_held(const lf::Device& d, double salt) {
@@ -104,7 +104,7 @@ TEST_CASE("pipeline: candidates queued together are planned in one round") {
   CHECK(r.after.published - r.before.published >= 2);
 }
 
-LF_CUDA_TEST_CASE("pipeline: the kernels of candidates planned in one round compile as one NVRTC program") {
+LF_CUDA_TEST_CASE("pipeline: the kernels of candidates planned in one round compile as one program (or link)") {
   const lf::Config saved = lf::config();
   // A scalar no earlier run used: every kernel is compiled, none comes from the disk cache.
   const double salt = 1.0 + static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() % 1000003) * 1e-9;
@@ -113,7 +113,7 @@ LF_CUDA_TEST_CASE("pipeline: the kernels of candidates planned in one round comp
   CHECK(r.after.rounds - r.before.rounds == 1);
   CHECK(r.after.published - r.before.published >= 2);
   CHECK(r.compiled >= 2);
-  CHECK(r.programs == 1);  // f32 kernels share a program head
+  CHECK(r.programs == 1);  // f32 kernels share a program head (or, linked, one link)
 }
 
 TEST_CASE("pipeline: a structure queued twice in one round (its shape mix grew) becomes one plan") {

@@ -19,7 +19,7 @@
 #include "probe_util.hpp"
 
 using probe::clk;
-using probe::log_of;
+using probe::fetch;
 using probe::ms_since;
 using probe::read;
 
@@ -34,14 +34,11 @@ int main(int argc, char** argv) {
   nvrtcCreateProgram(&p, lib.c_str(), "lib.cu", 0, nullptr, nullptr);
   const char* o[] = {"-arch=sm_90", "--std=c++17", "-default-device", "-minimal", "--no-cache", "-dlto", "-rdc=true"};
   if (nvrtcCompileProgram(p, 7, o)) {
-    std::printf("library failed:\n%s\n", log_of(p, nvrtcGetProgramLogSize, nvrtcGetProgramLog).c_str());
+    std::printf("library failed:\n%s\n", fetch(p, nvrtcGetProgramLogSize, nvrtcGetProgramLog).c_str());
     return 1;
   }
-  size_t n;
-  nvrtcGetLTOIRSize(p, &n);
-  std::string libir(n, 0);
-  nvrtcGetLTOIR(p, libir.data());
-  std::printf("library (NVRTC -dlto, once): %.1f ms, %zu bytes\n", ms_since(t0), n);
+  const std::string libir = fetch(p, nvrtcGetLTOIRSize, nvrtcGetLTOIR);
+  std::printf("library (NVRTC -dlto, once): %.1f ms, %zu bytes\n", ms_since(t0), libir.size());
   std::vector<double> a, b;
   bool has_entry = false, has_calls = true;
   for (int r = 0; r < 8; ++r) {
@@ -51,13 +48,10 @@ int main(int argc, char** argv) {
     nvvmAddModuleToProgram(vp, glue.data(), glue.size(), "kernel");
     const char* vo[] = {"-arch=compute_90", "-gen-lto"};
     if (nvvmCompileProgram(vp, 2, vo)) {
-      std::printf("libNVVM failed:\n%s\n", log_of(vp, nvvmGetProgramLogSize, nvvmGetProgramLog).c_str());
+      std::printf("libNVVM failed:\n%s\n", fetch(vp, nvvmGetProgramLogSize, nvvmGetProgramLog).c_str());
       return 1;
     }
-    size_t gn;
-    nvvmGetCompiledResultSize(vp, &gn);
-    std::string gir(gn, 0);
-    nvvmGetCompiledResult(vp, gir.data());
+    const std::string gir = fetch(vp, nvvmGetCompiledResultSize, nvvmGetCompiledResult);
     nvvmDestroyProgram(&vp);
     const double glue_ms = ms_since(t1);
     auto t2 = clk::now();
@@ -67,14 +61,11 @@ int main(int argc, char** argv) {
     nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, gir.data(), gir.size(), "kernel");
     nvJitLinkAddData(h, NVJITLINK_INPUT_LTOIR, libir.data(), libir.size(), "lib");
     if (nvJitLinkComplete(h)) {
-      std::printf("nvJitLink failed:\n%s\n", log_of(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog).c_str());
+      std::printf("nvJitLink failed:\n%s\n", fetch(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog).c_str());
       return 1;
     }
     if (r == 0) {
-      size_t pn;
-      nvJitLinkGetLinkedPtxSize(h, &pn);
-      std::string ptx(pn, 0);
-      nvJitLinkGetLinkedPtx(h, ptx.data());
+      const std::string ptx = fetch(h, nvJitLinkGetLinkedPtxSize, nvJitLinkGetLinkedPtx);
       has_entry = ptx.find(".entry") != std::string::npos;
       has_calls = ptx.find("call.uni") != std::string::npos || ptx.find("call ") != std::string::npos;
     }

@@ -16,7 +16,7 @@
 #include "probe_util.hpp"
 
 using probe::clk;
-using probe::log_of;
+using probe::fetch;
 using probe::ms_since;
 
 int main(int argc, char** argv) {
@@ -34,13 +34,10 @@ int main(int argc, char** argv) {
       }
       const char* vo[] = {"-arch=compute_90", "-opt=3"};
       if (nvvmCompileProgram(vp, 2, vo)) {
-        std::printf("nvvm fail %s\n", log_of(vp, nvvmGetProgramLogSize, nvvmGetProgramLog).c_str());
+        std::printf("nvvm fail %s\n", fetch(vp, nvvmGetProgramLogSize, nvvmGetProgramLog).c_str());
         return 1;
       }
-      size_t pn;
-      nvvmGetCompiledResultSize(vp, &pn);
-      ptx.assign(pn, 0);
-      nvvmGetCompiledResult(vp, ptx.data());
+      ptx = fetch(vp, nvvmGetCompiledResultSize, nvvmGetCompiledResult);
       nvvmDestroyProgram(&vp);
       const double ta = ms_since(t1);
       auto t2 = clk::now();
@@ -49,10 +46,10 @@ int main(int argc, char** argv) {
       nvJitLinkCreate(&h, 2, lo);
       nvJitLinkAddData(h, NVJITLINK_INPUT_PTX, ptx.data(), strlen(ptx.c_str()), "k.ptx");
       if (nvJitLinkComplete(h)) {
-        std::printf("link fail %s\n", log_of(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog).c_str());
+        std::printf("link fail %s\n", fetch(h, nvJitLinkGetErrorLogSize, nvJitLinkGetErrorLog).c_str());
         return 1;
       }
-      if (r == 0) std::printf("%s", log_of(h, nvJitLinkGetInfoLogSize, nvJitLinkGetInfoLog).c_str());
+      if (r == 0) std::printf("%s", fetch(h, nvJitLinkGetInfoLogSize, nvJitLinkGetInfoLog).c_str());
       nvJitLinkDestroy(&h);
       if (r) {
         a.push_back(ta);

@@ -1,6 +1,6 @@
 #pragma once
-// What both probes need: a file's text, milliseconds since a time point, a compiler's log (NVRTC,
-// libNVVM and nvJitLink all give a size, then the text).
+// What both probes need: a file's text, milliseconds since a time point, what a compiler hands
+// back -- a log or a result (NVRTC, libNVVM and nvJitLink all give a size, then the bytes).
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -16,7 +16,7 @@ inline std::string read(const char* f) {
   return ss.str();
 }
 template <class H, class SizeFn, class GetFn>
-std::string log_of(H h, SizeFn size, GetFn get) {
+std::string fetch(H h, SizeFn size, GetFn get) {
   size_t n = 0;
   size(h, &n);
   std::string l(n, 0);
