@@ -387,7 +387,8 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
   };
   const std::vector<RowCase> cases = {
       {"fused_layer_norm", 65536, 1024, DType::f32},  {"fused_layer_norm", 16384, 4096, DType::f32},
-      {"fused_layer_norm", 65536, 1024, DType::bf16}, {"fused_softmax", 65536, 1024, DType::f32},
+      {"fused_layer_norm", 65536, 1024, DType::bf16}, {"fused_layer_norm", 16384, 4096, DType::bf16},
+      {"fused_layer_norm", 131072, 768, DType::f16},  {"fused_softmax", 65536, 1024, DType::f32},
       {"fused_softmax", 8192, 8192, DType::f32},      {"fused_softmax", 65536, 1024, DType::f16},
       {"fused_softmax_mask", 131072, 512, DType::f16}, {"fused_rms_norm", 65536, 1024, DType::bf16}};
   for (const RowCase& c : cases) {

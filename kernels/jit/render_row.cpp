@@ -27,6 +27,14 @@ enum class Store : uint8_t { None, Regs, Smem };
 // to one pack. Every column a thread owns is another unrolled copy of the
 // loop bodies, so this also bounds NVRTC time (32 cost about 1.5x the compile time of 16).
 constexpr int kRegBudget = 16;
+// ... except for 2-byte rows with two reductions and global reads after them (layer_norm: mean,
+// variance, then weight and bias), which get twice that. Each reduction of a multi-warp row is a
+// block barrier with nothing of this row in flight, and the weights' loads wait behind both: on
+// an H200, layer_norm bf16 65536x1024 ran 84 us at 16 columns a thread (two warps a row) and
+// 78-80 at 32 (one warp, no barriers), while rows with one reduction (rms_norm bf16: 73.6 ->
+// 78) or no late loads (softmax f16: 74 -> 77) and 4-byte rows (layer_norm f32: 134 -> 136,
+// whose 16 columns are already four 16-byte packs in flight) lose with 32.
+constexpr int kRegBudgetTwoExchanges = 32;
 constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memory
 std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
 std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one of them
@@ -71,9 +79,9 @@ struct Body {
     return std::string("lf_row_") + (store == Store::None ? "recompute" : "cache") + (vec > 1 ? "_v" : "") +
            (pipelined ? "p" : "");
   }
-  // Cached value i at element `e` of the current group.
+  // Cached value i at element `e` of the current group (in its register array).
   std::string reg(int i, const std::string& e) const {
-    return "lf_k" + std::to_string(i) + "[lf_p * " + std::to_string(vec) + " + " + e + "]";
+    return "lf_k" + std::to_string(s.reg_array[i]) + "[lf_p * " + std::to_string(vec) + " + " + e + "]";
   }
 
   // Offsets of every io for row `row` into variables prefix0.. (declared here).
@@ -151,9 +159,12 @@ struct Body {
     else if (!smem_stage)
       os << "  (void)lf_smem;\n";
     if (store == Store::Regs)
-      for (int i = 0; i < static_cast<int>(part.instrs.size()); ++i)
-        if (s.cache_slot[i] >= 0)
-          os << "  " << nat_type(part.instrs[i].dtype) << " lf_k" << i << "[" << np * vec << "];\n";
+      for (int a = 0; a < s.narrays; ++a)
+        for (int i = 0; i < static_cast<int>(part.instrs.size()); ++i)
+          if (s.reg_array[i] == a) {
+            os << "  " << nat_type(part.instrs[i].dtype) << " lf_k" << a << "[" << np * vec << "];\n";
+            break;
+          }
   }
 
   // The half of lf_red reduction instruction i uses: consecutive reductions, in the order they
@@ -358,7 +369,15 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   rk.row_vec = row_vec_width(part);
   // Columns a thread holds in registers: a multiple of the pack width within the budget.
   const int held = std::max(regs.live, 1);
-  const int budget = g_reg_budget.load(std::memory_order_relaxed) > 0 ? g_reg_budget.load() : kRegBudget;
+  for (size_t sec = 1; sec < regs.loop_eval.size(); ++sec)
+    for (int i : regs.loop_eval[sec]) rk.row_late_loads = rk.row_late_loads || part.instrs[i].kind == InstrKind::Load;
+  const int reductions = static_cast<int>(std::count_if(part.instrs.begin(), part.instrs.end(), [](const Instr& in) {
+    return in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax;
+  }));
+  const int knob = g_reg_budget.load(std::memory_order_relaxed);
+  const int budget = knob > 0 ? knob
+                     : rk.row_vec >= 8 && reductions >= 2 && rk.row_late_loads ? kRegBudgetTwoExchanges
+                                                                                : kRegBudget;
   const int packs = std::max(1, budget / (held * rk.row_vec));
   rk.row_regs = held * packs * rk.row_vec <= kRegMax ? packs * rk.row_vec : 0;
   rk.variants.clear();
@@ -371,8 +390,6 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     Variant v32, v64;
   };
   const bool reg_rows = rk.row_regs > 0 && rk.row_vec > 1;
-  for (size_t sec = 1; sec < regs.loop_eval.size(); ++sec)
-    for (int i : regs.loop_eval[sec]) rk.row_late_loads = rk.row_late_loads || part.instrs[i].kind == InstrKind::Load;
   const RowBodies bodies = reg_rows ? row_bodies() : RowBodies{true, false};
   const Family families[] = {
       {false, true, false, Variant::CacheI32, Variant::CacheI64},

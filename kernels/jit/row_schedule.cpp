@@ -14,6 +14,10 @@ bool is_reduce(const Instr& in) {
   return in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax;
 }
 
+// A value's register type (float for every float dtype, int for i32 and bool, 64-bit for i64:
+// the renderer's natural forms).
+int register_type(DType d) { return is_floating(d) ? 0 : d == DType::i64 ? 2 : 1; }
+
 // The loop in which instruction y reads its Full operands.
 int use_loop(const Instr& y, int phase_y) { return is_reduce(y) ? phase_y - 1 : phase_y; }
 
@@ -169,6 +173,20 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
       if (s.cache_slot[i] >= 0 && s.home[i] <= b && last_read[i] > b) held += dtype_size(part.instrs[i].dtype) == 8 ? 2 : 1;
     s.live = std::max(s.live, held);
   }
+  // Arrays by interval colouring in home order (first fit is optimal for intervals): a value
+  // takes the first array of its type whose last value is last read no later than its home.
+  s.reg_array.assign(n, -1);
+  std::vector<std::pair<int, int>> arrays;  // per array: last read of its last value, register type
+  for (int p = 0; p < s.nloops; ++p)
+    for (int x : s.loop_cache_write[p]) {
+      const int t = register_type(part.instrs[x].dtype);
+      int a = 0;
+      while (a < static_cast<int>(arrays.size()) && !(arrays[a].second == t && arrays[a].first <= p)) ++a;
+      if (a == static_cast<int>(arrays.size())) arrays.push_back({0, t});
+      arrays[a].first = last_read[x];
+      s.reg_array[x] = a;
+    }
+  s.narrays = static_cast<int>(arrays.size());
   for (int i = 0; i < n; ++i) {
     const Instr& in = part.instrs[i];
     if (in.space == Space::Full) continue;

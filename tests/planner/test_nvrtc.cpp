@@ -8,6 +8,7 @@
 #include "kernels/jit/kernel_compiler.hpp"
 #include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/render.hpp"
+#include "kernels/jit/row_schedule.hpp"
 #include "tests/planner/planner_util.hpp"
 
 using namespace plantest;
@@ -286,6 +287,36 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   err.clear();
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 999}), 48 << 10, &err);  // odd rows: no 16-byte packs
   CHECK(c.missing == jit::Variant::CacheI32);
+}
+
+TEST_CASE("nvrtc: register rows share an array between cached values whose lifetimes do not overlap") {
+  // softmax: the scaled logits (loop 0 -> 1) and their exponentials (loop 1 -> 2) take turns in
+  // one array; softmax(x) * x holds x from loop 0 to 2 beside the exponentials: two arrays.
+  for (bool times_x : {false, true}) {
+    SegmentBuilder b;
+    const ValueRef x = b.input({64, 1024}, DType::f16);
+    const ValueRef sm = b.add(OpId::softmax, {x}, softmax_attrs(1.0, false));
+    b.output(times_x ? b.add(OpId::mul, {sm, x}) : sm);
+    const auto specs = specs_of(plan_segment(b.build(), default_planner_options(Device::cuda(0))));
+    REQUIRE(specs.size() == 1);
+    const jit::KernelPart& part = specs[0]->parts[0];
+    const jit::RowSchedule s = jit::schedule_row(part, jit::RowCacheMode::CacheAll);
+    INFO("times x " << times_x);
+    CHECK(s.narrays == (times_x ? 2 : 1));
+    CHECK(s.narrays == s.live);
+    // Every value read back from an array was written to it, and no other value written to that
+    // array in between (home loop strictly inside its lifetime).
+    std::vector<int> last_read(part.instrs.size(), -1);
+    for (int p = 0; p < s.nloops; ++p)
+      for (int x2 : s.loop_cache_read[p]) last_read[x2] = p;
+    for (size_t a2 = 0; a2 < part.instrs.size(); ++a2)
+      for (size_t b2 = 0; b2 < part.instrs.size(); ++b2)
+        if (a2 != b2 && s.reg_array[a2] >= 0 && s.reg_array[a2] == s.reg_array[b2])
+          CHECK((s.home[b2] >= last_read[a2] || s.home[a2] >= last_read[b2]));
+    const jit::RenderedKernel rk = jit::render_cuda(*specs[0]);
+    CHECK((rk.source.find("float lf_k1[") != std::string::npos) == times_x);
+    CHECK(rk.source.find("float lf_k2[") == std::string::npos);
+  }
 }
 
 TEST_CASE("nvrtc: f16/bf16 contiguous rows read 16-byte packs once and keep the row in registers") {
