@@ -454,6 +454,11 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
         }
       }
     }
+    // The body the launch shape kept after timing both at its first launches (row_tuner.hpp).
+    jit::CompiledKernel::RowBodyChoice tuned;
+    for (const Step& st : g.plan.steps)
+      if (const auto* fk = std::get_if<FusedKernelStep>(&st.body); fk && fk->compiled)
+        for (const auto& rc : fk->compiled->row_body_choices()) tuned = rc;
     const double bytes = 2.0 * rows * c.cols * dtype_size(c.dt);
     const double gbs = bytes / chosen / 1e3;
     // The reference is a copy of the same bytes as the row tensor (as the eager bench does): a
@@ -465,7 +470,10 @@ void bench_gpu(std::vector<Record>& out, bool quick) {
                  {"fraction_of_64m_f32_copy", gbs / copy_bw},
                  {"best_swept_fraction", bytes / best / 1e3 / same_gbs},
                  {"best_reg_budget", static_cast<double>(best_budget)},
-                 {"best_pipelined", static_cast<double>(best_pipeline)}};
+                 {"best_pipelined", static_cast<double>(best_pipeline)},
+                 {"tuned_decided", tuned.decided ? 1.0 : 0.0}, {"tuned_pipelined", tuned.pipelined ? 1.0 : 0.0},
+                 {"tuned_guess_pipelined", tuned.guess ? 1.0 : 0.0}, {"tuned_plain_us", tuned.plain_us},
+                 {"tuned_pipelined_us", tuned.pipelined_us}};
     print_record(r);
     out.push_back(r);
   }

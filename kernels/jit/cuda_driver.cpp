@@ -144,6 +144,44 @@ int resident_blocks_per_sm(const LoadedFunction& f, int threads, int smem) {
   return std::max(n, 1);
 }
 
+bool stream_capturing(void* stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &st) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+void* timing_event() {
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreate(&e) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return e;
+}
+
+bool record_event(void* event, void* stream) {
+  if (cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
+int elapsed_ms(void* start, void* end, float* ms) {
+  const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(end));
+  if (q == cudaErrorNotReady) return 0;
+  if (q == cudaSuccess &&
+      cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)) == cudaSuccess)
+    return 1;
+  cudaGetLastError();
+  return -1;
+}
+
+void destroy_event(void* event) {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
 int current_device_sm_count() {
   const int d = current_device_index();
   int v = 0;
@@ -209,6 +247,11 @@ bool launch_function(const LoadedFunction&, unsigned, unsigned, unsigned, unsign
 int current_device_arch() { return 0; }
 int current_device_smem_optin() { return 48 * 1024; }
 int current_device_sm_count() { return 1; }
+bool stream_capturing(void*) { return true; }
+void* timing_event() { return nullptr; }
+bool record_event(void*, void*) { return false; }
+int elapsed_ms(void*, void*, float*) { return -1; }
+void destroy_event(void*) {}
 int resident_blocks_per_sm(const LoadedFunction&, int, int) { return 1; }
 int current_device_index() { return -1; }
 

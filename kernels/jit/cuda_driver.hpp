@@ -38,6 +38,14 @@ bool set_dynamic_smem(LoadedFunction& f, int bytes, std::string* error);
 bool launch_function(const LoadedFunction& f, unsigned grid_x, unsigned block_x, unsigned block_y,
                      unsigned smem, void* stream, void** params, std::string* error);
 
+// Timing launches without waiting (row body tuning, row_tuner.hpp), through runtime events.
+bool stream_capturing(void* stream);  // also true when it cannot be told
+void* timing_event();                 // nullptr when none can be made
+bool record_event(void* event, void* stream);
+// Time between two recorded events: 1 (*ms set), 0 (not complete yet) or -1 (failed).
+int elapsed_ms(void* start, void* end, float* ms);
+void destroy_event(void* event);
+
 // Facts of the current device (runtime API): SM version (major*10+minor), opt-in shared memory.
 int current_device_arch();
 int current_device_smem_optin();

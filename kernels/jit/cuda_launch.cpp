@@ -1,6 +1,7 @@
 #include "kernels/jit/cuda_launch.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -38,6 +39,84 @@ int variant_index(const CompiledKernel& k, Variant v) {
     if (k.rendered.variants[i] == v) return static_cast<int>(i);
   return -1;
 }
+
+// The body choice of register rows with both bodies (row_tuner.hpp): the launch shape's entry,
+// its pending timings read, and this launch's body; a timed launch is bracketed by start/stop.
+class RowTimer {
+ public:
+  int pipelined_blocks_per_sm = 1;
+
+  bool pick(CompiledKernel& k, const LaunchChoice& c, int64_t rows, const LoadedFunction& pipe,
+            const LoadedFunction* plain, void* stream) {
+    key_ = (uint64_t{c.block_x} << 40) | (uint64_t{c.block_y} << 32) | static_cast<uint64_t>(std::bit_width(static_cast<uint64_t>(rows)));
+    const int threads = static_cast<int>(c.block_x * c.block_y);
+    auto make = [&] {
+      const int pipe_blocks = resident_blocks_per_sm(pipe, threads, static_cast<int>(c.smem));
+      const bool guess = !plain || prefer_pipelined_rows(resident_blocks_per_sm(*plain, threads, 0), pipe_blocks,
+                                                         static_cast<int>(c.block_x / 32), k.rendered.row_late_loads);
+      auto shape = std::make_unique<CompiledKernel::RowShape>(pipe_blocks, guess);
+      if (!plain) shape->tuner.abandon();
+      return shape;
+    };
+    BodyTuner::Pick p;
+    k.with_row_shape(key_, make, [&](CompiledKernel::RowShape& rs) {
+      pipelined_blocks_per_sm = rs.pipelined_blocks_per_sm;
+      read_timings(rs);
+      p = rs.tuner.next(!rs.tuner.decided() && !stream_capturing(stream));
+      if (p.timed) {
+        start_ = timing_event();
+        end_ = timing_event();
+        if (!start_ || !end_) {
+          rs.tuner.abandon();
+          p = {rs.tuner.choice(), false};
+          release();
+        }
+      }
+    });
+    pipelined_ = p.pipelined;
+    return p.pipelined;
+  }
+  void start(void* stream) {
+    if (start_ && !record_event(start_, stream)) release();
+  }
+  void stop(CompiledKernel& k, void* stream) {
+    if (!start_) return;
+    const bool ok = record_event(end_, stream);
+    k.with_row_shape(key_, [] { return std::unique_ptr<CompiledKernel::RowShape>(); }, [&](CompiledKernel::RowShape& rs) {
+      if (ok) rs.pending.push_back({start_, end_, pipelined_});
+      else rs.tuner.abandon();
+    });
+    if (ok) start_ = end_ = nullptr;
+  }
+  ~RowTimer() { release(); }
+
+ private:
+  static void read_timings(CompiledKernel::RowShape& rs) {
+    for (size_t i = 0; i < rs.pending.size();) {
+      const CompiledKernel::RowShape::Timing t = rs.pending[i];
+      float ms = 0;
+      const int r = elapsed_ms(t.start, t.end, &ms);
+      if (r == 0) {
+        ++i;
+        continue;
+      }
+      if (r > 0) rs.tuner.result(t.pipelined, 1e3 * ms);
+      else rs.tuner.abandon();
+      destroy_event(t.start);
+      destroy_event(t.end);
+      rs.pending.erase(rs.pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  void release() {
+    destroy_event(start_);
+    destroy_event(end_);
+    start_ = end_ = nullptr;
+  }
+  uint64_t key_ = 0;
+  bool pipelined_ = false;
+  void* start_ = nullptr;
+  void* end_ = nullptr;
+};
 
 }  // namespace
 
@@ -186,24 +265,16 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   }
   int vi = variant_index(k, c.variant);
   LF_ASSERT(vi >= 0, "variant not rendered");
+  RowTimer timer;
   if (is_pipe_row(c.variant)) {
     // Pipelined rows loop over rows: one wave of resident blocks, each streaming its rows -- or
-    // the plain body, when it keeps enough more blocks resident (prefer_pipelined_rows).
+    // the plain body, whichever this launch shape measured faster (row_tuner.hpp).
     static const int sms = current_device_sm_count();
-    const int threads = static_cast<int>(c.block_x * c.block_y);
     const Variant plain = plain_row_variant(c.variant);
     const int pi = variant_index(k, plain);
-    const CompiledKernel::RowLaunch rl = k.row_launch(c.block_x, c.block_y, [&] {
-      CompiledKernel::RowLaunch r;
-      r.pipelined_blocks_per_sm = resident_blocks_per_sm(mod->functions[vi], threads, static_cast<int>(c.smem));
-      r.pipelined = pi < 0 || !k.usable(plain) ||
-                    prefer_pipelined_rows(resident_blocks_per_sm(mod->functions[pi], threads, 0),
-                                          r.pipelined_blocks_per_sm, static_cast<int>(c.block_x / 32),
-                                          k.rendered.row_late_loads);
-      return r;
-    });
-    if (rl.pipelined) {
-      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * rl.pipelined_blocks_per_sm));
+    const bool pipelined = timer.pick(k, c, geos[0].numel, mod->functions[vi], pi >= 0 && k.usable(plain) ? &mod->functions[pi] : nullptr, stream);
+    if (pipelined) {
+      c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * timer.pipelined_blocks_per_sm));
     } else {
       c.variant = plain;
       c.smem = 0;
@@ -213,7 +284,9 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   LoadedFunction& f = mod->functions[vi];
   if (c.smem > 32 * 1024 && !set_dynamic_smem(f, static_cast<int>(c.smem), &err)) return err;
   void* params[] = {w.data()};
+  timer.start(stream);
   if (!launch_function(f, c.grid, c.block_x, c.block_y, c.smem, stream, params, &err)) return err;
+  timer.stop(k, stream);
   return "";
 }
 

@@ -17,10 +17,13 @@ namespace livefuse::jit {
 std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::span<const PartBinding> parts,
                              void* stream, std::optional<Variant>* missing = nullptr);
 
-// Register rows with both bodies rendered: pipelined or plain, from the blocks each keeps
-// resident per SM at the launch shape (cuOccupancyMaxActiveBlocksPerMultiprocessor), the warps
-// of a row, and whether the kernel reads global memory after its first loop (`late_loads`,
-// which the pipelined body does not prefetch). Why (H200, us, plain vs pipelined, blocks):
+// Register rows with both bodies rendered: the body a launch shape starts from (and keeps when
+// it is never timed, e.g. only ever captured into graphs) until its first launches have measured
+// both (row_tuner.hpp). From the blocks each keeps resident per SM at the launch shape
+// (cuOccupancyMaxActiveBlocksPerMultiprocessor), the warps of a row, and whether the kernel
+// reads global memory after its first loop (`late_loads`, which the pipelined body does not
+// prefetch). Why (H200, us, plain vs pipelined, blocks; registers before values shared arrays,
+// row_schedule.hpp):
 //   one-warp rows have no barriers, and more resident warps hide latency on their own:
 //     masked softmax f16, 512 cols: 73 vs 110 (8 vs 4 blocks)             -> plain if it has more
 //   rows of 16+ warps stall on every barrier together: softmax f32, 8192 cols: 167 vs 147

@@ -115,18 +115,36 @@ std::shared_ptr<LoadedModule> CompiledKernel::module(std::string* error) {
   return m;
 }
 
-CompiledKernel::RowLaunch CompiledKernel::row_launch(unsigned block_x, unsigned block_y,
-                                                     const std::function<RowLaunch()>& decide) {
-  const uint64_t key = (uint64_t{block_x} << 32) | block_y;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    for (const auto& [k, v] : row_choices_)
-      if (k == key) return v;
+CompiledKernel::RowShape::~RowShape() {
+  for (const Timing& t : pending) {
+    destroy_event(t.start);
+    destroy_event(t.end);
   }
-  const RowLaunch v = decide();
+}
+
+void CompiledKernel::with_row_shape(uint64_t key, const std::function<std::unique_ptr<RowShape>()>& make,
+                                    const std::function<void(RowShape&)>& fn) {
   std::lock_guard<std::mutex> g(mu_);
-  if (row_choices_.size() < 64) row_choices_.emplace_back(key, v);
-  return v;
+  for (auto& [k, v] : row_shapes_)
+    if (k == key) return fn(*v);
+  std::unique_ptr<RowShape> v = make();
+  if (!v) return;
+  if (row_shapes_.size() >= 64) {
+    v->tuner.abandon();
+    return fn(*v);
+  }
+  row_shapes_.emplace_back(key, std::move(v));
+  fn(*row_shapes_.back().second);
+}
+
+std::vector<CompiledKernel::RowBodyChoice> CompiledKernel::row_body_choices() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<RowBodyChoice> out;
+  for (const auto& [k, v] : row_shapes_) {
+    const BodyTuner& t = v->tuner;
+    out.push_back({k, t.guess(), t.decided(), t.choice(), t.median_us(false), t.median_us(true)});
+  }
+  return out;
 }
 
 bool CompiledKernel::usable(Variant v) const {

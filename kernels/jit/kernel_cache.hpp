@@ -41,6 +41,7 @@
 #include "kernels/jit/cuda_driver.hpp"
 #include "kernels/jit/nvrtc_compiler.hpp"
 #include "kernels/jit/render.hpp"
+#include "kernels/jit/row_tuner.hpp"
 
 namespace livefuse::jit {
 
@@ -87,18 +88,38 @@ struct CompiledKernel {
   // The module for the current device (loaded at first use). nullptr + error on failure.
   std::shared_ptr<LoadedModule> module(std::string* error);
   bool usable(Variant v) const;
-  // Register rows with both bodies: the launch's choice per launch shape (block_x, block_y),
-  // with the blocks the pipelined body keeps resident per SM (its grid), made once by `decide`
-  // (occupancy queries), then reused.
-  struct RowLaunch {
-    bool pipelined = false;
+  // Register rows with both bodies, per launch shape (cuda_launch.cpp makes the key): the
+  // blocks the pipelined body keeps resident per SM (its grid) and which body runs, measured at
+  // the shape's first launches (row_tuner.hpp), with the timings not yet read.
+  struct RowShape {
+    struct Timing {
+      void* start = nullptr;
+      void* end = nullptr;
+      bool pipelined = false;
+    };
     int pipelined_blocks_per_sm = 1;
+    BodyTuner tuner{false};
+    std::vector<Timing> pending;
+    RowShape(int blocks, bool guess) : pipelined_blocks_per_sm(blocks), tuner(guess) {}
+    RowShape(const RowShape&) = delete;
+    RowShape& operator=(const RowShape&) = delete;
+    ~RowShape();  // destroys the events of pending timings
   };
-  RowLaunch row_launch(unsigned block_x, unsigned block_y, const std::function<RowLaunch()>& decide);
+  // fn(shape) under the kernel's lock; make() builds the shape's entry at its first launch (a
+  // null one: fn is not called). Beyond 64 shapes a fresh, untimed entry serves each launch.
+  void with_row_shape(uint64_t key, const std::function<std::unique_ptr<RowShape>()>& make,
+                      const std::function<void(RowShape&)>& fn);
+  // The body choices so far, one per launch shape (tests, benchmarks, logs).
+  struct RowBodyChoice {
+    uint64_t key = 0;
+    bool guess = false, decided = false, pipelined = false;
+    double plain_us = 0, pipelined_us = 0;  // median timed launch of each body (0: none)
+  };
+  std::vector<RowBodyChoice> row_body_choices() const;
 
  private:
-  std::mutex mu_;
-  std::vector<std::pair<uint64_t, RowLaunch>> row_choices_;  // by block_x << 32 | block_y
+  mutable std::mutex mu_;
+  std::vector<std::pair<uint64_t, std::unique_ptr<RowShape>>> row_shapes_;
   std::vector<std::shared_ptr<LoadedModule>> modules_;  // by device index
 };
 

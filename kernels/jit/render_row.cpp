@@ -38,8 +38,8 @@ constexpr int kRegBudgetTwoExchanges = 32;
 constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memory
 std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
 std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one of them
-// Register rows come in two bodies, and the launch picks one (cuda_launch.cpp,
-// prefer_pipelined_rows: the table there). The pipelined body (VecPipe) loops over rows and
+// Register rows come in two bodies, and each launch shape runs the one its first launches
+// measured faster (row_tuner.hpp). The pipelined body (VecPipe) loops over rows and
 // reads the next row's first-loop inputs while this row reduces and writes: one row at a time
 // per thread leaves DRAM idle between rows (a short row is one load latency, then barriers and
 // arithmetic with nothing in flight). The loop costs registers, so occupancy, and which body wins differs by kernel.

@@ -1,6 +1,10 @@
 // Fused kernels on the GPU against eager CUDA execution: every strategy and dtype, shapes other
 // than the planned ones (the same kernel; a missing variant compiled on demand), and eager
 // custom ops through NVRTC. Skipped without a GPU.
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "kernels/jit/kernel_compiler.hpp"
 #include "tests/planner/planner_util.hpp"
 
@@ -194,3 +198,70 @@ LF_CUDA_TEST_CASE("gpu: one kernel serves other shapes; a missing variant is com
   CHECK(fk.spec->variants == (jit::variant_bit(jit::Variant::VecExactI32) | jit::variant_bit(jit::Variant::VecI32) |
                               jit::variant_bit(jit::Variant::StridedI32)));
 }
+
+#if LIVEFUSE_HAS_CUDA
+LF_CUDA_TEST_CASE("gpu: a row launch shape times both bodies at its first launches and keeps the faster") {
+  // layer_norm bf16 rows held in registers: both bodies rendered. Every launch must give the same
+  // bits whichever body runs; after the timed launches the shape is decided, with both bodies'
+  // medians, and the decision follows them (row_tuner.hpp).
+  SegmentBuilder b;
+  const ValueRef x = b.input({4096, 1024}, DType::bf16), w = b.input({1024}, DType::bf16), bb = b.input({1024}, DType::bf16);
+  b.output(b.add(OpId::layer_norm, {x, w, bb}, norm_attrs(1e-5, 1, 1)));
+  const Segment seg = b.build();
+  PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  REQUIRE(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  const auto& fk = std::get<FusedKernelStep>(p.steps.at(0).body);
+  const size_t shapes_before = fk.compiled->row_body_choices().size();
+  const Device dev = Device::cuda(0);
+  const std::vector<Tensor> xs = {rand_uniform({4096, 1024}, 1, -2, 2, DType::bf16, dev),
+                                  rand_uniform({1024}, 2, 0.5, 1.5, DType::bf16, dev),
+                                  rand_uniform({1024}, 3, -0.5, 0.5, DType::bf16, dev)};
+  const std::vector<Tensor> vals = bind_values(p, xs);
+  const int out = seg.value_id(seg.outputs[0]);
+  std::vector<double> first;
+  for (int run = 0; run < 16; ++run) {
+    run_plan(p, vals, Stream::current(dev).handle());
+    synchronize(dev);
+    const std::vector<double> got = vals[out].to_doubles();
+    if (run == 0) first = got;
+    INFO("run " << run);
+    CHECK(got == first);
+  }
+  CHECK(lftest::allclose(first, eager_values(seg, xs)[out].to_doubles(), 2e-2, 2e-2));
+  const auto choices = fk.compiled->row_body_choices();
+  REQUIRE(choices.size() == shapes_before + 1);
+  const auto& c = choices.back();
+  CHECK(c.decided);
+  CHECK(c.plain_us > 0);
+  CHECK(c.pipelined_us > 0);
+  const bool other_faster = (c.guess ? c.plain_us : c.pipelined_us) < 0.98 * (c.guess ? c.pipelined_us : c.plain_us);
+  CHECK(c.pipelined == (other_faster ? !c.guess : c.guess));
+  MESSAGE("layer_norm bf16 4096x1024: plain " << c.plain_us << " us, pipelined " << c.pipelined_us << " us, guess "
+                                              << (c.guess ? "pipelined" : "plain") << ", kept "
+                                              << (c.pipelined ? "pipelined" : "plain"));
+
+  // A launch captured into a graph is not timed (its shape stays undecided: 4x the rows is
+  // another shape), and the graph gives the same values.
+  const std::vector<Tensor> big = {rand_uniform({16384, 1024}, 4, -2, 2, DType::bf16, dev), xs[1], xs[2]};
+  const std::vector<Tensor> bvals = bind_values(p, big);
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  run_plan(p, bvals, s);
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  REQUIRE(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(ge, s) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  const auto after = fk.compiled->row_body_choices();
+  REQUIRE(after.size() == choices.size() + 1);
+  CHECK_FALSE(after.back().decided);
+  CHECK(after.back().plain_us == 0);
+  CHECK(after.back().pipelined_us == 0);
+  CHECK(lftest::allclose(bvals[out].to_doubles(), eager_values(seg, big)[out].to_doubles(), 2e-2, 2e-2));
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  cudaStreamDestroy(s);
+}
+#endif

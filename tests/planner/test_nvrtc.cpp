@@ -9,6 +9,7 @@
 #include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/render.hpp"
 #include "kernels/jit/row_schedule.hpp"
+#include "kernels/jit/row_tuner.hpp"
 #include "tests/planner/planner_util.hpp"
 
 using namespace plantest;
@@ -273,7 +274,7 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 1000}), 48 << 10, &err);
   CHECK(err.empty());
   // Both register bodies are rendered; the pipelined one is the first choice (the launch may
-  // take the plain one by occupancy, prefer_pipelined_rows).
+  // run the plain one: row_tuner.hpp).
   CHECK(c.variant == jit::Variant::VecPipeI32);
   CHECK(std::count(rk->rendered.variants.begin(), rk->rendered.variants.end(), jit::Variant::VecCacheI32) == 1);
   // The row stays in registers: each thread owns row_regs columns at most; f32 rows stage the
@@ -429,9 +430,65 @@ TEST_CASE("nvrtc: ptxas report parsing (registers, spills)") {
   CHECK(e[1].spill_bytes == 76);
 }
 
+TEST_CASE("row tuner: one cold launch, then both bodies timed in turn; the faster median is kept") {
+  using jit::BodyTuner;
+  for (bool guess : {false, true}) {
+    BodyTuner t(guess);
+    INFO("guess " << guess);
+    // Nothing is timed while the caller cannot time (a graph capture): the guess runs.
+    BodyTuner::Pick p = t.next(false);
+    CHECK(p.pipelined == guess);
+    CHECK_FALSE(p.timed);
+    p = t.next(true);  // cold
+    CHECK(p.pipelined == guess);
+    CHECK_FALSE(p.timed);
+    std::vector<bool> bodies;
+    for (int i = 0; i < 2 * BodyTuner::kSamples; ++i) {
+      p = t.next(true);
+      CHECK(p.timed);
+      bodies.push_back(p.pipelined);
+    }
+    // Alternating, the guess first; then, with every result pending, untimed launches of the guess.
+    for (size_t i = 0; i < bodies.size(); ++i) CHECK(bodies[i] == (i % 2 == 0 ? guess : !guess));
+    p = t.next(true);
+    CHECK_FALSE(p.timed);
+    CHECK(p.pipelined == guess);
+    CHECK_FALSE(t.decided());
+    // The other body is 10% faster (one outlier does not move a median of three).
+    for (int i = 0; i < BodyTuner::kSamples; ++i) {
+      t.result(guess, i == 0 ? 5.0 : 100.0);
+      CHECK_FALSE(t.decided());
+      t.result(!guess, 90.0);
+    }
+    CHECK(t.decided());
+    CHECK(t.choice() == !guess);
+    CHECK(t.median_us(guess) == 100.0);
+    CHECK(t.median_us(!guess) == 90.0);
+    p = t.next(true);
+    CHECK(p.pipelined == !guess);
+    CHECK_FALSE(p.timed);
+  }
+  // Within 2%: the guess stands. A failed timing: the guess stands, nothing more is timed.
+  BodyTuner close(true);
+  for (int i = 0; i < BodyTuner::kSamples; ++i) {
+    close.result(true, 100.0);
+    close.result(false, 98.5);
+  }
+  CHECK(close.decided());
+  CHECK(close.choice());
+  BodyTuner failed(false);
+  (void)failed.next(true);
+  CHECK(failed.next(true).timed);
+  failed.abandon();
+  CHECK(failed.decided());
+  CHECK_FALSE(failed.choice());
+  CHECK_FALSE(failed.next(true).timed);
+}
+
 TEST_CASE("nvrtc: register rows choose the pipelined or the plain body as measured on the H200") {
-  // The H200 cases behind the rule (cuda_launch.hpp): blocks resident per SM of each body at its
-  // launch shape, from their compiled registers, and which one was faster.
+  // The H200 cases behind the guess a launch shape starts from (cuda_launch.hpp): blocks resident
+  // per SM of each body at its launch shape, from their compiled registers, and which one was
+  // faster.
   struct Case {
     const char* name;
     int plain, pipelined, warps_per_row;
