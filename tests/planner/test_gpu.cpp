@@ -236,21 +236,33 @@ LF_CUDA_TEST_CASE("gpu: a row launch shape times both bodies at its first launch
   CHECK(c.pipelined_us > 0);
   const bool other_faster = (c.guess ? c.plain_us : c.pipelined_us) < 0.98 * (c.guess ? c.pipelined_us : c.plain_us);
   CHECK(c.pipelined == (other_faster ? !c.guess : c.guess));
+  const std::string guessed = c.guess ? "pipelined" : "plain", kept = c.pipelined ? "pipelined" : "plain";
   MESSAGE("layer_norm bf16 4096x1024: plain " << c.plain_us << " us, pipelined " << c.pipelined_us << " us, guess "
-                                              << (c.guess ? "pipelined" : "plain") << ", kept "
-                                              << (c.pipelined ? "pipelined" : "plain"));
+                                              << guessed << ", kept " << kept);
 
   // A launch captured into a graph is not timed (its shape stays undecided: 4x the rows is
   // another shape), and the graph gives the same values.
   const std::vector<Tensor> big = {rand_uniform({16384, 1024}, 4, -2, 2, DType::bf16, dev), xs[1], xs[2]};
-  const std::vector<Tensor> bvals = bind_values(p, big);
+  const std::vector<Tensor> bvals = poisoned_values(p, big);  // allocated now, not in the capture
+  synchronize(dev);
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
+  struct EndCapture {  // a throw inside the capture must not leave this thread capturing
+    cudaStream_t s;
+    cudaGraph_t* g;
+    ~EndCapture() {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) (void)cudaStreamEndCapture(s, g);
+    }
+  };
   REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-  run_plan(p, bvals, s);
-  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  {
+    EndCapture end{s, &g};
+    run_plan(p, bvals, s);
+  }
+  REQUIRE(g != nullptr);
   REQUIRE(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
   REQUIRE(cudaGraphLaunch(ge, s) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
