@@ -83,6 +83,7 @@ void FusedPlan::details(PlanDetails& d) const {
       k.compile_ms = f.compiled->compile_ms;
       k.cache = f.compiled->from_disk ? "disk" : "miss";
       k.log = f.compiled->log;
+      for (const auto& b : f.compiled->row_body_choices()) k.bodies.push_back(b.describe());
     } else {
       k.source = jit::to_string(*f.spec);  // the CPU interpreter runs this program
       if (!f.compile_error.empty()) k.log = f.compile_error;

@@ -1,7 +1,6 @@
 #include "kernels/jit/cuda_launch.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -48,7 +47,7 @@ class RowTimer {
 
   bool pick(CompiledKernel& k, const LaunchChoice& c, int64_t rows, const LoadedFunction& pipe,
             const LoadedFunction* plain, void* stream) {
-    key_ = (uint64_t{c.block_x} << 40) | (uint64_t{c.block_y} << 32) | static_cast<uint64_t>(std::bit_width(static_cast<uint64_t>(rows)));
+    key_ = CompiledKernel::row_shape_key(c.block_x, c.block_y, rows);
     const int threads = static_cast<int>(c.block_x * c.block_y);
     auto make = [&] {
       const int pipe_blocks = resident_blocks_per_sm(pipe, threads, static_cast<int>(c.smem));

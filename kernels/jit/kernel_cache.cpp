@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -137,14 +138,35 @@ void CompiledKernel::with_row_shape(uint64_t key, const std::function<std::uniqu
   fn(*row_shapes_.back().second);
 }
 
+uint64_t CompiledKernel::row_shape_key(unsigned block_x, unsigned block_y, int64_t rows) {
+  return (uint64_t{block_x} << 40) | (uint64_t{block_y} << 32) | static_cast<uint64_t>(std::bit_width(static_cast<uint64_t>(rows)));
+}
+
 std::vector<CompiledKernel::RowBodyChoice> CompiledKernel::row_body_choices() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<RowBodyChoice> out;
   for (const auto& [k, v] : row_shapes_) {
     const BodyTuner& t = v->tuner;
-    out.push_back({k, t.guess(), t.decided(), t.choice(), t.median_us(false), t.median_us(true)});
+    out.push_back({static_cast<unsigned>(k >> 40), static_cast<unsigned>((k >> 32) & 0xff),
+                   static_cast<int>(k & 0xffffffffu), t.guess(), t.decided(), t.choice(), t.median_us(false),
+                   t.median_us(true)});
   }
   return out;
+}
+
+std::string CompiledKernel::RowBodyChoice::describe() const {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << "rows < 2^" << rows_bits << ", " << block_x << "x" << block_y << " threads: " << (pipelined ? "pipelined" : "plain");
+  if (decided && plain_us > 0 && pipelined_us > 0)
+    os << ", timed " << (pipelined ? pipelined_us : plain_us) << " us against " << (pipelined ? "plain " : "pipelined ")
+       << (pipelined ? plain_us : pipelined_us) << " us";
+  else if (decided)
+    os << " (not timed: the only usable body, or timing failed)";
+  else
+    os << " (the starting guess; both bodies not timed yet)";
+  return os.str();
 }
 
 bool CompiledKernel::usable(Variant v) const {

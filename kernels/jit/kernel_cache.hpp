@@ -109,11 +109,15 @@ struct CompiledKernel {
   // null one: fn is not called). Beyond 64 shapes a fresh, untimed entry serves each launch.
   void with_row_shape(uint64_t key, const std::function<std::unique_ptr<RowShape>()>& make,
                       const std::function<void(RowShape&)>& fn);
-  // The body choices so far, one per launch shape (tests, benchmarks, logs).
+  // A launch shape: threads per row and rows per block, and the rows to within a factor of two.
+  static uint64_t row_shape_key(unsigned block_x, unsigned block_y, int64_t rows);
+  // The body choices so far, one per launch shape (tests, benchmarks, the inspection report).
   struct RowBodyChoice {
-    uint64_t key = 0;
+    unsigned block_x = 0, block_y = 0;
+    int rows_bits = 0;  // rows < 2^rows_bits
     bool guess = false, decided = false, pipelined = false;
     double plain_us = 0, pipelined_us = 0;  // median timed launch of each body (0: none)
+    std::string describe() const;
   };
   std::vector<RowBodyChoice> row_body_choices() const;
 

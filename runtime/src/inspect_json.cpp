@@ -45,7 +45,8 @@ Json plan_json(const PlanInfo& p) {
                        {"compile_ms", opt(k.compile_ms)},
                        {"cache", k.cache},
                        {"source", k.source},
-                       {"log", k.log}});
+                       {"log", k.log},
+                       {"bodies", k.bodies}});
   Json graphs = Json::array();
   for (const GraphInfo& g : d.graphs)
     graphs.push_back({{"shape", g.shape}, {"replays", g.replays}, {"nodes", g.nodes}});
@@ -202,6 +203,7 @@ PlanInfo plan_from(const Json& j, const std::string& w) {
     read(kernels[k], "cache", ki.cache, kw);
     read(kernels[k], "source", ki.source, kw);
     read(kernels[k], "log", ki.log, kw);
+    read(kernels[k], "bodies", ki.bodies, kw);
     d.kernels.push_back(std::move(ki));
   }
   const Json& graphs = array_at(j, "graphs", w, false);

@@ -236,6 +236,7 @@ LF_CUDA_TEST_CASE("gpu: a row launch shape times both bodies at its first launch
   CHECK(c.pipelined_us > 0);
   const bool other_faster = (c.guess ? c.plain_us : c.pipelined_us) < 0.98 * (c.guess ? c.pipelined_us : c.plain_us);
   CHECK(c.pipelined == (other_faster ? !c.guess : c.guess));
+  CHECK(c.describe().find(", timed ") != std::string::npos);  // the inspection report's line
   const std::string guessed = c.guess ? "pipelined" : "plain", kept = c.pipelined ? "pipelined" : "plain";
   MESSAGE("layer_norm bf16 4096x1024: plain " << c.plain_us << " us, pipelined " << c.pipelined_us << " us, guess "
                                               << guessed << ", kept " << kept);

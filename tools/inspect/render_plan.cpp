@@ -84,6 +84,7 @@ std::string kernels(const PlanInfo& p) {
     r += strf("  %s  compile %s  cache %s\n", k.name.c_str(),
               k.compile_ms ? (num(k.compile_ms) + " ms").c_str() : "-",
               k.cache.empty() ? "-" : k.cache.c_str());
+    for (const std::string& b : k.bodies) r += "  body: " + b + "\n";
     if (!k.source.empty()) r += "  --- generated source ---\n" + indented(k.source);
     if (!k.log.empty()) r += "  --- compiler log ---\n" + indented(k.log);
   }
