@@ -144,7 +144,25 @@ int resident_blocks_per_sm(const LoadedFunction& f, int threads, int smem) {
   return std::max(n, 1);
 }
 
+// The timing calls below run while the program may be capturing a graph on another thread. A
+// capture in global mode (the default) makes "unsafe" calls such as cudaEventQuery fail on
+// every thread of the process, and fail that capture with them; none of these touch a
+// captured stream, so they run in relaxed mode.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) cudaGetLastError();
+  }
+  ~RelaxedCaptureMode() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) cudaGetLastError();
+  }
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 bool stream_capturing(void* stream) {
+  RelaxedCaptureMode relaxed;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &st) != cudaSuccess) {
     cudaGetLastError();
@@ -154,6 +172,7 @@ bool stream_capturing(void* stream) {
 }
 
 void* timing_event() {
+  RelaxedCaptureMode relaxed;
   cudaEvent_t e = nullptr;
   if (cudaEventCreate(&e) != cudaSuccess) {
     cudaGetLastError();
@@ -169,6 +188,7 @@ bool record_event(void* event, void* stream) {
 }
 
 int elapsed_ms(void* start, void* end, float* ms) {
+  RelaxedCaptureMode relaxed;
   const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(end));
   if (q == cudaErrorNotReady) return 0;
   if (q == cudaSuccess &&
@@ -179,7 +199,9 @@ int elapsed_ms(void* start, void* end, float* ms) {
 }
 
 void destroy_event(void* event) {
-  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (!event) return;
+  RelaxedCaptureMode relaxed;
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
 }
 
 int current_device_sm_count() {
