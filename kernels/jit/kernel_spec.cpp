@@ -153,7 +153,7 @@ void validate(const KernelSpec& spec) {
         LF_ASSERT(is_row_space(v.space) == is_row_space(p.outputs[in.io].space),
                   "store space of output ", in.io, " of ", spec.name);
       }
-      if (in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax) {
+      if (in.is_reduction()) {
         LF_ASSERT(p.instrs[in.arg[0]].space == Space::Full, "reduction of a row value");
       }
     }

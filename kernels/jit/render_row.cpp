@@ -176,7 +176,7 @@ struct Body {
     for (const auto& sec : s.section)
       for (int j : sec) {
         if (j == i) return k % 2 ? "lf_red + 32" : "lf_red";
-        if (part.instrs[j].kind == InstrKind::ReduceSum || part.instrs[j].kind == InstrKind::ReduceMax) ++k;
+        if (part.instrs[j].is_reduction()) ++k;
       }
     LF_ASSERT(false, "reduction ", i, " is in no section");
     return "";
@@ -359,7 +359,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   LF_ASSERT(spec.parts.size() == 1, "row spec with ", spec.parts.size(), " parts");
   const KernelPart& part = spec.parts[0];
   for (const Instr& in : part.instrs)
-    if (in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax)
+    if (in.is_reduction())
       LF_ASSERT(is_floating(part.instrs[in.arg[0]].dtype), "row reduction of a non-float value");
   std::ostringstream os;
   const RowSchedule smem = schedule_row(part, RowCacheMode::CacheFloat);
@@ -371,9 +371,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   const int held = std::max(regs.live, 1);
   for (size_t sec = 1; sec < regs.loop_eval.size(); ++sec)
     for (int i : regs.loop_eval[sec]) rk.row_late_loads = rk.row_late_loads || part.instrs[i].kind == InstrKind::Load;
-  const int reductions = static_cast<int>(std::count_if(part.instrs.begin(), part.instrs.end(), [](const Instr& in) {
-    return in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax;
-  }));
+  const auto reductions = std::count_if(part.instrs.begin(), part.instrs.end(), [](const Instr& in) { return in.is_reduction(); });
   const int knob = g_reg_budget.load(std::memory_order_relaxed);
   const int budget = knob > 0 ? knob
                      : rk.row_vec >= 8 && reductions >= 2 && rk.row_late_loads ? kRegBudgetTwoExchanges

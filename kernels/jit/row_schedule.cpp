@@ -10,16 +10,12 @@
 namespace livefuse::jit {
 namespace {
 
-bool is_reduce(const Instr& in) {
-  return in.kind == InstrKind::ReduceSum || in.kind == InstrKind::ReduceMax;
-}
-
 // A value's register type (float for every float dtype, int for i32 and bool, 64-bit for i64:
 // the renderer's natural forms).
 int register_type(DType d) { return is_floating(d) ? 0 : d == DType::i64 ? 2 : 1; }
 
 // The loop in which instruction y reads its Full operands.
-int use_loop(const Instr& y, int phase_y) { return is_reduce(y) ? phase_y - 1 : phase_y; }
+int use_loop(const Instr& y, int phase_y) { return y.is_reduction() ? phase_y - 1 : phase_y; }
 
 }  // namespace
 
@@ -33,7 +29,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     const Instr& in = part.instrs[i];
     int p = 0;
     for (int a = 0; a < in.nargs; ++a) p = std::max(p, s.phase[in.arg[a]]);
-    if (is_reduce(in)) ++p;
+    if (in.is_reduction()) ++p;
     s.phase[i] = p;
     if (in.space == Space::Full) max_full = std::max(max_full, p);
   }
@@ -58,7 +54,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
   for (int y = n - 1; y >= 0; --y) {
     const Instr& in = part.instrs[y];
     uint64_t loops = 0;
-    if (is_reduce(in)) loops = uint64_t{1} << use_loop(in, s.phase[y]);
+    if (in.is_reduction()) loops = uint64_t{1} << use_loop(in, s.phase[y]);
     else if (in.kind == InstrKind::Store && in.space == Space::Full) loops = uint64_t{1} << s.phase[y];
     else if (in.space == Space::Full) loops = needs[y];
     for (int a = 0; a < in.nargs; ++a)
@@ -73,7 +69,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
   for (int y = 0; y < n; ++y) {
     const Instr& in = part.instrs[y];
     int loop = -1;
-    if (is_reduce(in)) loop = use_loop(in, s.phase[y]);
+    if (in.is_reduction()) loop = use_loop(in, s.phase[y]);
     else if (in.kind == InstrKind::Store && in.space == Space::Full) loop = s.phase[y];
     else if (in.space == Space::Full) loop = s.home[y];
     for (int a = 0; loop >= 0 && a < in.nargs; ++a) {
@@ -128,7 +124,7 @@ RowSchedule schedule_row(const KernelPart& part, RowCacheMode mode) {
     };
     for (int i = 0; i < n; ++i) {
       const Instr& in = part.instrs[i];
-      if (is_reduce(in) && s.phase[i] - 1 == p) {
+      if (in.is_reduction() && s.phase[i] - 1 == p) {
         s.loop_reduce[p].push_back(i);
         need(in.arg[0]);
       } else if (in.kind == InstrKind::Store && in.space == Space::Full && s.phase[i] == p) {

@@ -1,17 +1,9 @@
 #include "kernels/jit/row_tuner.hpp"
 
-#include <algorithm>
+#include "livefuse/detail/median.hpp"
 
 namespace livefuse::jit {
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using livefuse::detail::median;
 
 BodyTuner::Pick BodyTuner::next(bool can_time) {
   if (decided_ >= 0 || !can_time) return {choice(), false};
@@ -20,7 +12,8 @@ BodyTuner::Pick BodyTuner::next(bool can_time) {
     return {guess_, false};
   }
   // The body with fewer timed launches, the guess first; none once all are out (results pending).
-  const int body = issued_[guess_ ? 1 : 0] <= issued_[guess_ ? 0 : 1] ? (guess_ ? 1 : 0) : (guess_ ? 0 : 1);
+  const int guessed = guess_, other = !guess_;
+  const int body = issued_[guessed] <= issued_[other] ? guessed : other;
   if (issued_[body] >= kSamples) return {guess_, false};
   ++issued_[body];
   return {body == 1, true};

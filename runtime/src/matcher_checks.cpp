@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "livefuse/config.hpp"
+#include "livefuse/detail/median.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
@@ -44,13 +45,7 @@ double SampleClock::finish_us() {
   return host;
 }
 
-namespace {
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using livefuse::detail::median;
 
 bool sample_choice(Plan& p) {
   std::lock_guard<std::mutex> g(p.sample_mu);
