@@ -24,6 +24,9 @@ class Executor {
   static void materialize(const TensorImpl& t);
   // Flushes every deferred call of the current thread, eagerly and in order.
   static void flush_all();
+  // `t`'s storage becomes reachable by the program (its address was handed out): marks it
+  // exposed and, the first time, settles every window of any thread that reads it in place.
+  static void expose(const TensorImpl& t);
 
   // Runs `call` eagerly into `outs` (made by make_outputs; pending ones get storage here).
   // Never consults the matcher: plans use it for their unfused steps and the eager fallback.
@@ -36,6 +39,10 @@ class Executor {
   // of its own, unlike every other view.
   static bool is_copying_view(const OpCall& call);
 };
+
+// A sync point on `t` that does not expose its storage (runtime code reading a value for the
+// program: copy_to_host, to(Device)); data_ptr() is this plus Executor::expose.
+void* synced_data(const Tensor& t);
 
 // Storage of a fresh dense output on `device` for the current stream.
 Tensor new_dense(const Shape& shape, DType dtype, Device device);

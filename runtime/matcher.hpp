@@ -21,6 +21,8 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
 // Flushes the window holding `t` (if any) / every window of this thread.
 void flush_for(const TensorImpl& t);
 void flush_all();
+// Settles every window, of any thread, that reads `s` in place (it has just become exposed).
+void settle_readers(const Storage& s);
 }  // namespace matcher
 
 }  // namespace livefuse

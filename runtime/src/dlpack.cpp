@@ -75,7 +75,7 @@ Tensor from_dlpack(DLManagedTensor* m) {
 
 DLManagedTensor* to_dlpack(const Tensor& x) {
   LF_CHECK(x.defined(), "to_dlpack", "undefined Tensor");
-  void* data = x.data_ptr();  // sync point
+  void* data = x.data_ptr();  // sync point; the storage is exposed from now on
   auto* ctx = new ExportCtx{x, {}, {}};
   for (int k = 0; k < x.rank(); ++k) ctx->shape[k] = x.shape()[k], ctx->strides[k] = x.strides()[k];
   auto* m = new DLManagedTensor{};

@@ -252,4 +252,13 @@ void Executor::materialize(const TensorImpl& t) {
 
 void Executor::flush_all() { matcher::flush_all(); }
 
+void Executor::expose(const TensorImpl& t) {
+  Storage* s = t.storage.get();
+  if (!s || s->exposed.load(std::memory_order_acquire)) return;
+  // Marked before the windows are looked at: a window that takes this storage after the look
+  // sees the mark (both sides hold the window's lock; matcher::settle_readers).
+  s->exposed.store(true, std::memory_order_seq_cst);
+  matcher::settle_readers(*s);
+}
+
 }  // namespace livefuse

@@ -464,4 +464,26 @@ void flush_all() {
   for (auto& w : t_state.windows) settle(*w);
 }
 
+namespace {
+bool window_reads(const StreamWindow& sw, const Storage& s) {
+  for (const OpCall& c : sw.w.calls)
+    for (const Tensor& in : c.inputs)
+      if (in.impl()->storage.get() == &s) return true;
+  return false;
+}
+}  // namespace
+
+void settle_readers(const Storage& s) {
+  std::vector<StreamWindow*> all;
+  {
+    std::lock_guard<std::mutex> g(g_registry_mu);
+    for (const void* w : registry()) all.push_back(static_cast<StreamWindow*>(const_cast<void*>(w)));
+  }
+  for (StreamWindow* w : all) {
+    if (!w->open.load(std::memory_order_acquire)) continue;
+    std::lock_guard<std::recursive_mutex> lock(w->mu);
+    if (w->active && window_reads(*w, s)) settle(*w);
+  }
+}
+
 }  // namespace livefuse::matcher

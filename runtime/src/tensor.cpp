@@ -101,6 +101,27 @@ int64_t Tensor::dim(int i) const {
 
 void* Tensor::data_ptr() const {
   LF_NEED_DEFINED("Tensor::data_ptr");
+  void* p = synced_data(*this);
+  // After the sync: windows of other threads that read this storage are settled when it
+  // first becomes exposed (Executor::expose), so a write through `p` cannot reach them.
+  Executor::expose(*impl_);
+  return p;
+}
+
+const Tensor& Tensor::mark_immutable() const {
+  LF_NEED_DEFINED("Tensor::mark_immutable");
+  Executor::materialize(*impl_);
+  if (impl_->storage) impl_->storage->immutable.store(true, std::memory_order_release);
+  return *this;
+}
+
+bool Tensor::is_immutable() const {
+  LF_NEED_DEFINED("Tensor::is_immutable");
+  return impl_->storage && impl_->storage->immutable.load(std::memory_order_acquire);
+}
+
+void* synced_data(const Tensor& t) {
+  const std::shared_ptr<TensorImpl>& impl_ = t.impl_ptr();
   Executor::materialize(*impl_);
   // A sync point for every window of this thread, not only one holding this tensor: the
   // program may write through the pointer, and a window reading this tensor must not see
@@ -116,7 +137,7 @@ void Tensor::copy_to_host(void* dst, size_t dst_bytes) const {
            str(), " needs ", nbytes());
   if (numel() == 0) return;
   const Tensor src = is_contiguous() ? *this : livefuse::contiguous(*this);
-  const void* p = src.data_ptr();
+  const void* p = synced_data(src);
   if (src.device().is_cpu()) {
     std::memcpy(dst, p, nbytes());
     return;
@@ -192,7 +213,7 @@ Tensor Tensor::to(Device d) const {
   }
   LF_CHECK(src.device().is_cpu(), "Tensor::to", "copies between two GPUs are not supported (",
            src.device().str(), " -> ", d.str(), ")");
-  return from_host(src.data_ptr(), shape(), dtype(), d);
+  return from_host(synced_data(src), shape(), dtype(), d);
 }
 
 Tensor Tensor::reshape(const Shape& s) const { return livefuse::reshape(*this, s); }
@@ -225,6 +246,7 @@ Tensor Tensor::wrap(void* ptr, const Shape& shape, DType dtype, Device device,
   s->ptr = ptr;
   s->device = device;
   s->deleter = std::move(deleter);
+  s->exposed.store(true, std::memory_order_relaxed);  // the program owns this memory
   return Tensor(std::make_shared<TensorImpl>(std::move(s), 0, shape, st, dtype, device));
 }
 

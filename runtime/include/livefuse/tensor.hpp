@@ -23,6 +23,22 @@ struct Storage {
   size_t bytes = 0;
   Device device;
   std::function<void(void*)> deleter;  // empty: not owned
+  // The program can write this memory behind livefuse's back: it was wrapped (Tensor::wrap,
+  // from_dlpack) or its address was handed out (data_ptr, to_dlpack). Set once, never cleared.
+  // A deferred call never reads such memory in place (runtime/src/matcher.cpp, the note on
+  // reachable memory): what it reads is what the memory held when the call was made.
+  std::atomic<bool> exposed{false};
+  // The program promised not to write it while livefuse may read it (Tensor::mark_immutable):
+  // weights, typically. Exposed but immutable memory is read in place, and caches derived from
+  // it (packed GEMM weights, say) stay valid.
+  std::atomic<bool> immutable{false};
+  // Bumped by every livefuse op that writes this storage in place (none of the built-in ops
+  // does today): a cache keyed by this storage checks it together with may_change().
+  std::atomic<uint64_t> version{0};
+  // Whether the program may write this memory without livefuse seeing the write.
+  bool may_change() const {
+    return exposed.load(std::memory_order_acquire) && !immutable.load(std::memory_order_acquire);
+  }
   ~Storage();
 };
 
@@ -82,7 +98,15 @@ class Tensor {
   size_t nbytes() const;
 
   // Sync points: pending deferred work is flushed first (eager semantics, DESIGN.md).
+  // data_ptr() hands the address to the program, which may then write through it at any time:
+  // from then on the storage counts as exposed (Storage::exposed).
   void* data_ptr() const;
+  // A promise: the program will not write this tensor's memory (through a wrapped buffer, a
+  // pointer from data_ptr() or DLPack) while livefuse may still read it -- weights loaded once.
+  // Such memory is read in place by deferred calls and fused plans; memory without the promise
+  // that the program can reach is snapshotted when a deferred call reads it. Returns *this.
+  const Tensor& mark_immutable() const;
+  bool is_immutable() const;
   // Copies the values (any layout) to host memory as a dense row-major array of dtype().
   void copy_to_host(void* dst, size_t dst_bytes) const;
   // Values converted to float / double / int64 (dense row-major), for tests and tools.
