@@ -10,6 +10,11 @@
 
 namespace livefuse::cpu {
 void run(const OpCall& call, std::span<const Tensor> outputs);
+// Makes this thread's per-thread kernel buffers now. A thread_local destroyed at thread exit
+// goes in the reverse order of construction: an object made right after this call (the
+// matcher's thread state, whose destructor runs deferred calls) is destroyed while the
+// buffers those calls use are still alive.
+void prepare_thread();
 }  // namespace livefuse::cpu
 
 namespace livefuse::cuda {

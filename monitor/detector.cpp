@@ -63,19 +63,6 @@ uint32_t Detector::epoch_of(uint32_t stream) {
   return w ? w->epoch() : 0;
 }
 
-bool Detector::capturable(uint32_t opaque_id) {
-  auto it = capturable_.find(opaque_id);
-  if (it != capturable_.end()) return it->second;
-  bool c = false;
-  try {
-    c = opaque_kernel(opaque_id).capturable;
-  } catch (...) {
-    c = false;  // unknown kernel: never part of a plan
-  }
-  if (capturable_.size() < 4096) capturable_.emplace(opaque_id, c);
-  return c;
-}
-
 void Detector::consume(const TraceEvent& ev) {
   ++stamp_;
   // served_ids events come right before their served event, in one thread's queue: anything
@@ -160,8 +147,9 @@ void Detector::on_call_event(const TraceEvent& ev) {
     e.prod_pos = pos;
     e.prod_output = static_cast<uint8_t>(o);
   }
-  const bool barrier =
-      (ev.flags & kEventTruncated) || (ev.op == OpId::opaque && !capturable(ev.attrs.custom_id));
+  // A wrapped kernel of the program's own is a barrier: it runs at its call, never inside a
+  // plan, so that its errors and its launch function's effects stay the call's (matcher.cpp).
+  const bool barrier = (ev.flags & kEventTruncated) || ev.op == OpId::opaque;
   RingEvent& r = w.append(token, local, barrier ? SlotKind::barrier : SlotKind::op);
   r.ev = ev;
   r.local_token = local;
@@ -253,10 +241,10 @@ bool Detector::replay_served(const TraceEvent& ev) {
     if (static_cast<size_t>(off) != tuple->size()) return false;
   }
   auto out_at = [&](size_t flat) { return at[n_ext + 1 + flat]; };
-  TraceEvent& r = replay_;
+  replay_.assign(c->ops.size(), TraceEvent{});
   for (size_t k = 0; k < c->ops.size(); ++k) {
     const CandidateOp& co = c->ops[k];
-    r = TraceEvent{};
+    TraceEvent& r = replay_[k];
     r.kind = EventKind::call;
     r.timestamp_ns = ev.timestamp_ns;
     r.stream = ev.stream;
@@ -300,6 +288,9 @@ bool Detector::replay_served(const TraceEvent& ev) {
       for (int a = 0; a < r.out_rank[0]; ++a) r.attrs.i[a] = (*tuple)[out_at(out_base[k]) + a];
     }
     r.flags = truncated ? kEventTruncated : 0;
+  }
+  // `c` and `tuple` point into the structure table, which consuming an event may change.
+  for (const TraceEvent& r : replay_) {
     ++replayed_;
     on_call_event(r);
   }

@@ -48,7 +48,6 @@ class Detector final : public SegmentSink {
   void on_served_event(const TraceEvent& ev);
   bool replay_served(const TraceEvent& ev);
   void mark_use(const ValueEntry& e, ValueId id, const StreamWindow& user, uint64_t pos);
-  bool capturable(uint32_t opaque_id);
 
   MonitorOptions opts_;
   WindowParams wparams_;
@@ -58,10 +57,11 @@ class Detector final : public SegmentSink {
   StructureTable structures_;
   Canonicalizer canonicalizer_;
   Canon canon_;
-  std::unordered_map<uint32_t, bool> capturable_;
   std::vector<std::pair<uint32_t, ValueId>> served_ids_;  // (stream, id) of served_ids events
   std::vector<int> value_dims_;                           // replay_served's scratch
-  TraceEvent replay_{};
+  // replay_served's events, all built before the first is consumed: consuming one may change
+  // the structure table the replay reads (a new shape tuple reallocates the tuples).
+  std::vector<TraceEvent> replay_;
 
   uint64_t stamp_ = 0;
   uint64_t events_ = 0, releases_ = 0, syncs_ = 0, served_ = 0, replayed_ = 0;

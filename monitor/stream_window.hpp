@@ -18,14 +18,14 @@
 //    enters a token (so layer 1 and layer 7 agree); a weight read once per block by
 //    consecutive blocks longer than kNearUse is never seen at all, and between shorter blocks
 //    the rank saturates after kMaxNearRank of them. Runs, and near reads, never reach across a
-//    barrier (a sync, a non-capturable op): the ops on its two sides are never in one sequence,
+//    barrier (a sync, a wrapped kernel): the ops on its two sides are never in one sequence,
 //    so what lies before it is context, not wiring.
 // 2. Program points. A position that continues an earlier stretch of the stream inherits that
 //    position's program point (LZ77-style phrases, lookahead max_segment; see search() for the
 //    forward and backward rules). Twelve layers map onto the program points of the first; a
 //    position that continues nothing gets a fresh program point.
 // 3. Cuts. Program points form a graph (successor/predecessor counts, decaying). The stream is
-//    cut before position i when: a sync or a non-capturable op is in between; the previous
+//    cut before position i when: a sync or a wrapped kernel is in between; the previous
 //    program point has two recurring successors or this one two recurring predecessors (loop
 //    heads, loop exits, the seams of blocks in varying order); this program point already
 //    occurs in the open sequence (a loop closed); or the sequence reached max_segment. A
@@ -116,7 +116,7 @@ class StreamWindow {
   void set_window_open(bool open) { window_open_ = open; }
   uint64_t pp_evictions() const { return pp_evictions_; }
   uint64_t segments() const { return segments_; }
-  // The position after the latest barrier (a sync, a non-capturable op); 0: none yet.
+  // The position after the latest barrier (a sync, a wrapped kernel); 0: none yet.
   uint64_t barrier_end() const { return barrier_end_; }
 
   // Appends one position; returns its ring slot (the caller fills ev / hashes for calls).

@@ -301,7 +301,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   if (!graphs_->contains(key) && seen_once_.insert(key).second) {
     if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
     run_plan(planned_, values, st);
-    last_run_cold = true;  // launch by launch: not what a replay costs, so live sampling skips it
+    w.cold_run = true;  // launch by launch: not what a replay costs, so live sampling skips it
     return true;
   }
   if (faults::fire(faults::Point::instantiate))
@@ -317,7 +317,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
     bind_written_views(values, w);
   } else {
     ++graph_misses_;
-    last_run_cold = true;
+    w.cold_run = true;
   }
   exec.launch(st);
   // A binding that replays can be launched early next time (bounded; set >= 0: a set, not

@@ -44,11 +44,20 @@ struct StreamWindow {
   std::optional<Candidate> ready;
   std::shared_ptr<const PlanTable::Snapshot> keep;  // plans stay alive while a window uses them
   Plan* early_plan = nullptr;  // the plan launched at the window's first call (w.early)
+  // Inputs the program could rewrite (Storage::may_change), each with the copy the window's
+  // calls read instead (snapshot_reachable); one copy per input per window, so a value read by
+  // two calls stays one external.
+  std::vector<std::pair<Tensor, Tensor>> snapshots;
   void* sample_events[2] = {nullptr, nullptr};       // cudaEvent_t, made at the first CUDA sample
 };
 
 // Ends the window: counts its calls, untags its outputs, drops an early launch it still holds.
 void clear(StreamWindow& sw);
+
+// A copy of `t`'s bytes as they are now (the span its view covers, same layout), made on
+// `stream` in stream order: what a deferred call reads in place of memory the program can
+// write behind livefuse's back (runtime/src/reachable.cpp).
+Tensor snapshot_reachable(const Tensor& t, const Stream& stream);
 
 // Times one sampled completion (a plan run or the eager flush it is compared with). What a
 // completion costs a program that keeps calling is the larger of the host time it blocks the

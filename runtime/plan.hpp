@@ -65,6 +65,11 @@ struct Window {
   // Set when the plan was launched at the window's first call; run() then only hands the
   // launched work's buffers to the outputs.
   EarlyLaunch early;
+  // Set by Plan::run when this run paid a one-time cost (a graph capture, or the direct run of
+  // a binding seen for the first time): live sampling ignores such runs, since steady state is
+  // what decides whether the plan is faster. In the window, not the plan: threads that replay
+  // one plan at once each have their own.
+  bool cold_run = false;
 };
 
 // A concrete shape tuple as the monitor lays it out (monitor/candidate.hpp, ShapePattern: the
@@ -132,10 +137,6 @@ class Plan {
 
   std::atomic<PlanState> state{PlanState::sampling};
   std::atomic<uint64_t> hits{0}, eager_fallbacks{0};
-  // Set by run() when it paid a one-time cost (a graph capture, or the direct run of a binding
-  // seen for the first time): live sampling ignores such runs, since steady state is what
-  // decides whether the plan is faster.
-  bool last_run_cold = false;
   std::atomic<int> verified_runs{0};  // LIVEFUSE_VERIFY: replays checked against eager so far
   // Completions to wait before the next early launch: set after a launch that a divergent
   // window wasted, so a plan whose windows often diverge stops launching early.
@@ -172,7 +173,9 @@ class PlanTable {
 struct MatcherCounters {
   std::atomic<uint64_t> calls{0}, deferred{0}, served{0}, completions{0}, flush_divergent{0},
       flush_sync{0}, flush_escaped{0}, flush_error{0}, plan_declined{0}, shadow_would_serve{0},
-      verify_mismatches{0}, early_launches{0}, early_wasted{0};
+      verify_mismatches{0}, early_launches{0}, early_wasted{0},
+      // Inputs of deferred calls the program could rewrite, copied at the call (matcher.cpp).
+      snapshots{0}, snapshot_bytes{0};
 };
 MatcherCounters& matcher_counters();
 

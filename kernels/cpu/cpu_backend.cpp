@@ -4,6 +4,8 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/jit/cpu_eval.hpp"
 #include "runtime/registry.hpp"
 
 namespace livefuse::cpu {
@@ -32,6 +34,11 @@ void run_opaque(const OpCall& call, std::span<const Tensor> outputs) {
     args.output_shapes.push_back(t.shape());
   }
   def.launch(args, nullptr);
+}
+
+void prepare_thread() {
+  gemm_prepare_thread();
+  for (int which = 0; which < 4; ++which) (void)jit::cpu_eval::thread_buffer(which, 1);
 }
 
 void run(const OpCall& call, std::span<const Tensor> outputs) {

@@ -204,4 +204,6 @@ void gemm(const GemmProblem& p) {
   });
 }
 
+void gemm_prepare_thread() { (void)scratch(); }
+
 }  // namespace livefuse::cpu

@@ -28,5 +28,7 @@ void gemm(const GemmProblem& p);
 
 // Name of the micro-kernel in use ("avx512", "avx2", "generic"), for benchmarks and logs.
 const char* gemm_kernel_name();
+// Makes this thread's GEMM scratch now (see livefuse::cpu::prepare_thread).
+void gemm_prepare_thread();
 
 }  // namespace livefuse::cpu

@@ -70,7 +70,9 @@ CounterGroup matcher_group() {
            {"shadow_would_serve", v(m.shadow_would_serve)},
            {"verify_mismatches", v(m.verify_mismatches)},
            {"early_launches", v(m.early_launches)},
-           {"early_wasted", v(m.early_wasted)}}};
+           {"early_wasted", v(m.early_wasted)},
+           {"snapshots", v(m.snapshots)},
+           {"snapshot_bytes", v(m.snapshot_bytes)}}};
 }
 
 CounterGroup memory_group(Device d) {

@@ -6,6 +6,7 @@
 #include "runtime/matcher_window.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
@@ -13,6 +14,7 @@
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
+#include "kernels/backend.hpp"
 #include "monitor/detector.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
@@ -29,6 +31,7 @@ using detail::record_sample;
 using detail::sample_choice;
 using detail::sample_pairs;
 using detail::SampleClock;
+using detail::snapshot_reachable;
 using detail::verify_against_eager;
 
 namespace {
@@ -36,6 +39,9 @@ namespace {
 void settle_quietly(StreamWindow& sw);
 
 struct ThreadState {
+  // The kernels' per-thread buffers are made first, so they outlive this state at thread exit
+  // (its destructor runs eager kernels; cpu::prepare_thread).
+  ThreadState() { cpu::prepare_thread(); }
   uint64_t version = ~0ull;
   std::shared_ptr<const PlanTable::Snapshot> snap;
   std::vector<std::unique_ptr<StreamWindow>> windows;
@@ -146,6 +152,7 @@ void detail::clear(StreamWindow& sw) {
   sw.w.ids_begin = sw.w.ids_next = sw.w.ids_end = 0;
   sw.w.held = 0;
   sw.candidates.clear();
+  sw.snapshots.clear();
   sw.ready.reset();
   sw.keep.reset();
   sw.active = false;
@@ -224,20 +231,25 @@ void complete(StreamWindow& sw) {
   const bool via_plan = !sampling || sample_choice(plan);
   std::optional<SampleClock> clock;
   if (sampling) clock.emplace(sw);
+  bool cold_run = false;
   if (!via_plan) {
     flush(sw, ctr.plan_declined);
     ctr.plan_declined.fetch_sub(1);  // a sampling run, not a decline
   } else {
     bool ok = false;
-    plan.last_run_cold = false;
+    sw.w.cold_run = false;
     trace::Scope ts("plan", sampling ? "replay_sampled" : "replay");
     try {
       ok = plan.run(sw.w, needed);
     } catch (const std::exception& e) {
-      record_transition(plan, PlanState::failed, std::string("failed while running: ") + e.what());
+      // Whose fault? The window runs eagerly: if eager execution fails too, the input was bad
+      // and eager's error is the program's (the plan stays); if it succeeds, the plan is broken.
+      const std::string why = e.what();
       flush(sw, ctr.flush_error);
+      record_transition(plan, PlanState::failed, "failed while running: " + why);
       return;
     }
+    cold_run = sw.w.cold_run;
     if (!ok) {
       plan.eager_fallbacks.fetch_add(1, std::memory_order_relaxed);
       flush(sw, ctr.plan_declined);
@@ -252,7 +264,7 @@ void complete(StreamWindow& sw) {
       clear(sw);
     }
   }
-  if (sampling && !(via_plan && plan.last_run_cold)) record_sample(plan, via_plan, clock->finish_us());
+  if (sampling && !(via_plan && cold_run)) record_sample(plan, via_plan, clock->finish_us());
 }
 
 bool usable(const Plan& p, DeviceKind kind) {
@@ -322,6 +334,37 @@ void maybe_launch_early(StreamWindow& sw) {
   matcher_counters().early_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
+// A call taken by the window reads memory the program can write behind livefuse's back from a
+// snapshot taken now (reachable.cpp, the note). Checked under the window's lock, like
+// settle_readers looks: a storage exposed after this look is settled by it. A second read of
+// the same value in one window gets the first snapshot when the bytes have not changed since
+// (the plan binds one tensor per external); else the new snapshot, and the wiring diverges.
+// Before a call extends the window (its wiring then compares snapshots), or after it started
+// one (the candidates' slots bound to the program's value are moved to the snapshot).
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  // Compared on the CPU only: on a GPU it would need a sync (the copies are in stream order).
+  if (!a.device().is_cpu() || a.impl()->storage->bytes != b.impl()->storage->bytes) return false;
+  return std::memcmp(a.impl()->storage->ptr, b.impl()->storage->ptr, a.impl()->storage->bytes) == 0;
+}
+
+void protect_reachable(StreamWindow& sw, OpCall& call) {
+  for (Tensor& in : call.inputs) {
+    const Storage* s = in.impl()->storage.get();
+    if (!s || !s->may_change()) continue;
+    Tensor snap = snapshot_reachable(in, sw.stream);
+    for (const auto& [orig, copy] : sw.snapshots)
+      if (orig.impl() == in.impl() && same_bytes(copy, snap)) {
+        snap = copy;
+        break;
+      }
+    for (Candidate& c : sw.candidates)
+      for (Tensor& slot : c.externals)
+        if (slot.impl() == in.impl()) slot = snap;
+    sw.snapshots.emplace_back(in, snap);
+    in = std::move(snap);
+  }
+}
+
 // Starts a window when `call` can be op 0 of some plan.
 bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   open_candidates(sw, call, h, false);
@@ -362,11 +405,25 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
   std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
-  const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
-  if (sw.active && !advance_candidates(sw, call, h, false)) flush(sw, ctr.flush_divergent);
-  if (!sw.active && (!any_plan || !start(sw, call, h))) {
-    ctr.calls.fetch_add(1, std::memory_order_relaxed);  // runs eagerly; deferred ones: clear()
+  // A wrapped kernel of the program's own runs at its call, never deferred nor captured: an
+  // error its launch raises comes out of this call, and its launch function runs once per call
+  // (the monitor never puts one into a sequence: monitor/detector.cpp).
+  if (call.op == OpId::opaque) {
+    if (sw.active) flush(sw, ctr.flush_divergent);
+    ctr.calls.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
+  }
+  const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
+  if (sw.active) {
+    protect_reachable(sw, call);
+    if (!advance_candidates(sw, call, h, false)) flush(sw, ctr.flush_divergent);
+  }
+  if (!sw.active) {
+    if (!any_plan || !start(sw, call, h)) {
+      ctr.calls.fetch_add(1, std::memory_order_relaxed);  // runs eagerly; deferred ones: clear()
+      return std::nullopt;
+    }
+    protect_reachable(sw, call);
   }
   TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw, &sw.w);
   sw.w.calls.push_back(std::move(call));

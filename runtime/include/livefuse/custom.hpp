@@ -3,8 +3,10 @@
 //  * register_elementwise: a scalar function given twice, as CUDA source (for eager CUDA and
 //    for fusion, compiled with NVRTC) and as a host function (for the CPU). It is then used
 //    like a built-in and fuses like one.
-//  * wrap_kernel: an opaque launch of the user's own kernel. livefuse never looks inside; in a
-//    plan it is one step (captured into the CUDA graph with the buffers bound at that call).
+//  * wrap_kernel: an opaque launch of the user's own kernel. livefuse never looks inside, and
+//    runs it at its call, as eager execution does: never deferred, never in a plan or a CUDA
+//    graph, so an error its launch raises comes out of that call and its launch function runs
+//    once per call. Plans form before and after it.
 #include <functional>
 #include <string>
 #include <vector>
@@ -67,8 +69,8 @@ class OpaqueKernel {
   friend OpaqueKernel wrap_kernel(const std::string&, LaunchFn, bool);
 };
 
-// capturable=false marks kernels that must never go into a CUDA graph (a host sync inside,
-// say): plans then end before them.
+// `capturable` is accepted for source compatibility; every wrapped kernel runs at its call
+// (above), so none goes into a CUDA graph.
 OpaqueKernel wrap_kernel(const std::string& name, LaunchFn launch, bool capturable = true);
 
 }  // namespace livefuse

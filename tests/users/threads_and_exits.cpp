@@ -1,0 +1,110 @@
+// Threads and exits with deferred work pending: a worker thread that ends with its last result
+// unread (held by another thread), two threads on their own streams, empty batches in a hot
+// loop, and -- with `--exit N` -- a process that calls std::exit(N) with results unread.
+#include <thread>
+
+#include "user_util.hpp"
+
+namespace {
+constexpr int64_t R = 8, D = 32;
+
+// A layer with a GEMM: y = relu(linear(x, w, b)) * 0.5 + x.
+lf::Tensor layer(const lf::Tensor& x, const lf::Tensor& w, const lf::Tensor& b) {
+  return lf::add(lf::mul(lf::relu(lf::linear(x, w, b)), 0.5), x);
+}
+std::vector<float> layer_ref(const std::vector<float>& x, const std::vector<float>& w,
+                             const std::vector<float>& b, int64_t rows) {
+  std::vector<float> y(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < D; ++o) {
+      double acc = b[o];
+      for (int64_t i = 0; i < D; ++i) acc += double(x[r * D + i]) * w[o * D + i];
+      y[r * D + o] = float(std::max(acc, 0.0) * 0.5 + x[r * D + o]);
+    }
+  return y;
+}
+
+struct Model {
+  std::vector<float> wv = users::values(D * D, 7), bv = users::values(D, 8);
+  lf::Tensor w = lf::from_floats(wv, {D, D}, lf::DType::f32, users::device());
+  lf::Tensor b = lf::from_floats(bv, {D}, lf::DType::f32, users::device());
+  lf::Tensor run(const lf::Tensor& x) const { return layer(layer(x, w, b), w, b); }
+  std::vector<float> ref(const std::vector<float>& x, int64_t rows) const {
+    return layer_ref(layer_ref(x, wv, bv, rows), wv, bv, rows);
+  }
+};
+
+// Workers, one after another, each running the hot loop and ending with its last result unread
+// but held outside the thread.
+void worker_exits_pending(const Model& m) {
+  users::Engagement e;
+  for (int t = 0; t < 6; ++t) {
+    const std::vector<float> xv = users::values(R * D, 50 + t);
+    lf::Tensor kept;
+    std::thread worker([&] {
+      const lf::Tensor x = lf::from_floats(xv, {R, D}, lf::DType::f32, users::device());
+      for (int it = 0; it < 40; ++it) {
+        lf::Tensor y = m.run(x);
+        if (it + 1 < 40) users::check(users::close(y.to_floats(), m.ref(xv, R), 1e-4), "worker loop");
+        else kept = y;  // left unread: the thread ends with it deferred
+      }
+    });
+    worker.join();
+    users::check(users::close(kept.to_floats(), m.ref(xv, R), 1e-4),
+                 "a result left pending by an exited thread, worker " + std::to_string(t));
+  }
+  e.expect("worker threads exit with work pending", 0.3);
+}
+
+// Two threads, each on its own stream, each with its own loop.
+void two_threads_two_streams(const Model& m) {
+  users::Engagement e;
+  auto body = [&](int seed) {
+    lf::StreamGuard g(lf::Stream::create(users::device()));
+    const std::vector<float> xv = users::values(R * D, seed);
+    const lf::Tensor x = lf::from_floats(xv, {R, D}, lf::DType::f32, users::device());
+    const std::vector<float> want = m.ref(xv, R);
+    for (int it = 0; it < 120; ++it)
+      users::check(users::close(m.run(x).to_floats(), want, 1e-4), "two threads on two streams");
+  };
+  std::thread a(body, 60), b(body, 61);
+  a.join();
+  b.join();
+  e.expect("two threads on two streams", 0.3);
+}
+
+// Some iterations have an empty batch ([0, D]).
+void empty_batches(const Model& m) {
+  users::Engagement e;
+  for (int it = 0; it < 160; ++it) {
+    const int64_t rows = it % 5 == 3 ? 0 : R;
+    const std::vector<float> xv = users::values(rows * D, 70 + it % 3);
+    const lf::Tensor x = lf::from_floats(xv, {rows, D}, lf::DType::f32, users::device());
+    lf::Tensor y = m.run(x);
+    users::check(y.shape() == lf::Shape({rows, D}), "empty batch: shape");
+    users::check(users::close(y.to_floats(), m.ref(xv, rows), 1e-4),
+                 "empty batches in a hot loop: iteration " + std::to_string(it));
+  }
+  e.expect("empty batches", 0.3);
+}
+
+lf::Tensor g_unread;  // results still referenced at std::exit
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Model m;
+  if (argc == 3 && std::string(argv[1]) == "--exit") {
+    // Leaves the last results deferred and referenced (a global and a local), then exits.
+    const lf::Tensor x = lf::from_floats(users::values(R * D, 80), {R, D}, lf::DType::f32, users::device());
+    lf::Tensor local;
+    for (int it = 0; it < 60; ++it) {
+      local = m.run(x);
+      g_unread = m.run(local);
+    }
+    std::exit(std::atoi(argv[2]));
+  }
+  worker_exits_pending(m);
+  two_threads_two_streams(m);
+  empty_batches(m);
+  return users::finish("users-threads-and-exits");
+}
