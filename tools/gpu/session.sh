@@ -38,6 +38,25 @@ LIVEFUSE_JIT=nvrtc LIVEFUSE_CACHE_DIR=/tmp/lf-kcache-nvrtc timeout -k 5 150 "$B/
 echo "test_replacement with LIVEFUSE_JIT=nvrtc: rc=$? $(grep 'test cases' "$OUT/test_replacement_nvrtc.log")"
 pack_out
 
+echo "== user programs (tests/users): fusion on, off and unsampled, 3 runs each ($(( $(date +%s) - START )) s)"
+# Public headers only, the habits users have; a run passes only with eager's values, and with
+# fusion on only when plans engaged (tests/users/user_util.hpp).
+for prog in reachable_memory threads_and_exits kernel_errors; do
+  for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
+    for i in 1 2 3; do
+      env $mode timeout -k 5 60 "$B/tests/users/users_$prog" > "$OUT/users_${prog}_$i.log" 2>&1
+      echo "users_$prog [$mode] run $i rc=$? $(grep -c '^FAIL' "$OUT/users_${prog}_$i.log") failures" >> "$OUT/users.log"
+    done
+  done
+done
+for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
+  env $mode timeout -k 5 60 "$B/tests/users/users_threads_and_exits" --exit 3 > /dev/null 2>&1
+  echo "users exit-pending [$mode] rc=$? (want 3)" >> "$OUT/users.log"
+done
+cat "$OUT/users.log"
+grep -h -A3 "^FAIL" "$OUT"/users_*.log | head -20
+pack_out
+
 echo "== exits while compiling (Note: exit while compiling, kernels/jit/kernel_compiler.cpp)"
 # On a GPU host NVRTC's first use differs (it looks for the driver): a process returning from
 # main with the warm-up or compile jobs in flight must exit with status 0, every time.
