@@ -86,6 +86,12 @@ RandomProgram::RandomProgram(uint64_t seed, lf::Device dev, lf::DType dtype)
           " dtype=" + std::string(lf::dtype_name(dtype_));
 }
 
+std::vector<std::pair<void*, size_t>> RandomProgram::reach_inputs() const {
+  std::vector<std::pair<void*, size_t>> r;
+  for (const lf::Tensor& t : inputs_) r.emplace_back(t.data_ptr(), t.nbytes());
+  return r;
+}
+
 void RandomProgram::reseed_inputs(uint64_t seed) {
   auto rnd = [&](lf::Shape s, double lo, double hi) {
     return lf::rand_uniform(s, seed++, lo, hi, dtype_, dev_);

@@ -20,6 +20,9 @@ class RandomProgram {
   std::vector<livefuse::Tensor> run() const;
   // Fresh inputs of the same shapes (to check plans do not bake values in).
   void reseed_inputs(uint64_t seed);
+  // The inputs as a program reaches them: each input's address from data_ptr() (which exposes
+  // it) and its byte count; the program may then write them between calls.
+  std::vector<std::pair<void*, size_t>> reach_inputs() const;
   std::string describe() const { return text_; }
   size_t ops_per_run() const { return n_calls_; }
 

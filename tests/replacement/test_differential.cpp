@@ -2,6 +2,7 @@
 // LIVEFUSE=off gives, and plans must really serve the calls (a run where fusion never engaged
 // fails). Programs per run: LIVEFUSE_FUZZ_PROGRAMS (default 2000).
 #include <cstdlib>
+#include <cstring>
 
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
@@ -29,7 +30,10 @@ double rtol_for(lf::DType t) {
   return t == lf::DType::f32 ? 2e-4 : (t == lf::DType::f16 ? 1e-2 : 5e-2);
 }
 
-FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
+// `reachable`: the program writes its inputs through pointers from data_ptr() after each
+// iteration's calls returned and before it reads their results (restoring them afterwards):
+// results must be what the inputs held at the calls (CPU: the writes are plain stores).
+FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool reachable = false) {
   FuzzResult r;
   const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f32, lf::DType::f16,
                               lf::DType::bf16};
@@ -42,8 +46,15 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
     for (const lf::Tensor& t : prog.run()) ref.push_back(t.to_doubles());
     lf::set_config_for_testing(with_mode(lf::Mode::on));
     const uint64_t calls0 = lf::matcher_counters().calls, served0 = lf::matcher_counters().served;
+    std::vector<std::pair<void*, size_t>> reach;
+    std::vector<std::vector<char>> saved;
+    if (reachable) {
+      reach = prog.reach_inputs();
+      for (const auto& [p, n] : reach) saved.emplace_back(static_cast<char*>(p), static_cast<char*>(p) + n);
+    }
     for (int it = 0; it < iters; ++it) {
       std::vector<lf::Tensor> outs = prog.run();
+      for (const auto& [p, n] : reach) std::memset(p, 0x7f, n);  // huge values: any stale read shows
       for (size_t k = 0; k < outs.size(); ++k) {
         size_t bad = 0;
         const std::vector<double> got = outs[k].to_doubles();
@@ -55,6 +66,7 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0) {
                               std::to_string(got[bad]) + " want " + std::to_string(ref[k][bad]);
         }
       }
+      for (size_t i = 0; i < reach.size(); ++i) std::memcpy(reach[i].first, saved[i].data(), saved[i].size());
       if (it == lf::config().hot + 1) {
         lf::monitor::Monitor::instance().drain();
         lf::planner::wait_service_idle();
@@ -85,6 +97,18 @@ TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on the CPU"
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
   CHECK(r.calls > 0);
   CHECK(double(r.served) >= 0.5 * double(r.calls));
+}
+
+TEST_CASE("differential: inputs the program rewrites through data_ptr() after the calls, on the CPU") {
+  const lf::Config saved = lf::config();
+  const uint64_t snaps0 = lf::matcher_counters().snapshots;
+  const FuzzResult r = fuzz(lf::Device::cpu(), programs_from_env(2000) / 10, 16, 500000, true);
+  lf::set_config_for_testing(saved);
+  MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served
+                      << ", snapshots " << lf::matcher_counters().snapshots - snaps0);
+  CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
+  CHECK(lf::matcher_counters().snapshots > snaps0);
+  CHECK(double(r.served) >= 0.3 * double(r.calls));
 }
 
 LF_CUDA_TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on the GPU") {
