@@ -28,6 +28,15 @@ BertModel::BertModel(const BertConfig& cfg, DType dtype, Device device)
   layers_.resize(static_cast<size_t>(cfg_.num_hidden_layers));
 }
 
+void BertModel::wrap_parameters(bool immutable) {
+  for (auto& [name, t] : slots()) {
+    const Tensor owner = contiguous(*t);
+    void* p = owner.data_ptr();
+    *t = Tensor::wrap(p, owner.shape(), owner.dtype(), owner.device(), [owner](void*) {});
+    if (immutable) t->mark_immutable();
+  }
+}
+
 std::vector<std::pair<std::string, Tensor*>> BertModel::slots() {
   std::vector<std::pair<std::string, Tensor*>> s;
   const std::vector<ParamSpec> specs = param_specs(cfg_);

@@ -78,6 +78,11 @@ class BertModel {
   const BertConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
+  // Moves every parameter into memory the program holds the address of (Tensor::wrap over a
+  // pointer from data_ptr()), as a program does that gets its weights from elsewhere (DLPack,
+  // its own loader); `immutable`: declared so (Tensor::mark_immutable), else every deferred
+  // call reads a snapshot of them. For measuring what reachable weights cost.
+  void wrap_parameters(bool immutable);
   // Every parameter under its Hugging Face name, in param_specs order.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   int64_t num_parameters() const;

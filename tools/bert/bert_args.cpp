@@ -41,6 +41,7 @@ const char* bert_usage() {
                      [--batch N] [--seq N] [--dtype f32|f16|bf16] [--device cpu|cuda]
                      [--ids FILE.npy] [--mask FILE.npy] [--input-seed N] [--out FILE.npy]
                      [--iters N] [--warmup N] [--warmup-ms MS] [--max-warmup-ms MS] [--json PATH] [--quiet]
+                     [--weights-memory owned|wrapped|wrapped-immutable]
 
 Runs a BERT encoder (Hugging Face BertModel, last_hidden_state) with livefuse.
   --weights, --config   Hugging Face weights (.safetensors, keys with or without "bert.") and config.json
@@ -99,6 +100,12 @@ BertArgs parse_bert_args(const std::vector<std::string>& argv) {
       {"--max-warmup-ms",
        [&](const std::string& v) { a.max_warmup_ms = parse_ms("--max-warmup-ms", v); }},
       {"--json", [&](const std::string& v) { a.json = v; }},
+      {"--weights-memory",
+       [&](const std::string& v) {
+         if (v != "owned" && v != "wrapped" && v != "wrapped-immutable")
+           throw UsageError("--weights-memory: expected owned, wrapped or wrapped-immutable, got '" + v + "'");
+         a.weights_memory = v;
+       }},
       {"--device",
        [&](const std::string& v) {
          if (v != "cpu" && v != "cuda" && v.rfind("cuda:", 0) != 0)

@@ -30,6 +30,9 @@ struct BertArgs {
   double max_warmup_ms = 60000;  // --max-warmup-ms MS
   std::string json;              // --json PATH
   std::string device;            // --device cpu|cuda (empty: livefuse's default)
+  // --weights-memory owned|wrapped|wrapped-immutable: who owns the weights' memory -- the
+  // runtime, or the program (wrapped over pointers it holds), declared immutable or not.
+  std::string weights_memory = "owned";
   bool quiet = false;
   bool help = false;
 };

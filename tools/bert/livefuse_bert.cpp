@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "examples/bert/bert.hpp"
+#include "livefuse/inspect.hpp"
 #include "examples/bert/npy.hpp"
 #include "examples/bert/run.hpp"
 #include "tools/bert/bert_args.hpp"
@@ -68,9 +69,10 @@ int run(const lfb::BertArgs& args) {
   const auto t_load = std::chrono::steady_clock::now();
   const lfb::BertConfig cfg = args.random_seed ? lfb::BertConfig::preset(args.preset)
                                                : lfb::BertConfig::from_json_file(args.config);
-  const lfb::BertModel model =
+  lfb::BertModel model =
       args.random_seed ? lfb::BertModel::random(cfg, *args.random_seed, dtype, device)
                        : lfb::BertModel::from_safetensors(cfg, args.weights, dtype, device);
+  if (args.weights_memory != "owned") model.wrap_parameters(args.weights_memory == "wrapped-immutable");
   synchronize(device);
   const double load_ms = ms_since(t_load);
 
@@ -120,6 +122,7 @@ int run(const lfb::BertArgs& args) {
                  {"random_seed", args.random_seed ? json(*args.random_seed) : json(nullptr)},
                  {"preset", args.random_seed ? json(args.preset) : json(nullptr)},
                  {"dtype", args.dtype},
+                 {"weights_memory", args.weights_memory},
                  {"device", device.str()},
                  {"batch", batch},
                  {"seq", seq},
@@ -155,6 +158,11 @@ int run(const lfb::BertArgs& args) {
   bool finite = true;
   for (float v : last) finite = finite && std::isfinite(v);
   report["output_finite"] = finite;
+  {
+    const Snapshot snap = inspect();
+    for (const char* c : {"calls", "served", "snapshots", "snapshot_bytes"})
+      report["matcher"][c] = snap.counter("matcher", c).value_or(0);
+  }
 
   if (!args.out.empty()) {
     npy::write_f32(args.out, last, {batch, seq, cfg.hidden_size});

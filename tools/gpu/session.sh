@@ -88,6 +88,16 @@ if [ "${BERT:-1}" = 1 ]; then
     > "$OUT/bert.log" 2>&1
   echo "compare.py rc=$?"
   tail -30 "$OUT/bert.log"
+  echo "== BERT-base f16 b1: weights owned by the runtime, wrapped and declared immutable, wrapped"
+  # The same process order twice, so that a drift of the host's speed shows as a disagreement.
+  for round in 1 2; do
+    for wm in owned wrapped-immutable wrapped; do
+      timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda \
+        --iters 200 --warmup-ms 3000 --weights-memory $wm --quiet --json "$OUT/bench/bert_weights_${wm}_$round.json"
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], 'median_ms', round(d['timing']['median_ms'], 4), d['matcher'])" \
+        "$OUT/bench/bert_weights_${wm}_$round.json" "$wm" 2>&1 | tail -1
+    done
+  done
 fi
 pack_out
 cp "$OUT/summary.txt" "$REAL_OUT/" 2>/dev/null
