@@ -14,8 +14,11 @@
 // call and a later read of the view is not seen through it (eager would show it); views made
 // before the window began, or outside any window, alias the program's memory as always.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 
+#include "livefuse/config.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/matcher_window.hpp"
 #include "runtime/memory_pool.hpp"
@@ -46,7 +49,19 @@ Tensor snapshot_reachable(const Tensor& t, const Stream& stream) {
   }
   auto& ctr = matcher_counters();
   ctr.snapshots.fetch_add(1, std::memory_order_relaxed);
-  ctr.snapshot_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  const uint64_t total = ctr.snapshot_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  // A program that wrote its weights once through data_ptr() pays a copy of them per call from
+  // then on: say so once, with what to do about it.
+  constexpr uint64_t kWarnBytes = uint64_t{256} << 20;
+  static std::atomic<bool> warned{false};
+  if (total >= kWarnBytes && config().log >= LogLevel::warn && !warned.exchange(true))
+    std::fprintf(stderr,
+                 "[livefuse] deferred calls have copied %llu MiB of memory the program can write "
+                 "itself (e.g. %s %s on %s): buffers it wrapped or wrote through data_ptr(). If "
+                 "such memory (weights) is never rewritten, Tensor::mark_immutable() lets it be "
+                 "read in place (counters matcher.snapshots / snapshot_bytes).\n",
+                 static_cast<unsigned long long>(total >> 20), dtype_name(x.dtype).data(),
+                 x.shape.str().c_str(), x.device.str().c_str());
   return Tensor(std::make_shared<TensorImpl>(std::move(s), x.offset - lo, x.shape, x.strides,
                                              x.dtype, x.device));
 }
