@@ -49,9 +49,12 @@ bool CudaGraphExec::update(const CudaGraph& g) {
 void CudaGraphExec::launch(cudaStream_t s) const { LF_CUDA_CHECK(cudaGraphLaunch(e_, s)); }
 
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
-  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  // Thread-local: a capture forbids unsafe calls (cudaMalloc, synchronisations, event queries)
+  // on this thread only, and the steps make none; in global or relaxed mode another thread's
+  // synchronize or event query during the capture could fail or break it.
+  CaptureScope scope;  // temporaries allocated by the steps become graph memory nodes
+  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   try {
-    CaptureScope scope;  // temporaries allocated by the steps become graph memory nodes
     enqueue();
   } catch (...) {
     cudaGraph_t g = nullptr;

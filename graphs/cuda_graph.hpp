@@ -45,8 +45,11 @@ class CudaGraphExec {
   cudaGraphExec_t e_ = nullptr;
 };
 
-// Captures the work `enqueue` puts on `stream` (relaxed capture mode: module loads and handle
-// creation that a first use may do are legal; the runtime allocates before capturing).
+// Captures the work `enqueue` puts on `stream`, in thread-local mode: other threads are never
+// disturbed, and this thread must make no unsafe call until the capture ends (no cudaMalloc,
+// no synchronisation: the runtime allocates a binding's buffers and warms its modules and
+// library handles by a direct run on the same stream before capturing it; frees of memory the
+// graph does not own wait for the end of the capture, memory_pool.hpp).
 // On an exception the capture is ended and the error rethrown.
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue);
 

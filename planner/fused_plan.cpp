@@ -290,7 +290,10 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   }
   // A graph bakes in every pointer and shape it was captured with: that is its key.
   // (shape_key already holds every shape; the addresses are added here.)
-  uint64_t key = mix(shape_key, static_cast<uint64_t>(set + 1));
+  // The stream too: a capture on a stream is always preceded by a direct run of the same key
+  // on it, which creates what a first use on that stream needs (a cuBLASLt workspace, say)
+  // outside the capture, where such calls are legal.
+  uint64_t key = mix(mix(shape_key, static_cast<uint64_t>(set + 1)), w.stream_id);
   for (const Tensor& t : values) {
     const TensorImpl& i = *t.impl();
     key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
