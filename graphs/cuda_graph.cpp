@@ -76,7 +76,19 @@ const CudaGraphExec* GraphCache::find(uint64_t key) {
   return &it->second->exec;
 }
 
-const CudaGraphExec& GraphCache::get_or_build(uint64_t key, cudaStream_t stream,
+void GraphCache::drop_owned(uint32_t owner) {
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->owner != owner) {
+      ++it;
+      continue;
+    }
+    map_.erase(it->key);
+    it = lru_.erase(it);
+    ++ctr_.dropped;
+  }
+}
+
+const CudaGraphExec& GraphCache::get_or_build(uint64_t key, uint32_t owner, cudaStream_t stream,
                                               const std::function<void()>& enqueue, size_t* nodes) {
   if (auto it = map_.find(key); it != map_.end()) {
     ++ctr_.hits;
@@ -99,10 +111,11 @@ const CudaGraphExec& GraphCache::get_or_build(uint64_t key, cudaStream_t stream,
       ++ctr_.instantiations;
     }
     victim->key = key;
+    victim->owner = owner;
     victim->nodes = n;
     lru_.splice(lru_.begin(), lru_, victim);
   } else {
-    lru_.push_front(Entry{key, CudaGraphExec(g), n});
+    lru_.push_front(Entry{key, owner, CudaGraphExec(g), n});
     ++ctr_.instantiations;
   }
   map_[key] = lru_.begin();
