@@ -344,7 +344,11 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   // A binding seen for the first time runs directly: it also warms every kernel module and
   // library handle, and a one-off binding never pays for a capture. The second time it is
   // captured; from then on it replays.
-  if (!graphs_->contains(key) && seen_once_.insert(key).second) {
+  // A capture also takes in whatever any thread enqueues on the stream meanwhile. A window
+  // settled from another thread (a pending value handed over, a storage exposed there) can run
+  // while the stream's own thread launches eager work on it, so it never captures.
+  const bool may_capture = Stream::current(w.device).handle() == w.stream_handle;
+  if (!graphs_->contains(key) && (!may_capture || seen_once_.insert(key).second)) {
     if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
     run_plan(planned_, values, st);
     last_run_cold = true;  // launch by launch: not what a replay costs, so live sampling skips it

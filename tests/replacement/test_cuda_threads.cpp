@@ -1,8 +1,11 @@
 // Threads on CUDA (issue 17, item 5): four threads, each on its own stream, each running a hot
 // loop long enough that its plans are captured as graphs and replayed. One thread's capture
 // must not disturb another's synchronize, host copy or event query (captures are thread-local
-// and make no unsafe call), and every value must be eager's.
+// and make no unsafe call), and every value must be eager's. Also: a window settled by another
+// thread than its stream's (on the CPU too, where the same handing-over logic runs).
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -81,4 +84,82 @@ LF_CUDA_TEST_CASE("threads: 4 threads on 4 CUDA streams, plans captured and repl
   CHECK(graph_hits_on_cuda() > 0);  // graphs were captured, and replayed
   lftest::reset_pipeline();
   lf::set_config_for_testing(saved);
+}
+
+// A result handed to another thread while still pending: that thread settles the producer's
+// window (on the producer's stream) while the producer keeps launching work on it. Such a
+// window must not capture: the capture would take in the producer's own launches.
+namespace {
+void handed_while_pending(lf::Device gpu) {
+  const lf::Config saved = lf::config();
+  lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
+  const lf::Tensor x = lf::rand_uniform({32, 128}, 7, -1, 1, lf::DType::f32, gpu);
+  const lf::Tensor w = lf::rand_uniform({128, 128}, 8, -0.1, 0.1, lf::DType::f32, gpu);
+  const lf::Tensor g = lf::rand_uniform({128}, 9, 0.5, 1.5, lf::DType::f32, gpu);
+  const std::vector<double> want = lftest::eager_values([&] { return block(x, w, g); });
+  lf::synchronize(gpu);
+  const uint64_t s0 = lf::inspect().counter("matcher", "served").value_or(0);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<lf::Tensor> handed;
+  bool done = false;
+  std::atomic<int> mismatches{0}, read{0};
+  std::vector<std::string> errors;
+  std::thread consumer([&] {
+    try {
+      for (;;) {
+        lf::Tensor y;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return done || !handed.empty(); });
+          if (handed.empty()) return;
+          y = std::move(handed.front());
+          handed.pop_front();
+        }
+        if (!lftest::allclose(y.to_doubles(), want, 1e-4, 1e-5)) mismatches.fetch_add(1);
+        read.fetch_add(1);
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      errors.push_back(std::string("consumer: ") + e.what());
+    }
+  });
+  try {
+    lf::Stream s = lf::Stream::create(gpu);
+    lf::StreamGuard guard(s);
+    for (int it = 0; it < 600; ++it) {
+      lf::Tensor y = block(x, w, g);  // its window still pending: completed by the next call
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        handed.push_back(std::move(y));
+      }
+      cv.notify_one();
+      if (it == 20) lf::monitor::Monitor::instance().drain();
+      if (it % 50 == 49) s.synchronize();
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    errors.push_back(std::string("producer: ") + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_one();
+  consumer.join();
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  CHECK(read == 600);
+  CHECK(mismatches == 0);
+  CHECK(lf::inspect().counter("matcher", "served").value_or(0) > s0);
+  lftest::reset_pipeline();
+  lf::set_config_for_testing(saved);
+}
+}  // namespace
+
+TEST_CASE("threads: pending CPU results read by another thread while their producer keeps going") {
+  handed_while_pending(lf::Device::cpu());
+}
+
+LF_CUDA_TEST_CASE("threads: pending CUDA results read by another thread while their producer keeps going") {
+  handed_while_pending(lf::Device::cuda(0));
 }
