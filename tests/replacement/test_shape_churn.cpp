@@ -38,6 +38,7 @@ struct Churn {
 // Warms the plans up at one shape, then runs every row count 1..1000 once, in a scrambled
 // order (337 is prime to 1000), rows x cols f32.
 Churn churn(lf::Device d, int64_t cols, const lf::Tensor& g) {
+  lf::empty_cache(d);  // what earlier tests left cached, under the default cap
   const lf::Tensor x0 = lf::rand_uniform({7, cols}, 5, -1, 1, lf::DType::f32, d);
   for (int it = 0; it < 12; ++it) {
     (void)layers(x0, g).to_doubles();
@@ -106,15 +107,18 @@ LF_CUDA_TEST_CASE("shape churn: 1,000 distinct shapes on the GPU stay under the 
   lf::set_config_for_testing(churn_config(kCapMb));
   const lf::Tensor g = lf::rand_uniform({256}, 2, 0.5, 1.5, lf::DType::f32, gpu);
   const Churn c = churn(gpu, 256, g);
+  MESSAGE("GPU churn: most cached ", c.max_cached >> 10, " KiB, most in use above warm-up ",
+          c.max_growth >> 10, " KiB, block evictions ", c.evictions, ", pool trims ",
+          lf::memory_stats(gpu).pool_trims);
   CHECK(c.compared == 10);
   CHECK(c.mismatches == 0);
   CHECK(c.served > 0);
   CHECK(c.evictions > 0);
   // The block cache keeps at most the cap; the stream-ordered pool is trimmed back to the cap
-  // once it holds twice the cap unused, looked at every MiB returned; 16 MiB for the pool's
-  // granularity and frees still in flight when it was trimmed. Without the cap the block cache
-  // keeps a block of every size: hundreds of MiB here.
-  CHECK(c.max_cached <= 3 * kCapMb * kMiB + 16 * kMiB);
+  // once it holds twice the cap unused, looked at every MiB returned; 64 MiB more for what a
+  // trim cannot release (the pool's granularity, partly used chunks, frees still in flight).
+  // Without the cap the block cache keeps a block of every size: hundreds of MiB here.
+  CHECK(c.max_cached <= 3 * kCapMb * kMiB + 64 * kMiB);
   // One shape again, long enough that the sets of the churn's shapes are idle (kIdleRuns):
   // they are freed, and what is in use comes back to the level after warm-up.
   const lf::Tensor x1 = lf::rand_uniform({1, 256}, 9, -1, 1, lf::DType::f32, gpu);
