@@ -57,9 +57,11 @@ class BlockCache {
     while (spare_.size() > 256 + order_.size()) spare_.pop_back();
     // Keys whose blocks were all taken stay as empty entries (a steady loop takes and puts the
     // same keys, without a map node per free); a churn of sizes would pile them up forever.
-    if (by_key_.size() > 64 + 2 * order_.size()) std::erase_if(by_key_, [](const auto& kv) {
-      return kv.second.empty();
-    });
+    // Swept when the map has doubled since the last sweep: amortised O(1) per put.
+    if (by_key_.size() > sweep_at_) {
+      std::erase_if(by_key_, [](const auto& kv) { return kv.second.empty(); });
+      sweep_at_ = 64 + 2 * by_key_.size();
+    }
   }
 
   // Hands every block to `release`.
@@ -69,6 +71,7 @@ class BlockCache {
     for (const Block& b : order_) release(b);
     spare_.splice(spare_.end(), order_);
     by_key_.clear();
+    sweep_at_ = 64;
     cached_.store(0, std::memory_order_relaxed);
   }
 
@@ -101,6 +104,7 @@ class BlockCache {
   // Nodes of blocks taken back, reused by later puts: no heap allocation per free once warm.
   std::list<Block> spare_;
   std::unordered_map<Key, std::vector<Node>, Hash> by_key_;  // per key, oldest first
+  size_t sweep_at_ = 64;
   std::atomic<size_t> cached_{0};
   BlockCacheCounters ctr_;
 };

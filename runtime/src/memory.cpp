@@ -31,6 +31,12 @@ struct Counters {
 // a deleter, which may run during static destruction, when reading the configuration is not
 // safe.
 size_t cache_cap_bytes() { return static_cast<size_t>(config().cache_max_mb) << 20; }
+// Stores only a change: every thread allocates, and a store per allocation would bounce the
+// cache line between their cores.
+void refresh_cap(std::atomic<size_t>& cap) {
+  const size_t now = cache_cap_bytes();
+  if (cap.load(std::memory_order_relaxed) != now) cap.store(now, std::memory_order_relaxed);
+}
 
 Counters& cpu_counters() {
   static Counters c;
@@ -43,7 +49,7 @@ class CpuPool {
   static constexpr int kClasses = 23;  // 256 B .. 1 GiB
 
   void* get(size_t bytes, size_t* cls_bytes) {
-    cap_.store(cache_cap_bytes(), std::memory_order_relaxed);
+    refresh_cap(cap_);
     const int c = size_class(bytes);
     if (c >= kClasses) {
       *cls_bytes = round_up(bytes);
@@ -173,8 +179,8 @@ void note_returned(CudaDevice& d, size_t bytes) {
   maybe_trim_pool(d);
 }
 
-// Frees of memory the program allocated outside a capture, made while this thread captures: a
-// cudaFreeAsync then would become a node of the graph (freeing, at every replay, memory the
+// Frees of memory allocated outside a capture, made while this thread captures: a cudaFreeAsync
+// on the captured stream would become a node of the graph (freeing, at every replay, memory the
 // graph does not own). They wait here until the capture ends.
 struct DeferredFree {
   void* ptr;
@@ -278,7 +284,7 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   }
 #if LIVEFUSE_HAS_CUDA
   CudaDevice& d = cuda_device(device.index);
-  d.cap.store(cache_cap_bytes(), std::memory_order_relaxed);
+  refresh_cap(d.cap);
   release_deferred_frees();
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   void* p = nullptr;
