@@ -193,7 +193,10 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
       empty = static_cast<int>(sets_.size());
       sets_.emplace_back();
     }
-    if (empty < 0 && lru >= 0) {  // full: the least recently used free set changes shapes
+    // Full: the least recently used free set changes shapes, unless it is still in rotation
+    // (bound within the last kMaxSets runs): a steady loop that needs more sets than the cap
+    // would otherwise trade sets, and their graphs, at every run; it takes one-off storage.
+    if (empty < 0 && lru >= 0 && runs_ - sets_[lru].last_run >= kMaxSets) {
       evict_set(static_cast<size_t>(lru));
       empty = lru;
     }

@@ -45,9 +45,9 @@ class FusedPlan final : public Plan {
   // A set belongs to one stream: every write to its buffers (replays, early launches, even
   // dropped ones) is then ordered on that stream, and reuse never races a pending write.
   //
-  // Bounded (DESIGN, "Bounded everything"): at most kMaxSets per plan. When all are taken, a new
-  // tuple of shapes takes over the least recently used free one, and a free set unused for
-  // kIdleRuns runs is freed: under shape churn the sets, and the graphs written into them, follow
+  // Bounded (DESIGN, "Bounded everything"): at most kMaxSets per plan. When all are made, a new
+  // tuple of shapes takes over the least recently used free one not bound in the last kMaxSets
+  // runs, and a free set unused for kIdleRuns runs is freed: under shape churn the sets, and the graphs written into them, follow
   // the shapes in use instead of keeping the first ones seen. A set is freed only while free(),
   // so no value handed to the program loses its memory. An empty slot keeps its index (early
   // launches and graphs name sets by index).

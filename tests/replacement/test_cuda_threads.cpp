@@ -69,7 +69,10 @@ LF_CUDA_TEST_CASE("threads: 4 threads on 4 CUDA streams, plans captured and repl
           if (it % 3 == 0) held = y;
           if (it % 2 == 0) s.synchronize();  // a synchronize while other threads capture
           if (!lftest::allclose(y.to_doubles(), in[t].want, 1e-4, 1e-5)) mismatches.fetch_add(1);
-          if (it == 20) lf::monitor::Monitor::instance().drain();
+          if (it == 20) {  // the plans are installed from here on
+            lf::monitor::Monitor::instance().drain();
+            lf::planner::wait_service_idle();
+          }
         }
         if (!lftest::allclose(held.to_doubles(), in[t].want, 1e-4, 1e-5)) mismatches.fetch_add(1);
       } catch (const std::exception& e) {
@@ -134,7 +137,10 @@ void handed_while_pending(lf::Device gpu) {
         handed.push_back(std::move(y));
       }
       cv.notify_one();
-      if (it == 20) lf::monitor::Monitor::instance().drain();
+      if (it == 20) {
+        lf::monitor::Monitor::instance().drain();
+        lf::planner::wait_service_idle();
+      }
       if (it % 50 == 49) s.synchronize();
     }
   } catch (const std::exception& e) {
