@@ -47,16 +47,17 @@ class FusedPlan final : public Plan {
   //
   // Bounded (DESIGN, "Bounded everything"): at most kMaxSets per plan. When all are made, a new
   // tuple of shapes takes over the least recently used free one not bound in the last kMaxSets
-  // runs, and a free set unused for kIdleRuns runs is freed: under shape churn the sets, and the graphs written into them, follow
-  // the shapes in use instead of keeping the first ones seen. A set is freed only while free(),
-  // so no value handed to the program loses its memory. An empty slot keeps its index (early
-  // launches and graphs name sets by index).
+  // runs, and a free set unused for kIdleRuns runs is freed: under shape churn the sets, and the
+  // graphs written into them, follow the shapes in use instead of keeping the first ones seen. A
+  // set is freed only while free(), so no value handed to the program loses its memory. An empty
+  // slot keeps its index (early launches and graphs name sets by index).
   struct BindingSet {
     uint64_t shape_key = 0;
     uint32_t stream = 0;
     bool reserved = false;  // an early launch writes it; completion hands it out
     uint64_t last_run = 0;  // runs_ when it was last bound
-    std::vector<std::shared_ptr<Storage>> bufs;  // per value id; null where not written; empty: a freed slot
+    // Per value id; null where not written. Empty: a freed slot.
+    std::vector<std::shared_ptr<Storage>> bufs;
     bool free() const;      // reusable: no tensor outside the set holds a buffer
   };
   static constexpr size_t kMaxSets = 12;
@@ -75,7 +76,7 @@ class FusedPlan final : public Plan {
   bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
-  uint64_t set_evictions_ = 0;  // sets freed (idle) or taken over by other shapes
+  uint64_t set_evictions_ = 0;              // sets freed (idle) or taken over by other shapes
   std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
   struct ShapeGraphs {
     std::string shapes;  // the externals' concrete shapes

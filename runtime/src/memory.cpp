@@ -156,7 +156,8 @@ CudaDevice& cuda_device(int device) {
 
 void maybe_trim_pool(CudaDevice& d) {
   uint64_t reserved = 0, used = 0;
-  if (cudaMemPoolGetAttribute(d.pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+  if (cudaMemPoolGetAttribute(d.pool, cudaMemPoolAttrReservedMemCurrent, &reserved) !=
+          cudaSuccess ||
       cudaMemPoolGetAttribute(d.pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
     (void)cudaGetLastError();
     return;

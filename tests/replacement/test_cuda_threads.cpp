@@ -35,7 +35,8 @@ uint64_t graph_hits_on_cuda() {
 }
 }  // namespace
 
-LF_CUDA_TEST_CASE("threads: 4 threads on 4 CUDA streams, plans captured and replayed, every value eager's") {
+LF_CUDA_TEST_CASE(
+    "threads: 4 threads on 4 CUDA streams, plans captured and replayed, every value eager's") {
   const lf::Config saved = lf::config();
   lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
   const lf::Device gpu = lf::Device::cuda(0);
@@ -166,6 +167,7 @@ TEST_CASE("threads: pending CPU results read by another thread while their produ
   handed_while_pending(lf::Device::cpu());
 }
 
-LF_CUDA_TEST_CASE("threads: pending CUDA results read by another thread while their producer keeps going") {
+LF_CUDA_TEST_CASE(
+    "threads: pending CUDA results read by another thread while their producer keeps going") {
   handed_while_pending(lf::Device::cuda(0));
 }

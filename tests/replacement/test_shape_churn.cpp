@@ -27,10 +27,10 @@ lf::Tensor layers(const lf::Tensor& x, const lf::Tensor& g) {
 uint64_t served() { return lf::inspect().counter("matcher", "served").value_or(0); }
 
 struct Churn {
-  size_t max_cached = 0;       // bytes cached, the most seen after any iteration
-  size_t max_growth = 0;       // bytes in use above the level after warm-up, the most seen
-  uint64_t served = 0;         // calls served by plans during the churn
-  uint64_t evictions = 0;      // cached blocks returned for the cap during the churn
+  size_t max_cached = 0;   // bytes cached, the most seen after any iteration
+  size_t max_growth = 0;   // bytes in use above the level after warm-up, the most seen
+  uint64_t served = 0;     // calls served by plans during the churn
+  uint64_t evictions = 0;  // cached blocks returned for the cap during the churn
   int compared = 0, mismatches = 0;
   lf::MemoryStats after_warmup;
 };
@@ -56,8 +56,8 @@ Churn churn(lf::Device d, int64_t cols, const lf::Tensor& g) {
     const std::vector<double> got = layers(x, g).to_doubles();
     if (i % 100 == 0) {
       ++c.compared;
-      c.mismatches += !lftest::allclose(got, lftest::eager_values([&] { return layers(x, g); }),
-                                        1e-4, 1e-5);
+      c.mismatches +=
+          !lftest::allclose(got, lftest::eager_values([&] { return layers(x, g); }), 1e-4, 1e-5);
     }
     const lf::MemoryStats m = lf::memory_stats(d);
     c.max_cached = std::max(c.max_cached, m.bytes_cached);
@@ -82,7 +82,9 @@ uint64_t note(const lf::PlanInfo& p, const std::string& name) {
 }
 }  // namespace
 
-TEST_CASE("shape churn: 1,000 distinct shapes on the CPU stay under the memory caps, eager-equal and served") {
+TEST_CASE(
+    "shape churn: 1,000 distinct shapes on the CPU stay under the memory caps, eager-equal and "
+    "served") {
   const lf::Config saved = lf::config();
   const lf::Device cpu = lf::Device::cpu();
   lf::set_config_for_testing(churn_config(1));
@@ -100,7 +102,9 @@ TEST_CASE("shape churn: 1,000 distinct shapes on the CPU stay under the memory c
   lf::set_config_for_testing(saved);
 }
 
-LF_CUDA_TEST_CASE("shape churn: 1,000 distinct shapes on the GPU stay under the memory caps, eager-equal and served") {
+LF_CUDA_TEST_CASE(
+    "shape churn: 1,000 distinct shapes on the GPU stay under the memory caps, eager-equal and "
+    "served") {
   const lf::Config saved = lf::config();
   const lf::Device gpu = lf::Device::cuda(0);
   constexpr int kCapMb = 8;
@@ -124,7 +128,8 @@ LF_CUDA_TEST_CASE("shape churn: 1,000 distinct shapes on the GPU stay under the 
   const lf::Tensor x1 = lf::rand_uniform({1, 256}, 9, -1, 1, lf::DType::f32, gpu);
   const std::vector<double> want = lftest::eager_values([&] { return layers(x1, g); });
   const uint64_t s1 = served();
-  for (int it = 0; it < 400; ++it) REQUIRE(lftest::allclose(layers(x1, g).to_doubles(), want, 1e-4, 1e-5));
+  for (int it = 0; it < 400; ++it)
+    REQUIRE(lftest::allclose(layers(x1, g).to_doubles(), want, 1e-4, 1e-5));
   CHECK(served() > s1);
   const lf::MemoryStats end = lf::memory_stats(gpu);
   CHECK(end.bytes_in_use <= c.after_warmup.bytes_in_use + kMiB);

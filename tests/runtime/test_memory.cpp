@@ -26,7 +26,8 @@ struct CacheCap {
 };
 }  // namespace
 
-TEST_CASE("memory: the CPU pool keeps at most LIVEFUSE_CACHE_MAX_MB cached, returning the oldest first") {
+TEST_CASE(
+    "memory: the CPU pool keeps at most LIVEFUSE_CACHE_MAX_MB cached, returning the oldest first") {
   CacheCap cap(1);
   const lf::MemoryStats m0 = lf::memory_stats(cpu);
   {

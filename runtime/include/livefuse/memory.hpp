@@ -14,7 +14,7 @@ struct MemoryStats {
   // system (CPU) or the stream-ordered pool (CUDA), oldest first, and their bytes.
   size_t cache_evictions = 0;
   size_t bytes_returned = 0;
-  size_t pool_trims = 0;     // CUDA: times the pool's unused memory was trimmed to the cap
+  size_t pool_trims = 0;  // CUDA: times the pool's unused memory was trimmed to the cap
 };
 
 MemoryStats memory_stats(Device device);
