@@ -1,5 +1,6 @@
 // The caps on cached memory (LIVEFUSE_CACHE_MAX_MB): what a pool keeps for reuse stays under
 // the cap, and the blocks it hands back are the oldest.
+#include "runtime/block_cache.hpp"
 #include "test_util.hpp"
 
 namespace lf = livefuse;
@@ -80,4 +81,44 @@ TEST_CASE("config: LIVEFUSE_CACHE_MAX_MB is read, and a bad value keeps the defa
   value = "-3";
   CHECK(lf::parse_config(env, &warnings).cache_max_mb == 1024);
   CHECK(warnings.size() == 1);
+}
+
+// The LRU both pools use (the CUDA block cache too, keyed by size and stream), on its own.
+TEST_CASE(
+    "memory: a block cache takes the newest block of a key, evicts the oldest of all, defers "
+    "during a capture") {
+  struct Hash {
+    size_t operator()(int k) const { return std::hash<int>()(k); }
+  };
+  lf::BlockCache<int, Hash> cache;
+  std::vector<uintptr_t> released;
+  auto release = [&](const auto& b) { released.push_back(reinterpret_cast<uintptr_t>(b.ptr)); };
+  auto block = [](uintptr_t p, size_t bytes, int key) {
+    return lf::BlockCache<int, Hash>::Block{reinterpret_cast<void*>(p), bytes, key};
+  };
+  cache.put(block(1, 100, 7), 300, true, release);
+  cache.put(block(2, 100, 8), 300, true, release);
+  cache.put(block(3, 100, 7), 300, true, release);
+  CHECK(cache.cached() == 300);
+  CHECK(released.empty());
+  cache.put(block(4, 100, 9), 300, true, release);  // over the cap: the oldest (1) goes
+  REQUIRE(released.size() == 1);
+  CHECK(released[0] == 1);
+  CHECK(cache.take(7) == reinterpret_cast<void*>(3));  // the newest of key 7
+  CHECK(cache.take(7) == nullptr);                     // 1 was returned
+  // A capture open: over the cap for now, enforced by the next put that may evict.
+  cache.put(block(5, 200, 7), 300, false, release);
+  CHECK(cache.cached() == 400);
+  CHECK(released.size() == 1);
+  cache.put(block(6, 100, 8), 300, true, release);  // 2, then 4 go: 5 and 6 stay
+  REQUIRE(released.size() == 3);
+  CHECK(released[1] == 2);
+  CHECK(released[2] == 4);
+  CHECK(cache.cached() == 300);
+  CHECK(cache.counters().evictions == 3);
+  CHECK(cache.counters().bytes_returned == 300);
+  cache.release_all(release);
+  CHECK(released.size() == 5);
+  CHECK(cache.cached() == 0);
+  CHECK(cache.take(8) == nullptr);
 }
