@@ -116,7 +116,7 @@ void run_case(const Case& c, std::vector<Record>& out) {
 
   {  // livefuse: a graph per binding in the plan's graph cache, found by the binding's key
     graphs::GraphCache cache(64);
-    for (int b = 0; b < nb; ++b) cache.get_or_build(binding_key(vals[b]), s, [&] { run_plan(p, vals[b], s); }, nullptr);
+    for (int b = 0; b < nb; ++b) cache.get_or_build(binding_key(vals[b]), 0, s, [&] { run_plan(p, vals[b], s); }, nullptr);
     record("graph_per_binding",
            time_replays(s, [&](int i) { cache.find(binding_key(vals[i % nb]))->launch(s); }));
   }

@@ -49,9 +49,12 @@ bool CudaGraphExec::update(const CudaGraph& g) {
 void CudaGraphExec::launch(cudaStream_t s) const { LF_CUDA_CHECK(cudaGraphLaunch(e_, s)); }
 
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
-  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  // Thread-local: a capture forbids unsafe calls (cudaMalloc, synchronisations, event queries)
+  // on this thread only, and the steps make none; in global or relaxed mode another thread's
+  // synchronize or event query during the capture could fail or break it.
+  CaptureScope scope;  // temporaries allocated by the steps become graph memory nodes
+  LF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   try {
-    CaptureScope scope;  // temporaries allocated by the steps become graph memory nodes
     enqueue();
   } catch (...) {
     cudaGraph_t g = nullptr;
@@ -73,7 +76,19 @@ const CudaGraphExec* GraphCache::find(uint64_t key) {
   return &it->second->exec;
 }
 
-const CudaGraphExec& GraphCache::get_or_build(uint64_t key, cudaStream_t stream,
+void GraphCache::drop_owned(uint32_t owner) {
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if (it->owner != owner) {
+      ++it;
+      continue;
+    }
+    map_.erase(it->key);
+    it = lru_.erase(it);
+    ++ctr_.dropped;
+  }
+}
+
+const CudaGraphExec& GraphCache::get_or_build(uint64_t key, uint32_t owner, cudaStream_t stream,
                                               const std::function<void()>& enqueue, size_t* nodes) {
   if (auto it = map_.find(key); it != map_.end()) {
     ++ctr_.hits;
@@ -96,10 +111,11 @@ const CudaGraphExec& GraphCache::get_or_build(uint64_t key, cudaStream_t stream,
       ++ctr_.instantiations;
     }
     victim->key = key;
+    victim->owner = owner;
     victim->nodes = n;
     lru_.splice(lru_.begin(), lru_, victim);
   } else {
-    lru_.push_front(Entry{key, CudaGraphExec(g), n});
+    lru_.push_front(Entry{key, owner, CudaGraphExec(g), n});
     ++ctr_.instantiations;
   }
   map_[key] = lru_.begin();

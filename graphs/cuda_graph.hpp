@@ -45,13 +45,16 @@ class CudaGraphExec {
   cudaGraphExec_t e_ = nullptr;
 };
 
-// Captures the work `enqueue` puts on `stream` (relaxed capture mode: module loads and handle
-// creation that a first use may do are legal; the runtime allocates before capturing).
+// Captures the work `enqueue` puts on `stream`, in thread-local mode: other threads are never
+// disturbed, and this thread must make no unsafe call until the capture ends (no cudaMalloc,
+// no synchronisation: the runtime allocates a binding's buffers and warms its modules and
+// library handles by a direct run on the same stream before capturing it; frees of memory the
+// graph does not own wait for the end of the capture, memory_pool.hpp).
 // On an exception the capture is ended and the error rethrown.
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue);
 
 struct GraphCacheCounters {
-  uint64_t hits = 0, misses = 0, updates = 0, instantiations = 0, evictions = 0;
+  uint64_t hits = 0, misses = 0, updates = 0, instantiations = 0, evictions = 0, dropped = 0;
 };
 
 // Instantiated graphs of one plan, keyed by what their nodes baked in (shapes, pointers).
@@ -62,8 +65,12 @@ class GraphCache {
  public:
   explicit GraphCache(size_t cap = 16) : cap_(cap) {}
   // The exec for `key`, building it (capture via `enqueue`, then update or instantiate) on a miss.
-  const CudaGraphExec& get_or_build(uint64_t key, cudaStream_t capture_stream,
+  // `owner` names what the graph writes (a plan's binding set), for drop_owned().
+  const CudaGraphExec& get_or_build(uint64_t key, uint32_t owner, cudaStream_t capture_stream,
                                     const std::function<void()>& enqueue, size_t* nodes);
+  // Destroys the graphs of `owner` (its buffers are being freed: their addresses may come back
+  // as someone else's). An exec still running is freed by CUDA when it completes.
+  void drop_owned(uint32_t owner);
   // The exec for `key` if cached (counted as a hit), else null; never builds.
   const CudaGraphExec* find(uint64_t key);
   const GraphCacheCounters& counters() const { return ctr_; }
@@ -73,6 +80,7 @@ class GraphCache {
  private:
   struct Entry {
     uint64_t key;
+    uint32_t owner;
     CudaGraphExec exec;
     size_t nodes;
   };

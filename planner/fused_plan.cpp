@@ -127,7 +127,10 @@ void FusedPlan::details(PlanDetails& d) const {
   d.notes.emplace_back("graphs", use_graphs_ ? "on" : "off");
   d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
   d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
-  d.notes.emplace_back("binding_sets", std::to_string(sets_.size()));
+  size_t live_sets = 0;
+  for (const BindingSet& b : sets_) live_sets += !b.bufs.empty();
+  d.notes.emplace_back("binding_sets", std::to_string(live_sets));
+  d.notes.emplace_back("binding_set_evictions", std::to_string(set_evictions_));
 }
 
 bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
@@ -164,19 +167,41 @@ bool FusedPlan::needs_buffer(const std::vector<Tensor>& values, const Window& w,
 }
 
 bool FusedPlan::BindingSet::free() const {
+  if (bufs.empty()) return false;  // a freed slot
   for (const auto& b : bufs)
     if (b && b.use_count() != 1) return false;
   return !reserved;
 }
 
 int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key) {
-  int chosen = -1;
-  for (size_t s = 0; s < sets_.size() && chosen < 0; ++s)
-    if (sets_[s].shape_key == shape_key && sets_[s].stream == w.stream_id && sets_[s].free())
+  int chosen = -1, empty = -1, lru = -1;
+  for (size_t s = 0; s < sets_.size(); ++s) {
+    BindingSet& set = sets_[s];
+    if (set.bufs.empty()) {
+      if (empty < 0) empty = static_cast<int>(s);
+      continue;
+    }
+    if (!set.free()) continue;
+    if (chosen < 0 && set.shape_key == shape_key && set.stream == w.stream_id) {
       chosen = static_cast<int>(s);
+    } else if (lru < 0 || set.last_run < sets_[lru].last_run) {
+      lru = static_cast<int>(s);
+    }
+  }
   if (chosen < 0) {
-    if (sets_.size() >= kMaxSets) return -1;  // every set still held: the caller allocates
-    BindingSet set;
+    if (empty < 0 && sets_.size() < kMaxSets) {
+      empty = static_cast<int>(sets_.size());
+      sets_.emplace_back();
+    }
+    // Full: the least recently used free set changes shapes, unless it is still in rotation
+    // (bound within the last kMaxSets runs): a steady loop that needs more sets than the cap
+    // would otherwise trade sets, and their graphs, at every run; it takes one-off storage.
+    if (empty < 0 && lru >= 0 && runs_ - sets_[lru].last_run >= kMaxSets) {
+      evict_set(static_cast<size_t>(lru));
+      empty = lru;
+    }
+    if (empty < 0) return -1;  // every set still held: the caller allocates
+    BindingSet& set = sets_[empty];
     set.shape_key = shape_key;
     set.stream = w.stream_id;
     set.bufs.resize(values.size());
@@ -185,11 +210,29 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
       if (needs_buffer(values, w, v))
         set.bufs[v] = allocate_storage(t.device, t.nbytes(), w.stream_handle);
     }
-    sets_.push_back(std::move(set));
-    chosen = static_cast<int>(sets_.size() - 1);
+    chosen = empty;
   }
+  sets_[chosen].last_run = runs_;
   use_set(values, chosen);
   return chosen;
+}
+
+void FusedPlan::free_idle_sets() {
+  for (size_t s = 0; s < sets_.size(); ++s)
+    if (sets_[s].free() && runs_ - sets_[s].last_run > kIdleRuns) evict_set(s);
+}
+
+void FusedPlan::evict_set(size_t s) {
+  ++set_evictions_;
+  sets_[s].bufs.clear();
+#if LIVEFUSE_HAS_CUDA
+  // The graphs bake in the set's addresses, which the pool may hand to someone else now.
+  if (graphs_) graphs_->drop_owned(static_cast<uint32_t>(s));
+  for (auto it = early_.begin(); it != early_.end();) {
+    std::erase_if(it->second, [&](const EarlyLaunch& e) { return e.set == static_cast<int>(s); });
+    it = it->second.empty() ? early_.erase(it) : std::next(it);
+  }
+#endif
 }
 
 void FusedPlan::use_set(std::vector<Tensor>& values, int set) const {
@@ -256,12 +299,15 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   for (const Tensor& t : values)
     for (int d = 0; d < t.impl()->shape.rank; ++d)
       shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
+  // Every few runs, not per run: a replay costs about a microsecond of host time.
+  if (runs_ % 32 == 0) free_idle_sets();
   if (const EarlyLaunch e = w.early; e.launched()) {
     // Launched at the window's first call: hand its set's buffers to the outputs. (Shapes
     // follow from the externals, so they match; if not, the usual path below recomputes
     // everything, ordered after the early work on this stream.)
     w.early = {};
     sets_[e.set].reserved = false;
+    sets_[e.set].last_run = runs_;
     if (e.shapes == shape_key) {
       use_set(values, e.set);
       bind_written_views(values, w);
@@ -290,7 +336,10 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   }
   // A graph bakes in every pointer and shape it was captured with: that is its key.
   // (shape_key already holds every shape; the addresses are added here.)
-  uint64_t key = mix(shape_key, static_cast<uint64_t>(set + 1));
+  // The stream too: a capture on a stream is always preceded by a direct run of the same key
+  // on it, which creates what a first use on that stream needs (a cuBLASLt workspace, say)
+  // outside the capture, where such calls are legal.
+  uint64_t key = mix(mix(shape_key, static_cast<uint64_t>(set + 1)), w.stream_id);
   for (const Tensor& t : values) {
     const TensorImpl& i = *t.impl();
     key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
@@ -298,7 +347,11 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   // A binding seen for the first time runs directly: it also warms every kernel module and
   // library handle, and a one-off binding never pays for a capture. The second time it is
   // captured; from then on it replays.
-  if (!graphs_->contains(key) && seen_once_.insert(key).second) {
+  // A capture also takes in whatever any thread enqueues on the stream meanwhile. A window
+  // settled from another thread (a pending value handed over, a storage exposed there) can run
+  // while the stream's own thread launches eager work on it, so it never captures.
+  const bool may_capture = Stream::current(w.device).handle() == w.stream_handle;
+  if (!graphs_->contains(key) && (!may_capture || seen_once_.insert(key).second)) {
     if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
     run_plan(planned_, values, st);
     w.cold_run = true;  // launch by launch: not what a replay costs, so live sampling skips it
@@ -310,7 +363,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   size_t nodes = 0;
   // Views get their storage when their step runs; during capture that is host-side only.
   const graphs::CudaGraphExec& exec = graphs_->get_or_build(
-      key, st, [&] { run_plan(planned_, values, st); }, &nodes);
+      key, static_cast<uint32_t>(set), st, [&] { run_plan(planned_, values, st); }, &nodes);
   const bool hit = graphs_->counters().misses == misses_before;
   if (hit) {
     ++graph_hits_;

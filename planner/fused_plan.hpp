@@ -44,14 +44,28 @@ class FusedPlan final : public Plan {
   // with their addresses replay instead of being captured again.
   // A set belongs to one stream: every write to its buffers (replays, early launches, even
   // dropped ones) is then ordered on that stream, and reuse never races a pending write.
+  //
+  // Bounded (DESIGN, "Bounded everything"): at most kMaxSets per plan. When all are made, a new
+  // tuple of shapes takes over the least recently used free one not bound in the last kMaxSets
+  // runs, and a free set unused for kIdleRuns runs is freed: under shape churn the sets, and the
+  // graphs written into them, follow the shapes in use instead of keeping the first ones seen. A
+  // set is freed only while free(), so no value handed to the program loses its memory. An empty
+  // slot keeps its index (early launches and graphs name sets by index).
   struct BindingSet {
     uint64_t shape_key = 0;
     uint32_t stream = 0;
     bool reserved = false;  // an early launch writes it; completion hands it out
-    std::vector<std::shared_ptr<Storage>> bufs;  // per value id; null where not written
+    uint64_t last_run = 0;  // runs_ when it was last bound
+    // Per value id; null where not written. Empty: a freed slot.
+    std::vector<std::shared_ptr<Storage>> bufs;
     bool free() const;      // reusable: no tensor outside the set holds a buffer
   };
+  static constexpr size_t kMaxSets = 12;
+  static constexpr uint64_t kIdleRuns = 256;
   int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key);
+  void free_idle_sets();
+  // Frees set `s`'s buffers, its graphs and the early launches into it.
+  void evict_set(size_t s);
   void use_set(std::vector<Tensor>& values, int set) const;
   void bind_written_views(const std::vector<Tensor>& values, const Window& w) const;
   // Early launches (Plan::launch_early), by a key of the externals' binding and the stream:
@@ -62,6 +76,7 @@ class FusedPlan final : public Plan {
   bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
+  uint64_t set_evictions_ = 0;              // sets freed (idle) or taken over by other shapes
   std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
   struct ShapeGraphs {
     std::string shapes;  // the externals' concrete shapes
@@ -69,7 +84,6 @@ class FusedPlan final : public Plan {
     size_t nodes = 0;
   };
   std::unordered_map<uint64_t, ShapeGraphs> graphs_by_shape_;  // by shape key (bounded)
-  static constexpr size_t kMaxSets = 12;
   std::vector<bool> written_;  // per value id
   bool use_graphs_ = true;
   uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;

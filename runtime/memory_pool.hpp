@@ -1,8 +1,9 @@
 #pragma once
-// Device memory for tensors. CUDA: stream-ordered allocations from a cudaMemPool whose release
-// threshold is "never", so steady-state inference allocates nothing from the driver. CPU:
-// 64-byte aligned blocks kept in size-class free lists (page faults on fresh pages would
-// otherwise dominate large eager CPU ops).
+// Device memory for tensors. CUDA: stream-ordered allocations from a cudaMemPool that keeps its
+// memory, so steady-state inference allocates nothing from the driver, behind a per-stream
+// cache of freed blocks. CPU: 64-byte aligned blocks kept in size-class free lists (page faults
+// on fresh pages would otherwise dominate large eager CPU ops). What is kept unused is bounded
+// by LIVEFUSE_CACHE_MAX_MB (memory.cpp says how).
 #include <memory>
 
 #include "livefuse/memory.hpp"
@@ -13,9 +14,12 @@ namespace livefuse {
 // Storage of `bytes` on `device`, freed back to the pool (on `stream` for CUDA) when released.
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream);
 
-// Set while this thread captures a CUDA graph (graphs/ sets it). An allocation made then is a
-// graph memory node: it bypasses the per-stream block cache both ways (a cached block must
-// never be one the graph owns, nor a graph own a block the cache hands out again later).
+// Set while this thread captures a CUDA graph (graphs/ sets it, around the whole capture). An
+// allocation made then is a graph memory node: it bypasses the per-stream block cache both ways
+// (a cached block must never be one the graph owns, nor a graph own a block the cache hands out
+// again later). Memory the graph does not own, freed then, is not freed until the scope ends
+// (a cudaFreeAsync inside the capture would become a node of the graph), and the block cache
+// evicts nothing meanwhile.
 class CaptureScope {
  public:
   CaptureScope();

@@ -112,6 +112,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
          return c.jit_lto = s == "lto", true;
        }},
       bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
+      int_row("LIVEFUSE_CACHE_MAX_MB", "an integer 0..1048576", 0, 1048576, &Config::cache_max_mb),
       bool_row("LIVEFUSE_PROFILE", &Config::profile),
       {"LIVEFUSE_DEVICE", "cpu or cuda",
        [](const std::string& s, Config& c) {

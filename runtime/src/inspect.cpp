@@ -50,6 +50,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_FAST_COMPILE") return yes_no(c.fast_compile);
   if (name == "LIVEFUSE_JIT") return c.jit_lto ? "lto" : "nvrtc";
   if (name == "LIVEFUSE_CUDA_CACHE") return yes_no(c.cuda_cache);
+  if (name == "LIVEFUSE_CACHE_MAX_MB") return std::to_string(c.cache_max_mb);
   if (name == "LIVEFUSE_DEVICE") return c.device;
   return "?";  // a variable added to config.cpp but not here yet
 }
@@ -81,7 +82,10 @@ CounterGroup memory_group(Device d) {
           {{"bytes_in_use", m.bytes_in_use},
            {"bytes_cached", m.bytes_cached},
            {"peak_bytes_in_use", m.peak_in_use},
-           {"allocations", m.allocations}}};
+           {"allocations", m.allocations},
+           {"cache_evictions", m.cache_evictions},
+           {"cache_bytes_returned", m.bytes_returned},
+           {"pool_trims", m.pool_trims}}};
 }
 
 CounterGroup plans_group(const std::vector<PlanInfo>& plans) {

@@ -34,6 +34,7 @@ struct Config {
   // against NVRTC's 38-66 ms, the same kernel speed and bit-identical results.
   bool jit_lto = true;
   bool cuda_cache = true;  // LIVEFUSE_CUDA_CACHE: reuse freed CUDA blocks per stream
+  int cache_max_mb = 1024;  // LIVEFUSE_CACHE_MAX_MB: freed memory kept per device (memory.cpp)
   // LIVEFUSE_PROFILE: CUDA plans run their steps one by one between events (no graph) and
   // record each fusion group's GPU time (inspect(), report: groups[].gpu_us). Diagnostic: it
   // synchronizes after every replay.
