@@ -213,6 +213,11 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
     chosen = empty;
   }
   sets_[chosen].last_run = runs_;
+  // A free set is held by no tensor of the program's: an address it took with data_ptr() from an
+  // earlier output is as dead as any freed tensor's, so the buffers are the plan's alone again
+  // (else every later window reading them would copy them: runtime/src/reachable.cpp).
+  for (const std::shared_ptr<Storage>& b : sets_[chosen].bufs)
+    if (b) b->exposed.store(false, std::memory_order_relaxed);
   use_set(values, chosen);
   return chosen;
 }
