@@ -28,7 +28,9 @@ if [ ! -f "$BUILD/liblivefuse.so" ]; then
 fi
 
 mkdir -p "$BUILD/lib"
-tbb=$(ldconfig -p | awk '$1 == "libtbb.so.12" { print $NF; exit }')
+# Not `ldconfig -p | awk '... exit'`: awk leaving early makes ldconfig die of SIGPIPE, which
+# pipefail turns into a failed pack now and then.
+tbb=$(ldconfig -p | awk '$1 == "libtbb.so.12" && !found { print $NF; found = 1 }')
 if [ -z "$tbb" ]; then
   echo "pack.sh: libtbb.so.12 not found by ldconfig -p" >&2
   exit 1
