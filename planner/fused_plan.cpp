@@ -173,6 +173,13 @@ bool FusedPlan::BindingSet::free() const {
   return !reserved;
 }
 
+namespace {
+// Runs of every CUDA plan, in order: the clock that idle sets of plans no longer running are
+// measured by. Sweeps every kSweepEvery runs; a set unused for kIdleClock runs of any plan goes.
+std::atomic<uint64_t> g_run_clock{0};
+constexpr uint64_t kSweepEvery = 256, kIdleClock = 4096;
+}  // namespace
+
 int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key) {
   int chosen = -1, empty = -1, lru = -1;
   for (size_t s = 0; s < sets_.size(); ++s) {
@@ -213,6 +220,7 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
     chosen = empty;
   }
   sets_[chosen].last_run = runs_;
+  sets_[chosen].last_clock = g_run_clock.load(std::memory_order_relaxed);
   // A free set is held by no tensor of the program's: an address it took with data_ptr() from an
   // earlier output is as dead as any freed tensor's, so the buffers are the plan's alone again
   // (else every later window reading them would copy them: runtime/src/reachable.cpp).
@@ -220,6 +228,22 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
     if (b) b->exposed.store(false, std::memory_order_relaxed);
   use_set(values, chosen);
   return chosen;
+}
+
+void FusedPlan::release_idle_sets(uint64_t now) {
+  std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  for (size_t s = 0; s < sets_.size(); ++s)
+    if (!sets_[s].bufs.empty() && sets_[s].free() && now - sets_[s].last_clock > kIdleClock)
+      evict_set(s);
+}
+
+void FusedPlan::sweep_other_plans(uint64_t now) {
+  const auto snap = PlanTable::get().snapshot();
+  if (!snap) return;
+  for (const auto& p : snap->plans)
+    if (p.get() != this)
+      if (auto* f = dynamic_cast<FusedPlan*>(p.get())) f->release_idle_sets(now);
 }
 
 void FusedPlan::free_idle_sets() {
@@ -306,6 +330,8 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
       shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
   // Every few runs, not per run: a replay costs about a microsecond of host time.
   if (runs_ % 32 == 0) free_idle_sets();
+  if (const uint64_t now = g_run_clock.fetch_add(1, std::memory_order_relaxed) + 1; now % kSweepEvery == 0)
+    sweep_other_plans(now);
   if (const EarlyLaunch e = w.early; e.launched()) {
     // Launched at the window's first call: hand its set's buffers to the outputs. (Shapes
     // follow from the externals, so they match; if not, the usual path below recomputes
@@ -313,6 +339,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
     w.early = {};
     sets_[e.set].reserved = false;
     sets_[e.set].last_run = runs_;
+    sets_[e.set].last_clock = g_run_clock.load(std::memory_order_relaxed);
     if (e.shapes == shape_key) {
       use_set(values, e.set);
       bind_written_views(values, w);

@@ -56,6 +56,7 @@ class FusedPlan final : public Plan {
     uint32_t stream = 0;
     bool reserved = false;  // an early launch writes it; completion hands it out
     uint64_t last_run = 0;  // runs_ when it was last bound
+    uint64_t last_clock = 0;  // the CUDA plans' run clock then (release_idle_sets)
     // Per value id; null where not written. Empty: a freed slot.
     std::vector<std::shared_ptr<Storage>> bufs;
     bool free() const;      // reusable: no tensor outside the set holds a buffer
@@ -64,6 +65,11 @@ class FusedPlan final : public Plan {
   static constexpr uint64_t kIdleRuns = 256;
   int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key);
   void free_idle_sets();
+  // Frees the free sets no run of any CUDA plan has used for a long while: a plan that stopped
+  // running (its shapes went away, another plan serves them) never reaches free_idle_sets.
+  // Called by other plans' runs now and then; skips a plan that is running (try_lock).
+  void release_idle_sets(uint64_t now);
+  void sweep_other_plans(uint64_t now);
   // Frees set `s`'s buffers, its graphs and the early launches into it.
   void evict_set(size_t s);
   void use_set(std::vector<Tensor>& values, int set) const;

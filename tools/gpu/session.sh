@@ -38,37 +38,8 @@ LIVEFUSE_JIT=nvrtc LIVEFUSE_CACHE_DIR=/tmp/lf-kcache-nvrtc timeout -k 5 150 "$B/
 echo "test_replacement with LIVEFUSE_JIT=nvrtc: rc=$? $(grep 'test cases' "$OUT/test_replacement_nvrtc.log")"
 pack_out
 
-echo "== user programs (tests/users): fusion on, off and unsampled, 3 runs each ($(( $(date +%s) - START )) s)"
-# Public headers only, the habits users have; a run passes only with eager's values, and with
-# fusion on only when plans engaged (tests/users/user_util.hpp).
-for prog in reachable_memory threads_and_exits kernel_errors; do
-  for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
-    for i in 1 2 3; do
-      log="$OUT/users_${prog}_$(echo "$mode" | tr -c 'A-Za-z0-9\n' '_')_$i.log"
-      env $mode timeout -k 5 60 "$B/tests/users/users_$prog" > "$log" 2>&1
-      echo "users_$prog [$mode] run $i rc=$? $(grep -c '^FAIL' "$log") failures" >> "$OUT/users.log"
-    done
-  done
-done
-for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
-  bad=0
-  for i in 1 2 3 4 5; do
-    env $mode timeout -k 5 60 "$B/tests/users/users_threads_and_exits" --exit 3 > /dev/null 2>&1
-    rc=$?
-    [ $rc -eq 3 ] || bad=$((bad + 1))
-  done
-  echo "users exit-pending [$mode] $bad of 5 runs did not exit with 3" >> "$OUT/users.log"
-  if [ $bad -gt 0 ] && command -v cuda-gdb > /dev/null; then
-    # Where it dies: a backtrace of every thread from a run that does (up to 3 tries).
-    for i in 1 2 3; do
-      env $mode timeout -k 5 120 cuda-gdb -q -batch -ex run -ex "thread apply all bt 25" \
-        --args "$B/tests/users/users_threads_and_exits" --exit 3 > "$OUT/exit_gdb_$i.log" 2>&1
-      grep -q "SIGSEGV\|SIGABRT" "$OUT/exit_gdb_$i.log" && { grep -A40 "SIGSEGV\|SIGABRT" "$OUT/exit_gdb_$i.log" | head -60; break; }
-    done
-  fi
-done
-cat "$OUT/users.log"
-for f in "$OUT"/users_*.log; do grep -q "^FAIL" "$f" && { echo "-- $f"; grep -v "^FAIL" "$f"; grep "^FAIL" "$f" | head -5; }; done
+echo "== user programs (tests/users): fusion on, off and unsampled ($(( $(date +%s) - START )) s)"
+bash tools/gpu/users.sh "$B" "$OUT"
 pack_out
 
 echo "== exits while compiling (Note: exit while compiling, kernels/jit/kernel_compiler.cpp)"
