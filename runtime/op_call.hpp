@@ -16,6 +16,7 @@
 //   reshape       i[0..ni) = target shape
 //   permute       i[0..ni) = permutation
 //   slice         i = {dim, start, end, step}, start/end clamped, step > 0
+//   expand        i[0..ni) = target shape, -1 resolved
 //   contiguous    -
 //   concat        i[0] = dim; inputs variadic
 //   embedding     inputs (weight, ids)
