@@ -68,7 +68,15 @@ void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) 
   const int64_t n = src.shape()[d], size = dst.shape()[d];
   LF_CHECK(pos >= 0 && pos + n <= size, op, "positions [", pos, ", ", pos + n,
            ") are out of range for dim ", d, " of size ", size, got);
-  copy_into(slice(dst, d, pos, pos + n), src);
+  // The destination view is made here, not by lf::slice: a traced slice call per write would
+  // enter the monitor's stream (and could itself be deferred) for nothing.
+  if (dst.numel() > 0 && src.numel() > 0) synced_data(dst);  // storage bound, pending work run
+  const TensorImpl& t = *dst.impl();
+  Shape shape = t.shape;
+  shape[d] = n;
+  const Tensor view(std::make_shared<TensorImpl>(t.storage, t.offset + pos * t.strides[d], shape,
+                                                 t.strides, t.dtype, t.device));
+  copy_into(view, src);
 }
 
 }  // namespace livefuse
