@@ -5,6 +5,8 @@
 #include <functional>
 #include <limits>
 
+#include "livefuse/config.hpp"
+#include "livefuse/inspect.hpp"
 #include "livefuse/livefuse.hpp"
 #include "tests/ops/ops_util.hpp"
 
@@ -218,4 +220,50 @@ TEST_CASE("index_copy / copy_into: bad positions, shapes and dtypes throw and ch
   for (double v : cache.to_doubles()) CHECK(v == 0.0);
   lf::index_copy(cache, 2, 3, kv);  // still usable afterwards
   CHECK(cache.to_doubles()[3 * 3] == 1.0);
+}
+
+namespace {
+struct FusionOn {
+  lf::Config saved = lf::config();
+  FusionOn() {
+    lf::Config c = saved;
+    c.mode = lf::Mode::on;
+    c.sample = 0;  // plans serve as soon as they are installed
+    lf::set_config_for_testing(c);
+  }
+  ~FusionOn() { lf::set_config_for_testing(saved); }
+};
+uint64_t served_calls() {
+  for (const lf::CounterGroup& g : lf::inspect().counters)
+    if (g.name == "matcher")
+      for (const auto& [k, v] : g.values)
+        if (k == "served") return v;
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("with fusion on, reads before an in-place write see the old values, reads after the new") {
+  FusionOn on;
+  const uint64_t served0 = served_calls();
+  Tensor cache = lf::zeros({4, 8});
+  std::vector<double> host(32, 0.0);
+  const Tensor x = rand_tensor({1, 8}, DType::f32, Device::cpu(), ++g_seed);
+  const std::vector<double> xv = x.to_doubles();
+  // Plans are made in the background: go on until they have served for a while (bounded).
+  int served_for = 0;
+  for (int it = 0; it < 20000 && served_for < 40; ++it) {
+    CAPTURE(it);
+    if (served_calls() > served0) ++served_for;
+    // A hot chain over the cache and an expanded row: deferred by a plan once one exists.
+    const Tensor before = lf::mul(lf::add(cache, lf::expand(x, {4, 8})), 2.0);
+    lf::index_copy(cache, 0, it % 4, lf::full({1, 8}, double(it)));
+    const Tensor after = lf::mul(lf::add(cache, lf::expand(x, {4, 8})), 2.0);
+    std::vector<double> want_before(32), want_after(32);
+    for (int i = 0; i < 32; ++i) want_before[i] = (host[i] + xv[i % 8]) * 2;
+    for (int j = 0; j < 8; ++j) host[(it % 4) * 8 + j] = it;
+    for (int i = 0; i < 32; ++i) want_after[i] = (host[i] + xv[i % 8]) * 2;
+    check_close(before, want_before, {4, 8}, DType::f32, 1e-6, 1e-6, "before the write");
+    check_close(after, want_after, {4, 8}, DType::f32, 1e-6, 1e-6, "after the write");
+  }
+  CHECK(served_calls() > served0);  // the chain was served by a plan, not only run eagerly
 }
