@@ -72,11 +72,24 @@ int64_t sample_row(const float* logits, int64_t vocab, const SampleOptions& o, u
 std::vector<int64_t> pick_tokens(const Tensor& logits, const SampleOptions& o,
                                  std::vector<uint64_t>& rng_state, std::vector<float>* kept) {
   const int64_t B = logits.dim(0), V = logits.dim(1);
+  std::vector<int64_t> out;
+  if (!kept && !o.greedy() && o.top_k > 0) {
+    // Only the k best of each row come to the host, in the order sample_row sorts them: the
+    // same token as sampling the whole row on the host, without copying a vocabulary per step.
+    const int64_t k = std::min(o.top_k, V);
+    const auto [values, indices] = topk(logits, k);
+    const std::vector<float> v = values.to_floats();
+    const std::vector<int64_t> idx = indices.to_int64s();
+    SampleOptions within = o;
+    within.top_k = 0;
+    for (int64_t b = 0; b < B; ++b)
+      out.push_back(idx[static_cast<size_t>(b * k + sample_row(v.data() + b * k, k, within, rng_state[static_cast<size_t>(b)]))]);
+    return out;
+  }
   std::vector<float> host;
   if (kept || !o.greedy()) host = logits.to_floats();
   if (kept) *kept = host;
   if (o.greedy()) return argmax(logits, 1).to_int64s();
-  std::vector<int64_t> out;
   for (int64_t b = 0; b < B; ++b)
     out.push_back(sample_row(host.data() + b * V, V, o, rng_state[static_cast<size_t>(b)]));
   return out;

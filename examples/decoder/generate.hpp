@@ -10,8 +10,9 @@
 namespace livefuse::decoder {
 
 // temperature 0: greedy (argmax on the device). Otherwise softmax(logits / temperature) on the
-// host, restricted to the top_k most likely tokens (0: all) and to the smallest set whose
-// probability reaches top_p (1: all), sampled from a generator seeded with `seed`.
+// host, restricted to the top_k most likely tokens (0: all; chosen on the device by lf::topk)
+// and to the smallest set whose probability reaches top_p (1: all), sampled from a generator
+// seeded with `seed`.
 struct SampleOptions {
   double temperature = 0.0;
   int64_t top_k = 0;

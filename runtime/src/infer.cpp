@@ -68,6 +68,15 @@ OutputInfos reduction(OpCall& c, const char* op) {
   LF_CHECK(c.inputs.size() == 1, op, "expected 1 input", given(c));
   const Tensor& x = c.inputs[0];
   LF_CHECK(x.rank() >= 1, op, "expected a tensor of rank >= 1", given(c));
+  if (c.op == OpId::topk) {
+    check_float(c, op, 0);
+    const int64_t n = x.shape()[x.rank() - 1], k = c.attrs.i[0];
+    LF_CHECK(k >= 1 && k <= n, op, "k must be in [1, ", n, "] (the last dim), got ", k, given(c));
+    Shape s = x.shape();
+    s[s.rank - 1] = k;
+    OutputInfos outs{OutputInfo{s, x.dtype()}, OutputInfo{s, DType::i64}};
+    return outs;
+  }
   LF_CHECK(x.dtype() != DType::boolean, op, "bool inputs are not supported (cast first)", given(c));
   if (c.op == OpId::mean) check_float(c, op, 0);
   const int d = normalize_dim(c.attrs.i[0], x.rank(), op);

@@ -108,6 +108,15 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return call1(OpId::argmax, x, dim_attrs(dim, keepdim));
 }
 
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k) {
+  OpCall c;
+  c.op = OpId::topk;
+  c.inputs.push_back(x);
+  c.attrs.push_int(k);
+  TensorList outs = Executor::submit(c);
+  return {std::move(outs[0]), std::move(outs[1])};
+}
+
 Tensor softmax(const Tensor& x, double scale, const Tensor& mask) {
   OpCall c;
   c.op = OpId::softmax;

@@ -216,6 +216,8 @@ TEST_CASE("decoder: sampling is reproducible from its seed; top_k 1 and tiny top
   s.temperature = 1.5, s.top_k = 50, s.top_p = 0.9, s.seed = 42;
   const auto a = lfd::generate(m, p, 12, lfd::CacheKind::concat, s).tokens;
   CHECK(lfd::generate(m, p, 12, lfd::CacheKind::fixed, s).tokens == a);
+  // top_k on the device (lf::topk) and over the whole row on the host pick the same tokens.
+  CHECK(lfd::generate(m, p, 12, lfd::CacheKind::concat, s, /*keep_logits=*/true).tokens == a);
   s.seed = 43;
   CHECK(lfd::generate(m, p, 12, lfd::CacheKind::concat, s).tokens != a);
   const auto greedy = lfd::generate(m, p, 12, lfd::CacheKind::concat).tokens;
@@ -223,6 +225,18 @@ TEST_CASE("decoder: sampling is reproducible from its seed; top_k 1 and tiny top
   CHECK(lfd::generate(m, p, 12, lfd::CacheKind::concat, s).tokens == greedy);
   s.top_k = 0, s.top_p = 1e-9;
   CHECK(lfd::generate(m, p, 12, lfd::CacheKind::concat, s).tokens == greedy);
+  {
+    // With fusion on, topk (two outputs) sits inside the decode windows plans are made of.
+    ModeGuard on(lf::Mode::on, 0);
+    s.seed = 42, s.top_k = 50, s.top_p = 0.9;
+    uint64_t served = 0;
+    for (int run = 0; run < 8 && served == 0; ++run) {
+      const uint64_t before = lfd::plan_use().served_calls;
+      CHECK(lfd::generate(m, p, 12, lfd::CacheKind::concat, s).tokens == a);
+      served = lfd::plan_use().served_calls - before;
+    }
+    CHECK(served > 0);
+  }
   // The sampler alone: the frequencies follow softmax(logits / T).
   const float logits[3] = {0.0f, std::log(2.0f), std::log(5.0f)};
   lfd::SampleOptions one;

@@ -1,6 +1,8 @@
 // The ops a decoder needs beyond an encoder's: comparisons (bool results, for causal masks),
-// sin/cos of large angles (rotary embeddings), expand (grouped-query attention) and the
-// in-place writes of a static KV cache (copy_into / index_copy), against float64 references.
+// sin/cos of large angles (rotary embeddings), expand (grouped-query attention), the in-place
+// writes of a static KV cache (copy_into / index_copy) and topk (sampling), against float64
+// references.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -266,4 +268,56 @@ TEST_CASE("with fusion on, reads before an in-place write see the old values, re
     check_close(after, want_after, {4, 8}, DType::f32, 1e-6, 1e-6, "after the write");
   }
   CHECK(served_calls() > served0);  // the chain was served by a plan, not only run eagerly
+}
+
+TEST_CASE("topk: the k largest of each row, largest first, ties by index, NaN first, any layout") {
+  for (Device dev : lftest::devices())
+    for (DType t : float_dtypes())
+      for (const auto& [shape, k] : {std::pair{Shape{5, 37}, int64_t{4}}, std::pair{Shape{2, 3, 1000}, int64_t{50}},
+                                     std::pair{Shape{1, 70000}, int64_t{8}}, std::pair{Shape{3, 6}, int64_t{6}}}) {
+        // Values on a grid (ties) with one NaN in the first row.
+        const Tensor g = grid_tensor(shape, DType::f32, dev, ++g_seed);
+        std::vector<double> xv = g.to_doubles();
+        xv[3] = std::nan("");
+        std::vector<float> xf(xv.begin(), xv.end());
+        const Tensor x = lf::from_floats(xf, shape, t, dev);
+        xv = x.to_doubles();  // as rounded to t
+        const int64_t n = shape[shape.rank - 1], rows = shape.numel() / n;
+        std::vector<double> want_v, want_i;
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<int64_t> o(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) o[i] = i;
+          const double* row = xv.data() + r * n;
+          std::stable_sort(o.begin(), o.end(), [&](int64_t a, int64_t b) {
+            const bool na = std::isnan(row[a]), nb = std::isnan(row[b]);
+            if (na != nb) return na;
+            return !na && row[a] > row[b];
+          });
+          for (int64_t j = 0; j < k; ++j) want_v.push_back(row[o[j]]), want_i.push_back(double(o[j]));
+        }
+        Shape out = shape;
+        out[out.rank - 1] = k;
+        auto [v, i] = lf::topk(x, k);
+        check_equal(v, want_v, out, t, case_name("topk values", t, dev, shape.str()));
+        check_equal(i, want_i, out, DType::i64, case_name("topk indices", t, dev, shape.str()));
+      }
+  for (Device dev : lftest::devices()) {
+    // A transposed input: rows are columns of the stored matrix.
+    const Tensor base = rand_tensor({40, 3}, DType::f32, dev, ++g_seed);
+    auto [v, i] = lf::topk(base.transpose(0, 1), 2);
+    const std::vector<double> b = base.to_doubles();
+    std::vector<double> want_v, want_i;
+    for (int c = 0; c < 3; ++c) {
+      std::vector<int> o(40);
+      for (int r = 0; r < 40; ++r) o[r] = r;
+      std::stable_sort(o.begin(), o.end(), [&](int p, int q) { return b[p * 3 + c] > b[q * 3 + c]; });
+      for (int j = 0; j < 2; ++j) want_v.push_back(b[o[j] * 3 + c]), want_i.push_back(o[j]);
+    }
+    check_equal(v, want_v, {3, 2}, DType::f32, "topk of a transposed view on " + dev.str());
+    check_equal(i, want_i, {3, 2}, DType::i64, "topk indices of a transposed view on " + dev.str());
+  }
+  const Tensor x = lf::zeros({2, 5});
+  CHECK(contains(error_of([&] { lf::topk(x, 6); }), "k must be in [1, 5]"));
+  CHECK(contains(error_of([&] { lf::topk(x, 0); }), "topk"));
+  CHECK(contains(error_of([&] { lf::topk(lf::zeros({4}, DType::i64), 1); }), "floating"));
 }

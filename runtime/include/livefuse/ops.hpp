@@ -3,6 +3,7 @@
 // single dispatch path (tracing, plan matching and eager execution all hang off it).
 // Binary ops broadcast like NumPy and require both operands to have one dtype (cast first).
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "livefuse/tensor.hpp"
@@ -62,6 +63,9 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // i64 result
+// The k largest values along the last dim, largest first (ties: lower index first; NaN ranks
+// above every number), and their indices (i64). Floating inputs.
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k);
 
 // ---- normalisation (over the last dim) --------------------------------------------------
 // softmax(x * scale + mask); mask (optional) is additive, same dtype, broadcastable to x.

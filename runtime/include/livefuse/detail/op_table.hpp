@@ -51,6 +51,7 @@
   X(mean, 1, Reduction, kF, 0)                                                 \
   X(max, 1, Reduction, kInt, 0)                                                \
   X(argmax, 1, Reduction, kInt, 0)                                             \
+  X(topk, 1, Reduction, kF, 0)                                                 \
   X(softmax, -1, Normalization, kF, 0)                                         \
   X(layer_norm, -1, Normalization, kF, 0)                                      \
   X(rms_norm, -1, Normalization, kF, 0)                                        \
