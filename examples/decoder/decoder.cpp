@@ -8,8 +8,8 @@ namespace livefuse::decoder {
 
 KvCache KvCache::make(const DecoderModel& model, CacheKind kind, int64_t batch, int64_t capacity) {
   const DecoderConfig& c = model.config();
-  LF_CHECK(batch > 0 && capacity > 0, "decoder", "a KV cache needs batch > 0 and capacity > 0, got ",
-           batch, " and ", capacity);
+  LF_CHECK(batch > 0 && capacity > 0, "decoder",
+           "a KV cache needs batch > 0 and capacity > 0, got ", batch, " and ", capacity);
   LF_CHECK(c.arch != Arch::gpt2 || capacity <= c.max_position_embeddings, "decoder", "capacity ",
            capacity, " exceeds GPT-2's n_positions ", c.max_position_embeddings);
   KvCache kv;
@@ -70,7 +70,9 @@ Tensor DecoderModel::gpt2_block(int layer, const Tensor& h, KvCache& cache,
   const DecoderLayer& l = layers_[static_cast<size_t>(layer)];
   const int64_t B = h.dim(0), T = h.dim(1), C = cfg_.hidden_size, H = cfg_.num_attention_heads;
   const Tensor qkv = linear(norm(h, l.ln1_w, l.ln1_b), l.qkv_w, l.qkv_b);  // [B, T, 3C]
-  const auto head = [&](int64_t i) { return reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, H, C / H}); };
+  const auto head = [&](int64_t i) {
+    return reshape(slice(qkv, 2, i * C, (i + 1) * C), {B, T, H, C / H});
+  };
   const Tensor a = attention(layer, head(0), head(1), head(2), cache, mask);
   const Tensor x = add(h, linear(a, l.o_w, l.o_b));
   Tensor m = linear(norm(x, l.ln2_w, l.ln2_b), l.up_w, l.up_b);

@@ -150,11 +150,11 @@ class DecoderModel {
   DecoderConfig cfg_;
   DType dtype_;
   Device device_;
-  Tensor embed_, pos_embed_;   // wte / embed_tokens; wpe (GPT-2)
-  Tensor final_w_, final_b_;   // ln_f / norm
-  Tensor head_;                // lm_head.weight, or embed_ when tied
+  Tensor embed_, pos_embed_;  // wte / embed_tokens; wpe (GPT-2)
+  Tensor final_w_, final_b_;  // ln_f / norm
+  Tensor head_;               // lm_head.weight, or embed_ when tied
   std::vector<DecoderLayer> layers_;
-  Tensor inv_freq_;            // Llama: [1, head_dim / 2] f32, as HF's rotary embedding
+  Tensor inv_freq_;              // Llama: [1, head_dim / 2] f32, as HF's rotary embedding
   Tensor mask_zero_, mask_off_;  // rank 0: what a kept / masked score gets added
 };
 

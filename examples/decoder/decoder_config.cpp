@@ -50,8 +50,9 @@ void DecoderConfig::validate() const {
   positive(num_key_value_heads, "num_key_value_heads");
   positive(intermediate_size, "intermediate_size");
   positive(max_position_embeddings, "max_position_embeddings");
-  LF_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "decoder", "config: hidden_size ",
-           hidden_size, " is not a multiple of num_attention_heads ", num_attention_heads);
+  LF_CHECK(head_dim > 0 || hidden_size % num_attention_heads == 0, "decoder",
+           "config: hidden_size ", hidden_size, " is not a multiple of num_attention_heads ",
+           num_attention_heads);
   LF_CHECK(num_attention_heads % num_key_value_heads == 0, "decoder",
            "config: num_attention_heads ", num_attention_heads,
            " is not a multiple of num_key_value_heads ", num_key_value_heads);
@@ -64,8 +65,8 @@ void DecoderConfig::validate() const {
              "config: GPT-2 has no grouped-query attention");
     LF_CHECK(hidden_size == num_attention_heads * head_size(), "decoder",
              "config: GPT-2's head_dim is hidden_size / n_head");
-    LF_CHECK(hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu" ||
-                 hidden_act == "relu",
+    LF_CHECK(hidden_act == "gelu_new" || hidden_act == "gelu_pytorch_tanh" ||
+                 hidden_act == "gelu" || hidden_act == "relu",
              "decoder", "config: activation_function \"", hidden_act,
              "\" is not supported (gelu_new, gelu_pytorch_tanh, gelu, relu)");
   } else {
@@ -105,7 +106,8 @@ DecoderConfig DecoderConfig::preset(std::string_view name) {
     c.intermediate_size = 8192, c.max_position_embeddings = 131072;
     c.norm_eps = 1e-5, c.rope_theta = 500000.0, c.tie_word_embeddings = true;
   } else {
-    LF_CHECK(false, "decoder", "unknown preset '", name, "' (gpt2-tiny, llama-tiny, gpt2, llama-1b)");
+    LF_CHECK(false, "decoder", "unknown preset '", name,
+             "' (gpt2-tiny, llama-tiny, gpt2, llama-1b)");
   }
   c.validate();
   return c;
@@ -223,12 +225,12 @@ std::string DecoderConfig::to_json() const {
          {"mlp_bias", mlp_bias},
          {"attention_dropout", 0.0}};
     if (!rope_scaling.type.empty())
-      j["rope_scaling"] = {{"rope_type", rope_scaling.type},
-                           {"factor", rope_scaling.factor},
-                           {"low_freq_factor", rope_scaling.low_freq_factor},
-                           {"high_freq_factor", rope_scaling.high_freq_factor},
-                           {"original_max_position_embeddings",
-                            rope_scaling.original_max_position_embeddings}};
+      j["rope_scaling"] = {
+          {"rope_type", rope_scaling.type},
+          {"factor", rope_scaling.factor},
+          {"low_freq_factor", rope_scaling.low_freq_factor},
+          {"high_freq_factor", rope_scaling.high_freq_factor},
+          {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
   }
   return j.dump(2);
 }
@@ -297,7 +299,8 @@ std::vector<float> rope_inv_freq(const DecoderConfig& c) {
     for (float& x : f) x = static_cast<float>(x / r.factor);
   } else if (r.type == "llama3") {
     const double old_len = static_cast<double>(r.original_max_position_embeddings);
-    const double low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
+    const double low_wavelen = old_len / r.low_freq_factor,
+                 high_wavelen = old_len / r.high_freq_factor;
     for (float& x : f) {
       const double wavelen = 2 * M_PI / x;
       if (wavelen < high_wavelen) continue;  // high frequencies stay
@@ -319,6 +322,8 @@ CacheKind parse_cache_kind(std::string_view s) {
   LF_CHECK(false, "decoder", "unknown cache kind '", s, "' (concat, static)");
 }
 
-std::string_view cache_kind_name(CacheKind k) { return k == CacheKind::concat ? "concat" : "static"; }
+std::string_view cache_kind_name(CacheKind k) {
+  return k == CacheKind::concat ? "concat" : "static";
+}
 
 }  // namespace livefuse::decoder

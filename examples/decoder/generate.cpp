@@ -83,7 +83,8 @@ std::vector<int64_t> pick_tokens(const Tensor& logits, const SampleOptions& o,
     SampleOptions within = o;
     within.top_k = 0;
     for (int64_t b = 0; b < B; ++b)
-      out.push_back(idx[static_cast<size_t>(b * k + sample_row(v.data() + b * k, k, within, rng_state[static_cast<size_t>(b)]))]);
+      out.push_back(idx[static_cast<size_t>(
+          b * k + sample_row(v.data() + b * k, k, within, rng_state[static_cast<size_t>(b)]))]);
     return out;
   }
   std::vector<float> host;
@@ -114,14 +115,16 @@ GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t
   const int64_t B = prompt.dim(0), T = prompt.dim(1);
   KvCache cache = KvCache::make(model, kind, B, T + steps);
   std::vector<uint64_t> rng(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) rng[static_cast<size_t>(b)] = sample.seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(b);
+  for (int64_t b = 0; b < B; ++b)
+    rng[static_cast<size_t>(b)] = sample.seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(b);
   GenerateResult r;
   r.tokens.assign(static_cast<size_t>(B), {});
   std::vector<float> kept;
   const auto take = [&](const Tensor& logits) {
     const std::vector<int64_t> t = pick_tokens(logits, sample, rng, keep_logits ? &kept : nullptr);
     if (keep_logits) r.logits.push_back(kept);
-    for (int64_t b = 0; b < B; ++b) r.tokens[static_cast<size_t>(b)].push_back(t[static_cast<size_t>(b)]);
+    for (int64_t b = 0; b < B; ++b)
+      r.tokens[static_cast<size_t>(b)].push_back(t[static_cast<size_t>(b)]);
     return t;
   };
   auto t0 = std::chrono::steady_clock::now();

@@ -60,8 +60,8 @@ void copy_into(const Tensor& dst, const Tensor& src) {
 void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) {
   const char* op = "index_copy";
   LF_CHECK(dst.defined() && src.defined(), op, "destination and source must be defined");
-  const std::string got = " (got destination " + dst.str() + ", source " + src.str() +
-                          ", dim " + std::to_string(dim) + ", position " + std::to_string(pos) + ")";
+  const std::string got = " (got destination " + dst.str() + ", source " + src.str() + ", dim " +
+                          std::to_string(dim) + ", position " + std::to_string(pos) + ")";
   LF_CHECK(src.rank() == dst.rank(), op, "source rank ", src.rank(), " must equal the",
            " destination's ", dst.rank(), got);
   const int d = normalize_dim(dim, dst.rank(), op);

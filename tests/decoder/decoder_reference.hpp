@@ -47,7 +47,8 @@ inline Mat layer_norm(const Mat& x, const std::vector<double>& w, const std::vec
     for (double v : row) var += (v - mean) * (v - mean);
     var /= n;
     const double r = 1 / std::sqrt(var + eps);
-    for (size_t i = 0; i < row.size(); ++i) row[i] = (row[i] - mean) * r * w[i] + (b ? (*b)[i] : 0.0);
+    for (size_t i = 0; i < row.size(); ++i)
+      row[i] = (row[i] - mean) * r * w[i] + (b ? (*b)[i] : 0.0);
   }
   return y;
 }
@@ -80,10 +81,12 @@ inline void rope(Mat& x, int64_t heads, int64_t D, double theta) {
   for (size_t t = 0; t < x.size(); ++t)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < D / 2; ++i) {
-        const double a = static_cast<double>(t) / std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(D));
+        const double a = static_cast<double>(t) /
+                         std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(D));
         double& x1 = x[t][h * D + i];
         double& x2 = x[t][h * D + i + D / 2];
-        const double r1 = x1 * std::cos(a) - x2 * std::sin(a), r2 = x2 * std::cos(a) + x1 * std::sin(a);
+        const double r1 = x1 * std::cos(a) - x2 * std::sin(a),
+                     r2 = x2 * std::cos(a) + x1 * std::sin(a);
         x1 = r1, x2 = r2;
       }
 }
@@ -113,7 +116,8 @@ inline std::vector<double> last_logits(const lfd::DecoderConfig& c, const Params
         k[t].assign(qkv[t].begin() + C, qkv[t].begin() + 2 * C);
         v[t].assign(qkv[t].begin() + 2 * C, qkv[t].end());
       }
-      o = dense(attention(q, k, v, H, H, D), p("attn.c_proj.weight"), &p("attn.c_proj.bias"), C, C, true);
+      o = dense(attention(q, k, v, H, H, D), p("attn.c_proj.weight"), &p("attn.c_proj.bias"), C, C,
+                true);
     } else {
       const Mat a = layer_norm(h, p("input_layernorm.weight"), nullptr, c.norm_eps, true);
       Mat q = dense(a, p("self_attn.q_proj.weight"), nullptr, C, H * D, false);
@@ -121,7 +125,8 @@ inline std::vector<double> last_logits(const lfd::DecoderConfig& c, const Params
       const Mat v = dense(a, p("self_attn.v_proj.weight"), nullptr, C, Hkv * D, false);
       rope(q, H, D, c.rope_theta);
       rope(k, Hkv, D, c.rope_theta);
-      o = dense(attention(q, k, v, H, Hkv, D), p("self_attn.o_proj.weight"), nullptr, H * D, C, false);
+      o = dense(attention(q, k, v, H, Hkv, D), p("self_attn.o_proj.weight"), nullptr, H * D, C,
+                false);
     }
     for (size_t t = 0; t < h.size(); ++t)
       for (int64_t i = 0; i < C; ++i) h[t][i] += o[t][i];
@@ -145,7 +150,8 @@ inline std::vector<double> last_logits(const lfd::DecoderConfig& c, const Params
       for (int64_t i = 0; i < C; ++i) h[t][i] += m[t][i];
   }
   const Mat last{h.back()};
-  const Mat n = gpt2 ? layer_norm(last, P.at("transformer.ln_f.weight"), &P.at("transformer.ln_f.bias"), c.norm_eps, false)
+  const Mat n = gpt2 ? layer_norm(last, P.at("transformer.ln_f.weight"),
+                                  &P.at("transformer.ln_f.bias"), c.norm_eps, false)
                      : layer_norm(last, P.at("model.norm.weight"), nullptr, c.norm_eps, true);
   const auto& head = c.tie_word_embeddings ? emb : P.at("lm_head.weight");
   return dense(n, head, nullptr, C, V, false)[0];

@@ -29,7 +29,8 @@ struct ModeGuard {
 
 // The tiny configs of the suite, written here (no network, no files but our own).
 lfd::DecoderConfig tiny(lfd::Arch arch) {
-  lfd::DecoderConfig c = lfd::DecoderConfig::preset(arch == lfd::Arch::gpt2 ? "gpt2-tiny" : "llama-tiny");
+  lfd::DecoderConfig c =
+      lfd::DecoderConfig::preset(arch == lfd::Arch::gpt2 ? "gpt2-tiny" : "llama-tiny");
   c.vocab_size = 384;
   c.num_hidden_layers = 2;
   return c;
@@ -91,7 +92,8 @@ TEST_CASE("decoder tiny f32: greedy tokens and logits match the reference, both 
     for (const lfd::CacheKind kind : {lfd::CacheKind::concat, lfd::CacheKind::fixed}) {
       CAPTURE(arch == lfd::Arch::gpt2 ? "gpt2" : "llama");
       CAPTURE(lfd::cache_kind_name(kind));
-      const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(arch), 3, lf::DType::f32, lf::Device::cpu(), kInitStd);
+      const lfd::DecoderModel m =
+          lfd::DecoderModel::random(tiny(arch), 3, lf::DType::f32, lf::Device::cpu(), kInitStd);
       const lf::Tensor p = prompt(2, 5, m.config().vocab_size, m.device());
       const lfd::GenerateResult r = lfd::generate(m, p, kSteps, kind, {}, true);
       REQUIRE(r.tokens.size() == 2);
@@ -106,7 +108,8 @@ TEST_CASE("decoder tiny: fusion on serves plans and gives fusion off's tokens, b
     for (const lfd::CacheKind kind : {lfd::CacheKind::concat, lfd::CacheKind::fixed}) {
       CAPTURE(arch == lfd::Arch::gpt2 ? "gpt2" : "llama");
       CAPTURE(lfd::cache_kind_name(kind));
-      const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(arch), 4, lf::DType::f32, lf::Device::cpu(), kInitStd);
+      const lfd::DecoderModel m =
+          lfd::DecoderModel::random(tiny(arch), 4, lf::DType::f32, lf::Device::cpu(), kInitStd);
       const lf::Tensor p = prompt(1, 6, m.config().vocab_size, m.device());
       lfd::GenerateResult eager;
       {
@@ -133,9 +136,12 @@ TEST_CASE("decoder tiny: fusion on serves plans and gives fusion off's tokens, b
     }
 }
 
-TEST_CASE("decoder: concat and static caches give the same logits; prefill then steps equals one prefill") {
+TEST_CASE(
+    "decoder: concat and static caches give the same logits; prefill then steps equals one "
+    "prefill") {
   ModeGuard off(lf::Mode::off);
-  const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(lfd::Arch::llama), 5, lf::DType::f32, lf::Device::cpu(), kInitStd);
+  const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(lfd::Arch::llama), 5, lf::DType::f32,
+                                                        lf::Device::cpu(), kInitStd);
   const lf::Tensor p = prompt(1, 7, m.config().vocab_size, m.device());
   lfd::KvCache whole = lfd::KvCache::make(m, lfd::CacheKind::fixed, 1, 16);
   const std::vector<float> once = m.forward(p, whole).to_floats();
@@ -156,34 +162,41 @@ TEST_CASE("decoder f16 / bf16 stay near the reference of their rounded weights")
   for (const lf::DType dt : {lf::DType::f16, lf::DType::bf16})
     for (const lfd::Arch arch : {lfd::Arch::gpt2, lfd::Arch::llama}) {
       CAPTURE(lf::dtype_name(dt));
-      const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(arch), 6, dt, lf::Device::cpu(), kInitStd);
+      const lfd::DecoderModel m =
+          lfd::DecoderModel::random(tiny(arch), 6, dt, lf::Device::cpu(), kInitStd);
       const lf::Tensor p = prompt(1, 6, m.config().vocab_size, m.device());
       lfd::KvCache kv = lfd::KvCache::make(m, lfd::CacheKind::fixed, 1, 6);
       const lf::Tensor logits = m.forward(p, kv);
       CHECK(logits.dtype() == dt);
       const std::vector<float> got = logits.to_floats();
-      const auto want = decoder_ref::last_logits(m.config(), decoder_ref::params_of(m), p.to_int64s());
+      const auto want =
+          decoder_ref::last_logits(m.config(), decoder_ref::params_of(m), p.to_int64s());
       CHECK(rel_error(got.data(), want) <= (dt == lf::DType::f16 ? 2e-2 : 6e-2));
     }
 }
 
 TEST_CASE("decoder: Hugging Face config.json and safetensors round trip") {
   ModeGuard off(lf::Mode::off);
-  const auto dir = std::filesystem::temp_directory_path() / ("lf-decoder-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("lf-decoder-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   for (const lfd::Arch arch : {lfd::Arch::gpt2, lfd::Arch::llama}) {
     lfd::DecoderConfig cfg = tiny(arch);
     if (arch == lfd::Arch::llama) cfg.tie_word_embeddings = false;  // lm_head.weight on disk
-    const lfd::DecoderModel m = lfd::DecoderModel::random(cfg, 7, lf::DType::f32, lf::Device::cpu(), kInitStd);
-    const std::string cj = (dir / "config.json").string(), st = (dir / "model.safetensors").string();
+    const lfd::DecoderModel m =
+        lfd::DecoderModel::random(cfg, 7, lf::DType::f32, lf::Device::cpu(), kInitStd);
+    const std::string cj = (dir / "config.json").string(),
+                      st = (dir / "model.safetensors").string();
     std::ofstream(cj) << cfg.to_json();
     lf::safetensors::write(st, m.named_parameters());
     const lfd::DecoderConfig back = lfd::DecoderConfig::from_json_file(cj);
     CHECK(back.to_json() == cfg.to_json());
-    const lfd::DecoderModel loaded = lfd::DecoderModel::from_safetensors(back, st, lf::DType::f32, lf::Device::cpu());
+    const lfd::DecoderModel loaded =
+        lfd::DecoderModel::from_safetensors(back, st, lf::DType::f32, lf::Device::cpu());
     CHECK(loaded.num_parameters() == m.num_parameters());
     const lf::Tensor p = prompt(1, 4, cfg.vocab_size, m.device());
-    lfd::KvCache a = lfd::KvCache::make(m, lfd::CacheKind::concat, 1, 4), b = lfd::KvCache::make(loaded, lfd::CacheKind::concat, 1, 4);
+    lfd::KvCache a = lfd::KvCache::make(m, lfd::CacheKind::concat, 1, 4),
+                 b = lfd::KvCache::make(loaded, lfd::CacheKind::concat, 1, 4);
     CHECK(m.forward(p, a).to_floats() == loaded.forward(p, b).to_floats());
   }
   // A Llama config as transformers writes it, with llama3 rope scaling and GQA.
@@ -198,19 +211,22 @@ TEST_CASE("decoder: Hugging Face config.json and safetensors round trip") {
   CHECK(c.rope_scaling.type == "llama3");
   const std::vector<float> f = lfd::rope_inv_freq(c);
   CHECK(f.size() == 8);
-  CHECK(f[0] == doctest::Approx(1.0));                  // high frequency: unchanged
+  CHECK(f[0] == doctest::Approx(1.0));                     // high frequency: unchanged
   CHECK(f[7] < 1.0 / std::pow(500000.0, 14.0 / 16) / 31);  // low frequency: divided by 32
   CHECK_THROWS_WITH_AS(lfd::DecoderConfig::from_json_text(R"({"model_type": "mistral"})", "x.json"),
                        doctest::Contains("not supported"), lf::Error);
-  CHECK_THROWS_WITH_AS(lfd::DecoderConfig::from_json_text(
-                           R"({"model_type": "llama", "num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 48})", "x.json"),
-                       doctest::Contains("num_key_value_heads"), lf::Error);
+  CHECK_THROWS_WITH_AS(
+      lfd::DecoderConfig::from_json_text(
+          R"({"model_type": "llama", "num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 48})",
+          "x.json"),
+      doctest::Contains("num_key_value_heads"), lf::Error);
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("decoder: sampling is reproducible from its seed; top_k 1 and tiny top_p are greedy") {
   ModeGuard off(lf::Mode::off);
-  const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(lfd::Arch::gpt2), 8, lf::DType::f32, lf::Device::cpu(), kInitStd);
+  const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(lfd::Arch::gpt2), 8, lf::DType::f32,
+                                                        lf::Device::cpu(), kInitStd);
   const lf::Tensor p = prompt(2, 4, m.config().vocab_size, m.device());
   lfd::SampleOptions s;
   s.temperature = 1.5, s.top_k = 50, s.top_p = 0.9, s.seed = 42;
@@ -252,18 +268,24 @@ TEST_CASE("decoder: sampling is reproducible from its seed; top_k 1 and tiny top
 }
 
 TEST_CASE("decoder: misuse is an error naming what was wrong, and the cache stays usable") {
-  const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(lfd::Arch::llama), 9, lf::DType::f32, lf::Device::cpu(), kInitStd);
+  const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(lfd::Arch::llama), 9, lf::DType::f32,
+                                                        lf::Device::cpu(), kInitStd);
   lfd::KvCache kv = lfd::KvCache::make(m, lfd::CacheKind::fixed, 1, 4);
-  CHECK_THROWS_WITH_AS(m.forward(prompt(1, 5, 100, m.device()), kv), doctest::Contains("capacity"), lf::Error);
-  CHECK_THROWS_WITH_AS(m.forward(prompt(2, 1, 100, m.device()), kv), doctest::Contains("batch"), lf::Error);
+  CHECK_THROWS_WITH_AS(m.forward(prompt(1, 5, 100, m.device()), kv), doctest::Contains("capacity"),
+                       lf::Error);
+  CHECK_THROWS_WITH_AS(m.forward(prompt(2, 1, 100, m.device()), kv), doctest::Contains("batch"),
+                       lf::Error);
   CHECK(kv.length() == 0);
   m.forward(prompt(1, 4, 100, m.device()), kv);
   CHECK(kv.length() == 4);
-  CHECK_THROWS_WITH_AS(lfd::parse_cache_kind("paged"), doctest::Contains("concat, static"), lf::Error);
-  CHECK_THROWS_WITH_AS(lfd::DecoderConfig::preset("gpt5"), doctest::Contains("unknown preset"), lf::Error);
+  CHECK_THROWS_WITH_AS(lfd::parse_cache_kind("paged"), doctest::Contains("concat, static"),
+                       lf::Error);
+  CHECK_THROWS_WITH_AS(lfd::DecoderConfig::preset("gpt5"), doctest::Contains("unknown preset"),
+                       lf::Error);
 }
 
-LF_CUDA_TEST_CASE("decoder tiny on CUDA: reference tokens and logits, fusion off and on, both caches") {
+LF_CUDA_TEST_CASE(
+    "decoder tiny on CUDA: reference tokens and logits, fusion off and on, both caches") {
   const lf::Device gpu = lf::Device::cuda(0);
   for (const lf::Mode mode : {lf::Mode::off, lf::Mode::on}) {
     ModeGuard guard(mode, 0);
@@ -272,15 +294,18 @@ LF_CUDA_TEST_CASE("decoder tiny on CUDA: reference tokens and logits, fusion off
         CAPTURE(lf::mode_name(mode));
         CAPTURE(arch == lfd::Arch::gpt2 ? "gpt2" : "llama");
         CAPTURE(lfd::cache_kind_name(kind));
-        const lfd::DecoderModel m = lfd::DecoderModel::random(tiny(arch), 10, lf::DType::f32, gpu, kInitStd);
+        const lfd::DecoderModel m =
+            lfd::DecoderModel::random(tiny(arch), 10, lf::DType::f32, gpu, kInitStd);
         const lf::Tensor p = prompt(2, 5, m.config().vocab_size, gpu);
-        for (int run = 0; run < 3; ++run) check_against_reference(m, p, lfd::generate(m, p, kSteps, kind, {}, true), 1e-4);
+        for (int run = 0; run < 3; ++run)
+          check_against_reference(m, p, lfd::generate(m, p, kSteps, kind, {}, true), 1e-4);
         for (const lf::DType dt : {lf::DType::f16, lf::DType::bf16}) {
           const lfd::DecoderModel h = lfd::DecoderModel::random(tiny(arch), 10, dt, gpu, kInitStd);
           lfd::KvCache kv = lfd::KvCache::make(h, kind, 1, 6);
           const lf::Tensor q = prompt(1, 6, h.config().vocab_size, gpu);
           const std::vector<float> got = h.forward(q, kv).to_floats();
-          const auto want = decoder_ref::last_logits(h.config(), decoder_ref::params_of(h), q.to_int64s());
+          const auto want =
+              decoder_ref::last_logits(h.config(), decoder_ref::params_of(h), q.to_int64s());
           CHECK(rel_error(got.data(), want) <= (dt == lf::DType::f16 ? 2e-2 : 6e-2));
         }
       }

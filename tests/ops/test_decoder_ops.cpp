@@ -144,10 +144,12 @@ TEST_CASE("expand: a stride-0 view that elementwise ops, copies and matmul read"
         for (int i = 0; i < 3; ++i)
           for (int j = 0; j < 6; ++j) {
             double acc = 0;
-            for (int d = 0; d < 8; ++d) acc += qv[((b * 4 + h) * 3 + i) * 8 + d] * kv[(b * 6 + j) * 8 + d];
+            for (int d = 0; d < 8; ++d)
+              acc += qv[((b * 4 + h) * 3 + i) * 8 + d] * kv[(b * 6 + j) * 8 + d];
             want.push_back(acc);
           }
-    check_close(s, want, {2, 4, 3, 6}, DType::f32, 1e-5, 1e-5, "expand into matmul on " + dev.str());
+    check_close(s, want, {2, 4, 3, 6}, DType::f32, 1e-5, 1e-5,
+                "expand into matmul on " + dev.str());
   }
 }
 
@@ -194,7 +196,8 @@ TEST_CASE("index_copy / copy_into write a cache slice in place, in eager order")
       std::vector<double> shifted = want;
       for (int bh = 0; bh < 6; ++bh)
         for (int p = 0; p < 5; ++p)
-          for (int d = 0; d < 4; ++d) shifted[(bh * 6 + p) * 4 + d] = want[(bh * 6 + p + 1) * 4 + d];
+          for (int d = 0; d < 4; ++d)
+            shifted[(bh * 6 + p) * 4 + d] = want[(bh * 6 + p + 1) * 4 + d];
       check_equal(cache, shifted, {2, 3, 6, 4}, t, case_name("overlapping copy_into", t, dev));
     }
 }
@@ -207,14 +210,22 @@ TEST_CASE("index_copy / copy_into: bad positions, shapes and dtypes throw and ch
   CHECK(contains(e, "out of range"));
   CHECK(contains(e, "[1, 2, 4, 3]"));
   CHECK(contains(error_of([&] { lf::index_copy(cache, 2, -1, kv); }), "out of range"));
-  CHECK(contains(error_of([&] { lf::index_copy(cache, 2, 2, lf::full({1, 2, 3, 3}, 1.0)); }),
+  CHECK(contains(error_of([&] {
+                   lf::index_copy(cache, 2, 2, lf::full({1, 2, 3, 3}, 1.0));
+                 }),
                  "out of range"));
-  CHECK(contains(error_of([&] { lf::index_copy(cache, 2, 0, lf::full({1, 2, 1, 4}, 1.0)); }),
+  CHECK(contains(error_of([&] {
+                   lf::index_copy(cache, 2, 0, lf::full({1, 2, 1, 4}, 1.0));
+                 }),
                  "must equal"));
-  CHECK(contains(error_of([&] { lf::index_copy(cache, 2, 0, lf::full({1, 2, 1, 3}, 1.0, DType::f16)); }),
+  CHECK(contains(error_of([&] {
+                   lf::index_copy(cache, 2, 0, lf::full({1, 2, 1, 3}, 1.0, DType::f16));
+                 }),
                  "dtype"));
   CHECK(contains(error_of([&] { lf::index_copy(cache, 2, 0, lf::full({2, 3}, 1.0)); }), "rank"));
-  CHECK(contains(error_of([&] { lf::copy_into(lf::expand(lf::zeros({1, 3}), {4, 3}), lf::zeros({4, 3})); }),
+  CHECK(contains(error_of([&] {
+                   lf::copy_into(lf::expand(lf::zeros({1, 3}), {4, 3}), lf::zeros({4, 3}));
+                 }),
                  "broadcast"));
   const Tensor w = lf::zeros({4, 3});
   w.mark_immutable();
@@ -244,7 +255,8 @@ uint64_t served_calls() {
 }
 }  // namespace
 
-TEST_CASE("with fusion on, reads before an in-place write see the old values, reads after the new") {
+TEST_CASE(
+    "with fusion on, reads before an in-place write see the old values, reads after the new") {
   FusionOn on;
   const uint64_t served0 = served_calls();
   Tensor cache = lf::zeros({4, 8});
@@ -273,8 +285,9 @@ TEST_CASE("with fusion on, reads before an in-place write see the old values, re
 TEST_CASE("topk: the k largest of each row, largest first, ties by index, NaN first, any layout") {
   for (Device dev : lftest::devices())
     for (DType t : float_dtypes())
-      for (const auto& [shape, k] : {std::pair{Shape{5, 37}, int64_t{4}}, std::pair{Shape{2, 3, 1000}, int64_t{50}},
-                                     std::pair{Shape{1, 70000}, int64_t{8}}, std::pair{Shape{3, 6}, int64_t{6}}}) {
+      for (const auto& [shape, k] :
+           {std::pair{Shape{5, 37}, int64_t{4}}, std::pair{Shape{2, 3, 1000}, int64_t{50}},
+            std::pair{Shape{1, 70000}, int64_t{8}}, std::pair{Shape{3, 6}, int64_t{6}}}) {
         // Values on a grid (ties) with one NaN in the first row.
         const Tensor g = grid_tensor(shape, DType::f32, dev, ++g_seed);
         std::vector<double> xv = g.to_doubles();
@@ -293,7 +306,8 @@ TEST_CASE("topk: the k largest of each row, largest first, ties by index, NaN fi
             if (na != nb) return na;
             return !na && row[a] > row[b];
           });
-          for (int64_t j = 0; j < k; ++j) want_v.push_back(row[o[j]]), want_i.push_back(double(o[j]));
+          for (int64_t j = 0; j < k; ++j)
+            want_v.push_back(row[o[j]]), want_i.push_back(double(o[j]));
         }
         Shape out = shape;
         out[out.rank - 1] = k;
@@ -310,7 +324,8 @@ TEST_CASE("topk: the k largest of each row, largest first, ties by index, NaN fi
     for (int c = 0; c < 3; ++c) {
       std::vector<int> o(40);
       for (int r = 0; r < 40; ++r) o[r] = r;
-      std::stable_sort(o.begin(), o.end(), [&](int p, int q) { return b[p * 3 + c] > b[q * 3 + c]; });
+      std::stable_sort(o.begin(), o.end(),
+                       [&](int p, int q) { return b[p * 3 + c] > b[q * 3 + c]; });
       for (int j = 0; j < 2; ++j) want_v.push_back(b[o[j] * 3 + c]), want_i.push_back(o[j]);
     }
     check_equal(v, want_v, {3, 2}, DType::f32, "topk of a transposed view on " + dev.str());

@@ -58,29 +58,52 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& argv) {
       if (i + 1 >= argv.size()) throw UsageError(f + " needs a value");
       return argv[++i];
     };
-    if (f == "--help" || f == "-h") a.help = true;
-    else if (f == "--quiet") a.quiet = true;
-    else if (f == "--weights") a.weights = value();
-    else if (f == "--config") a.config = value();
-    else if (f == "--random") a.random_seed = static_cast<uint64_t>(to_int(f, value(), 0));
-    else if (f == "--preset") a.preset = value();
-    else if (f == "--ids") a.ids = value();
-    else if (f == "--batch") a.batch = to_int(f, value(), 1), batch_given = true;
-    else if (f == "--prompt-len") a.prompt_len = to_int(f, value(), 1), len_given = true;
-    else if (f == "--prompt-seed") a.prompt_seed = static_cast<uint64_t>(to_int(f, value(), 0));
-    else if (f == "--steps") a.steps = to_int(f, value(), 1);
-    else if (f == "--dtype") a.dtype = value();
-    else if (f == "--device") a.device = value();
-    else if (f == "--cache") a.cache = value();
-    else if (f == "--temperature") a.sample.temperature = to_num(f, value());
-    else if (f == "--top-k") a.sample.top_k = to_int(f, value(), 0);
-    else if (f == "--top-p") a.sample.top_p = to_num(f, value());
-    else if (f == "--seed") a.sample.seed = static_cast<uint64_t>(to_int(f, value(), 0));
-    else if (f == "--runs") a.runs = static_cast<int>(to_int(f, value(), 1));
-    else if (f == "--out") a.out = value();
-    else if (f == "--logits") a.logits = value();
-    else if (f == "--json") a.json = value();
-    else throw UsageError("unknown argument '" + f + "'");
+    if (f == "--help" || f == "-h")
+      a.help = true;
+    else if (f == "--quiet")
+      a.quiet = true;
+    else if (f == "--weights")
+      a.weights = value();
+    else if (f == "--config")
+      a.config = value();
+    else if (f == "--random")
+      a.random_seed = static_cast<uint64_t>(to_int(f, value(), 0));
+    else if (f == "--preset")
+      a.preset = value();
+    else if (f == "--ids")
+      a.ids = value();
+    else if (f == "--batch")
+      a.batch = to_int(f, value(), 1), batch_given = true;
+    else if (f == "--prompt-len")
+      a.prompt_len = to_int(f, value(), 1), len_given = true;
+    else if (f == "--prompt-seed")
+      a.prompt_seed = static_cast<uint64_t>(to_int(f, value(), 0));
+    else if (f == "--steps")
+      a.steps = to_int(f, value(), 1);
+    else if (f == "--dtype")
+      a.dtype = value();
+    else if (f == "--device")
+      a.device = value();
+    else if (f == "--cache")
+      a.cache = value();
+    else if (f == "--temperature")
+      a.sample.temperature = to_num(f, value());
+    else if (f == "--top-k")
+      a.sample.top_k = to_int(f, value(), 0);
+    else if (f == "--top-p")
+      a.sample.top_p = to_num(f, value());
+    else if (f == "--seed")
+      a.sample.seed = static_cast<uint64_t>(to_int(f, value(), 0));
+    else if (f == "--runs")
+      a.runs = static_cast<int>(to_int(f, value(), 1));
+    else if (f == "--out")
+      a.out = value();
+    else if (f == "--logits")
+      a.logits = value();
+    else if (f == "--json")
+      a.json = value();
+    else
+      throw UsageError("unknown argument '" + f + "'");
   }
   if (a.help) return a;
   if (a.random_seed && (!a.weights.empty() || !a.config.empty()))

@@ -19,15 +19,15 @@ struct GenerateArgs {
   std::string weights, config;          // --weights FILE.safetensors --config config.json
   std::optional<uint64_t> random_seed;  // --random SEED (with --preset)
   std::string preset = "gpt2-tiny";
-  std::string ids;                      // --ids prompt.npy [batch, T] integers
-  int64_t batch = 1, prompt_len = 8;    // random prompt when --ids is absent
+  std::string ids;                    // --ids prompt.npy [batch, T] integers
+  int64_t batch = 1, prompt_len = 8;  // random prompt when --ids is absent
   uint64_t prompt_seed = 1;
   int64_t steps = 16;
-  std::string dtype = "f32", device;    // device empty: livefuse's default
+  std::string dtype = "f32", device;  // device empty: livefuse's default
   std::string cache = "concat";
   SampleOptions sample;
-  int runs = 1;                         // --runs N: generations; timings are the last one's
-  std::string out, logits, json;        // --out ids.npy --logits logits.npy --json timings.json
+  int runs = 1;                   // --runs N: generations; timings are the last one's
+  std::string out, logits, json;  // --out ids.npy --logits logits.npy --json timings.json
   bool quiet = false, help = false;
 };
 

@@ -20,7 +20,8 @@ namespace {
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
   return v[i];
 }
 
@@ -64,9 +65,9 @@ int run(const lfd::GenerateArgs& a) {
   const lfd::DecoderConfig cfg = a.random_seed ? lfd::DecoderConfig::preset(a.preset)
                                                : lfd::DecoderConfig::from_json_file(a.config);
   const DType dtype = parse_dtype(a.dtype);
-  const lfd::DecoderModel model = a.random_seed
-                                      ? lfd::DecoderModel::random(cfg, *a.random_seed, dtype, device)
-                                      : lfd::DecoderModel::from_safetensors(cfg, a.weights, dtype, device);
+  const lfd::DecoderModel model =
+      a.random_seed ? lfd::DecoderModel::random(cfg, *a.random_seed, dtype, device)
+                    : lfd::DecoderModel::from_safetensors(cfg, a.weights, dtype, device);
   synchronize(device);
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_load).count();
@@ -90,7 +91,8 @@ int run(const lfd::GenerateArgs& a) {
   double decode_ms = 0;
   for (double x : r.step_ms) decode_ms += x;
   const double median = percentile(r.step_ms, 0.5), p99 = percentile(r.step_ms, 0.99);
-  const double tokens_per_s = decode_ms > 0 ? static_cast<double>(B) * r.step_ms.size() / decode_ms * 1e3 : 0;
+  const double tokens_per_s =
+      decode_ms > 0 ? static_cast<double>(B) * r.step_ms.size() / decode_ms * 1e3 : 0;
   const bool same_as_first = first.tokens == r.tokens;
 
   json report = {{"tool", "livefuse-generate"},
@@ -134,10 +136,11 @@ int run(const lfd::GenerateArgs& a) {
     LF_CHECK(f.good(), "livefuse-generate", "--json ", a.json, ": write failed");
   }
   if (!a.quiet)
-    std::cout << std::fixed << std::setprecision(3) << (cfg.arch == lfd::Arch::gpt2 ? "gpt2" : "llama")
-              << " (" << cfg.num_hidden_layers << " layers, hidden " << cfg.hidden_size << ") " << a.dtype
-              << " on " << device.str() << ", mode " << mode_name(config().mode) << ", cache " << a.cache
-              << ": batch " << B << ", prompt " << prompt.dim(1) << ", " << a.steps << " tokens; prefill "
+    std::cout << std::fixed << std::setprecision(3)
+              << (cfg.arch == lfd::Arch::gpt2 ? "gpt2" : "llama") << " (" << cfg.num_hidden_layers
+              << " layers, hidden " << cfg.hidden_size << ") " << a.dtype << " on " << device.str()
+              << ", mode " << mode_name(config().mode) << ", cache " << a.cache << ": batch " << B
+              << ", prompt " << prompt.dim(1) << ", " << a.steps << " tokens; prefill "
               << r.prefill_ms << " ms, per token median " << median << " ms, p99 " << p99 << " ms, "
               << std::setprecision(1) << tokens_per_s << " tokens/s; plans served "
               << after.served_calls - before.served_calls << " calls (" << after.active_plans
