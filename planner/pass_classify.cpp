@@ -13,7 +13,8 @@ Role role_of(FusionGraph& g, int j) {
   switch (n.op) {
     case OpId::reshape:
     case OpId::permute:
-    case OpId::slice: return Role::View;
+    case OpId::slice:
+    case OpId::expand: return Role::View;
     case OpId::contiguous: return Role::Pointwise;
     case OpId::opaque: return Role::Opaque;
     case OpId::matmul:

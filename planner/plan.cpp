@@ -210,7 +210,8 @@ std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tenso
     const SegmentNode& n = seg.nodes[j];
     OpCall c = seg.call_of(j, values);
     const OutputInfos infos = infer_outputs(c);
-    const bool is_view = n.op == OpId::reshape || n.op == OpId::permute || n.op == OpId::slice;
+    const bool is_view = n.op == OpId::reshape || n.op == OpId::permute || n.op == OpId::slice ||
+                         n.op == OpId::expand;
     // Views follow their source's layout (storage when their View step runs); everything else
     // is a dense handle that gets storage where a step writes it (ensure_storage).
     TensorList views = is_view ? Executor::make_outputs(c, infos, d, nullptr) : TensorList{};

@@ -8,6 +8,7 @@
 //   clamp         f[0] = lo, f[1] = hi
 //   binary op     scalar_operand = true: one tensor input, b = f[0]
 //   sum/mean/max/argmax   i[0] = dim, i[1] = keepdim
+//   topk          i[0] = k (over the last dim); outputs values, indices (i64)
 //   softmax       f[0] = scale; inputs (x) or (x, mask); i[0] = has_mask
 //   layer_norm    f[0] = eps; inputs x [, w] [, b]; i[0] = has_weight, i[1] = has_bias
 //   rms_norm      f[0] = eps; inputs x [, w]; i[0] = has_weight
@@ -16,6 +17,7 @@
 //   reshape       i[0..ni) = target shape
 //   permute       i[0..ni) = permutation
 //   slice         i = {dim, start, end, step}, start/end clamped, step > 0
+//   expand        i[0..ni) = target shape, -1 resolved
 //   contiguous    -
 //   concat        i[0] = dim; inputs variadic
 //   embedding     inputs (weight, ids)

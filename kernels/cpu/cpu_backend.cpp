@@ -43,6 +43,7 @@ void prepare_thread() {
 
 void run(const OpCall& call, std::span<const Tensor> outputs) {
   if (call.category() == OpCategory::Opaque) return run_opaque(call, outputs);
+  if (call.op == OpId::topk) return run_topk(call, outputs);
   LF_ASSERT(outputs.size() == 1, describe_call(call), " expects one output, got ", outputs.size());
   const Tensor& out = outputs[0];
   switch (call.category()) {

@@ -10,6 +10,7 @@ namespace livefuse::cpu {
 
 void run_elementwise(const OpCall& call, const Tensor& out);  // table rows and custom ops
 void run_reduction(const OpCall& call, const Tensor& out);    // sum, mean, max, argmax
+void run_topk(const OpCall& call, std::span<const Tensor> outputs);  // values, indices
 void run_softmax(const OpCall& call, const Tensor& out);
 void run_layer_norm(const OpCall& call, const Tensor& out);
 void run_rms_norm(const OpCall& call, const Tensor& out);

@@ -142,12 +142,16 @@ View dense_if_transposed(const View& v, std::unique_ptr<std::byte[]>& temp) {
 }
 
 void run_layout(const OpCall& call, const Tensor& out) {
+  // `contiguous` writes through the output's own strides: copy_into hands it a view of the
+  // destination (runtime/src/copy_into.cpp); the op's own outputs are dense.
+  if (call.op == OpId::contiguous) {
+    if (out.numel() > 0) strided_copy(view_of(call.inputs[0]), view_of(out));
+    return;
+  }
   const View o = out_view(out);
   if (o.shape.numel() == 0) return;
   const Attrs& at = call.attrs;
   switch (call.op) {
-    case OpId::contiguous:
-      return strided_copy(view_of(call.inputs[0]), o);
     case OpId::reshape: {  // a dense copy in the input's logical order is the reshaped value
       const View x = view_of(call.inputs[0]);
       View d = o;

@@ -12,6 +12,7 @@ void run(const OpCall& call, std::span<const Tensor> outputs, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Tensor& out = outputs[0];
   if (out.numel() == 0) return;
+  if (call.op == OpId::topk) return run_topk(call, outputs, s);
   switch (call.category()) {
     case OpCategory::Elementwise:
       if (call.op == OpId::custom) return jit::launch_custom_eager(call, outputs, stream);

@@ -15,6 +15,9 @@ namespace {
 // floating (so 0.5 -> bool is true), through int64 between integers and bool.
 Compute compute_type(OpId op, DType out, DType in0) {
   if (op == OpId::cast) return is_floating(out) || is_floating(in0) ? Compute::f32 : Compute::i64;
+  // A comparison's bool result says nothing about its operands: it compares in theirs.
+  if (is_comparison(op))
+    return is_floating(in0) ? Compute::f32 : in0 == DType::i64 ? Compute::i64 : Compute::i32;
   if (is_floating(out)) return Compute::f32;
   return out == DType::i64 ? Compute::i64 : Compute::i32;
 }

@@ -11,8 +11,9 @@ void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s) {
   switch (call.op) {
     case OpId::contiguous: {
       const Tensor& x = call.inputs[0];
+      // The output's own strides: dense for the op, a view of the destination for copy_into.
       StridedLayout l = make_layout(x.shape());
-      add_dense_operand(l);
+      add_operand(l, out.shape(), out.strides());
       add_operand(l, x.shape(), x.strides());
       return launch_copy(out.impl()->data(), x.impl()->data(), es, l, s);
     }

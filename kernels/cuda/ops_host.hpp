@@ -12,6 +12,7 @@ namespace livefuse::cuda {
 
 void run_elementwise(const OpCall& call, const Tensor& out, cudaStream_t s);
 void run_reduction(const OpCall& call, const Tensor& out, cudaStream_t s);
+void run_topk(const OpCall& call, std::span<const Tensor> outputs, cudaStream_t s);
 void run_normalization(const OpCall& call, const Tensor& out, cudaStream_t s);
 void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s);
 void run_embedding(const OpCall& call, const Tensor& out, cudaStream_t s);

@@ -132,6 +132,10 @@ LF_HD float lf_log(float x) { return logf(x); }
 LF_HD float lf_sqrt(float x) { return sqrtf(x); }
 LF_HD float lf_rsqrt(float x) { return rsqrtf(x); }
 LF_HD float lf_tanh(float x) { return tanhf(x); }
+// Full-range sinf/cosf (never __sinf): rotary embeddings take them of position * frequency,
+// hundreds of radians, where the fast forms lose every digit.
+LF_HD float lf_sin(float x) { return sinf(x); }
+LF_HD float lf_cos(float x) { return cosf(x); }
 LF_HD float lf_pow(float x, float y) { return powf(x, y); }
 LF_HD float lf_isnan(float x) { return isnan(x); }
 // 2^x as the one MUFU instruction (max rel. error 2^-22); lf_erf only takes it of x in
@@ -155,6 +159,8 @@ LF_HD float lf_log(float x) { return std::log(x); }
 LF_HD float lf_sqrt(float x) { return std::sqrt(x); }
 LF_HD float lf_rsqrt(float x) { return 1.0f / std::sqrt(x); }
 LF_HD float lf_tanh(float x) { return std::tanh(x); }
+LF_HD float lf_sin(float x) { return std::sin(x); }
+LF_HD float lf_cos(float x) { return std::cos(x); }
 LF_HD float lf_pow(float x, float y) { return std::pow(x, y); }
 LF_HD bool lf_isnan(float x) { return std::isnan(x); }
 LF_HD float lf_exp2(float x) { return std::exp2(x); }

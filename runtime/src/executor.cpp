@@ -123,6 +123,15 @@ void view_layout(const OpCall& call, const Shape& shape, Strides* st, int64_t* o
       *offset = x.offset + a.i[1] * x.strides[d];
       break;
     }
+    case OpId::expand: {  // stride 0 along every new or widened dim
+      const int lead = shape.rank - x.shape.rank;
+      *st = Strides();
+      for (int k = 0; k < shape.rank; ++k) {
+        const bool kept = k >= lead && x.shape[k - lead] == shape[k];
+        st->push_back(kept ? x.strides[k - lead] : 0);
+      }
+      break;
+    }
     default:
       LF_ASSERT(false, "not a view op: ", op_name(call.op));
   }

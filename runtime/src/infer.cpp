@@ -61,13 +61,22 @@ OutputInfos elementwise(OpCall& c, const char* op) {
   if (c.op == OpId::clamp)
     LF_CHECK(c.attrs.f[0] <= c.attrs.f[1], op, "lo (", c.attrs.f[0], ") must be <= hi (",
              c.attrs.f[1], ")", given(c));
-  return one(s, t);
+  return one(s, is_comparison(c.op) ? DType::boolean : t);
 }
 
 OutputInfos reduction(OpCall& c, const char* op) {
   LF_CHECK(c.inputs.size() == 1, op, "expected 1 input", given(c));
   const Tensor& x = c.inputs[0];
   LF_CHECK(x.rank() >= 1, op, "expected a tensor of rank >= 1", given(c));
+  if (c.op == OpId::topk) {
+    check_float(c, op, 0);
+    const int64_t n = x.shape()[x.rank() - 1], k = c.attrs.i[0];
+    LF_CHECK(k >= 1 && k <= n, op, "k must be in [1, ", n, "] (the last dim), got ", k, given(c));
+    Shape s = x.shape();
+    s[s.rank - 1] = k;
+    OutputInfos outs{OutputInfo{s, x.dtype()}, OutputInfo{s, DType::i64}};
+    return outs;
+  }
   LF_CHECK(x.dtype() != DType::boolean, op, "bool inputs are not supported (cast first)", given(c));
   if (c.op == OpId::mean) check_float(c, op, 0);
   const int d = normalize_dim(c.attrs.i[0], x.rank(), op);
@@ -208,6 +217,28 @@ OutputInfos layout(OpCall& c, const char* op) {
       c.attrs.i[0] = d, c.attrs.i[1] = start, c.attrs.i[2] = end;
       Shape s = x.shape();
       s[d] = (end - start + step - 1) / step;
+      return one(s, x.dtype());
+    }
+    case OpId::expand: {
+      // Like torch.Tensor.expand: new dims go in front; a dim of size 1 takes any size; -1
+      // keeps the dim. Normalised to the full target shape.
+      const int r = c.attrs.ni, lead = r - x.rank();
+      LF_CHECK(lead >= 0, op, "target shape has ", r, " dims, fewer than the tensor's ", x.rank(),
+               given(c));
+      Shape s;
+      for (int k = 0; k < r; ++k) {
+        const int64_t want = c.attrs.i[k];
+        if (k < lead) {
+          LF_CHECK(want >= 0, op, "a new leading dim cannot be ", want, given(c));
+        } else {
+          const int64_t have = x.shape()[k - lead];
+          if (want == -1) c.attrs.i[k] = have;
+          LF_CHECK(c.attrs.i[k] == have || (have == 1 && c.attrs.i[k] >= 0), op, "dim ", k,
+                   " of size ", have, " cannot expand to ", want,
+                   " (only size-1 dims expand; -1 keeps a dim)", given(c));
+        }
+        s.push_back(c.attrs.i[k]);
+      }
       return one(s, x.dtype());
     }
     case OpId::contiguous:

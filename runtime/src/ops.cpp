@@ -54,6 +54,8 @@ LF_UNARY(gelu)
 LF_UNARY(gelu_tanh)
 LF_UNARY(silu)
 LF_UNARY(erf)
+LF_UNARY(sin)
+LF_UNARY(cos)
 #undef LF_UNARY
 
 #define LF_BINARY(name)                                                             \
@@ -66,6 +68,11 @@ LF_BINARY(div)
 LF_BINARY(maximum)
 LF_BINARY(minimum)
 LF_BINARY(pow)
+LF_BINARY(lt)
+LF_BINARY(le)
+LF_BINARY(gt)
+LF_BINARY(ge)
+LF_BINARY(eq)
 #undef LF_BINARY
 
 Tensor cast(const Tensor& x, DType to) {
@@ -99,6 +106,15 @@ Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
 }
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
   return call1(OpId::argmax, x, dim_attrs(dim, keepdim));
+}
+
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k) {
+  OpCall c;
+  c.op = OpId::topk;
+  c.inputs.push_back(x);
+  c.attrs.push_int(k);
+  TensorList outs = Executor::submit(c);
+  return {std::move(outs[0]), std::move(outs[1])};
 }
 
 Tensor softmax(const Tensor& x, double scale, const Tensor& mask) {
@@ -187,6 +203,13 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   at.push_int(end);
   at.push_int(step);
   return call1(OpId::slice, x, at);
+}
+
+Tensor expand(const Tensor& x, const Shape& shape) {
+  LF_CHECK(shape.rank <= 10, "expand", "target shape ", shape.str(), " has too many dims");
+  Attrs at;
+  for (int64_t d : shape) at.push_int(d);
+  return call1(OpId::expand, x, at);
 }
 
 Tensor contiguous(const Tensor& x) {

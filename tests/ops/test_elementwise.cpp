@@ -51,6 +51,10 @@ const std::vector<Unary>& unary_float_ops() {
        [](double x) { return x / (1 + std::exp(-x)); }, -6, 6},
       {"erf", [](const Tensor& x) { return lf::erf(x); }, [](double x) { return std::erf(x); }, -3,
        3},
+      {"sin", [](const Tensor& x) { return lf::sin(x); }, [](double x) { return std::sin(x); }, -7,
+       7},
+      {"cos", [](const Tensor& x) { return lf::cos(x); }, [](double x) { return std::cos(x); }, -7,
+       7},
   };
   return ops;
 }

@@ -3,6 +3,7 @@
 // single dispatch path (tracing, plan matching and eager execution all hang off it).
 // Binary ops broadcast like NumPy and require both operands to have one dtype (cast first).
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "livefuse/tensor.hpp"
@@ -23,6 +24,8 @@ Tensor gelu(const Tensor& x);       // erf form
 Tensor gelu_tanh(const Tensor& x);  // tanh approximation
 Tensor silu(const Tensor& x);
 Tensor erf(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
 Tensor cast(const Tensor& x, DType to);
 Tensor clamp(const Tensor& x, double lo, double hi);
 
@@ -41,6 +44,17 @@ Tensor div(const Tensor& a, double b);
 Tensor maximum(const Tensor& a, double b);
 Tensor minimum(const Tensor& a, double b);
 Tensor pow(const Tensor& a, double b);
+// Comparisons: bool results, computed in the operands' dtype (which must agree); broadcast.
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor eq(const Tensor& a, double b);
 // cond: bool (or any dtype, nonzero = true); a and b share a dtype; all three broadcast.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
@@ -49,6 +63,9 @@ Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // i64 result
+// The k largest values along the last dim, largest first (ties: lower index first; NaN ranks
+// above every number), and their indices (i64). Floating inputs.
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k);
 
 // ---- normalisation (over the last dim) --------------------------------------------------
 // softmax(x * scale + mask); mask (optional) is additive, same dtype, broadcastable to x.
@@ -73,7 +90,19 @@ Tensor permute(const Tensor& x, const Dims& dims);
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
 Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 Tensor contiguous(const Tensor& x);
+// A view with stride 0 along new leading dims and size-1 dims grown to `shape` (-1 keeps a
+// dim), like torch.Tensor.expand: grouped-query attention's K/V heads without a copy.
+Tensor expand(const Tensor& x, const Shape& shape);
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+
+// ---- in-place writes (runtime/src/copy_into.cpp) -----------------------------------------
+// Writes `src` into the memory `dst` views (a slice of a preallocated KV cache, say): same
+// shape and dtype, one device. Every call made before sees dst's old values, every call after
+// the new ones (a sync point for deferred work). dst may not be immutable or broadcast.
+void copy_into(const Tensor& dst, const Tensor& src);
+// copy_into(slice(dst, dim, pos, pos + src.dim(dim)), src), with the positions checked: HF's
+// StaticCache `index_copy_` for consecutive positions.
+void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src);
 
 // ---- gather --------------------------------------------------------------------------
 // Rows of weight[num, dim] picked by ids (i32 or i64, any shape): result ids.shape + [dim].

@@ -32,8 +32,8 @@ struct Storage {
   // weights, typically. Exposed but immutable memory is read in place, and caches derived from
   // it (packed GEMM weights, say) stay valid.
   std::atomic<bool> immutable{false};
-  // Bumped by every livefuse op that writes this storage in place (none of the built-in ops
-  // does today): a cache keyed by this storage checks it together with may_change().
+  // Bumped by every livefuse op that writes this storage in place (copy_into, index_copy): a
+  // cache keyed by this storage checks it together with may_change().
   std::atomic<uint64_t> version{0};
   // Whether the program may write this memory without livefuse seeing the write.
   bool may_change() const {

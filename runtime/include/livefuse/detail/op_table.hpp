@@ -11,6 +11,7 @@
 //             The same tokens are compiled by g++ (CPU), nvcc (eager CUDA) and, as the string
 //             #expr, by NVRTC (fused kernels) -- which is why fused == eager numerics.
 // Scalar variants (add(x, 2.0)) are the binary row with attrs.scalar_operand set: b = s0.
+// Comparisons (lt .. eq) compute in their operands' type and produce bool (is_comparison).
 #include <cstdint>
 #include <string_view>
 
@@ -28,6 +29,8 @@
   X(gelu_tanh, 1, Elementwise, kF, lf_gelu_tanh(a))                            \
   X(silu, 1, Elementwise, kF, lf_silu(a))                                      \
   X(erf, 1, Elementwise, kF, lf_erf(a))                                        \
+  X(sin, 1, Elementwise, kF, lf_sin(a))                                        \
+  X(cos, 1, Elementwise, kF, lf_cos(a))                                        \
   X(cast, 1, Elementwise, kInt, (a))                                           \
   X(clamp, 1, Elementwise, kInt, lf_min(lf_max(a, s0), s1))                    \
   X(add, 2, Elementwise, kInt, (a + b))                                        \
@@ -37,12 +40,18 @@
   X(maximum, 2, Elementwise, kInt, lf_max(a, b))                               \
   X(minimum, 2, Elementwise, kInt, lf_min(a, b))                               \
   X(pow, 2, Elementwise, kF, lf_pow(a, b))                                     \
+  X(lt, 2, Elementwise, kInt, (a < b))                                         \
+  X(le, 2, Elementwise, kInt, (a <= b))                                        \
+  X(gt, 2, Elementwise, kInt, (a > b))                                         \
+  X(ge, 2, Elementwise, kInt, (a >= b))                                        \
+  X(eq, 2, Elementwise, kInt, (a == b))                                        \
   X(where, 3, Elementwise, kInt, (a != 0 ? b : c))                             \
   X(custom, -1, Elementwise, kF, (a))                                          \
   X(sum, 1, Reduction, kInt, 0)                                                \
   X(mean, 1, Reduction, kF, 0)                                                 \
   X(max, 1, Reduction, kInt, 0)                                                \
   X(argmax, 1, Reduction, kInt, 0)                                             \
+  X(topk, 1, Reduction, kF, 0)                                                 \
   X(softmax, -1, Normalization, kF, 0)                                         \
   X(layer_norm, -1, Normalization, kF, 0)                                      \
   X(rms_norm, -1, Normalization, kF, 0)                                        \
@@ -51,6 +60,7 @@
   X(reshape, 1, Layout, kInt, 0)                                               \
   X(permute, 1, Layout, kInt, 0)                                               \
   X(slice, 1, Layout, kInt, 0)                                                 \
+  X(expand, 1, Layout, kInt, 0)                                                \
   X(contiguous, 1, Layout, kInt, 0)                                            \
   X(concat, -1, Layout, kInt, 0)                                               \
   X(embedding, 2, Gather, kF, 0)                                               \
@@ -87,6 +97,11 @@ inline constexpr OpInfo kOpInfos[] = {
 
 constexpr const OpInfo& op_info(OpId id) { return detail::kOpInfos[static_cast<int>(id)]; }
 constexpr std::string_view op_name(OpId id) { return op_info(id).name; }
+// Rows whose result is bool whatever their operands' dtype: infer_outputs gives them a bool
+// output, and every backend computes them in the operands' type, not the output's.
+constexpr bool is_comparison(OpId id) {
+  return id == OpId::lt || id == OpId::le || id == OpId::gt || id == OpId::ge || id == OpId::eq;
+}
 std::string_view category_name(OpCategory c);
 
 }  // namespace livefuse

@@ -1,0 +1,82 @@
+// In-place writes: copy_into / index_copy, the one way livefuse writes into memory a tensor
+// already has (a static KV cache written at the step's position).
+//
+// [ Note -- why an in-place write is a sync point ]
+// Deferred calls hold tensors, not values: a window that read the destination before the write
+// must see the old bytes, and any call after the write the new ones. Running every deferred
+// call of this thread first, and settling the windows of other threads that read the
+// destination, gives exactly eager order; the write then goes into the stream, behind
+// everything those calls enqueued. The monitor is told it is a sync point, so no plan is
+// learnt across a write (it could never complete there). Storage::version is bumped for caches
+// keyed by the storage.
+#include <algorithm>
+
+#include "livefuse/error.hpp"
+#include "livefuse/ops.hpp"
+#include "livefuse/stream.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/matcher.hpp"
+
+namespace livefuse {
+
+void copy_into(const Tensor& dst, const Tensor& src) {
+  const char* op = "copy_into";
+  LF_CHECK(dst.defined() && src.defined(), op, "destination and source must be defined");
+  const std::string got = " (got destination " + dst.str() + ", source " + src.str() + ")";
+  LF_CHECK(dst.device() == src.device(), op, "destination and source are on different devices",
+           got);
+  LF_CHECK(dst.dtype() == src.dtype(), op, "destination and source must have one dtype (cast the",
+           " source first)", got);
+  LF_CHECK(dst.shape() == src.shape(), op, "source shape ", src.shape().str(),
+           " must equal the destination's ", dst.shape().str(), got);
+  LF_CHECK(!dst.is_immutable(), op, "the destination was marked immutable", got);
+  for (int k = 0; k < dst.rank(); ++k)
+    LF_CHECK(dst.shape()[k] <= 1 || dst.strides()[k] != 0, op, "destination dim ", k,
+             " is broadcast (stride 0): its elements share memory", got);
+  if (dst.numel() == 0) return;
+  // Eager order (the note): synced_data runs this thread's deferred calls and tells the
+  // monitor; then the windows of other threads that read the destination.
+  synced_data(dst);
+  synced_data(src);
+  Storage& storage = *dst.impl()->storage;
+  matcher::settle_readers(storage);
+  const Stream stream = Stream::current(dst.device());
+  Tensor from = src;
+  if (src.impl()->storage.get() == &storage) {  // may overlap: read a copy
+    from = new_dense(src.shape(), src.dtype(), src.device());
+    OpCall c;
+    c.op = OpId::contiguous;
+    c.inputs.push_back(src);
+    Executor::run_eager_into(c, TensorList{from}, stream);
+  }
+  // The contiguous kernels write through their output's strides: here the destination view.
+  OpCall c;
+  c.op = OpId::contiguous;
+  c.inputs.push_back(from);
+  Executor::run_eager_into(c, TensorList{dst}, stream);
+  storage.version.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) {
+  const char* op = "index_copy";
+  LF_CHECK(dst.defined() && src.defined(), op, "destination and source must be defined");
+  const std::string got = " (got destination " + dst.str() + ", source " + src.str() + ", dim " +
+                          std::to_string(dim) + ", position " + std::to_string(pos) + ")";
+  LF_CHECK(src.rank() == dst.rank(), op, "source rank ", src.rank(), " must equal the",
+           " destination's ", dst.rank(), got);
+  const int d = normalize_dim(dim, dst.rank(), op);
+  const int64_t n = src.shape()[d], size = dst.shape()[d];
+  LF_CHECK(pos >= 0 && pos + n <= size, op, "positions [", pos, ", ", pos + n,
+           ") are out of range for dim ", d, " of size ", size, got);
+  // The destination view is made here, not by lf::slice: a traced slice call per write would
+  // enter the monitor's stream (and could itself be deferred) for nothing.
+  if (dst.numel() > 0 && src.numel() > 0) synced_data(dst);  // storage bound, pending work run
+  const TensorImpl& t = *dst.impl();
+  Shape shape = t.shape;
+  shape[d] = n;
+  const Tensor view(std::make_shared<TensorImpl>(t.storage, t.offset + pos * t.strides[d], shape,
+                                                 t.strides, t.dtype, t.device));
+  copy_into(view, src);
+}
+
+}  // namespace livefuse
