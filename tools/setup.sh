@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs what livefuse needs from Debian (when missing) and builds it into ./build.
+#   ./tools/setup.sh                          everything (library, tools, examples, tests, benchmarks)
+#   ./tools/setup.sh examples/livefuse-demo   only the named ninja targets and what they need
 # CUDA is used when the toolkit is installed (nvcc on PATH or in /usr/local/cuda/bin);
 # a machine without a GPU still builds it: kernels then run on the CPU, NVRTC still compiles.
 set -euo pipefail
@@ -12,7 +14,7 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -22,4 +24,4 @@ BUILD=${LIVEFUSE_BUILD_DIR:-build}
 if [ ! -f "$BUILD/build.ninja" ]; then
   meson setup "$BUILD" --buildtype=release ${LIVEFUSE_MESON_ARGS:-}
 fi
-ninja -C "$BUILD" -j"$(nproc)"
+ninja -C "$BUILD" -j"$(nproc)" "$@"
