@@ -11,16 +11,26 @@
 #include <vector>
 
 #include "examples/bert/run.hpp"
+#include "examples/demo_decisions.hpp"
 #include "examples/demo_stats.hpp"
 #include "examples/encoder_block.hpp"
+#include "livefuse/inspect.hpp"
 
 namespace {
 void usage() {
   std::puts(
       "usage: livefuse-demo [--model encoder|bert] [--iters N] [--device cpu|cuda] [--layers N]\n"
-      "                     [--seq N] [--batch N] [--dtype f32|f16|bf16] [--quiet]\n"
+      "                     [--seq N] [--batch N] [--dtype f32|f16|bf16] [--report PATH] [--quiet]\n"
+      "  --report PATH: write the runtime's report (every plan, its kernels, timings, history)\n"
+      "  at the end, for livefuse-inspect\n"
       "  --model bert: BERT with random weights (tiny on the CPU, base on a GPU), timed to its\n"
       "  steady state; --layers does not apply");
+}
+// Writes the report when asked, then says what was decided: the demo's last lines.
+int finish(const std::string& report) {
+  if (!report.empty()) lf::write_report(report, /*final=*/true);
+  for (const std::string& line : demo::decision_lines(report)) std::printf("%s\n", line.c_str());
+  return 0;
 }
 }  // namespace
 
@@ -29,6 +39,7 @@ int main(int argc, char** argv) {
   int64_t seq = -1, batch = 2;
   std::string device_arg, dtype_arg, model = "encoder";
   bool quiet = false;
+  std::string report;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -65,6 +76,8 @@ int main(int argc, char** argv) {
         device_arg = next();
       else if (a == "--dtype")
         dtype_arg = next();
+      else if (a == "--report")
+        report = next();
       else if (a == "--quiet")
         quiet = true;
       else if (a == "--help" || a == "-h")
@@ -93,7 +106,7 @@ int main(int argc, char** argv) {
       std::printf("summary: first=%.3f ms steady_median=%.3f ms mean_abs=%.6f %s\n",
                   r.timing.first_ms, r.timing.median_ms, r.mean_abs,
                   demo::summary_fields().c_str());
-      return 0;
+      return finish(report);
     }
     const int64_t hidden = dev.is_cuda() ? 768 : 256, heads = dev.is_cuda() ? 12 : 4,
                   ffn = 4 * hidden;
@@ -135,7 +148,7 @@ int main(int argc, char** argv) {
     std::printf("summary: first=%.3f ms steady_median=%.3f ms checksum=%.6f %s\n",
                 head[head.size() / 2], tail[tail.size() / 2], checksum,
                 demo::summary_fields().c_str());
-    return 0;
+    return finish(report);
   } catch (const lf::Error& e) {
     std::fprintf(stderr, "livefuse-demo: %s\n", e.what());
     return 2;
