@@ -3,6 +3,8 @@
 //   out[b, m, n] = sum_k A_b[m, k] * B_b[k, n] (+ bias[n]),  out dense [batch, M, N].
 // A and B are read through strides (transposed or sliced views need no copy) in any floating
 // dtype; they are packed into f32 panels block by block, and accumulation is f32.
+#include <memory>
+
 #include "kernels/cpu/cpu_common.hpp"
 
 namespace livefuse::cpu {
@@ -12,6 +14,9 @@ struct GemmOperand {
   DType dtype = DType::f32;
   int64_t rs = 0, cs = 0;  // element strides of rows and columns
   StridedIndex batch;      // batch index -> element offset (strides 0 where broadcast)
+  // The storage `base` points into, when known: lets the packed form of a B operand be kept
+  // across calls (gemm_pack_cache.hpp).
+  std::shared_ptr<Storage> owner;
 };
 
 struct GemmProblem {

@@ -54,9 +54,10 @@ void run_matmul(const OpCall& call, const Tensor& out) {
   p.K = ma.cols;
   p.batch = bshape.numel();
   p.a = {a.base, a.dtype, ma.rs, ma.cs,
-         StridedIndex(bshape, broadcast_strides(ma.batch, ma.batch_strides, bshape))};
+         StridedIndex(bshape, broadcast_strides(ma.batch, ma.batch_strides, bshape)), nullptr};
   p.b = {b.base, b.dtype, mb.rs, mb.cs,
-         StridedIndex(bshape, broadcast_strides(mb.batch, mb.batch_strides, bshape))};
+         StridedIndex(bshape, broadcast_strides(mb.batch, mb.batch_strides, bshape)),
+         call.inputs[1].impl()->storage};
   p.out = o.base;
   p.out_dtype = o.dtype;
   // x[B.., M, K] @ W[K, N] with W shared by every batch: when A's batch and row dims fold into
@@ -106,11 +107,12 @@ void run_linear(const OpCall& call, const Tensor& out) {
   }
   p.batch = bshape.numel();
   p.a = {x.base, x.dtype, lst.v[lead.rank - 1], x.strides.v[x.shape.rank - 1],
-         StridedIndex(bshape, bst)};
+         StridedIndex(bshape, bst), nullptr};
   Strides zero;
   zero.rank = bshape.rank;
   // B[k, n] = W[n, k]
-  p.b = {w.base, w.dtype, w.strides.v[1], w.strides.v[0], StridedIndex(bshape, zero)};
+  p.b = {w.base, w.dtype, w.strides.v[1], w.strides.v[0], StridedIndex(bshape, zero),
+         call.inputs[1].impl()->storage};
   p.out = o.base;
   p.out_dtype = o.dtype;
   if (has_bias) {
