@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
 #include "livefuse/inspect.hpp"
@@ -80,16 +81,31 @@ std::vector<std::string> decision_lines(const std::string& report) {
     out.push_back("decided: nothing -- fusion is off (LIVEFUSE=off), every call ran eagerly");
     return out;
   }
-  size_t plans = 0;
+  size_t plans = 0, retired = 0;
+  std::string retired_why;
   for (const livefuse::PlanInfo& p : s.plans) {
     if (p.origin != "plan_table") continue;
     ++plans;
+    // Plans replaced by a newer one (a decode loop's shapes moved on): one line for all.
+    if (p.state == "retired") {
+      if (retired++ == 0) retired_why = p.last_reason;
+      continue;
+    }
     const uint64_t calls = p.hits * p.ops.size();
     std::string line = "plan ";
     line.append(std::to_string(p.id)).append(" (").append(what_it_covers(p)).append("): ");
     line.append(verdict(p)).append("; served ").append(std::to_string(calls));
     line.append(" calls in ").append(std::to_string(p.hits)).append(" runs");
     if (p.state == "rejected") line.append(" while it was timed");
+    out.push_back(std::move(line));
+  }
+  if (retired > 0) {
+    std::string line = std::to_string(retired);
+    line.append(retired == 1 ? " earlier plan" : " earlier plans").append(" retired");
+    const std::string_view prefix = "retired: ";
+    std::string_view why = retired_why;
+    if (why.substr(0, prefix.size()) == prefix) why.remove_prefix(prefix.size());
+    if (!why.empty()) line.append(" (the last: ").append(why).append(")");
     out.push_back(std::move(line));
   }
   if (plans == 0)
