@@ -78,6 +78,18 @@ void pack_b(const GemmOperand& b, int64_t off, int64_t k0, int64_t kc, int64_t n
   }
 }
 
+// The problem's tail on n results that go to output element `off` onwards.
+void apply_tail(const GemmProblem& p, int64_t off, int64_t n, float* row) {
+  if (p.act) p.act(row, n, p.act_s0, p.act_s1);
+  if (!p.residual) return;
+  float r[kNC];
+  for (int64_t j0 = 0; j0 < n; j0 += kNC) {
+    const int64_t m = std::min(kNC, n - j0);
+    load_floats(p.residual, p.residual_dtype, off + j0, m, 1, r);
+    for (int64_t j = 0; j < m; ++j) row[j0 + j] += r[j];
+  }
+}
+
 using PackA = void (*)(const GemmOperand&, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
 using PackB = PackA;
 
@@ -181,6 +193,7 @@ void run_tile(const GemmProblem& p, PackA pa, PackB pb, const WholeB& wb, MicroK
   for (int64_t i = 0; i < mc; ++i) {
     float* row = c + i * ncp;
     for (int64_t j = 0; j < nc; ++j) row[j] += bias[j];
+    apply_tail(p, out0 + i * p.N, nc, row);
     store_floats(p.out, p.out_dtype, out0 + i * p.N, nc, row);
   }
 }
@@ -216,6 +229,7 @@ void small_m(const GemmProblem& p) {
           for (; k < p.K; ++k) sum += load_as<D, float>(a + k) * load_as<D, float>(b + k);
           row[j] = sum + bias[j];
         }
+        apply_tail(p, (bi * p.M + m) * p.N + n0, nc, row);
         store_floats(p.out, p.out_dtype, (bi * p.M + m) * p.N + n0, nc, row);
       }
     }

@@ -27,9 +27,20 @@ struct GemmProblem {
   const std::byte* bias = nullptr;  // optional, [N] with bias_stride
   DType bias_dtype = DType::f32;
   int64_t bias_stride = 1;
+  // A pointwise tail applied to each f32 result row in the tile loop, after the bias (a plan's
+  // GEMM step, gemm_tail.hpp): act(row) over n values, then + residual (dense, the output's
+  // layout). Both optional; s0, s1 are the op's scalar attributes (clamp's bounds).
+  void (*act)(float* row, int64_t n, float s0, float s1) = nullptr;
+  float act_s0 = 0, act_s1 = 0;
+  const std::byte* residual = nullptr;
+  DType residual_dtype = DType::f32;
 };
 
 void gemm(const GemmProblem& p);
+
+// matmul / linear calls as problems writing the dense `out` (matmul.cpp).
+GemmProblem matmul_problem(const OpCall& call, const Tensor& out);
+GemmProblem linear_problem(const OpCall& call, const Tensor& out);
 
 // Name of the micro-kernel in use ("avx512", "avx2", "generic"), for benchmarks and logs.
 const char* gemm_kernel_name();
