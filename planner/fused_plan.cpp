@@ -419,7 +419,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
     ShapeGraphs& sg = graphs_by_shape_[shape_key];
     if (sg.shapes.empty())
       for (const Tensor& e : w.externals)
-        sg.shapes += (sg.shapes.empty() ? "" : " ") + e.shape().str();
+        sg.shapes.append(sg.shapes.empty() ? "" : " ").append(e.shape().str());
     ++sg.replays;
     sg.nodes = nodes;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "livefuse/error.hpp"
 #include "planner/passes.hpp"
 #include "planner/strategy.hpp"
 
@@ -85,15 +86,15 @@ std::string check_row_group(FusionGraph& g, const Group& gr) {
       g.full_space[j] = true;
       for (const ValueRef& r : n.inputs)
         if (in_group(r) && !is_full(r) && !(g.seg.shape(r) == keep))
-          return "#" + std::to_string(j) + " broadcasts a per-row value of shape " + g.seg.shape(r).str() +
-                 " over the columns (needs keepdim shape " + keep.str() + ")";
+          return detail::concat("#", j, " broadcasts a per-row value of shape ", g.seg.shape(r).str(),
+                                " over the columns (needs keepdim shape ", keep.str(), ")");
     } else if (out == keep || out == flat) {
       g.full_space[j] = false;
       for (const ValueRef& r : n.inputs)
         if (in_group(r) && (is_full(r) || !(g.seg.shape(r) == out)))
-          return "#" + std::to_string(j) + " mixes per-row and per-element values";
+          return detail::concat("#", j, " mixes per-row and per-element values");
     } else {
-      return "#" + std::to_string(j) + " has shape " + out.str() + ", neither the rows " + f.str() + " nor a row result";
+      return detail::concat("#", j, " has shape ", out.str(), ", neither the rows ", f.str(), " nor a row result");
     }
   }
   if (!any_row_op) return "row group without a reduction";
@@ -108,7 +109,8 @@ std::string check_group(FusionGraph& g, int id) {
     for (int j : gr.nodes) {
       g.full_space[j] = true;
       if (!(g.seg.nodes[j].outputs[0].shape == gr.shape))
-        return "#" + std::to_string(j) + " has shape " + g.seg.nodes[j].outputs[0].shape.str() + ", the group iterates over " + gr.shape.str();
+        return detail::concat("#", j, " has shape ", g.seg.nodes[j].outputs[0].shape.str(), ", the group iterates over ",
+                              gr.shape.str());
     }
   } else if (gr.kind == GroupKind::Row) {
     if (std::string why = check_row_group(g, gr); !why.empty()) return why;

@@ -9,7 +9,7 @@ namespace {
 
 Role role_of(FusionGraph& g, int j) {
   const SegmentNode& n = g.seg.nodes[j];
-  const std::string at = "#" + std::to_string(j) + " (" + std::string(op_name(n.op)) + ")";
+  const std::string at = detail::concat("#", j, " (", op_name(n.op), ")");
   switch (n.op) {
     case OpId::reshape:
     case OpId::permute:

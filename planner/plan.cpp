@@ -3,6 +3,7 @@
 #include <atomic>
 #include <sstream>
 
+#include "kernels/cpu/gemm_tail.hpp"
 #include "kernels/jit/cpu_interp.hpp"
 #include "kernels/jit/cuda_launch.hpp"
 #include "kernels/jit/kernel_compiler.hpp"
@@ -110,6 +111,26 @@ void run_node(const PlannedSegment& p, int j, std::span<const Tensor> values, vo
   settle_tags(outs);
 }
 
+// The GEMM with its tail inside the tile loop (kernels/cpu/gemm_tail.hpp), when the tail has a
+// form the loop takes; false: run them one after the other.
+bool run_gemm_tail_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values) {
+  const PartIo& io = gs.tail->parts[0];
+  if (gs.tail->spec->parts.size() != 1 || io.outputs.size() != 1) return false;
+  const int product = p.segment.value_id(ValueRef::of(gs.node));
+  int product_input = -1;
+  std::vector<Tensor> inputs;
+  for (size_t k = 0; k < io.inputs.size(); ++k) {
+    if (io.inputs[k] == product) product_input = static_cast<int>(k);
+    inputs.push_back(value(values, io.inputs[k]));
+  }
+  if (product_input < 0) return false;
+  TensorList outs;
+  const OpCall c = node_call(p, gs.node, values, &outs);
+  const Tensor& out = value(values, io.outputs[0]);
+  ensure_storage(out);
+  return cpu::run_gemm_with_tail(c, gs.tail->spec->parts[0], product_input, inputs, out);
+}
+
 }  // namespace
 
 void set_gemm_epilogue_runner(GemmEpilogueRunner r) { g_epilogue_runner.store(r); }
@@ -119,6 +140,7 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
     const auto b = bindings(*fk, values);
     jit::run_spec_cpu(*fk->spec, b);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+    if (gs->tail && run_gemm_tail_cpu(p, *gs, values)) return;
     run_node(p, gs->node, values, nullptr);
     if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));
   } else if (const auto* e = std::get_if<EagerStep>(&s.body)) {

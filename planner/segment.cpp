@@ -80,7 +80,10 @@ std::string Segment::str() const {
       const ValueRef& r = n.inputs[k];
       os << (k ? ", " : "");
       if (r.is_external()) os << "e" << r.external;
-      else os << "#" << r.node << (r.output ? "." + std::to_string(r.output) : "");
+      else {
+        os << "#" << r.node;
+        if (r.output) os << "." << r.output;
+      }
     }
     if (n.attrs.scalar_operand) os << ", " << n.attrs.f[0];
     os << ") -> ";

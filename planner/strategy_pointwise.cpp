@@ -1,6 +1,7 @@
 // Strategy "pointwise" (vertical elementwise): chains and DAGs of elementwise ops over one
 // iteration shape, inputs broadcast by strides, any number of outputs. One thread per element
 // (or per 16 bytes, vectorised, when everything is dense).
+#include "livefuse/error.hpp"
 #include "planner/passes.hpp"
 #include "planner/strategy.hpp"
 
@@ -16,7 +17,7 @@ class PointwiseStrategy final : public Strategy {
       const Group& gr = g.groups[id];
       if (gr.kind != GroupKind::Pointwise) return "not a pointwise group";
       for (int j : gr.nodes)
-        if (g.role[j] != Role::Pointwise) return "#" + std::to_string(j) + " is not elementwise";
+        if (g.role[j] != Role::Pointwise) return detail::concat("#", j, " is not elementwise");
     }
     return std::nullopt;
   }

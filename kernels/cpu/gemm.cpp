@@ -7,11 +7,15 @@
 //
 // Tile sizes: a KC x kNR B panel (16 KiB) stays in L1 while the A panels stream past it, and
 // the packed A block (MC x KC, 120 KiB) stays in L2.
+//
+// A B operand that repeats across calls (a weight) is packed whole once, block by block in the
+// layout the tiles read, and kept (gemm_pack_cache.hpp); tiles then read their slice of it.
 #include "kernels/cpu/gemm.hpp"
 
 #include <vector>
 
 #include "kernels/cpu/gemm_microkernel.hpp"
+#include "kernels/cpu/gemm_pack_cache.hpp"
 
 namespace livefuse::cpu {
 namespace {
@@ -74,6 +78,18 @@ void pack_b(const GemmOperand& b, int64_t off, int64_t k0, int64_t kc, int64_t n
   }
 }
 
+// The problem's tail on n results that go to output element `off` onwards.
+void apply_tail(const GemmProblem& p, int64_t off, int64_t n, float* row) {
+  if (p.act) p.act(row, n, p.act_s0, p.act_s1);
+  if (!p.residual) return;
+  float r[kNC];
+  for (int64_t j0 = 0; j0 < n; j0 += kNC) {
+    const int64_t m = std::min(kNC, n - j0);
+    load_floats(p.residual, p.residual_dtype, off + j0, m, 1, r);
+    for (int64_t j = 0; j < m; ++j) row[j0 + j] += r[j];
+  }
+}
+
 using PackA = void (*)(const GemmOperand&, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
 using PackB = PackA;
 
@@ -102,24 +118,72 @@ Scratch& scratch() {
   return s;
 }
 
-void run_tile(const GemmProblem& p, PackA pa, PackB pb, MicroKernel mk, int64_t bi, int64_t m0,
-              int64_t n0) {
+// B packed whole, without gaps: the block of K rows [k0, k0 + kc) and N columns [n0, n0 + nc)
+// (k0, n0 block starts, so every block before it is full) starts at k0 * np + kc * n0, np = N
+// rounded up to whole panels; inside, pack_b's layout.
+int64_t whole_b_offset(int64_t K, int64_t np, int64_t k0, int64_t n0) {
+  return k0 * np + std::min(kKC, K - k0) * n0;
+}
+
+struct WholeB {
+  int64_t K = 0, np = 0;
+  const float* panels = nullptr;
+  const float* block(int64_t k0, int64_t n0) const { return panels + whole_b_offset(K, np, k0, n0); }
+};
+
+PackedPanels pack_whole_b(const GemmProblem& p, PackB pb) {
+  const int64_t kt = (p.K + kKC - 1) / kKC, nt = (p.N + kNC - 1) / kNC;
+  const int64_t np = round_up(p.N, kNR);
+  auto panels = std::make_shared<std::vector<float>>(static_cast<size_t>(p.K * np));
+  parallel_range(kt * nt, p.K * p.N, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t k0 = (b / nt) * kKC, n0 = (b % nt) * kNC;
+      pb(p.b, 0, k0, std::min(kKC, p.K - k0), n0, std::min(kNC, p.N - n0),
+         panels->data() + whole_b_offset(p.K, np, k0, n0));
+    }
+  });
+  return panels;
+}
+
+// The cached whole-B pack for p, packing it now when the cache admits it; null: pack per tile.
+PackedPanels cached_b(const GemmProblem& p, PackB pb) {
+  if (!pack_cache_enabled() || !p.b.owner || !p.b.owner->ptr) return nullptr;
+  // One matrix for every batch (a weight): with a per-batch B there is nothing to reuse.
+  for (int d = 0; d < p.b.batch.strides.rank; ++d)
+    if (p.b.batch.strides.v[d] != 0 && p.b.batch.shape.v[d] != 1) return nullptr;
+  const auto* start = static_cast<const std::byte*>(p.b.owner->ptr);
+  PackKey k;
+  k.byte_offset = static_cast<size_t>(p.b.base - start);
+  k.K = p.K, k.N = p.N, k.rs = p.b.rs, k.cs = p.b.cs, k.dtype = p.b.dtype;
+  bool admit = false;
+  PackCache& cache = pack_cache();
+  PackedPanels hit = cache.find(p.b.owner, k, &admit);
+  if (hit || !admit) return hit;
+  PackedPanels packed = pack_whole_b(p, pb);
+  cache.insert(p.b.owner, k, packed);
+  return packed;
+}
+
+void run_tile(const GemmProblem& p, PackA pa, PackB pb, const WholeB& wb, MicroKernel mk,
+              int64_t bi, int64_t m0, int64_t n0) {
   const int64_t mc = std::min(kMC, p.M - m0), nc = std::min(kNC, p.N - n0);
   const int64_t mcp = round_up(mc, kMR), ncp = round_up(nc, kNR);
   Scratch& s = scratch();
   if (s.c.size() < static_cast<size_t>(mcp * ncp)) s.c.resize(mcp * ncp);
   if (s.a.size() < static_cast<size_t>(mcp * kKC)) s.a.resize(mcp * kKC);
-  if (s.b.size() < static_cast<size_t>(ncp * kKC)) s.b.resize(ncp * kKC);
+  if (!wb.panels && s.b.size() < static_cast<size_t>(ncp * kKC)) s.b.resize(ncp * kKC);
   float* c = s.c.data();
   std::fill_n(c, mcp * ncp, 0.0f);
   const int64_t aoff = p.a.batch.offset(bi), boff = p.b.batch.offset(bi);
   for (int64_t k0 = 0; k0 < p.K; k0 += kKC) {
     const int64_t kc = std::min(kKC, p.K - k0);
     pa(p.a, aoff, m0, mc, k0, kc, s.a.data());
-    pb(p.b, boff, k0, kc, n0, nc, s.b.data());
+    const float* bp = s.b.data();
+    if (wb.panels) bp = wb.block(k0, n0);
+    else pb(p.b, boff, k0, kc, n0, nc, s.b.data());
     for (int64_t q = 0; q < ncp; q += kNR)
       for (int64_t r = 0; r < mcp; r += kMR)
-        mk(kc, s.a.data() + r * kc, s.b.data() + q * kc, c + r * ncp + q, ncp);
+        mk(kc, s.a.data() + r * kc, bp + q * kc, c + r * ncp + q, ncp);
   }
   // Epilogue: bias, conversion, dense store.
   float bias[kNC];
@@ -129,6 +193,7 @@ void run_tile(const GemmProblem& p, PackA pa, PackB pb, MicroKernel mk, int64_t 
   for (int64_t i = 0; i < mc; ++i) {
     float* row = c + i * ncp;
     for (int64_t j = 0; j < nc; ++j) row[j] += bias[j];
+    apply_tail(p, out0 + i * p.N, nc, row);
     store_floats(p.out, p.out_dtype, out0 + i * p.N, nc, row);
   }
 }
@@ -164,6 +229,7 @@ void small_m(const GemmProblem& p) {
           for (; k < p.K; ++k) sum += load_as<D, float>(a + k) * load_as<D, float>(b + k);
           row[j] = sum + bias[j];
         }
+        apply_tail(p, (bi * p.M + m) * p.N + n0, nc, row);
         store_floats(p.out, p.out_dtype, (bi * p.M + m) * p.N + n0, nc, row);
       }
     }
@@ -192,6 +258,8 @@ void gemm(const GemmProblem& p) {
       pick_pack<PackB>(p.b.dtype, pack_b<DType::f32>, pack_b<DType::f16>, pack_b<DType::bf16>);
   const MicroKernel mk = microkernel();
   const int64_t mt = (p.M + kMC - 1) / kMC, nt = (p.N + kNC - 1) / kNC;
+  const PackedPanels packed = cached_b(p, pb);
+  const WholeB wb{p.K, round_up(p.N, kNR), packed ? packed->data() : nullptr};
   const int64_t tiles = p.batch * mt * nt;
   // Work in multiply-adds, padded the way the micro-kernel sees it; at least one per output.
   const int64_t work =
@@ -199,7 +267,7 @@ void gemm(const GemmProblem& p) {
   parallel_range(tiles, work, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bi = t / (mt * nt), rem = t % (mt * nt);
-      run_tile(p, pa, pb, mk, bi, (rem / nt) * kMC, (rem % nt) * kNC);
+      run_tile(p, pa, pb, wb, mk, bi, (rem / nt) * kMC, (rem % nt) * kNC);
     }
   });
 }

@@ -3,6 +3,8 @@
 //   out[b, m, n] = sum_k A_b[m, k] * B_b[k, n] (+ bias[n]),  out dense [batch, M, N].
 // A and B are read through strides (transposed or sliced views need no copy) in any floating
 // dtype; they are packed into f32 panels block by block, and accumulation is f32.
+#include <memory>
+
 #include "kernels/cpu/cpu_common.hpp"
 
 namespace livefuse::cpu {
@@ -12,6 +14,9 @@ struct GemmOperand {
   DType dtype = DType::f32;
   int64_t rs = 0, cs = 0;  // element strides of rows and columns
   StridedIndex batch;      // batch index -> element offset (strides 0 where broadcast)
+  // The storage `base` points into, when known: lets the packed form of a B operand be kept
+  // across calls (gemm_pack_cache.hpp).
+  std::shared_ptr<Storage> owner;
 };
 
 struct GemmProblem {
@@ -22,9 +27,20 @@ struct GemmProblem {
   const std::byte* bias = nullptr;  // optional, [N] with bias_stride
   DType bias_dtype = DType::f32;
   int64_t bias_stride = 1;
+  // A pointwise tail applied to each f32 result row in the tile loop, after the bias (a plan's
+  // GEMM step, gemm_tail.hpp): act(row) over n values, then + residual (dense, the output's
+  // layout). Both optional; s0, s1 are the op's scalar attributes (clamp's bounds).
+  void (*act)(float* row, int64_t n, float s0, float s1) = nullptr;
+  float act_s0 = 0, act_s1 = 0;
+  const std::byte* residual = nullptr;
+  DType residual_dtype = DType::f32;
 };
 
 void gemm(const GemmProblem& p);
+
+// matmul / linear calls as problems writing the dense `out` (matmul.cpp).
+GemmProblem matmul_problem(const OpCall& call, const Tensor& out);
+GemmProblem linear_problem(const OpCall& call, const Tensor& out);
 
 // Name of the micro-kernel in use ("avx512", "avx2", "generic"), for benchmarks and logs.
 const char* gemm_kernel_name();

@@ -40,7 +40,7 @@ Matrix as_matrix(const View& v, bool is_a) {
 
 }  // namespace
 
-void run_matmul(const OpCall& call, const Tensor& out) {
+GemmProblem matmul_problem(const OpCall& call, const Tensor& out) {
   const View a = view_of(call.inputs[0]), b = view_of(call.inputs[1]);
   const View o = out_view(out);
   const Matrix ma = as_matrix(a, true), mb = as_matrix(b, false);
@@ -54,9 +54,10 @@ void run_matmul(const OpCall& call, const Tensor& out) {
   p.K = ma.cols;
   p.batch = bshape.numel();
   p.a = {a.base, a.dtype, ma.rs, ma.cs,
-         StridedIndex(bshape, broadcast_strides(ma.batch, ma.batch_strides, bshape))};
+         StridedIndex(bshape, broadcast_strides(ma.batch, ma.batch_strides, bshape)), nullptr};
   p.b = {b.base, b.dtype, mb.rs, mb.cs,
-         StridedIndex(bshape, broadcast_strides(mb.batch, mb.batch_strides, bshape))};
+         StridedIndex(bshape, broadcast_strides(mb.batch, mb.batch_strides, bshape)),
+         call.inputs[1].impl()->storage};
   p.out = o.base;
   p.out_dtype = o.dtype;
   // x[B.., M, K] @ W[K, N] with W shared by every batch: when A's batch and row dims fold into
@@ -76,10 +77,10 @@ void run_matmul(const OpCall& call, const Tensor& out) {
       p.a.batch = p.b.batch = StridedIndex();
     }
   }
-  gemm(p);
+  return p;
 }
 
-void run_linear(const OpCall& call, const Tensor& out) {
+GemmProblem linear_problem(const OpCall& call, const Tensor& out) {
   const View x = view_of(call.inputs[0]), w = view_of(call.inputs[1]);
   const View o = out_view(out);
   const bool has_bias = call.attrs.i[0] != 0;
@@ -95,7 +96,7 @@ void run_linear(const OpCall& call, const Tensor& out) {
     lead.push_back(x.shape.v[d]);
     lst.push_back(x.strides.v[d]);
   }
-  if (lead.numel() == 0) return;
+  if (lead.numel() == 0) return GemmProblem{};  // M = 0: nothing to compute
   collapse_dims(lead, &lst, 1);
   p.M = lead.v[lead.rank - 1];
   Shape bshape;
@@ -106,11 +107,12 @@ void run_linear(const OpCall& call, const Tensor& out) {
   }
   p.batch = bshape.numel();
   p.a = {x.base, x.dtype, lst.v[lead.rank - 1], x.strides.v[x.shape.rank - 1],
-         StridedIndex(bshape, bst)};
+         StridedIndex(bshape, bst), nullptr};
   Strides zero;
   zero.rank = bshape.rank;
   // B[k, n] = W[n, k]
-  p.b = {w.base, w.dtype, w.strides.v[1], w.strides.v[0], StridedIndex(bshape, zero)};
+  p.b = {w.base, w.dtype, w.strides.v[1], w.strides.v[0], StridedIndex(bshape, zero),
+         call.inputs[1].impl()->storage};
   p.out = o.base;
   p.out_dtype = o.dtype;
   if (has_bias) {
@@ -119,7 +121,10 @@ void run_linear(const OpCall& call, const Tensor& out) {
     p.bias_dtype = bias.dtype;
     p.bias_stride = bias.shape.rank > 0 ? bias.strides.v[bias.shape.rank - 1] : 0;
   }
-  gemm(p);
+  return p;
 }
+
+void run_matmul(const OpCall& call, const Tensor& out) { gemm(matmul_problem(call, out)); }
+void run_linear(const OpCall& call, const Tensor& out) { gemm(linear_problem(call, out)); }
 
 }  // namespace livefuse::cpu

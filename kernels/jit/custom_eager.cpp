@@ -41,7 +41,7 @@ void launch_custom_eager(const OpCall& call, std::span<const Tensor> outputs, vo
   LF_CHECK(outputs.size() == 1, def.name, "custom op with ", outputs.size(), " outputs");
   const DType out = outputs[0].dtype();
   std::string key = std::to_string(def.id) + ":" + std::string(dtype_name(out));
-  for (const auto& t : call.inputs) key += ":" + std::string(dtype_name(t.dtype()));
+  for (const auto& t : call.inputs) key.append(":").append(dtype_name(t.dtype()));
 
   static std::mutex mu;
   static std::map<std::string, Entry>* cache = new std::map<std::string, Entry>();  // per process

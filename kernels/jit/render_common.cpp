@@ -108,7 +108,7 @@ std::string load_expr(DType d, int word, const std::string& off) {
     case DType::bf16: return "lf_bf2f(" + ptr("const lf_u16", word) + o + ")";
     case DType::i32: return ptr("const int", word) + o;
     case DType::i64: return ptr("const lf_i64", word) + o;
-    case DType::boolean: return "(" + ptr("const unsigned char", word) + o + " != 0 ? 1 : 0)";
+    case DType::boolean: return detail::concat("(", ptr("const unsigned char", word), o, " != 0 ? 1 : 0)");
   }
   return "0";
 }
@@ -123,9 +123,9 @@ std::string literal(double v, DType c) {
     return buf;
   }
   const long long x = integer_literal(v, c);
-  if (c == DType::i32) return x == -2147483648LL ? "(-2147483647 - 1)" : "(" + std::to_string(x) + ")";
+  if (c == DType::i32) return x == -2147483648LL ? "(-2147483647 - 1)" : detail::concat("(", x, ")");
   if (x == std::numeric_limits<long long>::min()) return "((lf_i64)(-9223372036854775807LL - 1))";
-  return "((lf_i64)" + std::to_string(x) + "LL)";
+  return detail::concat("((lf_i64)", x, "LL)");
 }
 
 long long integer_literal(double v, DType c) {
@@ -146,7 +146,7 @@ bool outlined_op(OpId op) {
 }
 
 std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
-  const std::string v = "v" + std::to_string(i);
+  const std::string v = detail::concat("v", i);
   const std::string nt = nat_type(in.dtype);
   std::ostringstream os;
   switch (in.kind) {
@@ -177,7 +177,7 @@ std::string value_stmt(const Instr& in, int i, const std::string& cols_expr) {
   os << "\n    { ";
   const char* names[3] = {"a", "b", "c"};
   for (int k = 0; k < in.nargs; ++k) {
-    const std::string src = "v" + std::to_string(in.arg[k]);
+    const std::string src = detail::concat("v", in.arg[k]);
     if (!custom && in.op == OpId::where && k == 0)
       os << "const " << ct << " a = (" << ct << ")lf_truth(" << src << "); ";
     else
@@ -204,7 +204,7 @@ bool has_bits(const Instr& in) {
 
 std::string stored(const KernelPart& part, const Instr& st) {
   const int k = st.arg[0];
-  const std::string v = "v" + std::to_string(k);
+  const std::string v = detail::concat("v", k);
   const Instr& x = part.instrs[k];
   if (has_bits(x) && x.dtype == st.dtype) return v + "_b";
   return to_storage(st.dtype, v);

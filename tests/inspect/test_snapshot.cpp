@@ -25,7 +25,7 @@ class ShownPlan : public lf::Plan {
   void details(lf::PlanDetails& d) const override {
     if (throw_in_details) throw lf::Error("[test] details failed");
     d.shape_pattern = "[A,B,C,D,E] [E]";
-    d.kernels.push_back({"k_test", "__global__ void k_test() {}", 12.5, "miss", ""});
+    d.kernels.push_back({"k_test", "__global__ void k_test() {}", 12.5, "miss", "", {}});
     d.groups.push_back({"g0", "vertical", {0, 1}, "k_test", 3.5});
     d.graphs.push_back({"[1,2,3,4,5] [5]", 7, 2});
   }

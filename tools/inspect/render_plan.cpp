@@ -56,7 +56,7 @@ std::string groups(const PlanInfo& p) {
   std::string r = profiled ? "\nFUSION GROUPS (mean GPU time per replay)\n" : "\nFUSION GROUPS\n";
   for (const FusionGroupInfo& g : p.details.groups) {
     std::string list;
-    for (size_t k = 0; k < g.ops.size(); ++k) list += (k ? "," : "") + std::to_string(g.ops[k]);
+    for (size_t k = 0; k < g.ops.size(); ++k) list.append(k ? "," : "").append(std::to_string(g.ops[k]));
     // The GPU time column appears only for profiled plans (LIVEFUSE_PROFILE=1).
     const std::string gpu = !profiled ? "" : g.gpu_us ? strf("%9.2f us  ", *g.gpu_us) : std::string(14, ' ');
     r += strf("  %-6s %-14s %sops %-16s %s\n", g.name.c_str(), g.kind.c_str(), gpu.c_str(),
