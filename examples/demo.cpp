@@ -13,6 +13,7 @@
 #include "examples/bert/run.hpp"
 #include "examples/demo_decisions.hpp"
 #include "examples/demo_decoder.hpp"
+#include "examples/demo_gpt.hpp"
 #include "examples/demo_stats.hpp"
 #include "examples/encoder_block.hpp"
 #include "livefuse/inspect.hpp"
@@ -20,14 +21,18 @@
 namespace {
 void usage() {
   std::puts(
-      "usage: livefuse-demo [--model encoder|bert|decoder] [--iters N] [--device cpu|cuda] [--layers N]\n"
-      "                     [--seq N] [--batch N] [--dtype f32|f16|bf16] [--report PATH] [--quiet]\n"
+      "usage: livefuse-demo [--model encoder|bert|decoder|gpt] [--iters N] [--device cpu|cuda] [--layers N]\n"
+      "                     [--seq N] [--batch N] [--dtype f32|f16|bf16] [--cache concat|static]\n"
+      "                     [--report PATH] [--quiet]\n"
       "  --report PATH: write the runtime's report (every plan, its kernels, timings, history)\n"
       "  at the end, for livefuse-inspect\n"
       "  --model bert: BERT with random weights (tiny on the CPU, base on a GPU), timed to its\n"
       "  steady state; --layers does not apply\n"
       "  --model decoder: GPT-style layers decoding token by token over a KV cache grown by concat;\n"
-      "  --seq is the tokens a sequence (default 64), --iters the sequences (default 8), --batch 1");
+      "  --seq is the tokens a sequence (default 64), --iters the sequences (default 8), --batch 1\n"
+      "  --model gpt: GPT-2 (examples/decoder; tiny on the CPU, GPT-2 small on a GPU) generating\n"
+      "  --seq new tokens (default 64) --iters times (default 8), tokens/s as plans come in; its KV\n"
+      "  cache grown by concat, or with --cache static preallocated and written in place");
 }
 // Writes the report when asked, then says what was decided: the demo's last lines.
 int finish(const std::string& report) {
@@ -40,7 +45,7 @@ int finish(const std::string& report) {
 int main(int argc, char** argv) {
   int iters = -1, layers = 4;
   int64_t seq = -1, batch = 2;
-  std::string device_arg, dtype_arg, model = "encoder";
+  std::string device_arg, dtype_arg, model = "encoder", cache = "concat";
   bool quiet = false, batch_given = false;
   std::string report;
   try {
@@ -65,8 +70,12 @@ int main(int argc, char** argv) {
       };
       if (a == "--model") {
         model = next();
-        if (model != "encoder" && model != "bert" && model != "decoder")
-          throw lf::Error("[demo] --model expects encoder, bert or decoder, got '" + model + "'");
+        if (model != "encoder" && model != "bert" && model != "decoder" && model != "gpt")
+          throw lf::Error("[demo] --model expects encoder, bert, decoder or gpt, got '" + model + "'");
+      } else if (a == "--cache") {
+        cache = next();
+        if (cache != "concat" && cache != "static")
+          throw lf::Error("[demo] --cache expects concat or static, got '" + cache + "'");
       } else if (a == "--iters")
         iters = next_int();
       else if (a == "--layers")
@@ -108,6 +117,20 @@ int main(int argc, char** argv) {
       const lf::bert::DemoResult r = lf::bert::run_bert_demo(o, &std::cout);
       std::printf("summary: first=%.3f ms steady_median=%.3f ms mean_abs=%.6f %s\n",
                   r.timing.first_ms, r.timing.median_ms, r.mean_abs,
+                  demo::summary_fields().c_str());
+      return finish(report);
+    }
+    if (model == "gpt") {
+      demo::GptOptions o;
+      o.device = dev;
+      o.dtype = dt;
+      o.tokens = seq > 0 ? seq : 64;
+      o.sequences = iters > 0 ? iters : 8;
+      o.static_cache = cache == "static";
+      o.quiet = quiet;
+      const demo::GptResult r = demo::run_gpt_demo(o);
+      std::printf("summary: first=%.3f ms/token steady_median=%.3f ms/token tokens_per_s=%.1f last_token=%lld %s\n",
+                  r.first_ms, r.steady_ms, r.tokens_per_s, (long long)r.last_token,
                   demo::summary_fields().c_str());
       return finish(report);
     }
