@@ -49,8 +49,8 @@ for kind in "${kinds[@]}"; do
   rm -f "$dir"/meson-logs/testlog.*
   t0=$(date +%s)
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" -Db_sanitize="$san" "${common[@]}" >"$dir.setup.log" 2>&1 ||
-      { cat "$dir.setup.log"; echo "sanitize: $kind: meson setup failed" >&2; failed=1; continue; }
+    meson setup "$dir" -Db_sanitize="$san" "${common[@]}" ||
+      { echo "sanitize: $kind: meson setup failed" >&2; failed=1; continue; }
   fi
   if ! ninja -C "$dir" -j"$(nproc)"; then
     echo "sanitize: $kind: build failed" >&2
