@@ -236,6 +236,7 @@ size_t Monitor::consume_once() {
     local_gen_ = producers_gen_.load();
   }
   size_t total = 0;
+  uint64_t consumed = 0;
   std::vector<Candidate> emitted;
   std::vector<std::pair<uint64_t, uint32_t>> cooled;
   {
@@ -246,12 +247,13 @@ size_t Monitor::consume_once() {
       total += n;
     }
     // Published under the lock: drain() then sees the detector with these events applied.
-    consumed_.fetch_add(total, std::memory_order_release);
+    consumed = consumed_.fetch_add(total, std::memory_order_release) + total;
     emitted = detector_->take_emitted();
     cooled = detector_->take_cooled();
   }
   if (total) batches_.fetch_add(1, std::memory_order_relaxed);
   deliver(emitted, cooled);
+  if (total) delivered_.store(consumed, std::memory_order_release);
   return total;
 }
 
@@ -345,7 +347,7 @@ bool Monitor::drain(std::chrono::milliseconds timeout, bool flush) {
   if (std::this_thread::get_id() == thread_id_.load()) return false;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   const uint64_t target = produced_total();
-  while (consumed_.load(std::memory_order_acquire) < target) {
+  while (delivered_.load(std::memory_order_acquire) < target) {
     if (!running() || std::chrono::steady_clock::now() > deadline) return false;
     {
       std::lock_guard<std::mutex> w(wake_mu_);

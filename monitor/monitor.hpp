@@ -57,8 +57,9 @@ class Monitor final : public TraceSink {
   // seen in a while: the first makes program points, the second registers their path).
   static constexpr int kReportsOfNewShape = 4;
 
-  // Waits until every event pushed before the call has been consumed (not from a consumer
-  // callback: that returns false at once); with `flush`, then
+  // Waits until every event pushed before the call has been consumed and the candidates it
+  // gave delivered to the consumer (not from a consumer callback: that returns false at once);
+  // with `flush`, then
   // assigns pending positions too (treats now as the end of the input: tests, inspection).
   // False on timeout (e.g. paused, or not running).
   bool drain(std::chrono::milliseconds timeout = std::chrono::seconds(30), bool flush = true);
@@ -114,6 +115,9 @@ class Monitor final : public TraceSink {
   std::vector<TraceEvent> batch_;
 
   std::atomic<uint64_t> consumed_{0};
+  // consumed_ as of the last delivery to the consumer: drain() waits for this one, so that what
+  // follows a drain (a wait for the planner to be idle) sees the candidates delivered.
+  std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> batches_{0};
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};

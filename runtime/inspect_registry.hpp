@@ -8,6 +8,9 @@
 // Lifetime rule for providers: a provider is called from the report thread, also during
 // process exit (the final report). A component whose provider captures an object that can be
 // destroyed must unregister it first (unregister_* waits for a running call to finish).
+// Providers run outside the registry's locks, so a provider may take its component's lock and a
+// component may register while holding it; only unregistering while holding a lock that the
+// provider takes would wait for ever.
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -185,7 +185,16 @@ LF_OP_TABLE(LF_INTERP_ROW)
 
 // The tile loops are cloned for AVX2 and picked at load time (ifunc); AVX2 alone does not
 // enable FMA contraction, so results stay bit-identical to the baseline build.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the ifunc resolvers are instrumented and run during relocation,
+// before the TSan runtime is initialised, so every binary crashed at load.
+#if defined(__SANITIZE_THREAD__)
+#define LF_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LF_UNDER_TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(LF_UNDER_TSAN)
 #define LF_TILE_LOOP __attribute__((target_clones("avx2", "default")))
 #else
 #define LF_TILE_LOOP

@@ -4,6 +4,9 @@
 // default stays in force; Config::sources records which values came from the environment.
 #include "livefuse/config.hpp"
 
+#include <tbb/global_control.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -84,6 +87,8 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_GRAPHS", &Config::graphs),
       bool_row("LIVEFUSE_FUSION", &Config::fusion),
       int_row("LIVEFUSE_COMPILE_THREADS", "an integer 1..64", 1, 64, &Config::compile_threads),
+      int_row("LIVEFUSE_CPU_THREADS", "an integer 0..4096 (0: one per core)", 0, 4096,
+              &Config::cpu_threads),
       {"LIVEFUSE_CACHE_DIR", "a directory path or off",
        [](const std::string& s, Config& c) {
          c.cache_dir = (s == "off") ? std::string() : s;
@@ -152,22 +157,51 @@ Config parse_config(const char* (*getenv_fn)(const char*), std::vector<std::stri
 
 namespace {
 const char* real_getenv(const char* n) { return std::getenv(n); }
-Config& config_slot() {
-  // A function-local static rather than std::call_once: every op reads the config, and
-  // libstdc++'s call_once goes through thread-locals and a call each time.
+
+// The CPU kernels' parallelism, for the life of the process (LIVEFUSE_CPU_THREADS).
+void limit_cpu_threads(int n) {
+  if (n <= 0) return;
+  // Leaked: TBB work may still run during static destruction.
+  static tbb::global_control* limit =
+      new tbb::global_control(tbb::global_control::max_allowed_parallelism, static_cast<size_t>(n));
+  (void)limit;
+}
+
+// [ Note -- configuration snapshots ]
+// config() is read on every op and from the monitor, planner and report threads, while tests
+// switch it (set_config_for_testing). Each configuration is an immutable snapshot published
+// through one atomic pointer: a reader pays one load and keeps a consistent Config for as long
+// as it holds the reference. Snapshots are never freed (a reader may hold one for ever); an
+// equal configuration published again reuses its snapshot, so tests that flip between a few
+// configurations keep a few.
+std::atomic<const Config*>& current() {
+  // A function-local static rather than std::call_once: libstdc++'s call_once goes through
+  // thread-locals and a call each time.
   // Leaked on purpose: the monitor and compile threads may read it during static destruction.
-  static Config* const c = [] {
+  static std::atomic<const Config*> c{[] {
     std::vector<std::string> warnings;
     auto* parsed = new Config(parse_config(real_getenv, &warnings));
     for (const auto& w : warnings) std::cerr << "livefuse: " << w << "\n";
+    limit_cpu_threads(parsed->cpu_threads);
     return parsed;
-  }();
-  return *c;
+  }()};
+  return c;
 }
 }  // namespace
 
-const Config& config() { return config_slot(); }
+const Config& config() { return *current().load(std::memory_order_acquire); }
 
-void set_config_for_testing(const Config& c) { config_slot() = c; }
+void set_config_for_testing(const Config& c) {
+  static std::mutex mu;
+  static auto* published = new std::vector<const Config*>;  // leaked with the snapshots
+  std::lock_guard<std::mutex> g(mu);
+  const Config* now = current().load(std::memory_order_relaxed);
+  if (*now == c) return;
+  if (published->empty()) published->push_back(now);
+  for (const Config* p : *published)
+    if (*p == c) return current().store(p, std::memory_order_release);
+  published->push_back(new Config(c));
+  current().store(published->back(), std::memory_order_release);
+}
 
 }  // namespace livefuse

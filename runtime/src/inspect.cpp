@@ -37,6 +37,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_GRAPHS") return yes_no(c.graphs);
   if (name == "LIVEFUSE_FUSION") return yes_no(c.fusion);
   if (name == "LIVEFUSE_COMPILE_THREADS") return std::to_string(c.compile_threads);
+  if (name == "LIVEFUSE_CPU_THREADS") return std::to_string(c.cpu_threads);
   if (name == "LIVEFUSE_CACHE_DIR") return c.cache_dir.empty() ? "off" : c.cache_dir;
   if (name == "LIVEFUSE_VERIFY") return std::to_string(c.verify);
   if (name == "LIVEFUSE_REPORT") return c.report_path;

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "livefuse/error.hpp"
@@ -23,20 +25,70 @@ std::chrono::steady_clock::time_point process_start() {
 }
 [[maybe_unused]] const bool g_clock_started = (process_start(), true);
 
+// Providers are called outside `mu`: a provider takes its component's lock, and components
+// register while holding it (the planner did, in Service::start), so calling them under `mu`
+// ordered the two locks both ways: a lock-order inversion that could deadlock the report thread
+// against a starting component. An entry counts its running calls instead, and erase waits for
+// them.
 template <class Fn>
 struct Providers {
-  std::mutex mu;  // held while providers run, so unregister waits for a running call
-  std::vector<std::pair<std::string, Fn>> list;
+  struct Entry {
+    std::string name;
+    Fn fn;
+    int running = 0;  // calls in progress (guarded by mu)
+    bool listed = true;
+  };
+  std::mutex mu;
+  std::condition_variable idle;  // an entry's last running call returned
+  std::vector<std::shared_ptr<Entry>> list;
 
   void set(std::string name, Fn fn) {
+    auto e = std::make_shared<Entry>(Entry{std::move(name), std::move(fn)});
     std::lock_guard<std::mutex> g(mu);
-    for (auto& [n, f] : list)
-      if (n == name) return void(f = std::move(fn));
-    list.emplace_back(std::move(name), std::move(fn));
+    for (auto& old : list)
+      if (old->name == e->name) {
+        // A running call of the old provider finishes on its own copy of the entry.
+        old->listed = false;
+        return void(old = std::move(e));
+      }
+    list.push_back(std::move(e));
   }
   void erase(const std::string& name) {
-    std::lock_guard<std::mutex> g(mu);
-    std::erase_if(list, [&](const auto& e) { return e.first == name; });
+    std::unique_lock<std::mutex> g(mu);
+    for (auto it = list.begin(); it != list.end(); ++it) {
+      if ((*it)->name != name) continue;
+      std::shared_ptr<Entry> e = std::move(*it);
+      list.erase(it);
+      e->listed = false;
+      idle.wait(g, [&] { return e->running == 0; });
+      return;
+    }
+  }
+  // Calls each provider listed when it starts, in registration order; a provider erased or
+  // replaced meanwhile is skipped.
+  template <class Call>
+  void for_each(Call call) {
+    std::vector<std::shared_ptr<Entry>> entries;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      entries = list;
+    }
+    for (const std::shared_ptr<Entry>& e : entries) {
+      {
+        std::lock_guard<std::mutex> g(mu);
+        if (!e->listed) continue;
+        ++e->running;
+      }
+      struct Done {
+        Providers& p;
+        Entry& e;
+        ~Done() {
+          std::lock_guard<std::mutex> g(p.mu);
+          if (--e.running == 0) p.idle.notify_all();
+        }
+      } done{*this, *e};
+      call(e->name, e->fn);
+    }
   }
 };
 
@@ -143,9 +195,7 @@ void record_transition_locked(Plan& p, PlanState to, std::string reason) {
 namespace inspect_detail {
 
 void collect_counters(std::vector<CounterGroup>& out) {
-  auto& pr = registry().counters;
-  std::lock_guard<std::mutex> g(pr.mu);
-  for (auto& [name, fn] : pr.list) {
+  registry().counters.for_each([&](const std::string& name, const CounterSource& fn) {
     CounterGroup group{name, {}};
     VectorSink sink(group);
     try {
@@ -153,28 +203,26 @@ void collect_counters(std::vector<CounterGroup>& out) {
     } catch (...) {
       // A provider's failure must not cost the report: its group is left out and counted.
       registry().provider_errors.fetch_add(1);
-      continue;
+      return;
     }
     out.push_back(std::move(group));
-  }
+  });
 }
 
 void collect_plans(std::vector<PlanInfo>& out) {
-  auto& pr = registry().plans;
-  std::lock_guard<std::mutex> g(pr.mu);
-  for (auto& [name, fn] : pr.list) {
+  registry().plans.for_each([&](const std::string& name, const PlanSource& fn) {
     std::vector<PlanInfo> got;
     try {
       fn(got);
     } catch (...) {
       registry().provider_errors.fetch_add(1);
-      continue;
+      return;
     }
     for (PlanInfo& p : got) {
       if (p.origin.empty()) p.origin = name;
       out.push_back(std::move(p));
     }
-  }
+  });
 }
 
 uint64_t provider_errors() { return registry().provider_errors.load(); }

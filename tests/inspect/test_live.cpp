@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -124,9 +125,13 @@ TEST_CASE("demo: the CLI reads livefuse-demo's live report and sees a plan becom
   const Cleanup cleanup{dir};
   const fs::path report = dir / "demo.json", trace = dir / "demo_trace.json";
   // LIVEFUSE_SAMPLE=0: plans are kept without timing them against eager, so on a loaded CPU
-  // the test does not depend on which path happens to be faster.
+  // the test does not depend on which path happens to be faster. LF_DEMO_ITERS: under
+  // ThreadSanitizer an iteration takes ~100 ms, and 3000 of them ran past the test's timeout
+  // (tools/sanitize.sh sets fewer).
+  const char* iters = std::getenv("LF_DEMO_ITERS");
   const pid_t pid = lftest::spawn(lftest::env_path("LF_DEMO").string(),
-                                  {"--iters", "3000", "--layers", "1", "--seq", "16", "--device", "cpu", "--quiet"},
+                                  {"--iters", iters && *iters ? iters : "3000", "--layers", "1",
+                                   "--seq", "16", "--device", "cpu", "--quiet"},
                                   {"LIVEFUSE_REPORT=" + report.string(), "LIVEFUSE_REPORT_MS=50",
                                    "LIVEFUSE_TRACE=" + trace.string(), "LIVEFUSE_SAMPLE=0"},
                                   dir / "demo.txt");

@@ -17,6 +17,9 @@ struct Config {
   bool graphs = true;    // LIVEFUSE_GRAPHS
   bool fusion = true;    // LIVEFUSE_FUSION
   int compile_threads = 2;
+  // LIVEFUSE_CPU_THREADS: most threads the CPU kernels run on (0: one per core). Read once, at
+  // start. 1 keeps TBB's uninstrumented work hand-off out of ThreadSanitizer runs.
+  int cpu_threads = 0;
   std::string cache_dir;  // empty: memory-only ("off")
   int verify = 0;         // first N replays of each plan also run eagerly and compared
   int sample = 5;         // LIVEFUSE_SAMPLE: timed plan/eager pairs before a plan is kept (0: keep)
@@ -43,12 +46,18 @@ struct Config {
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
   std::vector<std::pair<std::string, std::string>> sources;
+
+  bool operator==(const Config&) const = default;
 };
 
+// The process configuration: an immutable snapshot. A reference stays valid (and unchanged)
+// for the life of the process, also across set_config_for_testing.
 const Config& config();
 // Parses a configuration from an environment lookup (tests use this with a fake environment).
 Config parse_config(const char* (*getenv_fn)(const char*), std::vector<std::string>* warnings);
-// Test hook: replaces the process configuration. Not thread-safe against running ops.
+// Test hook: publishes `c` as the process configuration. Safe against threads reading
+// config(): they see the old snapshot or the new one, never a mix. Components that read a value
+// once, when they start (the CPU threads, the compile threads, the report), keep what they read.
 void set_config_for_testing(const Config& c);
 
 std::string_view mode_name(Mode m);
