@@ -341,7 +341,12 @@ def bench_model(args, name, binary, workdir, bw, skip):
     nparams = sum(p.numel() for p in model32.parameters())  # unique: a tied head counts once
     vocab = spec["config"]["vocab_size"]
     prompt, prompt_path = make_prompt(args.batch, args.prompt, vocab, args.seed, workdir, name)
-    dtypes = [d for d in (args.dtype or spec["dtypes"]).split(",") if d]
+    # "f16" applies to every model; "gpt2:f16" to the one named.
+    dtypes = []
+    for item in (args.dtype or spec["dtypes"]).split(","):
+        m, _, d = item.rpartition(":")
+        if d and (not m or m == name):
+            dtypes.append(d)
     for dt in dtypes:
         tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
         run = {"model": name, "dtype": dt, "batch": args.batch, "prompt": args.prompt,
@@ -448,7 +453,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("binary", help="path of the livefuse-generate executable")
     ap.add_argument("--models", default="gpt2,llama", help=f"comma list of {', '.join(MODELS)}")
-    ap.add_argument("--dtype", default=None, help="comma list (default: gpt2 f32,f16; llama f32,bf16)")
+    ap.add_argument("--dtype", default=None, help="comma list, MODEL:DTYPE for one model (default: gpt2 f32,f16; llama f32,bf16)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--steps", type=int, default=64)
