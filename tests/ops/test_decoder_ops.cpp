@@ -259,7 +259,8 @@ TEST_CASE(
     "with fusion on, reads before an in-place write see the old values, reads after the new") {
   FusionOn on;
   const uint64_t served0 = served_calls();
-  Tensor cache = lf::zeros({4, 8});
+  // On the CPU throughout (the default device is a GPU where there is one).
+  Tensor cache = lf::zeros({4, 8}, DType::f32, Device::cpu());
   std::vector<double> host(32, 0.0);
   const Tensor x = rand_tensor({1, 8}, DType::f32, Device::cpu(), ++g_seed);
   const std::vector<double> xv = x.to_doubles();
@@ -270,7 +271,7 @@ TEST_CASE(
     if (served_calls() > served0) ++served_for;
     // A hot chain over the cache and an expanded row: deferred by a plan once one exists.
     const Tensor before = lf::mul(lf::add(cache, lf::expand(x, {4, 8})), 2.0);
-    lf::index_copy(cache, 0, it % 4, lf::full({1, 8}, double(it)));
+    lf::index_copy(cache, 0, it % 4, lf::full({1, 8}, double(it), DType::f32, Device::cpu()));
     const Tensor after = lf::mul(lf::add(cache, lf::expand(x, {4, 8})), 2.0);
     std::vector<double> want_before(32), want_after(32);
     for (int i = 0; i < 32; ++i) want_before[i] = (host[i] + xv[i % 8]) * 2;
