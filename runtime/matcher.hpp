@@ -3,6 +3,7 @@
 // walk"). A call that extends a plan's prefix is deferred (its outputs are pending handles);
 // the call that completes the plan binds buffers and runs it; a divergent call or a sync point
 // flushes the deferred calls eagerly, in order.
+#include <mutex>
 #include <optional>
 
 #include "runtime/op_call.hpp"
@@ -23,6 +24,12 @@ void flush_for(const TensorImpl& t);
 void flush_all();
 // Settles every window, of any thread, that reads `s` in place (it has just become exposed).
 void settle_readers(const Storage& s);
+// Taken by a call before it looks at its inputs: values pending in other threads' windows are
+// settled first (no lock held: two threads handing each other pending values must not wait on
+// each other), and the lock of this thread's window holding an input is returned held. The
+// call reads its own pending values (their storage, offset, strides) while another thread that
+// was handed one of the window's results may settle the window, writing them.
+std::unique_lock<std::recursive_mutex> hold_inputs(const OpCall& call);
 }  // namespace matcher
 
 }  // namespace livefuse

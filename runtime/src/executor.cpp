@@ -233,6 +233,8 @@ void start_background() {
 TensorList Executor::submit(OpCall& call) {
   // Report and trace writers run in every mode (a report of LIVEFUSE=off is useful too).
   start_background_services();
+  // Held to the end of the call (matcher::hold_inputs says why).
+  const std::unique_lock<std::recursive_mutex> inputs_held = matcher::hold_inputs(call);
   const OutputInfos infos = infer_outputs(call);
   const Device device = call.inputs.empty() ? default_device() : call.inputs[0].device();
   const Stream stream = Stream::current(device);

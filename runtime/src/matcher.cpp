@@ -530,6 +530,23 @@ bool window_reads(const StreamWindow& sw, const Storage& s) {
 }
 }  // namespace
 
+std::unique_lock<std::recursive_mutex> hold_inputs(const OpCall& call) {
+  StreamWindow* own = nullptr;
+  for (const Tensor& in : call.inputs) {
+    void* tag = in.impl()->pending.load(std::memory_order_acquire);
+    if (!tag) continue;
+    StreamWindow* mine = nullptr;
+    for (auto& w : t_state.windows)
+      if (w.get() == tag) mine = w.get();
+    if (!mine)
+      flush_for(*in.impl());
+    else if (!own)
+      own = mine;  // a call reading two of this thread's windows (two streams) holds the first
+  }
+  if (!own) return {};
+  return std::unique_lock<std::recursive_mutex>(own->mu);
+}
+
 void settle_readers(const Storage& s) {
   std::vector<StreamWindow*> all;
   {
