@@ -136,6 +136,9 @@ void Tensor::copy_to_host(void* dst, size_t dst_bytes) const {
   LF_CHECK(dst_bytes >= nbytes(), "copy_to_host", "destination holds ", dst_bytes, " bytes but ",
            str(), " needs ", nbytes());
   if (numel() == 0) return;
+  // Settled before its layout is read: a plan completing the value's window (on its thread)
+  // may still give it storage, offset and strides.
+  Executor::materialize(*impl_);
   const Tensor src = is_contiguous() ? *this : livefuse::contiguous(*this);
   const void* p = synced_data(src);
   if (src.device().is_cpu()) {
@@ -205,6 +208,9 @@ std::vector<int64_t> Tensor::to_int64s() const { return host_values<int64_t>(*th
 Tensor Tensor::to(Device d) const {
   LF_NEED_DEFINED("Tensor::to");
   if (d == device()) return *this;
+  // Settled before its layout is read: a plan completing the value's window (on its thread)
+  // may still give it storage, offset and strides.
+  Executor::materialize(*impl_);
   const Tensor src = is_contiguous() ? *this : livefuse::contiguous(*this);
   if (d.is_cpu()) {
     Tensor out = empty(shape(), dtype(), d);
