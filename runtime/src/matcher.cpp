@@ -533,6 +533,7 @@ bool window_reads(const StreamWindow& sw, const Storage& s) {
 std::unique_lock<std::recursive_mutex> hold_inputs(const OpCall& call) {
   StreamWindow* own = nullptr;
   for (const Tensor& in : call.inputs) {
+    if (!in.defined()) continue;  // infer_outputs reports it, naming the op
     void* tag = in.impl()->pending.load(std::memory_order_acquire);
     if (!tag) continue;
     StreamWindow* mine = nullptr;
