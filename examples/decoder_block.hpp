@@ -4,26 +4,13 @@
 // every token (the cache length), which is what a decode loop looks like to livefuse.
 #include <cmath>
 
+#include "examples/block_weights.hpp"
 #include "livefuse/livefuse.hpp"
 
 namespace demo {
 
-struct DecoderLayer {
-  int64_t hidden, heads, ffn;
-  lf::Tensor ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2;
-
-  DecoderLayer(int64_t hidden_, int64_t heads_, int64_t ffn_, lf::DType dt, lf::Device dev,
-               uint64_t seed)
-      : hidden(hidden_), heads(heads_), ffn(ffn_) {
-    const double s = 1.0 / std::sqrt(static_cast<double>(hidden));
-    auto w = [&](int64_t o, int64_t i) { return lf::rand_uniform({o, i}, seed++, -s, s, dt, dev); };
-    auto b = [&](int64_t o) { return lf::rand_uniform({o}, seed++, -0.1, 0.1, dt, dev); };
-    wq = w(hidden, hidden), bq = b(hidden), wk = w(hidden, hidden), bk = b(hidden);
-    wv = w(hidden, hidden), bv = b(hidden), wo = w(hidden, hidden), bo = b(hidden);
-    w1 = w(ffn, hidden), b1 = b(ffn), w2 = w(hidden, ffn), b2 = b(hidden);
-    ln1_w = lf::full({hidden}, 1.0, dt, dev), ln1_b = b(hidden);
-    ln2_w = lf::full({hidden}, 1.0, dt, dev), ln2_b = b(hidden);
-  }
+struct DecoderLayer : BlockWeights {
+  using BlockWeights::BlockWeights;
 
   // x: [batch, 1, hidden], the current token; k_cache / v_cache: [batch, heads, t, head_dim]
   // (undefined before the first token), extended by this token.
