@@ -334,6 +334,12 @@ void maybe_launch_early(StreamWindow& sw) {
   matcher_counters().early_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  // Compared on the CPU only: on a GPU it would need a sync (the copies are in stream order).
+  if (!a.device().is_cpu() || a.impl()->storage->bytes != b.impl()->storage->bytes) return false;
+  return std::memcmp(a.impl()->storage->ptr, b.impl()->storage->ptr, a.impl()->storage->bytes) == 0;
+}
+
 // A call taken by the window reads memory the program can write behind livefuse's back from a
 // snapshot taken now (reachable.cpp, the note). Checked under the window's lock, like
 // settle_readers looks: a storage exposed after this look is settled by it. A second read of
@@ -341,12 +347,6 @@ void maybe_launch_early(StreamWindow& sw) {
 // (the plan binds one tensor per external); else the new snapshot, and the wiring diverges.
 // Before a call extends the window (its wiring then compares snapshots), or after it started
 // one (the candidates' slots bound to the program's value are moved to the snapshot).
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  // Compared on the CPU only: on a GPU it would need a sync (the copies are in stream order).
-  if (!a.device().is_cpu() || a.impl()->storage->bytes != b.impl()->storage->bytes) return false;
-  return std::memcmp(a.impl()->storage->ptr, b.impl()->storage->ptr, a.impl()->storage->bytes) == 0;
-}
-
 void protect_reachable(StreamWindow& sw, OpCall& call) {
   for (Tensor& in : call.inputs) {
     const Storage* s = in.impl()->storage.get();
