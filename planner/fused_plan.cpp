@@ -233,8 +233,14 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
 void FusedPlan::release_idle_sets(uint64_t now) {
   std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
   if (!lock.owns_lock()) return;
+  // A plan that no longer serves (retired, rejected, failed) never binds a set again: all of
+  // its free sets go now, not after kIdleClock (under churn, the plans the monitor replaced
+  // would otherwise hold their sets for thousands of runs).
+  const PlanState st = state.load(std::memory_order_relaxed);
+  const bool serving = st == PlanState::active || st == PlanState::sampling;
   for (size_t s = 0; s < sets_.size(); ++s)
-    if (!sets_[s].bufs.empty() && sets_[s].free() && now - sets_[s].last_clock > kIdleClock)
+    if (!sets_[s].bufs.empty() && sets_[s].free() &&
+        (!serving || now - sets_[s].last_clock > kIdleClock))
       evict_set(s);
 }
 

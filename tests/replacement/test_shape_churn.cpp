@@ -98,6 +98,10 @@ TEST_CASE(
   // What an iteration holds: its input, its result and the temporaries of one op, each at most
   // 1000 x 128 f32 (the CPU pool's class of 512 KiB), with room for the window's pending values.
   CHECK(c.max_growth <= 8 * (kMiB / 2));
+  // One shape again: what is in use comes back to the level after warm-up.
+  const lf::Tensor x1 = lf::rand_uniform({1, 128}, 9, -1, 1, lf::DType::f32, cpu);
+  for (int it = 0; it < 400; ++it) (void)layers(x1, g).to_doubles();
+  CHECK(lf::memory_stats(cpu).bytes_in_use <= c.after_warmup.bytes_in_use + kMiB);
   lftest::reset_pipeline();
   lf::set_config_for_testing(saved);
 }
@@ -137,6 +141,9 @@ LF_CUDA_TEST_CASE(
   int cuda_plans = 0;
   for (const lf::PlanInfo& p : lf::inspect().plans) {
     if (p.device != "cuda") continue;
+    MESSAGE("plan ", p.id, " ", p.state, ": ", note(p, "binding_sets"), " sets, ",
+            note(p, "binding_set_evictions"), " evicted, ", p.hits, " hits");
+    if (p.state != "active" && p.state != "sampling") CHECK(note(p, "binding_sets") == 0);
     ++cuda_plans;
     CHECK(note(p, "binding_sets") <= 12);
     set_evictions += note(p, "binding_set_evictions");
