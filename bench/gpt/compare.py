@@ -11,7 +11,8 @@ Builds nothing. Given a built `livefuse-generate` binary it, for each model and 
      styles) and checks its tokens and the logits it chose them from against Hugging Face's
      forward over the same sequence (teacher forcing): f32 greedy tokens identical, logits
      relative error <= 1e-4 (f32) / 2e-2 (f16, bf16), relative to max |reference logit|;
-     also against HF's own greedy `generate`,
+     also against HF's own greedy `generate`; an f16/bf16 run beyond 2e-2 still passes when it
+     is as close to HF's f32 logits as HF in that dtype is (within 25%: both are rounding),
   4. times in the same run: HF eager `generate`, one static-cache decode step in PyTorch eager,
      that step captured as one CUDA graph, livefuse off and livefuse on (per-token medians),
      and the floor: weight bytes / measured device copy bandwidth (read + write),
@@ -306,9 +307,10 @@ def run_livefuse(binary, mode, weights, config, dtype, cache, prompt_path, steps
     return rec
 
 
-def check_run(rec, want_logits, hf_tokens, dtype):
-    """Tokens and logits of one livefuse run against HF (want_logits: HF along livefuse's own
-    tokens; hf_tokens: HF's greedy generate)."""
+def check_run(rec, want_logits, hf_tokens, dtype, ref32=None):
+    """Tokens and logits of one livefuse run against HF (want_logits: HF in the run's dtype along
+    livefuse's own tokens; hf_tokens: HF's greedy generate; ref32: HF in f32 along the same
+    tokens, for f16/bf16 runs: what both low-precision results are trying to compute)."""
     got = np.load(rec["logits_path"])
     err = rel_error(got, want_logits)
     err["tolerance"] = TOLERANCE[dtype]
@@ -317,10 +319,19 @@ def check_run(rec, want_logits, hf_tokens, dtype):
     err["tokens_equal_hf_generate"] = hf_tokens == rec["tokens"] if hf_tokens is not None else None
     err["first_difference_vs_hf_generate"] = (first_difference(rec["tokens"], hf_tokens)
                                               if hf_tokens is not None else None)
+    err["within_tolerance"] = err["finite"] and err["rel"] <= TOLERANCE[dtype]
+    if ref32 is not None:
+        # Two low-precision results differ by the rounding of both; against the f32 result,
+        # livefuse must be as close as HF itself is (within 25%): then a gap to HF beyond the
+        # tolerance is HF's rounding as much as livefuse's, and is reported, not hidden.
+        err["hf_vs_f32"] = rel_error(want_logits, ref32)["rel"]
+        err["livefuse_vs_f32"] = rel_error(got, ref32)["rel"]
+        err["as_close_to_f32_as_hf"] = err["livefuse_vs_f32"] <= 1.25 * err["hf_vs_f32"]
     # Greedy tokens must be HF's exactly in f32; in f16/bf16 rounding may legitimately pick
     # another token at a near-tie, so only the logits (along livefuse's tokens) are checked.
     tokens_ok = err["tokens_equal_hf_argmax"] and err["tokens_equal_hf_generate"] is not False
-    err["ok"] = err["finite"] and err["rel"] <= TOLERANCE[dtype] and (dtype != "f32" or tokens_ok)
+    close = err["within_tolerance"] or (err["finite"] and err.get("as_close_to_f32_as_hf", False))
+    err["ok"] = close and (dtype != "f32" or tokens_ok)
     return err
 
 
@@ -370,6 +381,7 @@ def bench_model(args, name, binary, workdir, bw, skip):
             hf_tokens = None
             run["hf_generate_check"] = error_record(e)
             log(f"  hf generate (check): FAILED {run['hf_generate_check']['error'][:300]}")
+        m32 = None  # HF in f32 on the GPU, made when a low-precision check needs it
         for mode in ("off", "on"):
             for cache in CACHES:
                 key = f"livefuse_{mode}_{cache}"
@@ -383,7 +395,12 @@ def bench_model(args, name, binary, workdir, bw, skip):
                 if "logits_path" in rec:
                     try:
                         want = hf_logits_along(m, prompt, rec["tokens"])
-                        rec["vs_hf"] = check_run(rec, want, hf_tokens, dt)
+                        ref32 = None
+                        if dt != "f32":
+                            if m32 is None:
+                                m32 = copy.deepcopy(model32).to(device="cuda").eval()
+                            ref32 = hf_logits_along(m32, prompt, rec["tokens"])
+                        rec["vs_hf"] = check_run(rec, want, hf_tokens, dt, ref32)
                     except Exception as e:
                         rec["vs_hf"] = dict(error_record(e), ok=False)
                 # ... and a timing run without the logits' copies to the host.
@@ -396,12 +413,16 @@ def bench_model(args, name, binary, workdir, bw, skip):
                 if "error" in t:
                     rec["timing_error"] = t["error"]
                 v = rec.get("vs_hf", {})
+                vs32 = (f" (vs HF f32: livefuse {v['livefuse_vs_f32']:.3g}, HF {dt} {v['hf_vs_f32']:.3g})"
+                        if "hf_vs_f32" in v else "")
                 log(f"  livefuse {mode} {cache}: {fmt(rec['timing'])} ms/token, served "
-                    f"{rec['timing'].get('served_calls')}; vs HF rel {v.get('rel', float('nan')):.3g}, "
+                    f"{rec['timing'].get('served_calls')}; vs HF rel {v.get('rel', float('nan')):.3g}{vs32}, "
                     f"tokens = HF {v.get('tokens_equal_hf_generate')} "
                     f"({'ok' if v.get('ok') else 'FAIL'}){' ' + rec['error'] if 'error' in rec else ''}")
                 rec.pop("logits_path", None)
                 run[key] = rec
+        del m32
+        torch.cuda.empty_cache()
         variants = [("hf_generate", lambda: time_hf_generate(m, prompt, args.steps, args.hf_iters)),
                     ("torch_static_eager", lambda: time_static_eager(m, prompt, args.steps, args.iters, args.warmup)),
                     ("torch_static_graph", lambda: time_static_graph(m, prompt, args.steps, args.iters, args.warmup))]

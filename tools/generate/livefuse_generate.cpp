@@ -146,7 +146,10 @@ int run(const lfd::GenerateArgs& a) {
               << after.served_calls - before.served_calls << " calls (" << after.active_plans
               << " active plans)" << (same_as_first ? "" : "; WARNING: tokens differ between runs")
               << "\n";
-  return same_as_first || !a.sample.greedy() ? 0 : 1;
+  // Greedy f32 tokens must repeat exactly (the first run is mostly eager, the last fused). In
+  // f16/bf16 a fused kernel rounds once where eager rounds at every op, which can flip a
+  // near-tie: reported above and in the JSON, checked by the logits (bench/gpt/compare.py).
+  return same_as_first || !a.sample.greedy() || dtype != DType::f32 ? 0 : 1;
 }
 
 }  // namespace
