@@ -212,8 +212,11 @@ def time_hf_generate(model, prompt, steps, iters):
 
 
 def static_step(model, prompt, steps):
-    """A StaticCache prefilled with the prompt and a decode-step closure at position T
-    (writing the same slot each call: the time of a step, not a generation)."""
+    """A StaticCache prefilled with the prompt, a decode-step closure at position T and a reset
+    that puts the cache back at length T, so that every timed step writes the same slot (the
+    time of one step, not of a generation). Since transformers 5.x each StaticLayer counts its
+    own length on the device (`cumulative_length`, advanced by every update and ignoring
+    cache_position): without the reset, the 65th repeated step writes past max_cache_len."""
     import torch
     from transformers import StaticCache
     B, T = prompt.shape
@@ -228,21 +231,33 @@ def static_step(model, prompt, steps):
                     use_cache=True)
     nxt = out.logits[:, -1:].argmax(-1).clone()
     pos = torch.tensor([T], device="cuda")
+    counters = [layer.cumulative_length for layer in getattr(cache, "layers", [])
+                if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
 
     def step():
         return model(input_ids=nxt, past_key_values=cache, cache_position=pos, use_cache=True).logits
 
-    return step
+    def reset():
+        for c in counters:
+            c.fill_(T)
+
+    return step, reset
 
 
-def time_loop(step, iters, warmup):
+def time_loop(step, iters, warmup, before=None):
+    """Per-call times of step(); before() runs ahead of each call, outside the timed region."""
     import torch
     with torch.inference_mode():
         for _ in range(warmup):
+            if before:
+                before()
             step()
         torch.cuda.synchronize()
         times = []
         for _ in range(iters):
+            if before:
+                before()
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             step()
             torch.cuda.synchronize()
@@ -251,23 +266,26 @@ def time_loop(step, iters, warmup):
 
 
 def time_static_eager(model, prompt, steps, iters, warmup):
-    return time_loop(static_step(model, prompt, steps), iters, warmup)
+    step, reset = static_step(model, prompt, steps)
+    return time_loop(step, iters, warmup, reset)
 
 
 def time_static_graph(model, prompt, steps, iters, warmup):
     import torch
-    step = static_step(model, prompt, steps)
+    step, reset = static_step(model, prompt, steps)
     with torch.inference_mode():
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
+                reset()
                 step()
         torch.cuda.current_stream().wait_stream(side)
+        reset()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-    return time_loop(graph.replay, iters, warmup)
+    return time_loop(graph.replay, iters, warmup, reset)
 
 
 # ---- livefuse ------------------------------------------------------------------------------------
