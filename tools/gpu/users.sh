@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The user programs (tests/users) on the GPU machine: each in the three modes, three runs each,
-# and five exits with results pending per mode (a backtrace of one that fails, by cuda-gdb).
+# and EXIT_RUNS (default 5) exits with results pending per mode (status and stderr of each that
+# fails in exit_failures.log, a backtrace of one by cuda-gdb).
 # Usage: bash tools/gpu/users.sh BUILD_DIR OUT_DIR   (the environment set up as session.sh does)
 set -u
 B=$1
@@ -18,12 +19,18 @@ for prog in reachable_memory threads_and_exits kernel_errors; do
 done
 for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
   bad=0
-  for i in 1 2 3 4 5; do
-    env $mode timeout -k 5 60 "$B/tests/users/users_threads_and_exits" --exit 3 > /dev/null 2>&1
+  for i in $(seq 1 "${EXIT_RUNS:-5}"); do
+    env $mode timeout -k 5 60 "$B/tests/users/users_threads_and_exits" --exit 3 > /dev/null 2> "$OUT/exit_err.log"
     rc=$?
-    [ $rc -eq 3 ] || bad=$((bad + 1))
+    if [ $rc -ne 3 ]; then
+      bad=$((bad + 1))
+      # What a failing run said (its status and the end of its stderr): the gdb reruns below
+      # may not fail again.
+      { echo "[$mode] run $i rc=$rc"; tail -20 "$OUT/exit_err.log"; } >> "$OUT/exit_failures.log"
+    fi
   done
-  echo "users exit-pending [$mode] $bad of 5 runs did not exit with 3" >> "$OUT/users.log"
+  rm -f "$OUT/exit_err.log"
+  echo "users exit-pending [$mode] $bad of ${EXIT_RUNS:-5} runs did not exit with 3" >> "$OUT/users.log"
   if [ $bad -gt 0 ] && command -v cuda-gdb > /dev/null; then
     # Where it dies: a backtrace of every thread from a run that does (up to 3 tries).
     for i in 1 2 3; do
