@@ -30,6 +30,18 @@ struct StreamRegistry {
   }
   Stream add(void* h, Device d) {
     std::lock_guard<std::mutex> g(mu);
+    return add_locked(h, d);
+  }
+  // One entry per CUDA handle: wrapping a stream again (a plan run on the caller's stream, a
+  // program wrapping its own stream every call) returns the same Stream, so the registry stays
+  // bounded and the id a binding set is keyed by stays the same.
+  Stream find_or_add(void* h, Device d) {
+    std::lock_guard<std::mutex> g(mu);
+    for (const Stream& s : all)
+      if (s.handle() == h && s.device() == d) return s;
+    return add_locked(h, d);
+  }
+  Stream add_locked(void* h, Device d) {
     Stream s(h, d, static_cast<uint32_t>(all.size()));
     all.push_back(s);
     return s;
@@ -74,7 +86,7 @@ Stream Stream::create(Device device) {
 Stream Stream::wrap(void* cuda_stream, Device device) {
   LF_CHECK(device.is_cuda(), "Stream::wrap", "only CUDA streams can be wrapped, got ",
            device.str());
-  return StreamRegistry::get().add(cuda_stream, device);
+  return StreamRegistry::get().find_or_add(cuda_stream, device);
 }
 
 Stream Stream::default_stream(Device device) {

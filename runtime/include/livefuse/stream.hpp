@@ -14,7 +14,8 @@ class Stream {
   // A new stream on `device` (a cudaStream_t on CUDA; an ordering id on the CPU, where work
   // runs synchronously). Owned by the runtime for the life of the process.
   static Stream create(Device device = default_device());
-  // Wraps a stream the user created (e.g. torch.cuda.current_stream().cuda_stream).
+  // Wraps a stream the user created (e.g. torch.cuda.current_stream().cuda_stream). The same
+  // handle wrapped again is the same Stream (same id).
   static Stream wrap(void* cuda_stream, Device device);
   static Stream current(Device device = default_device());
   static Stream default_stream(Device device = default_device());
