@@ -40,6 +40,8 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_CPU_THREADS") return std::to_string(c.cpu_threads);
   if (name == "LIVEFUSE_CACHE_DIR") return c.cache_dir.empty() ? "off" : c.cache_dir;
   if (name == "LIVEFUSE_VERIFY") return std::to_string(c.verify);
+  if (name == "LIVEFUSE_SAMPLE") return std::to_string(c.sample);
+  if (name == "LIVEFUSE_PROFILE") return yes_no(c.profile);
   if (name == "LIVEFUSE_REPORT") return c.report_path;
   if (name == "LIVEFUSE_REPORT_MS") return std::to_string(c.report_ms);
   if (name == "LIVEFUSE_TRACE") return c.trace_path;

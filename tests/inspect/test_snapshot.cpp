@@ -289,4 +289,11 @@ TEST_CASE("inspect: config values and their sources; matcher counters move with 
   CHECK(*s.counter("matcher", "calls") >= calls0 + 2);
   CHECK(*s.counter("memory.cpu", "allocations") > allocs0);
   lf::set_config_for_testing(saved);
+  // Every variable config.cpp reads has its value listed ("?": a row inspect.cpp lacks).
+  s = lf::inspect();
+  CHECK(s.config.size() >= 20);
+  for (const auto& e : s.config) {
+    INFO(e.name);
+    CHECK(e.value != "?");
+  }
 }
