@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU build dir .gpu/build HERE (a machine with nvcc but maybe no GPU), ready to be
 # carried to a GPU machine and run there with tools/gpu/run.sh.
-#   * meson setup -Dcuda=enabled -Dgpu_archs=90, release (sm_90 code + PTX: the H200)
+#   * meson setup -Dcuda=enabled -Dgpu_archs=90, release (sm_90 code + PTX: the H200), the CPU
+#     code for x86-64-v3 (AVX2 + FMA: any GPU host of this decade, not just this machine)
 #   * copies the system's libtbb.so.12 into .gpu/build/lib/ (the GPU machine has no TBB)
 #   * keeps .gpu/build under 64 MiB (what a GPU run can carry): no static CUDA libraries are
 #     copied; if the build outgrows LIMIT_MB, object files are dropped (the next pack then
@@ -13,9 +14,9 @@ BUILD=.gpu/build
 LIMIT_MB=${LIMIT_MB:-60}
 
 if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs=90 --buildtype=release "$@"
+  meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dcpu_arch=x86-64-v3 --buildtype=release "$@"
 else
-  meson configure "$BUILD" -Dcuda=enabled -Dgpu_archs=90 --buildtype=release "$@" >/dev/null
+  meson configure "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dcpu_arch=x86-64-v3 --buildtype=release "$@" >/dev/null
 fi
 # -k 0: a target that fails to build (someone's work in progress) must not keep the others
 # from being built and run; the failure is reported at the end.
