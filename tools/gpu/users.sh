@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The user programs (tests/users) on the GPU machine: each in the three modes, three runs each,
+# The user programs (tests/users; PROGS picks some) on the GPU machine: each in the three modes,
+# RUNS (default 3) runs each,
 # and EXIT_RUNS (default 5) exits with results pending per mode (status and stderr of each that
 # fails in exit_failures.log, a backtrace of one by cuda-gdb).
 # Usage: bash tools/gpu/users.sh BUILD_DIR OUT_DIR   (the environment set up as session.sh does)
