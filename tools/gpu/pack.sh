@@ -16,7 +16,8 @@ LIMIT_MB=${LIMIT_MB:-60}
 if [ ! -f "$BUILD/build.ninja" ]; then
   meson setup "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dcpu_arch=x86-64-v3 --buildtype=release "$@"
 else
-  meson configure "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dcpu_arch=x86-64-v3 --buildtype=release "$@" >/dev/null
+  # --reconfigure, not `meson configure`: it also knows options added since the last setup.
+  meson setup --reconfigure "$BUILD" -Dcuda=enabled -Dgpu_archs=90 -Dcpu_arch=x86-64-v3 --buildtype=release "$@" >/dev/null
 fi
 # -k 0: a target that fails to build (someone's work in progress) must not keep the others
 # from being built and run; the failure is reported at the end.
