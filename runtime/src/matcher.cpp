@@ -352,15 +352,17 @@ void protect_reachable(StreamWindow& sw, OpCall& call) {
     const Storage* s = in.impl()->storage.get();
     if (!s || !s->may_change()) continue;
     Tensor snap = snapshot_reachable(in, sw.stream);
+    bool reused = false;
     for (const auto& [orig, copy] : sw.snapshots)
       if (orig.impl() == in.impl() && same_bytes(copy, snap)) {
         snap = copy;
+        reused = true;
         break;
       }
     for (Candidate& c : sw.candidates)
       for (Tensor& slot : c.externals)
         if (slot.impl() == in.impl()) slot = snap;
-    sw.snapshots.emplace_back(in, snap);
+    if (!reused) sw.snapshots.emplace_back(in, snap);  // listed once, however often it is read
     in = std::move(snap);
   }
 }
