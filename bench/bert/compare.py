@@ -25,15 +25,16 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from compare_common import error_record, fmt, log, time_loop  # noqa: E402
 
 PRESETS = {
     "tiny": dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -45,14 +46,6 @@ PRESETS = {
 }
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"f32": 1e-4, "f16": 2e-2, "bf16": 5e-2}
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def error_record(e):
-    return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
 
 
 # ---- model, weights, inputs ------------------------------------------------------------------
@@ -109,25 +102,6 @@ def errors(got, want):
 
 
 # ---- timing PyTorch ----------------------------------------------------------------------------
-
-def time_loop(step, iters, warmup):
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return summary(times)
-
-
-def summary(times):
-    s = sorted(times)
-    return {"median_ms": statistics.median(s), "mean_ms": statistics.fmean(s), "min_ms": s[0],
-            "p90_ms": s[min(len(s) - 1, int(0.9 * (len(s) - 1) + 0.5))], "iters": len(s)}
-
 
 def torch_eager(model, ids, mask, iters, warmup):
     with torch.inference_mode():
@@ -202,12 +176,6 @@ def run_livefuse(binary, mode, weights, config, dtype, ids_path, mask_path, out_
 
 
 # ---- main ------------------------------------------------------------------------------------------
-
-def fmt(r, key="median_ms"):
-    if not isinstance(r, dict) or key not in r:
-        return "failed" if isinstance(r, dict) and "error" in r else "-"
-    return f"{r[key]:.3f}"
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -29,14 +29,15 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from compare_common import error_record, fmt, log, summary, time_loop  # noqa: E402
 
 MODELS = {
     # GPT-2 small.
@@ -67,22 +68,6 @@ MODELS = {
 }
 TOLERANCE = {"f32": 1e-4, "f16": 2e-2, "bf16": 2e-2}
 CACHES = ("concat", "static")
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def error_record(e):
-    return {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8)}
-
-
-def summary(times):
-    s = sorted(times)
-    if not s:
-        return {}
-    return {"median_ms": statistics.median(s), "mean_ms": statistics.fmean(s), "min_ms": s[0],
-            "p99_ms": s[min(len(s) - 1, int(0.99 * (len(s) - 1) + 0.5))], "iters": len(s)}
 
 
 def rel_error(got, want):
@@ -244,30 +229,11 @@ def static_step(model, prompt, steps):
     return step, reset
 
 
-def time_loop(step, iters, warmup, before=None):
-    """Per-call times of step(); before() runs ahead of each call, outside the timed region."""
-    import torch
-    with torch.inference_mode():
-        for _ in range(warmup):
-            if before:
-                before()
-            step()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(iters):
-            if before:
-                before()
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            step()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return summary(times)
-
-
 def time_static_eager(model, prompt, steps, iters, warmup):
+    import torch
     step, reset = static_step(model, prompt, steps)
-    return time_loop(step, iters, warmup, reset)
+    with torch.inference_mode():
+        return time_loop(step, iters, warmup, reset)
 
 
 def time_static_graph(model, prompt, steps, iters, warmup):
@@ -285,7 +251,7 @@ def time_static_graph(model, prompt, steps, iters, warmup):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             step()
-    return time_loop(graph.replay, iters, warmup, reset)
+        return time_loop(graph.replay, iters, warmup, reset)
 
 
 # ---- livefuse ------------------------------------------------------------------------------------
@@ -354,12 +320,6 @@ def check_run(rec, want_logits, hf_tokens, dtype, ref32=None):
 
 
 # ---- main ------------------------------------------------------------------------------------------
-
-def fmt(r, key="median_ms"):
-    if not isinstance(r, dict) or r.get(key) is None:
-        return "failed" if isinstance(r, dict) and "error" in r else "-"
-    return f"{r[key]:.3f}"
-
 
 def bench_model(args, name, binary, workdir, bw, skip):
     import torch
