@@ -54,7 +54,13 @@ AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, 
   LF_CHECK(dim_from_end(ks, 1) == a.d && dim_from_end(vs, 2) == a.sk, "attention", "q ", qs.str(), ", k ", ks.str(),
            " and v ", vs.str(), " do not fit together");
   // The result's layout names the batch and head counts.
-  if (heads_inner) {
+  if (heads_inner && os.rank == 3) {  // [b, s, heads * dv], dense
+    LF_CHECK(os.v[1] == a.sq && a.dv > 0 && os.v[2] % a.dv == 0 && out.is_contiguous(), "attention", "result of shape ",
+             os.str(), " is not [b, ", a.sq, ", heads * ", a.dv, "]");
+    a.batch = os.v[0];
+    a.heads = os.v[2] / a.dv;
+    a.out_st[0] = os.v[1] * os.v[2], a.out_st[1] = a.dv, a.out_st[2] = os.v[2], a.out_st[3] = 1;
+  } else if (heads_inner) {
     LF_CHECK(os.rank == 4 && os.v[1] == a.sq && os.v[3] == a.dv, "attention", "result of shape ", os.str(),
              " is not [b, ", a.sq, ", heads, ", a.dv, "]");
     a.batch = os.v[0];

@@ -8,7 +8,7 @@
 namespace livefuse::planner {
 
 // mask: undefined when the softmax has none. out: the written value, dense (heads_inner: the
-// [b, s, heads, dv] of the absorbed permute + contiguous, else [.., heads, s, dv]).
+// [b, s, heads, dv] or [b, s, heads * dv] of the absorbed permute + copy, else [.., heads, s, dv]).
 AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
                              bool heads_inner, double scale);
 

@@ -48,8 +48,8 @@ struct AttentionOperands {
   int q = -1, k = -1, v = -1;  // k: the value before its transpose
   int mask = -1;               // -1: softmax without a mask
   int out = -1;                // the value the step writes
-  // true: `out` is the contiguous [b, s, heads, dv] of an absorbed permute({0, 2, 1, 3}) +
-  // contiguous; false: the product [.., heads, s, dv] itself.
+  // true: `out` is the dense [b, s, heads, dv] (or [b, s, heads * dv]) of an absorbed
+  // permute({0, 2, 1, 3}) + contiguous (or copying reshape); false: the product [.., heads, s, dv].
   bool heads_inner = false;
   double scale = 1.0;
 };

@@ -1,11 +1,11 @@
 // Pass "attention": eager attention as user code writes it,
 //   scores = matmul(q, transpose(k, -1, -2)); probs = softmax(scores, scale, mask?);
-//   ctx = matmul(probs, v)  [-> permute({0, 2, 1, 3}) -> contiguous]
+//   ctx = matmul(probs, v)  [-> permute({0, 2, 1, 3}) -> contiguous, or -> reshape to [b, s, h*d]]
 // becomes one group of kind Attention: one step whose kernel never writes the scores or the
 // probabilities (flash-style on CUDA, tiled online softmax on the CPU). The transpose is
-// absorbed when nothing else reads it (the kernel reads k as it is), and so is a permute +
-// contiguous back to [b, s, heads, d] after the product: the kernel writes that layout
-// directly, without the copy. Runs before pass_vertical, which leaves grouped nodes alone.
+// absorbed when nothing else reads it (the kernel reads k as it is), and so is a permute back
+// to [b, s, heads, d] after the product with the copy that follows it (a contiguous, or the
+// reshape to [b, s, heads * d] that copies): the kernel writes that layout directly. Runs before pass_vertical, which leaves grouped nodes alone.
 //
 // Refused (a Decision says why) when the scores or the probabilities are observable or read
 // by anything else -- they would have to exist in memory -- or when the shapes are outside the
@@ -58,6 +58,14 @@ Shape batch_of(const Shape& s) {
   return b;
 }
 
+// reshape([b, s, heads, dv] -> [b, s, heads * dv]): a copy of the permuted product (the
+// permute made it non-contiguous), which the kernel writes as directly as a contiguous.
+bool merges_heads(const FusionGraph& g, int j, const Shape& ctx) {
+  if (g.seg.nodes[j].op != OpId::reshape || ctx.rank != 4) return false;
+  const Shape& out = g.seg.shape(ValueRef::of(j));
+  return out.rank == 3 && out.v[0] == ctx.v[0] && out.v[1] == ctx.v[2] && out.v[2] == ctx.v[1] * ctx.v[3];
+}
+
 struct Match {
   std::vector<int> nodes;
   AttentionOperands ops;
@@ -98,7 +106,7 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
   const int p = only_user(g, m2);
   if (p >= 0 && g.seg.nodes[p].op == OpId::permute && is_heads_to_inner(g.seg.nodes[p])) {
     const int c = only_user(g, p);
-    if (c >= 0 && g.seg.nodes[c].op == OpId::contiguous) {
+    if (c >= 0 && (g.seg.nodes[c].op == OpId::contiguous || merges_heads(g, c, ctx))) {
       m->nodes.push_back(p);
       m->nodes.push_back(c);
       o.out = g.seg.value_id(ValueRef::of(c));

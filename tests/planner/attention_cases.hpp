@@ -58,10 +58,12 @@ struct AttentionShape {
   bool heads_out = true;       // permute + contiguous + reshape back to [b, sq, h*d]
   bool negative_dims = false;  // transpose(k, -1, -2) rather than (2, 3)
   bool kv_from_cache = false;  // k, v: slices [0, sk) of a longer cache [b, h, sk + 7, d]
+  bool reshape_copy = false;   // heads_out by the reshape alone (it copies), no contiguous
   std::string str() const {
     std::ostringstream os;
     os << "b" << b << " h" << h << " sq" << sq << " sk" << sk << " d" << d << " " << dtype_name(dtype) << " "
-       << mask_name(mask) << (heads_out ? " [b,s,h*d] out" : " [b,h,s,d] out") << (kv_from_cache ? " kv cache" : "");
+       << mask_name(mask) << (heads_out ? " [b,s,h*d] out" : " [b,h,s,d] out") << (kv_from_cache ? " kv cache" : "")
+       << (reshape_copy ? " reshape copy" : "");
     return os.str();
   }
 };
@@ -99,7 +101,7 @@ inline AttentionSegment attention_segment(const AttentionShape& s, Escape escape
   const ValueRef ctx = b.add(OpId::matmul, {probs, v}, matmul_attrs());
   if (s.heads_out) {
     const ValueRef p = b.add(OpId::permute, {ctx}, perm_attrs({0, 2, 1, 3}));
-    const ValueRef c = b.add(OpId::contiguous, {p});
+    const ValueRef c = s.reshape_copy ? p : b.add(OpId::contiguous, {p});
     b.output(b.add(OpId::reshape, {c}, perm_attrs({s.b, s.sq, s.h * s.d})));
   } else {
     b.output(ctx);
@@ -140,6 +142,11 @@ inline std::vector<AttentionShape> attention_numeric_cases() {
   out.push_back({3, 2, 13, 29, 128, DType::f32, MaskForm::plain2d, true, true, false});
   out.push_back({1, 1, 33, 65, 8, DType::f16, MaskForm::none, true, false, true});
   out.push_back({2, 5, 40, 40, 64, DType::bf16, MaskForm::none, false, false, false});
+  for (DType dt : {DType::f32, DType::f16}) {
+    AttentionShape enc{2, 3, 13, 29, 32, dt, MaskForm::per_key, true, true, false};
+    enc.reshape_copy = true;
+    out.push_back(enc);
+  }
   return out;
 }
 

@@ -52,6 +52,20 @@ TEST_CASE("attention: without the permute back, the step writes [b, heads, s, d]
   CHECK(p.num_kernels() == 1);
 }
 
+TEST_CASE("attention: a permute + copying reshape after the product is absorbed too (encoder_block's form)") {
+  AttentionShape s;
+  s.mask = MaskForm::per_key;
+  s.reshape_copy = true;
+  const AttentionSegment a = attention_segment(s);
+  const PlannedSegment p = check_against_eager(a.seg, 9, 2e-5, 2e-5);
+  const AttentionStep* st = attention_step_of(p);
+  REQUIRE(st != nullptr);
+  CHECK(st->operands.heads_inner);
+  CHECK(st->operands.out == a.seg.value_id(a.seg.outputs[0]));
+  CHECK(p.values[st->operands.out] == ValueKind::Materialized);
+  CHECK(p.num_kernels() == 1);
+}
+
 TEST_CASE("attention: no attention step when the scores or the probabilities escape") {
   const std::pair<Escape, const char*> cases[] = {
       {Escape::scores_output, "the scores are observable or read by another op"},
