@@ -98,3 +98,48 @@ TEST_CASE("attention served: a hot BERT attention block runs as one attention st
     lf::set_config_for_testing(saved);
   }
 }
+
+TEST_CASE("attention served: a program that keeps the probabilities gets them, and no attention step") {
+  const lf::Config saved = lf::config();
+  lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
+  const Weights w = make_weights();
+  const lf::Tensor x = lf::rand_uniform({kB, kS, kHidden}, 40, -1, 1, lf::DType::f32, lf::Device::cpu());
+  // output_attentions=True: the probabilities are a result the program reads.
+  auto block = [&](lf::Tensor* probs_out) {
+    auto heads = [&](const lf::Tensor& t) { return lf::permute(lf::reshape(t, {kB, kS, kHeads, kD}), {0, 2, 1, 3}); };
+    const lf::Tensor q = heads(lf::linear(x, w.wq, w.bq)), k = heads(lf::linear(x, w.wk, w.bk)),
+                     v = heads(lf::linear(x, w.wv, w.bv));
+    *probs_out = lf::softmax(lf::matmul(q, lf::transpose(k, 2, 3)), 1.0 / std::sqrt(static_cast<double>(kD)), w.mask);
+    return lf::reshape(lf::contiguous(lf::permute(lf::matmul(*probs_out, v), {0, 2, 1, 3})), {kB, kS, kHidden});
+  };
+  lf::Tensor probs_ref;
+  const std::vector<double> want = lftest::eager_values([&] { return block(&probs_ref); });
+  const std::vector<double> want_probs = lftest::eager_values([&] {
+    lf::Tensor p;
+    (void)block(&p);
+    return p;
+  });
+  for (int it = 0; it < 40; ++it) {
+    lf::Tensor probs;
+    const lf::Tensor y = block(&probs);
+    REQUIRE(lftest::allclose(y.to_doubles(), want, 1e-4, 1e-5));
+    REQUIRE(lftest::allclose(probs.to_doubles(), want_probs, 1e-4, 1e-6));
+    if (it % 8 == 7) {
+      Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  bool refused = false;  // some plan covers the block, and says why it has no attention step
+  for (const auto& p : lf::PlanTable::get().snapshot()->plans) {
+    INFO(p->describe());
+    CHECK_FALSE(has_attention_group(*p));
+    lf::PlanDetails d;
+    p->details(d);
+    for (const auto& [what, why] : d.decisions)
+      refused = refused || (what.find("stays unfused") != std::string::npos &&
+                            why.find("probabilities are observable") != std::string::npos);
+  }
+  CHECK(refused);
+  lftest::reset_pipeline();
+  lf::set_config_for_testing(saved);
+}
