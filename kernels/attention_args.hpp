@@ -23,8 +23,20 @@ struct AttentionArgs {
   int64_t batch = 0, heads = 0, sq = 0, sk = 0, d = 0, dv = 0;
   // Element strides along [batch, head, row, col].
   int64_t q_st[4] = {}, k_st[4] = {}, v_st[4] = {}, mask_st[4] = {}, out_st[4] = {};
+  // Grouped-query attention stacks a K/V head's query heads as its rows: row r of the mask and
+  // of the result is (group r / rows_t, row r % rows_t), the group stepping by *_st_g there
+  // (row_offset()). Without groups rows_t = sq and the group strides are 0.
+  int64_t rows_t = 0;
+  int64_t mask_st_g = 0, out_st_g = 0;
   float scale = 1.0f;
 };
+
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int64_t row_offset(int64_t r, int64_t rows_t, int64_t st_row, int64_t st_g) {
+  return (r / rows_t) * st_g + (r % rows_t) * st_row;
+}
 
 // The CUDA kernel's limit on d and dv (a query row and its accumulator live in registers).
 inline constexpr int64_t kAttentionMaxHeadDim = 128;

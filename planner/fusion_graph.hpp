@@ -52,6 +52,10 @@ struct AttentionOperands {
   // permute({0, 2, 1, 3}) + contiguous (or copying reshape); false: the product [.., heads, s, dv].
   bool heads_inner = false;
   double scale = 1.0;
+  // Grouped-query attention (examples/decoder): q holds each K/V head's G query heads stacked
+  // as rows [G * t], the scores are seen as [.., G, t, sk] by the softmax (and its mask), and a
+  // heads_inner result is [b, t, heads * G, dv]. 1: plain attention.
+  int64_t groups = 1;
 };
 
 enum class ValueKind : uint8_t {

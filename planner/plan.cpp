@@ -142,7 +142,7 @@ AttentionArgs bind_attention(const AttentionStep& a, std::span<const Tensor> val
   const Tensor& v = value(values, o.v);
   for (const Tensor* t : {&q, &k, &v})
     LF_CHECK(t->impl()->storage != nullptr || t->numel() == 0, "plan", "an attention input has no storage");
-  return attention_args(q, k, v, o.mask >= 0 ? value(values, o.mask) : Tensor{}, out, o.heads_inner, o.scale);
+  return attention_args(q, k, v, o.mask >= 0 ? value(values, o.mask) : Tensor{}, out, o.heads_inner, o.scale, o.groups);
 }
 
 }  // namespace

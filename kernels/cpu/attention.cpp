@@ -116,7 +116,7 @@ void run_attention(const AttentionArgs& a) {
       float* out = t.acc.data() + a.dv;
       const int64_t r_end = std::min(a.sq, (blk + 1) * kRowBlock);
       for (int64_t r = blk * kRowBlock; r < r_end; ++r) {
-        const int64_t o_off = b * a.out_st[0] + h * a.out_st[1] + r * a.out_st[2];
+        const int64_t o_off = b * a.out_st[0] + h * a.out_st[1] + row_offset(r, a.rows_t, a.out_st[2], a.out_st_g);
         if (a.sk == 0) {  // an empty softmax times an empty V: the GEMM's zeros
           for (int64_t c = 0; c < a.dv; ++c) out[c] = 0.0f;
           store_strided(ob, a.dtype, o_off, a.dv, a.out_st[3], out);
@@ -125,8 +125,9 @@ void run_attention(const AttentionArgs& a) {
         load_strided(qb, a.dtype, b * a.q_st[0] + h * a.q_st[1] + r * a.q_st[2], a.d, a.q_st[3], t.q.data());
         const float* mask_row = nullptr;
         if (a.mask) {
-          load_strided(mb, a.dtype, b * a.mask_st[0] + h * a.mask_st[1] + r * a.mask_st[2], a.sk, a.mask_st[3],
-                       t.m.data());
+          load_strided(mb, a.dtype,
+                       b * a.mask_st[0] + h * a.mask_st[1] + row_offset(r, a.rows_t, a.mask_st[2], a.mask_st_g), a.sk,
+                       a.mask_st[3], t.m.data());
           mask_row = t.m.data();
         }
         attend_row(a, t.k.data(), t.v.data(), t.q.data(), mask_row, t.acc.data(), t.s.data(), out);

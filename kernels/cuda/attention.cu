@@ -76,13 +76,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
       const int64_t row = row0 + rl;
       if (row >= a.sq) break;  // warp-uniform
       float s = kNegInf;
+      const int64_t mask_row = row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g);
       if (lane < nj) {
         float dot = 0.0f;
         for (int c = 0; c < a.d; ++c) dot += q_s[rl][c] * k_s[lane][c];
         s = dot * a.scale;
         if (a.mask)
-          s += load_as<float>(a.mask, b * a.mask_st[0] + h * a.mask_st[1] + row * a.mask_st[2] +
-                                          (j0 + lane) * a.mask_st[3], dt);
+          s += load_as<float>(a.mask, b * a.mask_st[0] + h * a.mask_st[1] + mask_row + (j0 + lane) * a.mask_st[3], dt);
       }
       const float m_new = lf_max(m[r], warp_max(s));
       // Only -inf so far: nothing to accumulate (exp(-inf - -inf) would be NaN, and a later
@@ -111,13 +111,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
     if (row >= a.sq) break;
     // sk == 0: an empty softmax times an empty V is the GEMM's zeros.
     const bool finite = a.sk == 0 || isfinite(m[r]);
+    const int64_t out_row = b * a.out_st[0] + h * a.out_st[1] + row_offset(row, a.rows_t, a.out_st[2], a.out_st_g);
     const float inv = a.sk == 0 ? 0.0f : 1.0f / l[r];
 #pragma unroll
     for (int i = 0; i < kCols; ++i) {
       const int c = lane + 32 * i;
       if (c >= a.dv) break;
       const float y = finite ? acc[r][i] * inv : __int_as_float(0x7fc00000);
-      store_as(a.out, b * a.out_st[0] + h * a.out_st[1] + row * a.out_st[2] + c * a.out_st[3], dt, y);
+      store_as(a.out, out_row + c * a.out_st[3], dt, y);
     }
   }
 }

@@ -117,6 +117,55 @@ inline AttentionSegment attention_segment(const AttentionShape& s, Escape escape
   return out;
 }
 
+// Grouped-query attention as examples/decoder/decoder.cpp writes it: q [b, t, kv_heads * G, d],
+// K/V [b, kv_heads, sk, d]; each K/V head's G query heads stacked as rows, the scores seen as
+// [b, kv_heads, G, t, sk] by the softmax and its mask ([t, sk], or [b, 1, 1, 1, sk] when
+// `per_key_mask`), the product back to [b, t, heads * d].
+struct GroupedShape {
+  int64_t b = 2, kv_heads = 2, groups = 3, t = 5, sk = 11, d = 16;
+  DType dtype = DType::f32;
+  bool per_key_mask = false;
+  std::string str() const {
+    std::ostringstream os;
+    os << "grouped b" << b << " kv" << kv_heads << " G" << groups << " t" << t << " sk" << sk << " d" << d << " "
+       << dtype_name(dtype) << (per_key_mask ? " mask [b,1,1,1,sk]" : " mask [t,sk]");
+    return os.str();
+  }
+};
+
+inline AttentionSegment grouped_attention_segment(const GroupedShape& s) {
+  SegmentBuilder b;
+  const int64_t h = s.kv_heads * s.groups;
+  const ValueRef xq = b.input({s.b, s.t, h, s.d}, s.dtype);
+  const ValueRef k = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype), v = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype);
+  const ValueRef qg = b.add(OpId::reshape, {b.add(OpId::permute, {xq}, perm_attrs({0, 2, 1, 3}))},
+                            perm_attrs({s.b, s.kv_heads, s.groups * s.t, s.d}));
+  const ValueRef scores = b.add(OpId::matmul, {qg, b.add(OpId::permute, {k}, perm_attrs({0, 1, 3, 2}))}, matmul_attrs());
+  const ValueRef s5 = b.add(OpId::reshape, {scores}, perm_attrs({s.b, s.kv_heads, s.groups, s.t, s.sk}));
+  const ValueRef mask = s.per_key_mask ? b.input({s.b, 1, 1, 1, s.sk}, s.dtype) : b.input({s.t, s.sk}, s.dtype);
+  const ValueRef probs = b.add(OpId::softmax, {s5, mask}, softmax_attrs(1.0 / std::sqrt(static_cast<double>(s.d)), true));
+  const ValueRef p4 = b.add(OpId::reshape, {probs}, perm_attrs({s.b, s.kv_heads, s.groups * s.t, s.sk}));
+  const ValueRef o = b.add(OpId::matmul, {p4, v}, matmul_attrs());
+  const ValueRef heads = b.add(OpId::reshape, {o}, perm_attrs({s.b, h, s.t, s.d}));
+  b.output(b.add(OpId::reshape, {b.add(OpId::permute, {heads}, perm_attrs({0, 2, 1, 3}))}, perm_attrs({s.b, s.t, h * s.d})));
+  AttentionSegment out;
+  out.seg = b.build();
+  out.scores = out.seg.value_id(scores);
+  out.probs = out.seg.value_id(probs);
+  return out;
+}
+
+inline std::vector<GroupedShape> grouped_numeric_cases() {
+  std::vector<GroupedShape> out;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    out.push_back({2, 2, 3, 5, 11, 16, dt, false});
+    out.push_back({1, 2, 4, 1, 77, 64, dt, true});  // decode: one query row per head
+  }
+  out.push_back({1, 1, 1, 13, 29, 32, DType::f32, false});  // G = 1: plain attention through the reshapes
+  out.push_back({2, 4, 2, 40, 40, 128, DType::f32, true});
+  return out;
+}
+
 inline const AttentionStep* attention_step_of(const PlannedSegment& p) {
   for (const Step& s : p.steps)
     if (const auto* a = std::get_if<AttentionStep>(&s.body)) return a;

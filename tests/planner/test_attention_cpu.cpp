@@ -109,6 +109,24 @@ TEST_CASE("attention: CPU step equals eager over shapes, dtypes, masks and strid
   }
 }
 
+TEST_CASE("attention: the grouped-query form of the decoders is one attention step and equals eager") {
+  for (const GroupedShape& s : grouped_numeric_cases()) {
+    INFO(s.str());
+    const AttentionSegment a = grouped_attention_segment(s);
+    const double tol = attention_tol(s.dtype);
+    const PlannedSegment p = check_against_eager(a.seg, 13, tol, tol);
+    const AttentionStep* st = attention_step_of(p);
+    REQUIRE(st != nullptr);
+    CHECK(st->operands.groups == s.groups);
+    CHECK(st->operands.heads_inner);
+    CHECK(p.values[a.scores] == ValueKind::Virtual);
+    CHECK(p.values[a.probs] == ValueKind::Virtual);
+    // Eager: two GEMMs and the softmax (the copying reshapes count as views there and here).
+    CHECK(p.summary.eager_launches == 3);
+    CHECK(p.num_kernels() == 1);
+  }
+}
+
 TEST_CASE("attention: rows of all -inf and NaN scores give eager's NaN rows; partly masked rows stay finite") {
   AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
   const AttentionSegment a = attention_segment(s);

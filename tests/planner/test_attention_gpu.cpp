@@ -62,6 +62,14 @@ LF_CUDA_TEST_CASE("attention gpu: step equals eager over shapes, dtypes, masks a
   }
 }
 
+LF_CUDA_TEST_CASE("attention gpu: the grouped-query form of the decoders equals eager") {
+  for (const GroupedShape& s : grouped_numeric_cases()) {
+    INFO(s.str());
+    const AttentionSegment a = grouped_attention_segment(s);
+    check_cuda(a.seg, random_externals(a.seg, 13), attention_tol(s.dtype));
+  }
+}
+
 LF_CUDA_TEST_CASE("attention gpu: rows of all -inf and NaN scores give eager's NaN rows") {
   AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
   const AttentionSegment a = attention_segment(s);
