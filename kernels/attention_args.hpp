@@ -34,7 +34,8 @@ struct AttentionArgs {
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline int64_t row_offset(int64_t r, int64_t rows_t, int64_t st_row, int64_t st_g) {
+    inline int64_t
+    row_offset(int64_t r, int64_t rows_t, int64_t st_row, int64_t st_g) {
   return (r / rows_t) * st_g + (r % rows_t) * st_row;
 }
 
@@ -47,6 +48,6 @@ void run_attention(const AttentionArgs& a);
 namespace cuda {
 // Enqueues the kernel on `stream` (a cudaStream_t); never synchronises.
 void launch_attention(const AttentionArgs& a, void* stream);
-}
+}  // namespace cuda
 
 }  // namespace livefuse

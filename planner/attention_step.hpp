@@ -11,7 +11,7 @@ namespace livefuse::planner {
 // [b, s, heads, dv] or [b, s, heads * dv] of the absorbed permute + copy, else [.., heads, s, dv]).
 // groups > 1: grouped-query attention, each K/V head's query heads stacked as its rows
 // (AttentionOperands::groups).
-AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const Tensor& out,
-                             bool heads_inner, double scale, int64_t groups = 1);
+AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                             const Tensor& out, bool heads_inner, double scale, int64_t groups = 1);
 
 }  // namespace livefuse::planner

@@ -3,12 +3,12 @@
 //   ctx = matmul(probs, v)  [-> permute({0, 2, 1, 3}) -> contiguous, or -> reshape to [b, s, h*d]]
 // and its grouped-query form (examples/decoder: each K/V head's G query heads stacked as rows,
 // the scores reshaped to [.., G, t, sk] around the softmax so a [t, sk] mask broadcasts, the
-// product reshaped to [b, heads, t, d] before the permute back).
-// becomes one group of kind Attention: one step whose kernel never writes the scores or the
-// probabilities (flash-style on CUDA, tiled online softmax on the CPU). The transpose is
-// absorbed when nothing else reads it (the kernel reads k as it is), and so is a permute back
-// to [b, s, heads, d] after the product with the copy that follows it (a contiguous, or the
-// reshape to [b, s, heads * d] that copies): the kernel writes that layout directly. Runs before pass_vertical, which leaves grouped nodes alone.
+// product reshaped to [b, heads, t, d] before the permute back), becomes one group of kind
+// Attention: one step whose kernel never writes the scores or the probabilities (flash-style on
+// CUDA, tiled online softmax on the CPU). The transpose is absorbed when nothing else reads it
+// (the kernel reads k as it is), and so is the permute back to [b, s, heads, d] with the copy
+// that follows it (a contiguous, or the reshape to [b, s, heads * d] that copies): the kernel
+// writes that layout directly. Runs before pass_vertical, which leaves grouped nodes alone.
 //
 // Refused (a Decision says why) when the scores or the probabilities are observable or read
 // by anything else -- they would have to exist in memory -- or when the shapes are outside the
@@ -39,7 +39,9 @@ int only_user(const FusionGraph& g, int j) {
   return users.size() == 1 ? users[0].first : -1;
 }
 
-bool is_node(const FusionGraph& g, const ValueRef& r, OpId op) { return !r.is_external() && g.seg.nodes[r.node].op == op; }
+bool is_node(const FusionGraph& g, const ValueRef& r, OpId op) {
+  return !r.is_external() && g.seg.nodes[r.node].op == op;
+}
 
 // permute swapping the last two dims (transpose(x, -1, -2) and transpose(x, 2, 3) on rank 4).
 bool swaps_last_two(const SegmentNode& n) {
@@ -51,7 +53,8 @@ bool swaps_last_two(const SegmentNode& n) {
 }
 
 bool is_heads_to_inner(const SegmentNode& n) {
-  return n.attrs.ni == 4 && n.attrs.i[0] == 0 && n.attrs.i[1] == 2 && n.attrs.i[2] == 1 && n.attrs.i[3] == 3;
+  return n.attrs.ni == 4 && n.attrs.i[0] == 0 && n.attrs.i[1] == 2 && n.attrs.i[2] == 1 &&
+         n.attrs.i[3] == 3;
 }
 
 // Leading (batch) dims of a shape.
@@ -66,7 +69,8 @@ Shape batch_of(const Shape& s) {
 bool merges_heads(const FusionGraph& g, int j, const Shape& ctx) {
   if (g.seg.nodes[j].op != OpId::reshape || ctx.rank != 4) return false;
   const Shape& out = g.seg.shape(ValueRef::of(j));
-  return out.rank == 3 && out.v[0] == ctx.v[0] && out.v[1] == ctx.v[2] && out.v[2] == ctx.v[1] * ctx.v[3];
+  return out.rank == 3 && out.v[0] == ctx.v[0] && out.v[1] == ctx.v[2] &&
+         out.v[2] == ctx.v[1] * ctx.v[3];
 }
 
 struct Match {
@@ -81,7 +85,8 @@ int scores_product(const FusionGraph& g, int sm, int* split) {
   const ValueRef x = g.seg.nodes[sm].inputs[0];
   *split = -1;
   if (is_node(g, x, OpId::matmul)) return x.node;
-  if (!is_node(g, x, OpId::reshape) || !is_node(g, g.seg.nodes[x.node].inputs[0], OpId::matmul)) return -1;
+  if (!is_node(g, x, OpId::reshape) || !is_node(g, g.seg.nodes[x.node].inputs[0], OpId::matmul))
+    return -1;
   *split = x.node;
   return g.seg.nodes[x.node].inputs[0].node;
 }
@@ -107,7 +112,8 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
   AttentionOperands& o = m->ops;
   if (split >= 0) {
     o.groups = query_groups(scores, g.seg.shape(ValueRef::of(split)));
-    if (o.groups == 0) return "the scores are reshaped, but not as grouped-query rows [.., G, t, sk]";
+    if (o.groups == 0)
+      return "the scores are reshaped, but not as grouped-query rows [.., G, t, sk]";
   }
   if (only_user(g, m1) != (split >= 0 ? split : sm) || (split >= 0 && only_user(g, split) != sm))
     return "the scores are observable or read by another op";
@@ -116,12 +122,15 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
   int m2 = only_user(g, sm);
   if (split >= 0 && m2 >= 0) {
     merge = m2;
-    m2 = g.seg.nodes[merge].op == OpId::reshape && g.seg.shape(ValueRef::of(merge)) == scores ? only_user(g, merge) : -1;
+    m2 = g.seg.nodes[merge].op == OpId::reshape && g.seg.shape(ValueRef::of(merge)) == scores
+             ? only_user(g, merge)
+             : -1;
   }
   if (m2 < 0) return "the probabilities are observable or read by another op";
   const ValueRef probs = ValueRef::of(merge >= 0 ? merge : sm);
   const SegmentNode& mm2 = g.seg.nodes[m2];
-  if (mm2.op != OpId::matmul || !(mm2.inputs[0] == probs)) return "the probabilities do not feed matmul(probs, v)";
+  if (mm2.op != OpId::matmul || !(mm2.inputs[0] == probs))
+    return "the probabilities do not feed matmul(probs, v)";
   o.q = g.seg.value_id(mm1.inputs[0]);
   o.k = g.seg.value_id(g.seg.nodes[t].inputs[0]);
   o.v = g.seg.value_id(mm2.inputs[1]);
@@ -133,8 +142,10 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
   if (scores.rank > 4 || qs.rank > 4 || ks.rank > 4 || vs.rank > 4) return "ranks above 4";
   const int64_t d = qs.v[qs.rank - 1], dv = vs.v[vs.rank - 1];
   if (d > kAttentionMaxHeadDim || dv > kAttentionMaxHeadDim)
-    return detail::concat("head dims ", d, " and ", dv, " exceed the kernels' ", kAttentionMaxHeadDim);
-  if (!(batch_of(ctx) == batch_of(scores))) return "v broadcasts the product over more batches than the scores";
+    return detail::concat("head dims ", d, " and ", dv, " exceed the kernels' ",
+                          kAttentionMaxHeadDim);
+  if (!(batch_of(ctx) == batch_of(scores)))
+    return "v broadcasts the product over more batches than the scores";
   m->nodes = {m1, sm, m2};
   if (split >= 0) m->nodes.insert(m->nodes.end(), {split, merge});
   const bool t_alone = only_user(g, t) == m1;
@@ -148,8 +159,8 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
     const int r = only_user(g, m2);
     const bool unstack = r >= 0 && g.seg.nodes[r].op == OpId::reshape && ctx.rank == 4 && [&] {
       const Shape& u = g.seg.shape(ValueRef::of(r));
-      return u.rank == 4 && u.v[0] == ctx.v[0] && u.v[1] == ctx.v[1] * o.groups && u.v[2] * o.groups == ctx.v[2] &&
-             u.v[3] == ctx.v[3];
+      return u.rank == 4 && u.v[0] == ctx.v[0] && u.v[1] == ctx.v[1] * o.groups &&
+             u.v[2] * o.groups == ctx.v[2] && u.v[3] == ctx.v[3];
     }();
     heads = unstack ? r : -1;
     if (unstack) heads_shape = g.seg.shape(ValueRef::of(r));
@@ -181,7 +192,8 @@ void pass_attention(FusionGraph& g) {
     const SegmentNode& s = g.seg.nodes[sm];
     // Candidates: a softmax of a matmul's result (a Row node: fusion is on).
     int split = -1;
-    if (s.op != OpId::softmax || g.role[sm] != Role::Row || scores_product(g, sm, &split) < 0) continue;
+    if (s.op != OpId::softmax || g.role[sm] != Role::Row || scores_product(g, sm, &split) < 0)
+      continue;
     const std::string at = "attention at softmax #" + std::to_string(sm);
     if (!g.opts.attention) {
       g.decide(at + " stays unfused", "the attention template is disabled");
@@ -202,9 +214,14 @@ void pass_attention(FusionGraph& g) {
     for (int j : gr.nodes) g.group_of[j] = gr.id;
     g.groups.push_back(gr);
     g.decide("fuse " + g.nodes_str(m.nodes) + " into one attention step",
-             std::string("scores and probabilities stay in the kernel") + (m.ops.mask >= 0 ? " (masked)" : "") +
-                 (m.ops.groups > 1 ? detail::concat("; grouped-query, ", m.ops.groups, " query heads per K/V head") : "") +
-                 (m.ops.heads_inner ? "; it writes the [b, s, heads, d] layout the permute + contiguous made" : ""));
+             std::string("scores and probabilities stay in the kernel") +
+                 (m.ops.mask >= 0 ? " (masked)" : "") +
+                 (m.ops.groups > 1 ? detail::concat("; grouped-query, ", m.ops.groups,
+                                                    " query heads per K/V head")
+                                   : "") +
+                 (m.ops.heads_inner
+                      ? "; it writes the [b, s, heads, d] layout the permute + contiguous made"
+                      : ""));
   }
 }
 

@@ -10,7 +10,8 @@ class AttentionStrategy final : public Strategy {
  public:
   std::string_view name() const override { return "attention"; }
 
-  std::optional<std::string> can_plan(const FusionGraph& g, std::span<const int> groups) const override {
+  std::optional<std::string> can_plan(const FusionGraph& g,
+                                      std::span<const int> groups) const override {
     const Group& gr = g.groups[groups[0]];
     if (gr.kind != GroupKind::Attention || gr.attention < 0) return "not an attention group";
     return std::nullopt;

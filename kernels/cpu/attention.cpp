@@ -22,11 +22,13 @@ namespace {
 constexpr int64_t kRowBlock = 16;  // query rows per task
 constexpr int64_t kKeyTile = 64;   // keys per online-softmax step
 
-void load_strided(const std::byte* base, DType dt, int64_t off, int64_t n, int64_t stride, float* dst) {
+void load_strided(const std::byte* base, DType dt, int64_t off, int64_t n, int64_t stride,
+                  float* dst) {
   load_floats(base, dt, off, n, stride, dst);
 }
 
-void store_strided(std::byte* base, DType dt, int64_t off, int64_t n, int64_t stride, const float* src) {
+void store_strided(std::byte* base, DType dt, int64_t off, int64_t n, int64_t stride,
+                   const float* src) {
   visit_dtype(dt, [&](auto tag) {
     constexpr DType D = decltype(tag)::value;
     if constexpr (D == DType::f32 || D == DType::f16 || D == DType::bf16) {
@@ -43,8 +45,8 @@ struct Scratch {
 };
 
 // One query row against the head's keys (k, v: f32, dense [sk, d] and [sk, dv]).
-void attend_row(const AttentionArgs& a, const float* k, const float* v, const float* q, const float* mask_row,
-                float* acc, float* s, float* out) {
+void attend_row(const AttentionArgs& a, const float* k, const float* v, const float* q,
+                const float* mask_row, float* acc, float* s, float* out) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float m = neg_inf, l = 0.0f;
   for (int64_t c = 0; c < a.dv; ++c) acc[c] = 0.0f;
@@ -79,7 +81,8 @@ void attend_row(const AttentionArgs& a, const float* k, const float* v, const fl
   // poisons its row's sum.
   const bool finite = std::isfinite(m);
   const float inv = 1.0f / l;
-  for (int64_t c = 0; c < a.dv; ++c) out[c] = finite ? acc[c] * inv : std::numeric_limits<float>::quiet_NaN();
+  for (int64_t c = 0; c < a.dv; ++c)
+    out[c] = finite ? acc[c] * inv : std::numeric_limits<float>::quiet_NaN();
 }
 
 }  // namespace
@@ -108,26 +111,31 @@ void run_attention(const AttentionArgs& a) {
       const int64_t b = bh / a.heads, h = bh % a.heads;
       if (bh != loaded) {
         for (int64_t j = 0; j < a.sk; ++j) {
-          load_strided(kb, a.dtype, b * a.k_st[0] + h * a.k_st[1] + j * a.k_st[2], a.d, a.k_st[3], &t.k[j * a.d]);
-          load_strided(vb, a.dtype, b * a.v_st[0] + h * a.v_st[1] + j * a.v_st[2], a.dv, a.v_st[3], &t.v[j * a.dv]);
+          load_strided(kb, a.dtype, b * a.k_st[0] + h * a.k_st[1] + j * a.k_st[2], a.d, a.k_st[3],
+                       &t.k[j * a.d]);
+          load_strided(vb, a.dtype, b * a.v_st[0] + h * a.v_st[1] + j * a.v_st[2], a.dv, a.v_st[3],
+                       &t.v[j * a.dv]);
         }
         loaded = bh;
       }
       float* out = t.acc.data() + a.dv;
       const int64_t r_end = std::min(a.sq, (blk + 1) * kRowBlock);
       for (int64_t r = blk * kRowBlock; r < r_end; ++r) {
-        const int64_t o_off = b * a.out_st[0] + h * a.out_st[1] + row_offset(r, a.rows_t, a.out_st[2], a.out_st_g);
+        const int64_t o_off =
+            b * a.out_st[0] + h * a.out_st[1] + row_offset(r, a.rows_t, a.out_st[2], a.out_st_g);
         if (a.sk == 0) {  // an empty softmax times an empty V: the GEMM's zeros
           for (int64_t c = 0; c < a.dv; ++c) out[c] = 0.0f;
           store_strided(ob, a.dtype, o_off, a.dv, a.out_st[3], out);
           continue;
         }
-        load_strided(qb, a.dtype, b * a.q_st[0] + h * a.q_st[1] + r * a.q_st[2], a.d, a.q_st[3], t.q.data());
+        load_strided(qb, a.dtype, b * a.q_st[0] + h * a.q_st[1] + r * a.q_st[2], a.d, a.q_st[3],
+                     t.q.data());
         const float* mask_row = nullptr;
         if (a.mask) {
           load_strided(mb, a.dtype,
-                       b * a.mask_st[0] + h * a.mask_st[1] + row_offset(r, a.rows_t, a.mask_st[2], a.mask_st_g), a.sk,
-                       a.mask_st[3], t.m.data());
+                       b * a.mask_st[0] + h * a.mask_st[1] +
+                           row_offset(r, a.rows_t, a.mask_st[2], a.mask_st_g),
+                       a.sk, a.mask_st[3], t.m.data());
           mask_row = t.m.data();
         }
         attend_row(a, t.k.data(), t.v.data(), t.q.data(), mask_row, t.acc.data(), t.s.data(), out);

@@ -17,10 +17,10 @@
 namespace livefuse::cuda {
 namespace {
 
-constexpr int kRows = 16;     // query rows per block
-constexpr int kWarps = 4;     // each warp: kRows / kWarps rows
-constexpr int kKeys = 32;     // keys per tile (one per lane)
-constexpr int kCols = 4;      // output columns per lane: 4 * 32 = kAttentionMaxHeadDim
+constexpr int kRows = 16;  // query rows per block
+constexpr int kWarps = 4;  // each warp: kRows / kWarps rows
+constexpr int kKeys = 32;  // keys per tile (one per lane)
+constexpr int kCols = 4;   // output columns per lane: 4 * 32 = kAttentionMaxHeadDim
 constexpr int kMaxD = 128;
 constexpr int kKPitch = kMaxD + 1;  // lane j reads row j of the K tile: the pad spreads banks
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -31,7 +31,8 @@ __device__ __forceinline__ float warp_max(float v) {
   return warp_all_reduce(v, [](float a, float b) { return lf_max(a, b); });  // NaN wins
 }
 
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a, int64_t row_tiles) {
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_kernel(AttentionArgs a, int64_t row_tiles) {
   __shared__ float q_s[kRows][kMaxD];
   __shared__ float k_s[kKeys][kKPitch];
   __shared__ float v_s[kKeys][kMaxD];
@@ -45,8 +46,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
   for (int i = tid; i < kRows * a.d; i += blockDim.x) {
     const int r = i / static_cast<int>(a.d), c = i % static_cast<int>(a.d);
     const int64_t row = row0 + r;
-    q_s[r][c] = row < a.sq ? load_as<float>(a.q, b * a.q_st[0] + h * a.q_st[1] + row * a.q_st[2] + c * a.q_st[3], dt)
-                           : 0.0f;
+    q_s[r][c] = row < a.sq
+                    ? load_as<float>(
+                          a.q, b * a.q_st[0] + h * a.q_st[1] + row * a.q_st[2] + c * a.q_st[3], dt)
+                    : 0.0f;
   }
   constexpr int kMine = kRows / kWarps;
   float m[kMine], l[kMine], acc[kMine][kCols];
@@ -63,11 +66,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
     __syncthreads();  // the previous tile is read; q_s is written (first tile)
     for (int i = tid; i < nj * a.d; i += blockDim.x) {
       const int j = i / static_cast<int>(a.d), c = i % static_cast<int>(a.d);
-      k_s[j][c] = load_as<float>(a.k, b * a.k_st[0] + h * a.k_st[1] + (j0 + j) * a.k_st[2] + c * a.k_st[3], dt);
+      k_s[j][c] = load_as<float>(
+          a.k, b * a.k_st[0] + h * a.k_st[1] + (j0 + j) * a.k_st[2] + c * a.k_st[3], dt);
     }
     for (int i = tid; i < nj * a.dv; i += blockDim.x) {
       const int j = i / static_cast<int>(a.dv), c = i % static_cast<int>(a.dv);
-      v_s[j][c] = load_as<float>(a.v, b * a.v_st[0] + h * a.v_st[1] + (j0 + j) * a.v_st[2] + c * a.v_st[3], dt);
+      v_s[j][c] = load_as<float>(
+          a.v, b * a.v_st[0] + h * a.v_st[1] + (j0 + j) * a.v_st[2] + c * a.v_st[3], dt);
     }
     __syncthreads();
 #pragma unroll
@@ -82,7 +87,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
         for (int c = 0; c < a.d; ++c) dot += q_s[rl][c] * k_s[lane][c];
         s = dot * a.scale;
         if (a.mask)
-          s += load_as<float>(a.mask, b * a.mask_st[0] + h * a.mask_st[1] + mask_row + (j0 + lane) * a.mask_st[3], dt);
+          s += load_as<float>(
+              a.mask, b * a.mask_st[0] + h * a.mask_st[1] + mask_row + (j0 + lane) * a.mask_st[3],
+              dt);
       }
       const float m_new = lf_max(m[r], warp_max(s));
       // Only -inf so far: nothing to accumulate (exp(-inf - -inf) would be NaN, and a later
@@ -111,7 +118,8 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
     if (row >= a.sq) break;
     // sk == 0: an empty softmax times an empty V is the GEMM's zeros.
     const bool finite = a.sk == 0 || isfinite(m[r]);
-    const int64_t out_row = b * a.out_st[0] + h * a.out_st[1] + row_offset(row, a.rows_t, a.out_st[2], a.out_st_g);
+    const int64_t out_row =
+        b * a.out_st[0] + h * a.out_st[1] + row_offset(row, a.rows_t, a.out_st[2], a.out_st_g);
     const float inv = a.sk == 0 ? 0.0f : 1.0f / l[r];
 #pragma unroll
     for (int i = 0; i < kCols; ++i) {
@@ -127,12 +135,13 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionArgs a,
 
 void launch_attention(const AttentionArgs& a, void* stream) {
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
-  LF_CHECK(a.d <= kMaxD && a.dv <= kMaxD, "attention", "head dims up to ", kMaxD, " are supported, got d=", a.d,
-           " dv=", a.dv);
+  LF_CHECK(a.d <= kMaxD && a.dv <= kMaxD, "attention", "head dims up to ", kMaxD,
+           " are supported, got d=", a.d, " dv=", a.dv);
   const int64_t row_tiles = (a.sq + kRows - 1) / kRows;
   const int64_t blocks = a.batch * a.heads * row_tiles;
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
-  attention_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(a, row_tiles);
+  attention_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0,
+                     static_cast<cudaStream_t>(stream)>>>(a, row_tiles);
   LF_CUDA_LAUNCH_CHECK("attention_kernel");
 }
 

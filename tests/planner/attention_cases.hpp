@@ -18,22 +18,32 @@ enum class MaskForm { none, per_key, per_batch, shared, plain2d };
 
 inline Shape mask_shape(MaskForm f, int64_t b, int64_t sq, int64_t sk) {
   switch (f) {
-    case MaskForm::per_key: return {b, 1, 1, sk};
-    case MaskForm::per_batch: return {b, 1, sq, sk};
-    case MaskForm::shared: return {1, 1, sq, sk};
-    case MaskForm::plain2d: return {sq, sk};
-    case MaskForm::none: break;
+    case MaskForm::per_key:
+      return {b, 1, 1, sk};
+    case MaskForm::per_batch:
+      return {b, 1, sq, sk};
+    case MaskForm::shared:
+      return {1, 1, sq, sk};
+    case MaskForm::plain2d:
+      return {sq, sk};
+    case MaskForm::none:
+      break;
   }
   return {};
 }
 
 inline const char* mask_name(MaskForm f) {
   switch (f) {
-    case MaskForm::none: return "no mask";
-    case MaskForm::per_key: return "mask [b,1,1,sk]";
-    case MaskForm::per_batch: return "mask [b,1,sq,sk]";
-    case MaskForm::shared: return "mask [1,1,sq,sk]";
-    case MaskForm::plain2d: return "mask [sq,sk]";
+    case MaskForm::none:
+      return "no mask";
+    case MaskForm::per_key:
+      return "mask [b,1,1,sk]";
+    case MaskForm::per_batch:
+      return "mask [b,1,sq,sk]";
+    case MaskForm::shared:
+      return "mask [1,1,sq,sk]";
+    case MaskForm::plain2d:
+      return "mask [sq,sk]";
   }
   return "?";
 }
@@ -61,8 +71,9 @@ struct AttentionShape {
   bool reshape_copy = false;   // heads_out by the reshape alone (it copies), no contiguous
   std::string str() const {
     std::ostringstream os;
-    os << "b" << b << " h" << h << " sq" << sq << " sk" << sk << " d" << d << " " << dtype_name(dtype) << " "
-       << mask_name(mask) << (heads_out ? " [b,s,h*d] out" : " [b,h,s,d] out") << (kv_from_cache ? " kv cache" : "")
+    os << "b" << b << " h" << h << " sq" << sq << " sk" << sk << " d" << d << " "
+       << dtype_name(dtype) << " " << mask_name(mask)
+       << (heads_out ? " [b,s,h*d] out" : " [b,h,s,d] out") << (kv_from_cache ? " kv cache" : "")
        << (reshape_copy ? " reshape copy" : "");
     return os.str();
   }
@@ -82,22 +93,27 @@ inline AttentionSegment attention_segment(const AttentionShape& s, Escape escape
   const ValueRef q = b.add(OpId::permute, {xq}, perm_attrs({0, 2, 1, 3}));
   ValueRef k, v;
   if (s.kv_from_cache) {
-    const ValueRef kc = b.input({s.b, s.h, s.sk + 7, s.d}, s.dtype), vc = b.input({s.b, s.h, s.sk + 7, s.d}, s.dtype);
+    const ValueRef kc = b.input({s.b, s.h, s.sk + 7, s.d}, s.dtype),
+                   vc = b.input({s.b, s.h, s.sk + 7, s.d}, s.dtype);
     Attrs sl;
     sl.push_int(2), sl.push_int(0), sl.push_int(s.sk), sl.push_int(1);
     k = b.add(OpId::slice, {kc}, sl);
     v = b.add(OpId::slice, {vc}, sl);
   } else {
-    const ValueRef xk = b.input({s.b, s.sk, s.h, s.d}, s.dtype), xv = b.input({s.b, s.sk, s.h, s.d}, s.dtype);
+    const ValueRef xk = b.input({s.b, s.sk, s.h, s.d}, s.dtype),
+                   xv = b.input({s.b, s.sk, s.h, s.d}, s.dtype);
     k = b.add(OpId::permute, {xk}, perm_attrs({0, 2, 1, 3}));
     v = b.add(OpId::permute, {xv}, perm_attrs({0, 2, 1, 3}));
   }
-  const ValueRef kt = b.add(OpId::permute, {k}, s.negative_dims ? perm_attrs({0, 1, -1, -2}) : perm_attrs({0, 1, 3, 2}));
+  const ValueRef kt = b.add(
+      OpId::permute, {k}, s.negative_dims ? perm_attrs({0, 1, -1, -2}) : perm_attrs({0, 1, 3, 2}));
   const ValueRef scores = b.add(OpId::matmul, {q, kt}, matmul_attrs());
   std::vector<ValueRef> sm_in = {scores};
-  if (s.mask != MaskForm::none) sm_in.push_back(b.input(mask_shape(s.mask, s.b, s.sq, s.sk), s.dtype));
+  if (s.mask != MaskForm::none)
+    sm_in.push_back(b.input(mask_shape(s.mask, s.b, s.sq, s.sk), s.dtype));
   const ValueRef probs =
-      b.add(OpId::softmax, sm_in, softmax_attrs(1.0 / std::sqrt(static_cast<double>(s.d)), s.mask != MaskForm::none));
+      b.add(OpId::softmax, sm_in,
+            softmax_attrs(1.0 / std::sqrt(static_cast<double>(s.d)), s.mask != MaskForm::none));
   const ValueRef ctx = b.add(OpId::matmul, {probs, v}, matmul_attrs());
   if (s.heads_out) {
     const ValueRef p = b.add(OpId::permute, {ctx}, perm_attrs({0, 2, 1, 3}));
@@ -127,8 +143,9 @@ struct GroupedShape {
   bool per_key_mask = false;
   std::string str() const {
     std::ostringstream os;
-    os << "grouped b" << b << " kv" << kv_heads << " G" << groups << " t" << t << " sk" << sk << " d" << d << " "
-       << dtype_name(dtype) << (per_key_mask ? " mask [b,1,1,1,sk]" : " mask [t,sk]");
+    os << "grouped b" << b << " kv" << kv_heads << " G" << groups << " t" << t << " sk" << sk
+       << " d" << d << " " << dtype_name(dtype)
+       << (per_key_mask ? " mask [b,1,1,1,sk]" : " mask [t,sk]");
     return os.str();
   }
 };
@@ -137,17 +154,24 @@ inline AttentionSegment grouped_attention_segment(const GroupedShape& s) {
   SegmentBuilder b;
   const int64_t h = s.kv_heads * s.groups;
   const ValueRef xq = b.input({s.b, s.t, h, s.d}, s.dtype);
-  const ValueRef k = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype), v = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype);
+  const ValueRef k = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype),
+                 v = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype);
   const ValueRef qg = b.add(OpId::reshape, {b.add(OpId::permute, {xq}, perm_attrs({0, 2, 1, 3}))},
                             perm_attrs({s.b, s.kv_heads, s.groups * s.t, s.d}));
-  const ValueRef scores = b.add(OpId::matmul, {qg, b.add(OpId::permute, {k}, perm_attrs({0, 1, 3, 2}))}, matmul_attrs());
-  const ValueRef s5 = b.add(OpId::reshape, {scores}, perm_attrs({s.b, s.kv_heads, s.groups, s.t, s.sk}));
-  const ValueRef mask = s.per_key_mask ? b.input({s.b, 1, 1, 1, s.sk}, s.dtype) : b.input({s.t, s.sk}, s.dtype);
-  const ValueRef probs = b.add(OpId::softmax, {s5, mask}, softmax_attrs(1.0 / std::sqrt(static_cast<double>(s.d)), true));
-  const ValueRef p4 = b.add(OpId::reshape, {probs}, perm_attrs({s.b, s.kv_heads, s.groups * s.t, s.sk}));
+  const ValueRef scores = b.add(
+      OpId::matmul, {qg, b.add(OpId::permute, {k}, perm_attrs({0, 1, 3, 2}))}, matmul_attrs());
+  const ValueRef s5 =
+      b.add(OpId::reshape, {scores}, perm_attrs({s.b, s.kv_heads, s.groups, s.t, s.sk}));
+  const ValueRef mask =
+      s.per_key_mask ? b.input({s.b, 1, 1, 1, s.sk}, s.dtype) : b.input({s.t, s.sk}, s.dtype);
+  const ValueRef probs = b.add(OpId::softmax, {s5, mask},
+                               softmax_attrs(1.0 / std::sqrt(static_cast<double>(s.d)), true));
+  const ValueRef p4 =
+      b.add(OpId::reshape, {probs}, perm_attrs({s.b, s.kv_heads, s.groups * s.t, s.sk}));
   const ValueRef o = b.add(OpId::matmul, {p4, v}, matmul_attrs());
   const ValueRef heads = b.add(OpId::reshape, {o}, perm_attrs({s.b, h, s.t, s.d}));
-  b.output(b.add(OpId::reshape, {b.add(OpId::permute, {heads}, perm_attrs({0, 2, 1, 3}))}, perm_attrs({s.b, s.t, h * s.d})));
+  b.output(b.add(OpId::reshape, {b.add(OpId::permute, {heads}, perm_attrs({0, 2, 1, 3}))},
+                 perm_attrs({s.b, s.t, h * s.d})));
   AttentionSegment out;
   out.seg = b.build();
   out.scores = out.seg.value_id(scores);
@@ -161,7 +185,8 @@ inline std::vector<GroupedShape> grouped_numeric_cases() {
     out.push_back({2, 2, 3, 5, 11, 16, dt, false});
     out.push_back({1, 2, 4, 1, 77, 64, dt, true});  // decode: one query row per head
   }
-  out.push_back({1, 1, 1, 13, 29, 32, DType::f32, false});  // G = 1: plain attention through the reshapes
+  out.push_back(
+      {1, 1, 1, 13, 29, 32, DType::f32, false});  // G = 1: plain attention through the reshapes
   out.push_back({2, 4, 2, 40, 40, 128, DType::f32, true});
   return out;
 }
@@ -174,7 +199,9 @@ inline const AttentionStep* attention_step_of(const PlannedSegment& p) {
 
 // Tolerances of the fused result against eager: eager rounds f16/bf16 scores and
 // probabilities to the dtype, the fused kernel keeps them f32.
-inline double attention_tol(DType d) { return d == DType::f32 ? 2e-5 : d == DType::f16 ? 6e-3 : 4e-2; }
+inline double attention_tol(DType d) {
+  return d == DType::f32 ? 2e-5 : d == DType::f16 ? 6e-3 : 4e-2;
+}
 
 // The numeric cases both suites run: shapes, dtypes, masks and layouts.
 inline std::vector<AttentionShape> attention_numeric_cases() {

@@ -10,7 +10,8 @@ namespace {
 
 bool decided(const PlannedSegment& p, const std::string& what_part, const std::string& why_part) {
   for (const Decision& d : p.decisions)
-    if (d.what.find(what_part) != std::string::npos && d.reason.find(why_part) != std::string::npos) return true;
+    if (d.what.find(what_part) != std::string::npos && d.reason.find(why_part) != std::string::npos)
+      return true;
   return false;
 }
 
@@ -24,7 +25,8 @@ TEST_CASE("attention: the BERT pattern becomes one attention step (masks, both t
       s.negative_dims = negative;
       const AttentionSegment a = attention_segment(s);
       const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
-      INFO(s.str() << (negative ? " transpose(k, -1, -2)" : " transpose(k, 2, 3)") << "\n" << p.describe());
+      INFO(s.str() << (negative ? " transpose(k, -1, -2)" : " transpose(k, 2, 3)") << "\n"
+                   << p.describe());
       const AttentionStep* st = attention_step_of(p);
       REQUIRE(st != nullptr);
       CHECK(st->operands.heads_inner);
@@ -52,7 +54,9 @@ TEST_CASE("attention: without the permute back, the step writes [b, heads, s, d]
   CHECK(p.num_kernels() == 1);
 }
 
-TEST_CASE("attention: a permute + copying reshape after the product is absorbed too (encoder_block's form)") {
+TEST_CASE(
+    "attention: a permute + copying reshape after the product is absorbed too (encoder_block's "
+    "form)") {
   AttentionShape s;
   s.mask = MaskForm::per_key;
   s.reshape_copy = true;
@@ -85,7 +89,8 @@ TEST_CASE("attention: no attention step when the scores or the probabilities esc
   }
 }
 
-TEST_CASE("attention: the template can be switched off; head dims beyond the kernels' are refused") {
+TEST_CASE(
+    "attention: the template can be switched off; head dims beyond the kernels' are refused") {
   AttentionShape s;
   PlannerOptions o = default_planner_options(Device::cpu());
   o.attention = false;
@@ -109,7 +114,8 @@ TEST_CASE("attention: CPU step equals eager over shapes, dtypes, masks and strid
   }
 }
 
-TEST_CASE("attention: the grouped-query form of the decoders is one attention step and equals eager") {
+TEST_CASE(
+    "attention: the grouped-query form of the decoders is one attention step and equals eager") {
   for (const GroupedShape& s : grouped_numeric_cases()) {
     INFO(s.str());
     const AttentionSegment a = grouped_attention_segment(s);
@@ -127,7 +133,9 @@ TEST_CASE("attention: the grouped-query form of the decoders is one attention st
   }
 }
 
-TEST_CASE("attention: rows of all -inf and NaN scores give eager's NaN rows; partly masked rows stay finite") {
+TEST_CASE(
+    "attention: rows of all -inf and NaN scores give eager's NaN rows; partly masked rows stay "
+    "finite") {
   AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
   const AttentionSegment a = attention_segment(s);
   const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
@@ -149,7 +157,8 @@ TEST_CASE("attention: rows of all -inf and NaN scores give eager's NaN rows; par
   const int v = a.seg.value_id(a.seg.outputs[0]);
   const auto g = got[v].to_doubles(), w = want[v].to_doubles();
   size_t bad = 0;
-  CHECK_MESSAGE(lftest::allclose(g, w, 2e-5, 2e-5, &bad), "at " << bad << ": got " << g[bad] << " want " << w[bad]);
+  CHECK_MESSAGE(lftest::allclose(g, w, 2e-5, 2e-5, &bad),
+                "at " << bad << ": got " << g[bad] << " want " << w[bad]);
   // Output [b, sq, h*d]: row 0 and row 3 are NaN in eager; row 1 and 2 are numbers.
   const int64_t row = s.h * s.d;
   CHECK(std::isnan(w[0]));

@@ -31,8 +31,8 @@ void check_cuda(const Segment& seg, const std::vector<Tensor>& xs, double tol) {
     const auto g = got[v].to_doubles(), w = want[v].to_doubles();
     size_t bad = 0;
     CHECK_MESSAGE(lftest::allclose(g, w, tol, tol, &bad),
-                  "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0) << " want "
-                                       << (bad < w.size() ? w[bad] : 0));
+                  "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0)
+                                       << " want " << (bad < w.size() ? w[bad] : 0));
   }
 }
 
@@ -53,7 +53,8 @@ LF_CUDA_TEST_CASE("attention gpu: the BERT pattern is one attention kernel and e
 
 LF_CUDA_TEST_CASE("attention gpu: step equals eager over shapes, dtypes, masks and strided views") {
   std::vector<AttentionShape> cases = attention_numeric_cases();
-  cases.push_back({1, 2, 1, 1000, 128, DType::f16, MaskForm::per_key, false, false, true});  // long decode
+  cases.push_back(
+      {1, 2, 1, 1000, 128, DType::f16, MaskForm::per_key, false, false, true});  // long decode
   cases.push_back({2, 12, 128, 128, 64, DType::bf16, MaskForm::per_key, true, false, false});
   for (const AttentionShape& s : cases) {
     INFO(s.str());

@@ -41,14 +41,18 @@ enum class Form { bert, bert_negative_dims, encoder_block };
 // transpose(k, -1, -2) and the permuted product reshaped without a contiguous).
 lf::Tensor self_attention(const lf::Tensor& h, const Weights& w, Form form) {
   const bool negative_dims = form != Form::bert;
-  auto heads = [&](const lf::Tensor& t) { return lf::permute(lf::reshape(t, {kB, kS, kHeads, kD}), {0, 2, 1, 3}); };
+  auto heads = [&](const lf::Tensor& t) {
+    return lf::permute(lf::reshape(t, {kB, kS, kHeads, kD}), {0, 2, 1, 3});
+  };
   const lf::Tensor q = heads(lf::linear(h, w.wq, w.bq));
   const lf::Tensor k = heads(lf::linear(h, w.wk, w.bk));
   const lf::Tensor v = heads(lf::linear(h, w.wv, w.bv));
-  const lf::Tensor scores = lf::matmul(q, negative_dims ? lf::transpose(k, -1, -2) : lf::transpose(k, 2, 3));
+  const lf::Tensor scores =
+      lf::matmul(q, negative_dims ? lf::transpose(k, -1, -2) : lf::transpose(k, 2, 3));
   const lf::Tensor probs = lf::softmax(scores, 1.0 / std::sqrt(static_cast<double>(kD)), w.mask);
   const lf::Tensor ctx = lf::matmul(probs, v);
-  if (form == Form::encoder_block) return lf::reshape(lf::permute(ctx, {0, 2, 1, 3}), {kB, kS, kHidden});
+  if (form == Form::encoder_block)
+    return lf::reshape(lf::permute(ctx, {0, 2, 1, 3}), {kB, kS, kHidden});
   return lf::reshape(lf::contiguous(lf::permute(ctx, {0, 2, 1, 3})), {kB, kS, kHidden});
 }
 
@@ -62,14 +66,17 @@ bool has_attention_group(const lf::Plan& p) {
 
 }  // namespace
 
-TEST_CASE("attention served: a hot BERT attention block runs as one attention step with eager's values") {
+TEST_CASE(
+    "attention served: a hot BERT attention block runs as one attention step with eager's values") {
   for (Form form : {Form::bert, Form::bert_negative_dims, Form::encoder_block}) {
     INFO(static_cast<int>(form));
     const lf::Config saved = lf::config();
     lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
     const Weights w = make_weights();
-    const lf::Tensor x = lf::rand_uniform({kB, kS, kHidden}, 30, -1, 1, lf::DType::f32, lf::Device::cpu());
-    const std::vector<double> want = lftest::eager_values([&] { return self_attention(x, w, form); });
+    const lf::Tensor x =
+        lf::rand_uniform({kB, kS, kHidden}, 30, -1, 1, lf::DType::f32, lf::Device::cpu());
+    const std::vector<double> want =
+        lftest::eager_values([&] { return self_attention(x, w, form); });
     std::shared_ptr<lf::Plan> serving;
     uint64_t served_before = 0;
     for (int it = 0; it < 200 && !serving; ++it) {
@@ -78,7 +85,8 @@ TEST_CASE("attention served: a hot BERT attention block runs as one attention st
       REQUIRE(lftest::allclose(y.to_doubles(), want, 1e-4, 1e-5));
       if (lf::matcher_counters().served > served_before) {
         for (const auto& p : lf::PlanTable::get().snapshot()->plans)
-          if (p->state == lf::PlanState::active && p->hits > 0 && has_attention_group(*p)) serving = p;
+          if (p->state == lf::PlanState::active && p->hits > 0 && has_attention_group(*p))
+            serving = p;
       }
       if (it % 8 == 7) {
         Monitor::instance().drain();
@@ -99,18 +107,24 @@ TEST_CASE("attention served: a hot BERT attention block runs as one attention st
   }
 }
 
-TEST_CASE("attention served: a program that keeps the probabilities gets them, and no attention step") {
+TEST_CASE(
+    "attention served: a program that keeps the probabilities gets them, and no attention step") {
   const lf::Config saved = lf::config();
   lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
   const Weights w = make_weights();
-  const lf::Tensor x = lf::rand_uniform({kB, kS, kHidden}, 40, -1, 1, lf::DType::f32, lf::Device::cpu());
+  const lf::Tensor x =
+      lf::rand_uniform({kB, kS, kHidden}, 40, -1, 1, lf::DType::f32, lf::Device::cpu());
   // output_attentions=True: the probabilities are a result the program reads.
   auto block = [&](lf::Tensor* probs_out) {
-    auto heads = [&](const lf::Tensor& t) { return lf::permute(lf::reshape(t, {kB, kS, kHeads, kD}), {0, 2, 1, 3}); };
+    auto heads = [&](const lf::Tensor& t) {
+      return lf::permute(lf::reshape(t, {kB, kS, kHeads, kD}), {0, 2, 1, 3});
+    };
     const lf::Tensor q = heads(lf::linear(x, w.wq, w.bq)), k = heads(lf::linear(x, w.wk, w.bk)),
                      v = heads(lf::linear(x, w.wv, w.bv));
-    *probs_out = lf::softmax(lf::matmul(q, lf::transpose(k, 2, 3)), 1.0 / std::sqrt(static_cast<double>(kD)), w.mask);
-    return lf::reshape(lf::contiguous(lf::permute(lf::matmul(*probs_out, v), {0, 2, 1, 3})), {kB, kS, kHidden});
+    *probs_out = lf::softmax(lf::matmul(q, lf::transpose(k, 2, 3)),
+                             1.0 / std::sqrt(static_cast<double>(kD)), w.mask);
+    return lf::reshape(lf::contiguous(lf::permute(lf::matmul(*probs_out, v), {0, 2, 1, 3})),
+                       {kB, kS, kHidden});
   };
   lf::Tensor probs_ref;
   const std::vector<double> want = lftest::eager_values([&] { return block(&probs_ref); });
