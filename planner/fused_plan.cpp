@@ -116,6 +116,10 @@ void FusedPlan::details(PlanDetails& d) const {
     } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
       gi.kind = "opaque";
       gi.ops.push_back(o->node);
+    } else if (const auto* a = std::get_if<AttentionStep>(&s.body)) {
+      gi.kind = "attention";
+      gi.ops = a->nodes;
+      gi.kernel = "attention";
     }
     d.groups.push_back(std::move(gi));
   }

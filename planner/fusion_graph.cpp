@@ -28,6 +28,7 @@ std::string_view group_kind_name(GroupKind k) {
     case GroupKind::View: return "view";
     case GroupKind::Eager: return "eager";
     case GroupKind::Opaque: return "opaque";
+    case GroupKind::Attention: return "attention";
   }
   return "?";
 }

@@ -23,7 +23,8 @@ enum class Role : uint8_t {
   Dead,       // result never used and not observable: not computed at all
 };
 
-enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque };
+// Attention: the template step matmul(q, kᵀ) -> softmax -> matmul(., v) (pass_attention).
+enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque, Attention };
 
 // cuBLASLt epilogues a GEMM step can absorb.
 enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias };
@@ -39,6 +40,22 @@ struct Group {
   int tail_of = -1;        // pointwise: the gemm group it is the tail of
   GemmEpilogue epilogue = GemmEpilogue::None;
   int bias_value = -1;     // value id of the epilogue's bias (matmul + add(bias))
+  int attention = -1;      // attention: index into FusionGraph::attention
+};
+
+// What an attention group reads and writes, as value ids (pass_attention matches them).
+struct AttentionOperands {
+  int q = -1, k = -1, v = -1;  // k: the value before its transpose
+  int mask = -1;               // -1: softmax without a mask
+  int out = -1;                // the value the step writes
+  // true: `out` is the dense [b, s, heads, dv] (or [b, s, heads * dv]) of an absorbed
+  // permute({0, 2, 1, 3}) + contiguous (or copying reshape); false: the product [.., heads, s, dv].
+  bool heads_inner = false;
+  double scale = 1.0;
+  // Grouped-query attention (examples/decoder): q holds each K/V head's G query heads stacked
+  // as rows [G * t], the scores are seen as [.., G, t, sk] by the softmax (and its mask), and a
+  // heads_inner result is [b, t, heads * G, dv]. 1: plain attention.
+  int64_t groups = 1;
 };
 
 enum class ValueKind : uint8_t {
@@ -55,6 +72,7 @@ struct PlannerOptions {
   bool fusion = true;         // LIVEFUSE_FUSION
   bool horizontal = true;
   bool gemm_epilogue = true;
+  bool attention = true;      // the fused attention template (pass_attention)
   // Called with (pass name, dump) after every pass; LIVEFUSE_LOG=debug prints to stderr.
   std::function<void(const std::string&, const std::string&)> dump;
 };
@@ -69,6 +87,7 @@ struct FusionGraph {
   std::vector<ValueKind> value_kind;
   std::vector<std::vector<std::pair<int, int>>> users;  // per value id
   std::vector<std::vector<int>> horizontal;             // sets of pointwise group ids
+  std::vector<AttentionOperands> attention;             // per attention group (Group::attention)
   std::vector<Decision> decisions;
 
   void decide(std::string what, std::string reason) { decisions.push_back({std::move(what), std::move(reason)}); }

@@ -1,6 +1,7 @@
 // Pass "materialize": which values get memory. Observable values, values crossing from one step
 // to another, results of unfused steps and the sources of views are Materialized; layout
-// results are Views of their source; the rest live inside one fused kernel (Virtual).
+// results are Views of their source; the rest live inside one fused kernel (Virtual). An
+// attention step writes only its result: scores, probabilities and absorbed views are Virtual.
 #include "planner/passes.hpp"
 
 namespace livefuse::planner {
@@ -15,6 +16,14 @@ void pass_materialize(FusionGraph& g) {
       continue;
     }
     const Role role = g.role[r.node];
+    const bool in_attention =
+        g.group_of[r.node] >= 0 && g.groups[g.group_of[r.node]].kind == GroupKind::Attention;
+    if (in_attention) {  // only what the step writes has memory; its absorbed views are Virtual too
+      g.value_kind[v] = g.attention[g.groups[g.group_of[r.node]].attention].out == v
+                            ? ValueKind::Materialized
+                            : ValueKind::Virtual;
+      continue;
+    }
     if (role == Role::Dead) {
       g.value_kind[v] = ValueKind::Dead;
       continue;
@@ -31,7 +40,8 @@ void pass_materialize(FusionGraph& g) {
   }
   // A view reads its source's memory: the source (through chains of views) must have some.
   for (int j = static_cast<int>(g.seg.nodes.size()) - 1; j >= 0; --j) {
-    if (g.role[j] != Role::View) continue;
+    if (g.role[j] != Role::View || g.value_kind[g.seg.value_id(ValueRef::of(j))] != ValueKind::View)
+      continue;
     const int src = g.seg.value_id(g.seg.nodes[j].inputs[0]);
     if (g.value_kind[src] == ValueKind::Virtual) g.value_kind[src] = ValueKind::Materialized;
   }

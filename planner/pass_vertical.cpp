@@ -39,10 +39,13 @@ bool fusible(const Group& gr) { return gr.alive && (gr.kind == GroupKind::Pointw
 
 void pass_vertical(FusionGraph& g) {
   const int n = static_cast<int>(g.seg.nodes.size());
-  g.group_of.assign(n, -1);
-  g.full_space.assign(n, true);
+  if (static_cast<int>(g.group_of.size()) != n) {
+    g.group_of.assign(n, -1);
+    g.full_space.assign(n, true);
+  }
   for (int j = 0; j < n; ++j) {
-    if (g.role[j] == Role::Dead) continue;
+    // Dead, or already in a template group (pass_attention).
+    if (g.role[j] == Role::Dead || g.group_of[j] >= 0) continue;
     const int mine = new_group(g, j);
     if (!fusible(g.groups[mine])) continue;
     if (std::string why = check_group(g, mine); !why.empty()) {

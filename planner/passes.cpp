@@ -7,6 +7,7 @@ const std::vector<Pass>& pass_list() {
   // destructors run at exit.
   static const auto* passes = new std::vector<Pass>{
       {"classify", "node roles; unobservable results dropped", pass_classify},
+      {"attention", "matmul(q, kT) -> softmax -> matmul(., v) as one fused attention step", pass_attention},
       {"vertical", "producer/consumer fusion into pointwise and row kernels", pass_vertical},
       {"cost", "split groups that do not pay for themselves", pass_cost},
       {"gemm_epilogue", "GEMM + bias/activation tail", pass_gemm_epilogue},

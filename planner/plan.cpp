@@ -3,6 +3,7 @@
 #include <atomic>
 #include <sstream>
 
+#include "kernels/attention_args.hpp"
 #include "kernels/cpu/gemm_tail.hpp"
 #include "kernels/jit/cpu_interp.hpp"
 #include "kernels/jit/cuda_launch.hpp"
@@ -11,6 +12,7 @@
 #include "kernels/jit/tensor_arg.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
+#include "planner/attention_step.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
@@ -131,6 +133,18 @@ bool run_gemm_tail_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<co
   return cpu::run_gemm_with_tail(c, gs.tail->spec->parts[0], product_input, inputs, out);
 }
 
+AttentionArgs bind_attention(const AttentionStep& a, std::span<const Tensor> values) {
+  const AttentionOperands& o = a.operands;
+  const Tensor& out = value(values, o.out);
+  ensure_storage(out);
+  const Tensor& q = value(values, o.q);
+  const Tensor& k = value(values, o.k);
+  const Tensor& v = value(values, o.v);
+  for (const Tensor* t : {&q, &k, &v})
+    LF_CHECK(t->impl()->storage != nullptr || t->numel() == 0, "plan", "an attention input has no storage");
+  return attention_args(q, k, v, o.mask >= 0 ? value(values, o.mask) : Tensor{}, out, o.heads_inner, o.scale, o.groups);
+}
+
 }  // namespace
 
 void set_gemm_epilogue_runner(GemmEpilogueRunner r) { g_epilogue_runner.store(r); }
@@ -149,6 +163,8 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
     run_node(p, v->node, values, nullptr);
   } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
     run_node(p, o->node, values, nullptr);
+  } else if (const auto* a = std::get_if<AttentionStep>(&s.body)) {
+    cpu::run_attention(bind_attention(*a, values));
   }
 }
 
@@ -201,6 +217,13 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     run_node(p, v->node, values, stream);
   } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
     run_node(p, o->node, values, stream);
+  } else if (const auto* a = std::get_if<AttentionStep>(&s.body)) {
+#if LIVEFUSE_HAS_CUDA
+    cuda::launch_attention(bind_attention(*a, values), stream);
+#else
+    (void)a;
+    throw Error("[plan] " + s.label + ": this build has no CUDA backend");
+#endif
   }
 }
 

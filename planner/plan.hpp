@@ -22,6 +22,8 @@
 //   Eager        one op through Executor::run_eager_into (the eager backends)
 //   View         a layout op: no kernel (a dense copy only for a reshape of a non-contiguous view)
 //   Opaque       a user kernel
+//   Attention    softmax(q kᵀ * scale + mask) v as one kernel (kernels/attention_args.hpp):
+//                scores and probabilities are never written
 #include <memory>
 #include <mutex>
 #include <span>
@@ -62,12 +64,17 @@ struct GemmStep {
   int final_value = -1;                   // the tail's last output (what an epilogue writes)
 };
 
+struct AttentionStep {
+  AttentionOperands operands;
+  std::vector<int> nodes;  // segment nodes it computes
+};
+
 struct EagerStep { int node = -1; };
 struct ViewStep { int node = -1; };
 struct OpaqueStep { int node = -1; };
 
 struct Step {
-  std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep> body;
+  std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep, AttentionStep> body;
   std::string label;
   int launches() const;  // kernels it launches (views: 0)
   // The generated kernel it runs, if any: a fused kernel step's, or a GEMM's elementwise tail.

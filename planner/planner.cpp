@@ -23,6 +23,20 @@ PlannerOptions default_planner_options(Device device) {
   return o;
 }
 
+namespace {
+// The summary's launches and fused kernels (generated ones, GEMM tails, the attention template).
+void count_launches(PlannedSegment& p) {
+  p.summary.plan_launches = 0;
+  p.summary.fused_kernels = 0;
+  for (const Step& s : p.steps) {
+    p.summary.plan_launches += s.launches();
+    if (std::holds_alternative<FusedKernelStep>(s.body) || std::holds_alternative<AttentionStep>(s.body))
+      ++p.summary.fused_kernels;
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
+  }
+}
+}  // namespace
+
 PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
   FusionGraph g = make_fusion_graph(seg, opts);
   run_passes(g);
@@ -48,11 +62,7 @@ PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
     ++p.summary.eager_launches;
     p.summary.eager_bytes += eager_node_bytes(seg, j);
   }
-  for (const Step& s : p.steps) {
-    p.summary.plan_launches += s.launches();
-    if (std::holds_alternative<FusedKernelStep>(s.body)) ++p.summary.fused_kernels;
-    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
-  }
+  count_launches(p);
   p.decisions = std::move(g.decisions);
   if (opts.dump) opts.dump("plan", p.describe());
   return p;
@@ -99,13 +109,7 @@ int settle_plan(PlannedSegment& p) {
     steps.push_back(std::move(s));
   }
   p.steps = std::move(steps);
-  p.summary.plan_launches = 0;
-  p.summary.fused_kernels = 0;
-  for (const Step& s : p.steps) {
-    p.summary.plan_launches += s.launches();
-    if (std::holds_alternative<FusedKernelStep>(s.body)) ++p.summary.fused_kernels;
-    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
-  }
+  count_launches(p);
   return failed;
 }
 

@@ -5,7 +5,8 @@
 //   emit      the Step: a KernelSpec (or a GEMM / single-op description) over value ids
 // One file each: strategy_pointwise.cpp (vertical elementwise), strategy_row.cpp (reductions
 // and normalisations with prologue/epilogue), strategy_gemm.cpp (GEMM + bias/activation),
-// strategy_horizontal.cpp (siblings in one launch), strategy_single.cpp (unfused ops).
+// strategy_horizontal.cpp (siblings in one launch), strategy_single.cpp (unfused ops),
+// strategy_attention.cpp (the fused attention template).
 #include <optional>
 #include <span>
 #include <string>

@@ -118,12 +118,14 @@ const Strategy& pointwise_strategy();
 const Strategy& row_strategy();
 const Strategy& gemm_strategy();
 const Strategy& single_strategy();
+const Strategy& attention_strategy();
 
 const Strategy& strategy_for(GroupKind kind) {
   switch (kind) {
     case GroupKind::Pointwise: return pointwise_strategy();
     case GroupKind::Row: return row_strategy();
     case GroupKind::Gemm: return gemm_strategy();
+    case GroupKind::Attention: return attention_strategy();
     default: return single_strategy();
   }
 }

@@ -1,0 +1,53 @@
+#pragma once
+// The operands of one fused attention, out = softmax(q kᵀ * scale + mask) v, as both kernels
+// (kernels/cpu/attention.cpp, kernels/cuda/attention.cu) take them. Plain data only: nvcc
+// compiles the CUDA kernel against this header without the runtime's headers.
+//
+// Every operand is seen as 4-D [batch, head, row, col] through element strides, so views (the
+// permuted heads of a projection, a slice of a KV cache, an expanded K/V head) and broadcast
+// operands (stride 0: a mask of shape [b, 1, 1, sk]) are read in place, and the output may be
+// written in any layout (the [b, s, heads, d] of the permute + contiguous it replaces).
+#include <cstdint>
+
+#include "livefuse/dtype.hpp"
+
+namespace livefuse {
+
+struct AttentionArgs {
+  const void* q = nullptr;     // [batch, heads, sq, d]
+  const void* k = nullptr;     // [batch, heads, sk, d] (not transposed)
+  const void* v = nullptr;     // [batch, heads, sk, dv]
+  const void* mask = nullptr;  // additive, [batch, heads, sq, sk] as broadcast; null: none
+  void* out = nullptr;         // [batch, heads, sq, dv]
+  DType dtype = DType::f32;    // of every operand
+  int64_t batch = 0, heads = 0, sq = 0, sk = 0, d = 0, dv = 0;
+  // Element strides along [batch, head, row, col].
+  int64_t q_st[4] = {}, k_st[4] = {}, v_st[4] = {}, mask_st[4] = {}, out_st[4] = {};
+  // Grouped-query attention stacks a K/V head's query heads as its rows: row r of the mask and
+  // of the result is (group r / rows_t, row r % rows_t), the group stepping by *_st_g there
+  // (row_offset()). Without groups rows_t = sq and the group strides are 0.
+  int64_t rows_t = 0;
+  int64_t mask_st_g = 0, out_st_g = 0;
+  float scale = 1.0f;
+};
+
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+    inline int64_t
+    row_offset(int64_t r, int64_t rows_t, int64_t st_row, int64_t st_g) {
+  return (r / rows_t) * st_g + (r % rows_t) * st_row;
+}
+
+// The CUDA kernel's limit on d and dv (a query row and its accumulator live in registers).
+inline constexpr int64_t kAttentionMaxHeadDim = 128;
+
+namespace cpu {
+void run_attention(const AttentionArgs& a);
+}
+namespace cuda {
+// Enqueues the kernel on `stream` (a cudaStream_t); never synchronises.
+void launch_attention(const AttentionArgs& a, void* stream);
+}  // namespace cuda
+
+}  // namespace livefuse

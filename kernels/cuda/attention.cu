@@ -1,0 +1,148 @@
+// Fused attention on CUDA, flash-attention style: out = softmax(q kᵀ * scale + mask) v with the
+// scores never written. A block of 4 warps takes one (batch, head, tile of 16 query rows) --
+// many blocks even at batch 1 -- and walks the keys in tiles of 32 through shared memory (K
+// and V converted to f32 once per tile, for all 16 rows). Each warp owns 4 query rows: lane j
+// scores key j of the tile, the warp's max and sum update an online softmax in f32, and lane c
+// accumulates output columns c, c + 32, .. (head dims up to 128).
+//
+// Semantics are eager's (see kernels/cpu/attention.cpp): scale then mask; a row that is all
+// -inf, or holds a NaN or +inf score, is NaN; f16/bf16 scores stay f32 here where the eager
+// GEMM rounds them, a difference inside the dtype's tolerance. Plain FMA math in f32, no tensor
+// cores: correctness first.
+#include "kernels/attention_args.hpp"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/warp.cuh"
+
+namespace livefuse::cuda {
+namespace {
+
+constexpr int kRows = 16;  // query rows per block
+constexpr int kWarps = 4;  // each warp: kRows / kWarps rows
+constexpr int kKeys = 32;  // keys per tile (one per lane)
+constexpr int kCols = 4;   // output columns per lane: 4 * 32 = kAttentionMaxHeadDim
+constexpr int kMaxD = 128;
+constexpr int kKPitch = kMaxD + 1;  // lane j reads row j of the K tile: the pad spreads banks
+constexpr float kNegInf = -__builtin_huge_valf();
+
+static_assert(kCols * 32 == kAttentionMaxHeadDim && kMaxD == kAttentionMaxHeadDim);
+
+__device__ __forceinline__ float warp_max(float v) {
+  return warp_all_reduce(v, [](float a, float b) { return lf_max(a, b); });  // NaN wins
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_kernel(AttentionArgs a, int64_t row_tiles) {
+  __shared__ float q_s[kRows][kMaxD];
+  __shared__ float k_s[kKeys][kKPitch];
+  __shared__ float v_s[kKeys][kMaxD];
+  __shared__ float p_s[kWarps][kKeys];
+  const int64_t tile = blockIdx.x % row_tiles, bh = blockIdx.x / row_tiles;
+  const int64_t b = bh / a.heads, h = bh % a.heads;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t row0 = tile * kRows;
+  const DType dt = a.dtype;
+
+  for (int i = tid; i < kRows * a.d; i += blockDim.x) {
+    const int r = i / static_cast<int>(a.d), c = i % static_cast<int>(a.d);
+    const int64_t row = row0 + r;
+    q_s[r][c] = row < a.sq
+                    ? load_as<float>(
+                          a.q, b * a.q_st[0] + h * a.q_st[1] + row * a.q_st[2] + c * a.q_st[3], dt)
+                    : 0.0f;
+  }
+  constexpr int kMine = kRows / kWarps;
+  float m[kMine], l[kMine], acc[kMine][kCols];
+#pragma unroll
+  for (int r = 0; r < kMine; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) acc[r][i] = 0.0f;
+  }
+
+  for (int64_t j0 = 0; j0 < a.sk; j0 += kKeys) {
+    const int nj = static_cast<int>(a.sk - j0 < kKeys ? a.sk - j0 : kKeys);
+    __syncthreads();  // the previous tile is read; q_s is written (first tile)
+    for (int i = tid; i < nj * a.d; i += blockDim.x) {
+      const int j = i / static_cast<int>(a.d), c = i % static_cast<int>(a.d);
+      k_s[j][c] = load_as<float>(
+          a.k, b * a.k_st[0] + h * a.k_st[1] + (j0 + j) * a.k_st[2] + c * a.k_st[3], dt);
+    }
+    for (int i = tid; i < nj * a.dv; i += blockDim.x) {
+      const int j = i / static_cast<int>(a.dv), c = i % static_cast<int>(a.dv);
+      v_s[j][c] = load_as<float>(
+          a.v, b * a.v_st[0] + h * a.v_st[1] + (j0 + j) * a.v_st[2] + c * a.v_st[3], dt);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kMine; ++r) {
+      const int rl = warp * kMine + r;
+      const int64_t row = row0 + rl;
+      if (row >= a.sq) break;  // warp-uniform
+      float s = kNegInf;
+      const int64_t mask_row = row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g);
+      if (lane < nj) {
+        float dot = 0.0f;
+        for (int c = 0; c < a.d; ++c) dot += q_s[rl][c] * k_s[lane][c];
+        s = dot * a.scale;
+        if (a.mask)
+          s += load_as<float>(
+              a.mask, b * a.mask_st[0] + h * a.mask_st[1] + mask_row + (j0 + lane) * a.mask_st[3],
+              dt);
+      }
+      const float m_new = lf_max(m[r], warp_max(s));
+      // Only -inf so far: nothing to accumulate (exp(-inf - -inf) would be NaN, and a later
+      // finite score must still give eager's finite row).
+      if (m_new == kNegInf) continue;
+      const float alpha = expf(m[r] - m_new);  // 0 on the first finite tile; NaN once m is NaN
+      const float p = lane < nj ? expf(s - m_new) : 0.0f;
+      l[r] = l[r] * alpha + warp_sum(p);
+      m[r] = m_new;
+      p_s[warp][lane] = p;
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+        const int c = lane + 32 * i;
+        if (c >= a.dv) break;
+        float x = acc[r][i] * alpha;
+        for (int j = 0; j < nj; ++j) x += p_s[warp][j] * v_s[j][c];
+        acc[r][i] = x;
+      }
+      __syncwarp();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kMine; ++r) {
+    const int64_t row = row0 + warp * kMine + r;
+    if (row >= a.sq) break;
+    // sk == 0: an empty softmax times an empty V is the GEMM's zeros.
+    const bool finite = a.sk == 0 || isfinite(m[r]);
+    const int64_t out_row =
+        b * a.out_st[0] + h * a.out_st[1] + row_offset(row, a.rows_t, a.out_st[2], a.out_st_g);
+    const float inv = a.sk == 0 ? 0.0f : 1.0f / l[r];
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int c = lane + 32 * i;
+      if (c >= a.dv) break;
+      const float y = finite ? acc[r][i] * inv : __int_as_float(0x7fc00000);
+      store_as(a.out, out_row + c * a.out_st[3], dt, y);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_attention(const AttentionArgs& a, void* stream) {
+  if (a.batch * a.heads * a.sq * a.dv == 0) return;
+  LF_CHECK(a.d <= kMaxD && a.dv <= kMaxD, "attention", "head dims up to ", kMaxD,
+           " are supported, got d=", a.d, " dv=", a.dv);
+  const int64_t row_tiles = (a.sq + kRows - 1) / kRows;
+  const int64_t blocks = a.batch * a.heads * row_tiles;
+  LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
+  attention_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0,
+                     static_cast<cudaStream_t>(stream)>>>(a, row_tiles);
+  LF_CUDA_LAUNCH_CHECK("attention_kernel");
+}
+
+}  // namespace livefuse::cuda

@@ -1,0 +1,168 @@
+// The fused attention template on the CPU: what pass_attention matches and refuses, what the
+// plan becomes, and the step's values against eager (kernels/cpu/attention.cpp).
+#include <limits>
+
+#include "tests/planner/attention_cases.hpp"
+
+using namespace plantest;
+
+namespace {
+
+bool decided(const PlannedSegment& p, const std::string& what_part, const std::string& why_part) {
+  for (const Decision& d : p.decisions)
+    if (d.what.find(what_part) != std::string::npos && d.reason.find(why_part) != std::string::npos)
+      return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("attention: the BERT pattern becomes one attention step (masks, both transpose forms)") {
+  for (MaskForm mask : {MaskForm::none, MaskForm::per_key}) {
+    for (bool negative : {false, true}) {
+      AttentionShape s;
+      s.mask = mask;
+      s.negative_dims = negative;
+      const AttentionSegment a = attention_segment(s);
+      const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
+      INFO(s.str() << (negative ? " transpose(k, -1, -2)" : " transpose(k, 2, 3)") << "\n"
+                   << p.describe());
+      const AttentionStep* st = attention_step_of(p);
+      REQUIRE(st != nullptr);
+      CHECK(st->operands.heads_inner);
+      CHECK((st->operands.mask >= 0) == (mask != MaskForm::none));
+      CHECK(p.values[a.scores] == ValueKind::Virtual);
+      CHECK(p.values[a.probs] == ValueKind::Virtual);
+      CHECK(decided(p, "into one attention step", "[b, s, heads, d]"));
+      // Eager: two GEMMs, the softmax and the contiguous copy; the plan: the attention kernel.
+      CHECK(p.summary.eager_launches == 4);
+      CHECK(p.num_kernels() == 1);
+      check_against_eager(a.seg, 7, 2e-5, 2e-5);
+    }
+  }
+}
+
+TEST_CASE("attention: without the permute back, the step writes [b, heads, s, d]") {
+  AttentionShape s;
+  s.heads_out = false;
+  const AttentionSegment a = attention_segment(s);
+  const PlannedSegment p = check_against_eager(a.seg, 3, 2e-5, 2e-5);
+  const AttentionStep* st = attention_step_of(p);
+  REQUIRE(st != nullptr);
+  CHECK_FALSE(st->operands.heads_inner);
+  CHECK(p.summary.eager_launches == 3);
+  CHECK(p.num_kernels() == 1);
+}
+
+TEST_CASE(
+    "attention: a permute + copying reshape after the product is absorbed too (encoder_block's "
+    "form)") {
+  AttentionShape s;
+  s.mask = MaskForm::per_key;
+  s.reshape_copy = true;
+  const AttentionSegment a = attention_segment(s);
+  const PlannedSegment p = check_against_eager(a.seg, 9, 2e-5, 2e-5);
+  const AttentionStep* st = attention_step_of(p);
+  REQUIRE(st != nullptr);
+  CHECK(st->operands.heads_inner);
+  CHECK(st->operands.out == a.seg.value_id(a.seg.outputs[0]));
+  CHECK(p.values[st->operands.out] == ValueKind::Materialized);
+  CHECK(p.num_kernels() == 1);
+}
+
+TEST_CASE("attention: no attention step when the scores or the probabilities escape") {
+  const std::pair<Escape, const char*> cases[] = {
+      {Escape::scores_output, "the scores are observable or read by another op"},
+      {Escape::scores_other_user, "the scores are observable or read by another op"},
+      {Escape::probs_output, "the probabilities are observable or read by another op"},
+      {Escape::probs_other_user, "the probabilities are observable or read by another op"},
+  };
+  for (const auto& [escape, why] : cases) {
+    AttentionShape s;
+    s.mask = MaskForm::per_key;
+    const AttentionSegment a = attention_segment(s, escape);
+    const PlannedSegment p = check_against_eager(a.seg, 5, 2e-5, 2e-5);
+    INFO(why);
+    CHECK(attention_step_of(p) == nullptr);
+    CHECK(decided(p, "stays unfused", why));
+    CHECK(p.values[a.scores] != ValueKind::Virtual);
+  }
+}
+
+TEST_CASE(
+    "attention: the template can be switched off; head dims beyond the kernels' are refused") {
+  AttentionShape s;
+  PlannerOptions o = default_planner_options(Device::cpu());
+  o.attention = false;
+  PlannedSegment p = plan_segment(attention_segment(s).seg, o);
+  CHECK(attention_step_of(p) == nullptr);
+  CHECK(decided(p, "stays unfused", "disabled"));
+  s.d = 160;
+  p = plan_segment(attention_segment(s).seg, default_planner_options(Device::cpu()));
+  CHECK(attention_step_of(p) == nullptr);
+  CHECK(decided(p, "stays unfused", "exceed"));
+}
+
+TEST_CASE("attention: CPU step equals eager over shapes, dtypes, masks and strided views") {
+  for (const AttentionShape& s : attention_numeric_cases()) {
+    INFO(s.str());
+    const AttentionSegment a = attention_segment(s);
+    const double tol = attention_tol(s.dtype);
+    const PlannedSegment p = check_against_eager(a.seg, 11, tol, tol);
+    CHECK(attention_step_of(p) != nullptr);
+    CHECK(p.num_kernels() == 1);
+  }
+}
+
+TEST_CASE(
+    "attention: the grouped-query form of the decoders is one attention step and equals eager") {
+  for (const GroupedShape& s : grouped_numeric_cases()) {
+    INFO(s.str());
+    const AttentionSegment a = grouped_attention_segment(s);
+    const double tol = attention_tol(s.dtype);
+    const PlannedSegment p = check_against_eager(a.seg, 13, tol, tol);
+    const AttentionStep* st = attention_step_of(p);
+    REQUIRE(st != nullptr);
+    CHECK(st->operands.groups == s.groups);
+    CHECK(st->operands.heads_inner);
+    CHECK(p.values[a.scores] == ValueKind::Virtual);
+    CHECK(p.values[a.probs] == ValueKind::Virtual);
+    // Eager: two GEMMs and the softmax (the copying reshapes count as views there and here).
+    CHECK(p.summary.eager_launches == 3);
+    CHECK(p.num_kernels() == 1);
+  }
+}
+
+TEST_CASE(
+    "attention: rows of all -inf and NaN scores give eager's NaN rows; partly masked rows stay "
+    "finite") {
+  AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+  const AttentionSegment a = attention_segment(s);
+  const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
+  REQUIRE(attention_step_of(p) != nullptr);
+  std::vector<Tensor> xs = random_externals(a.seg, 21);
+  // The mask is the last external: row 0 all -inf, row 1 -inf but for its last key, row 2 -inf
+  // for its first 66 keys (past the first key tile: the later tile's scores must not be lost),
+  // row 3 a NaN.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
+  for (int64_t j = 0; j < s.sk; ++j) m[j] = -inf;
+  for (int64_t j = 0; j + 1 < s.sk; ++j) m[s.sk + j] = -inf;
+  for (int64_t j = 0; j < 66; ++j) m[2 * s.sk + j] = -inf;
+  m[3 * s.sk + 2] = std::numeric_limits<float>::quiet_NaN();
+  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
+  const std::vector<Tensor> want = eager_values(a.seg, xs);
+  const std::vector<Tensor> got = poisoned_values(p, xs);
+  run_plan(p, got);
+  const int v = a.seg.value_id(a.seg.outputs[0]);
+  const auto g = got[v].to_doubles(), w = want[v].to_doubles();
+  size_t bad = 0;
+  CHECK_MESSAGE(lftest::allclose(g, w, 2e-5, 2e-5, &bad),
+                "at " << bad << ": got " << g[bad] << " want " << w[bad]);
+  // Output [b, sq, h*d]: row 0 and row 3 are NaN in eager; row 1 and 2 are numbers.
+  const int64_t row = s.h * s.d;
+  CHECK(std::isnan(w[0]));
+  CHECK(std::isnan(w[3 * row]));
+  CHECK(std::isfinite(w[1 * row]));
+  CHECK(std::isfinite(w[2 * row]));
+}

@@ -1,0 +1,86 @@
+// The fused attention template on CUDA (kernels/cuda/attention.cu): the same cases as the CPU
+// suite (test_attention_cpu.cpp), against the CPU eager backend. Skipped without a GPU.
+#include <limits>
+
+#include "tests/planner/attention_cases.hpp"
+
+using namespace plantest;
+
+namespace {
+
+std::vector<Tensor> to_cuda(const std::vector<Tensor>& xs) {
+  std::vector<Tensor> g;
+  for (const Tensor& t : xs) g.push_back(t.to(Device::cuda(0)));
+  return g;
+}
+
+// Plans `seg` for CUDA, runs it on `xs` (CPU tensors, copied over) and compares its outputs with
+// CPU eager execution.
+void check_cuda(const Segment& seg, const std::vector<Tensor>& xs, double tol) {
+  PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  INFO(p.describe());
+  REQUIRE(attention_step_of(p) != nullptr);
+  CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  CHECK(p.num_kernels() == 1);
+  const std::vector<Tensor> want = eager_values(seg, xs);
+  const std::vector<Tensor> got = poisoned_values(p, to_cuda(xs));
+  run_plan(p, got, Stream::current(Device::cuda(0)).handle());
+  synchronize(Device::cuda(0));
+  for (const ValueRef& r : seg.outputs) {
+    const int v = seg.value_id(r);
+    const auto g = got[v].to_doubles(), w = want[v].to_doubles();
+    size_t bad = 0;
+    CHECK_MESSAGE(lftest::allclose(g, w, tol, tol, &bad),
+                  "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0)
+                                       << " want " << (bad < w.size() ? w[bad] : 0));
+  }
+}
+
+}  // namespace
+
+LF_CUDA_TEST_CASE("attention gpu: the BERT pattern is one attention kernel and equals eager") {
+  for (MaskForm mask : {MaskForm::none, MaskForm::per_key}) {
+    for (bool negative : {false, true}) {
+      AttentionShape s;
+      s.mask = mask;
+      s.negative_dims = negative;
+      INFO(s.str());
+      const AttentionSegment a = attention_segment(s);
+      check_cuda(a.seg, random_externals(a.seg, 7), 2e-5);
+    }
+  }
+}
+
+LF_CUDA_TEST_CASE("attention gpu: step equals eager over shapes, dtypes, masks and strided views") {
+  std::vector<AttentionShape> cases = attention_numeric_cases();
+  cases.push_back(
+      {1, 2, 1, 1000, 128, DType::f16, MaskForm::per_key, false, false, true});  // long decode
+  cases.push_back({2, 12, 128, 128, 64, DType::bf16, MaskForm::per_key, true, false, false});
+  for (const AttentionShape& s : cases) {
+    INFO(s.str());
+    const AttentionSegment a = attention_segment(s);
+    check_cuda(a.seg, random_externals(a.seg, 11), attention_tol(s.dtype));
+  }
+}
+
+LF_CUDA_TEST_CASE("attention gpu: the grouped-query form of the decoders equals eager") {
+  for (const GroupedShape& s : grouped_numeric_cases()) {
+    INFO(s.str());
+    const AttentionSegment a = grouped_attention_segment(s);
+    check_cuda(a.seg, random_externals(a.seg, 13), attention_tol(s.dtype));
+  }
+}
+
+LF_CUDA_TEST_CASE("attention gpu: rows of all -inf and NaN scores give eager's NaN rows") {
+  AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+  const AttentionSegment a = attention_segment(s);
+  std::vector<Tensor> xs = random_externals(a.seg, 21);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
+  for (int64_t j = 0; j < s.sk; ++j) m[j] = -inf;
+  for (int64_t j = 0; j + 1 < s.sk; ++j) m[s.sk + j] = -inf;
+  for (int64_t j = 0; j < 66; ++j) m[2 * s.sk + j] = -inf;  // past the first two key tiles
+  m[3 * s.sk + 2] = std::numeric_limits<float>::quiet_NaN();
+  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
+  check_cuda(a.seg, xs, 2e-5);
+}
