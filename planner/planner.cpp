@@ -13,6 +13,7 @@ PlannerOptions default_planner_options(Device device) {
   PlannerOptions o;
   o.cost = device.is_cuda() ? CostModel{} : CostModel::cpu();
   o.fusion = config().fusion;
+  o.cuda = device.is_cuda();
   if (config().log >= LogLevel::debug) {
     o.dump = [](const std::string& pass, const std::string& text) {
       static std::mutex mu;
