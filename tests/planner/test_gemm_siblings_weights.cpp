@@ -34,7 +34,8 @@ void check_run(const PlannedSegment& p, const std::vector<Tensor>& xs, const cha
   INFO(what);
   const std::vector<Tensor> want = eager_values(p.segment, xs);
   const std::vector<Tensor> got = poisoned_values(p, xs);
-  run_plan(p, got);
+  const Device d = xs[0].device();
+  run_plan(p, got, d.is_cuda() ? Stream::current(d).handle() : nullptr);
   for (const ValueRef& r : p.segment.outputs) {
     const int v = p.segment.value_id(r);
     CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), tol_for(got[v].dtype()), tol_for(got[v].dtype())));
