@@ -6,6 +6,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/inspect.hpp"
 #include "livefuse/stream.hpp"
+#include "planner/merged_weights.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/faults.hpp"
 #include "runtime/memory_pool.hpp"
@@ -110,6 +111,15 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.kind = !m->siblings.empty() ? "gemm_siblings" : m->tail ? "gemm_epilogue" : "gemm";
       if (m->siblings.empty()) gi.ops.push_back(m->node);
       else gi.ops = m->siblings;
+      if (m->merged) {
+        // How the concatenated weight copies fare (merged_weights.hpp): served as they were,
+        // copied again because a source may have changed, made for a new binding, evicted.
+        const MergedWeights::Counters c = m->merged->counters();
+        d.notes.emplace_back("merged_weights " + gi.name,
+                             "hits " + std::to_string(c.hits) + ", refreshes " + std::to_string(c.refreshes) +
+                                 ", builds " + std::to_string(c.builds) + ", evictions " + std::to_string(c.evictions) +
+                                 ", declined " + std::to_string(c.declined));
+      }
       if (m->tail) {
         gi.ops.insert(gi.ops.end(), m->tail->nodes.begin(), m->tail->nodes.end());
         gi.kernel = kernel_info(*m->tail);

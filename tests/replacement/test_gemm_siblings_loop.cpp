@@ -35,6 +35,14 @@ std::pair<int, uint64_t> merged_plans() {
 namespace {
 
 void hot_encoder_loop(const lf::Device d) {
+  // The configuration and the pipeline go back as they were: later cases sample their plans.
+  struct Restore {
+    lf::Config saved = lf::config();
+    ~Restore() {
+      lftest::reset_pipeline();
+      lf::set_config_for_testing(saved);
+    }
+  } restore;
   lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
   const demo::EncoderBlock block(32, 4, 64, lf::DType::f32, d, 300);
   const lf::Tensor x = lf::rand_uniform({2, 8, 32}, 7, -1, 1, lf::DType::f32, d);
