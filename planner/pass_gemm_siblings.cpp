@@ -10,6 +10,7 @@
 #include <map>
 
 #include "planner/passes.hpp"
+#include "planner/strategy.hpp"
 
 namespace livefuse::planner {
 namespace {
@@ -41,6 +42,27 @@ std::string why_not_with(const FusionGraph& g, int leader, int other) {
   if (has_bias(a) && g.seg.dtype(a.inputs[2]) != g.seg.dtype(b.inputs[2])) return "its bias dtype differs from " + lead + "'s";
   if (a.attrs.i[1] != b.attrs.i[1]) return "its TF32 setting differs from " + lead + "'s";
   return "";
+}
+
+// CUDA: the merged product is split into the siblings' outputs by one more kernel, which writes
+// and reads every output once more; the input is read once instead of n times and n GEMM
+// launches become two. Whether that pays depends on the sizes: the cost model decides ("" when
+// it pays). The CPU GEMM stores the columns in place: it always pays there.
+std::string why_not_paying(const FusionGraph& g, const Group& merged) {
+  if (!g.opts.cuda) return "";
+  const Segment& seg = g.seg;
+  const double x = value_bytes(seg, seg.value_id(seg.nodes[merged.nodes[0]].inputs[0]));
+  double apart = 0, outs = 0;
+  for (int j : merged.nodes) {
+    apart += eager_node_bytes(seg, j);
+    outs += value_bytes(seg, seg.value_id(ValueRef::of(j)));
+  }
+  const int n = static_cast<int>(merged.nodes.size());
+  const double together = apart - (n - 1) * x + 2 * outs;
+  const double t_apart = g.opts.cost.time_us(apart, n), t_together = g.opts.cost.time_us(together, 2);
+  if (t_together < t_apart) return "";
+  return "on CUDA the split after a merged GEMM costs more than it saves (" + std::to_string(t_together) +
+         " us vs " + std::to_string(t_apart) + " us apart)";
 }
 
 }  // namespace
@@ -87,6 +109,20 @@ void pass_gemm_siblings(FusionGraph& g) {
         }
       }
       if (joined.size() >= 2) {
+        if (const std::string why = why_not_paying(g, g.groups[leader]); !why.empty()) {
+          // Undo: every sibling back in a group of its own.
+          const std::vector<int> nodes = g.groups[leader].nodes;
+          g.groups[leader].nodes = {nodes[0]};
+          for (size_t i = 1; i < joined.size(); ++i) {
+            Group& o = g.groups[joined[i]];
+            o.alive = true;
+            o.nodes = {nodes[i]};
+            g.group_of[nodes[i]] = o.id;
+          }
+          g.decide("linear " + g.nodes_str(nodes) + " stay separate GEMMs", why);
+          eligible = std::move(rest);
+          continue;
+        }
         const Group& m = g.groups[leader];
         int64_t n = 0;
         for (int j : m.nodes) n += g.seg.shape(g.seg.nodes[j].inputs[1]).v[0];

@@ -96,3 +96,20 @@ TEST_CASE("gemm siblings: the grouped-query segments of the CUDA cases, on the C
       CHECK(merged_siblings(p) == 3);
     }
 }
+
+TEST_CASE("gemm siblings: planned for CUDA, a merge whose split costs more than it saves is undone") {
+  // BERT-base prefill sized Q/K/V, all observable: the split would write and read 3 x 6 MiB more.
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({4096, 768}, DType::f16);
+  for (int i = 0; i < 3; ++i)
+    sb.output(sb.add(OpId::linear, {x, sb.input({768, 768}, DType::f16), sb.input({768}, DType::f16)}, linear_attrs(true)));
+  const Segment seg = sb.build();
+  const PlannedSegment cuda = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  CHECK(merged_siblings(cuda) == 0);
+  CHECK(cuda.num_kernels() == 3);
+  bool said = false;
+  for (const Decision& d : cuda.decisions) said |= d.reason.find("costs more than it saves") != std::string::npos;
+  CHECK(said);
+  // The CPU GEMM stores the columns in place: merged there.
+  CHECK(merged_siblings(plan_segment(seg, default_planner_options(Device::cpu()))) == 3);
+}
