@@ -33,8 +33,8 @@ Tensor dense(const Shape& s, DType dt, Device d, const Stream& stream) {
 
 // Copies every source into its rows of the concatenation, in stream order (the eager
 // contiguous kernel writes through its output's view), then bumps the copy's version.
-void fill(const MergedWeights::Copy& c, std::span<const Tensor> weights, std::span<const Tensor> biases,
-          const Stream& stream) {
+void fill(const MergedWeights::Copy& c, std::span<const Tensor> weights,
+          std::span<const Tensor> biases, const Stream& stream) {
   auto copy_rows = [&](const Tensor& dst, std::span<const Tensor> parts) {
     int64_t row = 0;
     for (const Tensor& t : parts) {
@@ -64,8 +64,8 @@ bool MergedWeights::current(const Source& s, const Tensor& t) {
   return !st.may_change() && st.version.load(std::memory_order_acquire) == s.version;
 }
 
-MergedWeights::Copy MergedWeights::get(std::span<const Tensor> weights, std::span<const Tensor> biases,
-                                       const Stream& stream) {
+MergedWeights::Copy MergedWeights::get(std::span<const Tensor> weights,
+                                       std::span<const Tensor> biases, const Stream& stream) {
   const std::vector<Tensor> all = sources_of(weights, biases);
   // A source still pending (another window's output) has no bytes to copy yet: not served, the
   // siblings then run one by one.
@@ -88,8 +88,9 @@ MergedWeights::Copy MergedWeights::get(std::span<const Tensor> weights, std::spa
     x.sources.resize(all.size());
     for (size_t i = 0; i < all.size(); ++i) {
       const TensorImpl& t = *all[i].impl();
-      x.sources[i] = Source{t.storage, t.offset, t.shape, t.strides, t.dtype,
-                            t.storage->version.load(std::memory_order_acquire)};
+      x.sources[i] =
+          Source{t.storage, t.offset, t.shape,
+                 t.strides, t.dtype,  t.storage->version.load(std::memory_order_acquire)};
     }
   };
   if (e) {
@@ -143,9 +144,11 @@ Tensor MergedWeights::scratch(const Shape& shape, DType dtype, const Stream& str
     if (CaptureScope::active() || (!s && scratch_.size() >= kMaxStreams)) return {};
     if (!s) s = &scratch_.emplace_back(Scratch{stream.handle(), nullptr});
     // Released in stream order: work already enqueued on the stream still reads the old one.
-    s->storage = allocate_storage(d, std::max<size_t>(bytes, 1), d.is_cuda() ? stream.handle() : nullptr);
+    s->storage =
+        allocate_storage(d, std::max<size_t>(bytes, 1), d.is_cuda() ? stream.handle() : nullptr);
   }
-  return Tensor(std::make_shared<TensorImpl>(s->storage, 0, shape, contiguous_strides(shape), dtype, d));
+  return Tensor(
+      std::make_shared<TensorImpl>(s->storage, 0, shape, contiguous_strides(shape), dtype, d));
 }
 
 MergedWeights::Counters MergedWeights::counters() const {

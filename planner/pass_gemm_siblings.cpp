@@ -17,13 +17,17 @@ namespace {
 
 constexpr size_t kMaxSiblings = 8;  // the split's part limit (GemmProblem::Split, split_columns)
 
-const SegmentNode& linear_of(const FusionGraph& g, int group) { return g.seg.nodes[g.groups[group].nodes[0]]; }
+const SegmentNode& linear_of(const FusionGraph& g, int group) {
+  return g.seg.nodes[g.groups[group].nodes[0]];
+}
 bool has_bias(const SegmentNode& n) { return n.attrs.i[0] != 0; }
 
 // Why linear `group` cannot take part at all ("" when it can).
 std::string why_not_alone(const FusionGraph& g, int group) {
   const SegmentNode& n = linear_of(g, group);
-  if (!n.inputs[1].is_external()) return "its weight is computed inside the segment (the plan keeps copies only of weights it is given)";
+  if (!n.inputs[1].is_external())
+    return "its weight is computed inside the segment (the plan keeps copies only of weights it is "
+           "given)";
   if (has_bias(n) && !n.inputs[2].is_external()) return "its bias is computed inside the segment";
   if (g.seg.shape(n.inputs[1]).rank != 2) return "its weight is not a matrix";
   return "";
@@ -36,10 +40,15 @@ std::string why_not_with(const FusionGraph& g, int leader, int other) {
   std::string lead = "#";
   lead += std::to_string(g.groups[leader].nodes[0]);
   const DType wa = g.seg.dtype(a.inputs[1]), wb = g.seg.dtype(b.inputs[1]);
-  if (wa != wb) return "its weight is " + std::string(dtype_name(wb)) + ", " + lead + "'s " + std::string(dtype_name(wa));
-  if (g.seg.shape(a.inputs[1]).v[1] != g.seg.shape(b.inputs[1]).v[1]) return "its K differs from " + lead + "'s";
-  if (has_bias(a) != has_bias(b)) return has_bias(b) ? "it has a bias and " + lead + " none" : lead + " has a bias and it none";
-  if (has_bias(a) && g.seg.dtype(a.inputs[2]) != g.seg.dtype(b.inputs[2])) return "its bias dtype differs from " + lead + "'s";
+  if (wa != wb)
+    return "its weight is " + std::string(dtype_name(wb)) + ", " + lead + "'s " +
+           std::string(dtype_name(wa));
+  if (g.seg.shape(a.inputs[1]).v[1] != g.seg.shape(b.inputs[1]).v[1])
+    return "its K differs from " + lead + "'s";
+  if (has_bias(a) != has_bias(b))
+    return has_bias(b) ? "it has a bias and " + lead + " none" : lead + " has a bias and it none";
+  if (has_bias(a) && g.seg.dtype(a.inputs[2]) != g.seg.dtype(b.inputs[2]))
+    return "its bias dtype differs from " + lead + "'s";
   if (a.attrs.i[1] != b.attrs.i[1]) return "its TF32 setting differs from " + lead + "'s";
   return "";
 }
@@ -59,10 +68,11 @@ std::string why_not_paying(const FusionGraph& g, const Group& merged) {
   }
   const int n = static_cast<int>(merged.nodes.size());
   const double together = apart - (n - 1) * x + 2 * outs;
-  const double t_apart = g.opts.cost.time_us(apart, n), t_together = g.opts.cost.time_us(together, 2);
+  const double t_apart = g.opts.cost.time_us(apart, n),
+               t_together = g.opts.cost.time_us(together, 2);
   if (t_together < t_apart) return "";
-  return "on CUDA the split after a merged GEMM costs more than it saves (" + std::to_string(t_together) +
-         " us vs " + std::to_string(t_apart) + " us apart)";
+  return "on CUDA the split after a merged GEMM costs more than it saves (" +
+         std::to_string(t_together) + " us vs " + std::to_string(t_apart) + " us apart)";
 }
 
 }  // namespace
@@ -78,12 +88,15 @@ void pass_gemm_siblings(FusionGraph& g) {
   }
   for (auto& [x, ids] : by_input) {
     if (ids.size() < 2) continue;
-    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return g.groups[a].nodes[0] < g.groups[b].nodes[0]; });
+    std::sort(ids.begin(), ids.end(),
+              [&](int a, int b) { return g.groups[a].nodes[0] < g.groups[b].nodes[0]; });
     std::vector<int> eligible;
     for (int id : ids) {
       const std::string why = why_not_alone(g, id);
-      if (why.empty()) eligible.push_back(id);
-      else g.decide("linear #" + std::to_string(g.groups[id].nodes[0]) + " stays its own GEMM", why);
+      if (why.empty())
+        eligible.push_back(id);
+      else
+        g.decide("linear #" + std::to_string(g.groups[id].nodes[0]) + " stays its own GEMM", why);
     }
     // Greedy: the first eligible linear leads; the others join where they match it.
     while (eligible.size() >= 2) {
@@ -92,7 +105,8 @@ void pass_gemm_siblings(FusionGraph& g) {
       for (size_t i = 1; i < eligible.size(); ++i) {
         const int id = eligible[i];
         std::string why = why_not_with(g, leader, id);
-        if (why.empty() && joined.size() >= kMaxSiblings) why = "the merged GEMM already has " + std::to_string(kMaxSiblings) + " siblings";
+        if (why.empty() && joined.size() >= kMaxSiblings)
+          why = "the merged GEMM already has " + std::to_string(kMaxSiblings) + " siblings";
         if (why.empty()) {
           FusionGraph trial = g;
           merge_groups(trial, leader, id);
@@ -102,8 +116,8 @@ void pass_gemm_siblings(FusionGraph& g) {
           merge_groups(g, leader, id);
           joined.push_back(id);
         } else {
-          g.decide("linear #" + std::to_string(g.groups[id].nodes[0]) + " stays out of the GEMM of #" +
-                       std::to_string(g.groups[leader].nodes[0]),
+          g.decide("linear #" + std::to_string(g.groups[id].nodes[0]) +
+                       " stays out of the GEMM of #" + std::to_string(g.groups[leader].nodes[0]),
                    why);
           rest.push_back(id);
         }
@@ -127,10 +141,12 @@ void pass_gemm_siblings(FusionGraph& g) {
         int64_t n = 0;
         for (int j : m.nodes) n += g.seg.shape(g.seg.nodes[j].inputs[1]).v[0];
         const int64_t k = g.seg.shape(g.seg.nodes[m.nodes[0]].inputs[1]).v[1];
-        g.decide("linear " + g.nodes_str(m.nodes) + " as one GEMM over concatenated weights [" + std::to_string(n) +
-                     ", " + std::to_string(k) + "]",
-                 "siblings over one input: it is read once and one GEMM replaces " + std::to_string(m.nodes.size()) +
-                     " (the plan keeps the concatenated copy, refreshed when a source may have changed)");
+        g.decide("linear " + g.nodes_str(m.nodes) + " as one GEMM over concatenated weights [" +
+                     std::to_string(n) + ", " + std::to_string(k) + "]",
+                 "siblings over one input: it is read once and one GEMM replaces " +
+                     std::to_string(m.nodes.size()) +
+                     " (the plan keeps the concatenated copy, refreshed when a source may have "
+                     "changed)");
       }
       eligible = std::move(rest);
     }

@@ -67,7 +67,8 @@ Shape merged_shape(const Tensor& out, int64_t cols) {
 
 namespace detail {
 
-bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values) {
+bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
+                         std::span<const Tensor> values) {
   Operands o = operands(p, gs, values);
   if (o.outs.size() > static_cast<size_t>(cpu::GemmProblem::Split::kMaxParts)) return false;
   const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, Stream::current(Device::cpu()));
@@ -88,8 +89,8 @@ bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<
   return true;
 }
 
-bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
-                             void* stream) {
+bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
+                             std::span<const Tensor> values, void* stream) {
 #if LIVEFUSE_HAS_CUDA
   Operands o = operands(p, gs, values);
   if (o.outs.size() > static_cast<size_t>(cuda::kMaxSplitParts)) return false;
@@ -124,7 +125,8 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs, std::s
 
 }  // namespace detail
 
-uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor> values, void* stream) {
+uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor> values,
+                                void* stream) {
   uint64_t h = 0x51b1;
   auto mix = [&](const void* ptr) {
     h = (h ^ (reinterpret_cast<uintptr_t>(ptr) * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
@@ -138,7 +140,8 @@ uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor>
     mix(c.defined() ? c.weight.impl()->storage->ptr : nullptr);
     mix(c.bias.defined() ? c.bias.impl()->storage->ptr : nullptr);
     if (o.x.device().is_cuda()) {
-      const Tensor product = gs->merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
+      const Tensor product =
+          gs->merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
       mix(product.defined() ? product.impl()->storage->ptr : nullptr);
     }
   }

@@ -8,9 +8,10 @@
 
 namespace livefuse::planner::detail {
 
-bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values);
-bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
-                             void* stream);
+bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
+                         std::span<const Tensor> values);
+bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
+                             std::span<const Tensor> values, void* stream);
 // plan.cpp: a pending Materialized value gets dense storage.
 void ensure_storage(const Tensor& t);
 

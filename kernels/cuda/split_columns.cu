@@ -28,8 +28,10 @@ void split_columns(const SplitColumnsArgs& a, void* stream) {
   if (total == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   const unsigned grid = grid_for(total);
-  if (a.elem_bytes == 2) split_columns_kernel<uint16_t><<<grid, kEwThreads, 0, s>>>(a);
-  else split_columns_kernel<uint32_t><<<grid, kEwThreads, 0, s>>>(a);
+  if (a.elem_bytes == 2)
+    split_columns_kernel<uint16_t><<<grid, kEwThreads, 0, s>>>(a);
+  else
+    split_columns_kernel<uint32_t><<<grid, kEwThreads, 0, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("split_columns");
 }
 

@@ -10,15 +10,17 @@ using namespace plantest;
 namespace {
 
 bool has_decision(const PlannedSegment& p, const std::string& needle) {
-  return std::any_of(p.decisions.begin(), p.decisions.end(),
-                     [&](const Decision& d) { return (d.what + " -- " + d.reason).find(needle) != std::string::npos; });
+  return std::any_of(p.decisions.begin(), p.decisions.end(), [&](const Decision& d) {
+    return (d.what + " -- " + d.reason).find(needle) != std::string::npos;
+  });
 }
 
 // The merged GEMM steps of a plan: their sibling counts.
 std::vector<size_t> merged_steps(const PlannedSegment& p) {
   std::vector<size_t> n;
   for (const Step& s : p.steps)
-    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty()) n.push_back(gs->siblings.size());
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty())
+      n.push_back(gs->siblings.size());
   return n;
 }
 
@@ -30,7 +32,8 @@ Attrs ints(std::initializer_list<int64_t> v) {
 
 // BERT's self-attention over h [b, s, hidden]: q, k, v = split_heads(linear(h, w, bias)), then
 // softmax(q k^T * scale) v. Output: the context [b, heads, s, d].
-Segment bert_attention(DType dt, bool bias, int64_t b = 2, int64_t s = 8, int64_t heads = 4, int64_t d = 8) {
+Segment bert_attention(DType dt, bool bias, int64_t b = 2, int64_t s = 8, int64_t heads = 4,
+                       int64_t d = 8) {
   const int64_t hidden = heads * d;
   SegmentBuilder sb;
   const ValueRef h = sb.input({b, s, hidden}, dt);
@@ -40,7 +43,8 @@ Segment bert_attention(DType dt, bool bias, int64_t b = 2, int64_t s = 8, int64_
     std::vector<ValueRef> in{h, w};
     if (bias) in.push_back(sb.input({hidden}, dt));
     const ValueRef y = sb.add(OpId::linear, in, linear_attrs(bias));
-    r = sb.add(OpId::permute, {sb.add(OpId::reshape, {y}, ints({b, s, heads, d}))}, ints({0, 2, 1, 3}));
+    r = sb.add(OpId::permute, {sb.add(OpId::reshape, {y}, ints({b, s, heads, d}))},
+               ints({0, 2, 1, 3}));
   }
   const ValueRef kt = sb.add(OpId::permute, {qkv[1]}, ints({0, 1, 3, 2}));
   const ValueRef scores = sb.add(OpId::matmul, {qkv[0], kt});
@@ -112,9 +116,12 @@ TEST_CASE("gemm siblings: the outputs are dense and exactly eager's, also where 
   for (const int64_t m : {1, 3, 130}) {
     SegmentBuilder sb;
     const ValueRef x = sb.input({m, 40});
-    const ValueRef q = sb.add(OpId::linear, {x, sb.input({64, 40}), sb.input({64})}, linear_attrs(true));
-    const ValueRef k = sb.add(OpId::linear, {x, sb.input({16, 40}), sb.input({16})}, linear_attrs(true));
-    const ValueRef v = sb.add(OpId::linear, {x, sb.input({300, 40}), sb.input({300})}, linear_attrs(true));
+    const ValueRef q =
+        sb.add(OpId::linear, {x, sb.input({64, 40}), sb.input({64})}, linear_attrs(true));
+    const ValueRef k =
+        sb.add(OpId::linear, {x, sb.input({16, 40}), sb.input({16})}, linear_attrs(true));
+    const ValueRef v =
+        sb.add(OpId::linear, {x, sb.input({300, 40}), sb.input({300})}, linear_attrs(true));
     sb.output(q), sb.output(k), sb.output(v);
     const PlannedSegment p = check_against_eager(sb.build(), 31, 0, 0);  // bit for bit
     CHECK(merged_steps(p) == std::vector<size_t>{3});
@@ -157,7 +164,8 @@ TEST_CASE("gemm siblings: refused when inputs, K, dtypes or bias presence differ
     sb.output(sb.add(OpId::linear, {x, w2}, linear_attrs(false)));
     const PlannedSegment p = check_against_eager(sb.build(), 3);
     CHECK(merged_steps(p).empty());
-    CHECK(has_decision(p, "linear #2 stays its own GEMM -- its weight is computed inside the segment"));
+    CHECK(has_decision(
+        p, "linear #2 stays its own GEMM -- its weight is computed inside the segment"));
   }
   SUBCASE("a third sibling that does not match joins no one; the two that do merge") {
     SegmentBuilder sb;

@@ -15,7 +15,8 @@ Attrs ints(std::initializer_list<int64_t> v) {
 
 size_t merged_siblings(const PlannedSegment& p) {
   for (const Step& s : p.steps)
-    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty()) return gs->siblings.size();
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty())
+      return gs->siblings.size();
   return 0;
 }
 
@@ -30,16 +31,22 @@ Segment siblings(DType dt, bool bias, bool heads, int64_t m) {
     std::vector<ValueRef> in{x, sb.input({widths[i], 64}, dt)};
     if (bias) in.push_back(sb.input({widths[i]}, dt));
     out[i] = sb.add(OpId::linear, in, linear_attrs(bias));
-    if (heads) out[i] = sb.add(OpId::permute, {sb.add(OpId::reshape, {out[i]}, ints({1, m, widths[i] / 16, 16}))}, ints({0, 2, 1, 3}));
-    else sb.output(out[i]);
+    if (heads)
+      out[i] =
+          sb.add(OpId::permute, {sb.add(OpId::reshape, {out[i]}, ints({1, m, widths[i] / 16, 16}))},
+                 ints({0, 2, 1, 3}));
+    else
+      sb.output(out[i]);
   }
   if (heads) {
     // 4 query heads over 2 KV heads: take the first two query heads.
     Attrs sl;
     for (int64_t v : {1, 0, 2, 1}) sl.push_int(v);
     const ValueRef q = sb.add(OpId::slice, {out[0]}, sl);
-    const ValueRef sc = sb.add(OpId::matmul, {q, sb.add(OpId::permute, {out[1]}, ints({0, 1, 3, 2}))});
-    sb.output(sb.add(OpId::matmul, {sb.add(OpId::softmax, {sc}, softmax_attrs(0.25, false)), out[2]}));
+    const ValueRef sc =
+        sb.add(OpId::matmul, {q, sb.add(OpId::permute, {out[1]}, ints({0, 1, 3, 2}))});
+    sb.output(
+        sb.add(OpId::matmul, {sb.add(OpId::softmax, {sc}, softmax_attrs(0.25, false)), out[2]}));
   }
   return sb.build();
 }
@@ -69,7 +76,8 @@ void check_cuda(const Segment& seg, double tol) {
 
 }  // namespace
 
-LF_CUDA_TEST_CASE("gemm siblings cuda: merged Q/K/V equal eager for f32/f16/bf16, with and without bias") {
+LF_CUDA_TEST_CASE(
+    "gemm siblings cuda: merged Q/K/V equal eager for f32/f16/bf16, with and without bias") {
   for (const DType dt : {DType::f32, DType::f16, DType::bf16})
     for (const bool bias : {true, false})
       for (const bool heads : {false, true})
@@ -79,7 +87,9 @@ LF_CUDA_TEST_CASE("gemm siblings cuda: merged Q/K/V equal eager for f32/f16/bf16
         }
 }
 
-TEST_CASE("gemm siblings: planned for CUDA, the merged GEMM and its split are two launches for three linears") {
+TEST_CASE(
+    "gemm siblings: planned for CUDA, the merged GEMM and its split are two launches for three "
+    "linears") {
   const Segment seg = siblings(DType::f16, true, false, 16);
   const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
   PlannerOptions off = default_planner_options(Device::cuda(0));
@@ -92,23 +102,28 @@ TEST_CASE("gemm siblings: planned for CUDA, the merged GEMM and its split are tw
 TEST_CASE("gemm siblings: the grouped-query segments of the CUDA cases, on the CPU") {
   for (const bool heads : {false, true})
     for (const int64_t m : {1, 7}) {
-      const PlannedSegment p = check_against_eager(siblings(DType::f32, true, heads, m), 63, 1e-5, 1e-5);
+      const PlannedSegment p =
+          check_against_eager(siblings(DType::f32, true, heads, m), 63, 1e-5, 1e-5);
       CHECK(merged_siblings(p) == 3);
     }
 }
 
-TEST_CASE("gemm siblings: planned for CUDA, a merge whose split costs more than it saves is undone") {
+TEST_CASE(
+    "gemm siblings: planned for CUDA, a merge whose split costs more than it saves is undone") {
   // BERT-base prefill sized Q/K/V, all observable: the split would write and read 3 x 6 MiB more.
   SegmentBuilder sb;
   const ValueRef x = sb.input({4096, 768}, DType::f16);
   for (int i = 0; i < 3; ++i)
-    sb.output(sb.add(OpId::linear, {x, sb.input({768, 768}, DType::f16), sb.input({768}, DType::f16)}, linear_attrs(true)));
+    sb.output(sb.add(OpId::linear,
+                     {x, sb.input({768, 768}, DType::f16), sb.input({768}, DType::f16)},
+                     linear_attrs(true)));
   const Segment seg = sb.build();
   const PlannedSegment cuda = plan_segment(seg, default_planner_options(Device::cuda(0)));
   CHECK(merged_siblings(cuda) == 0);
   CHECK(cuda.num_kernels() == 3);
   bool said = false;
-  for (const Decision& d : cuda.decisions) said |= d.reason.find("costs more than it saves") != std::string::npos;
+  for (const Decision& d : cuda.decisions)
+    said |= d.reason.find("costs more than it saves") != std::string::npos;
   CHECK(said);
   // The CPU GEMM stores the columns in place: merged there.
   CHECK(merged_siblings(plan_segment(seg, default_planner_options(Device::cpu()))) == 3);

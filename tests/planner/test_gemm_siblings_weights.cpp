@@ -38,7 +38,8 @@ void check_run(const PlannedSegment& p, const std::vector<Tensor>& xs, const cha
   run_plan(p, got, d.is_cuda() ? Stream::current(d).handle() : nullptr);
   for (const ValueRef& r : p.segment.outputs) {
     const int v = p.segment.value_id(r);
-    CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), tol_for(got[v].dtype()), tol_for(got[v].dtype())));
+    CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), tol_for(got[v].dtype()),
+                           tol_for(got[v].dtype())));
   }
 }
 
@@ -75,7 +76,9 @@ void check_rewrites(Device d) {
 
 }  // namespace
 
-TEST_CASE("gemm siblings: rewritten weights, on the CPU, still give eager's results") { check_rewrites(Device::cpu()); }
+TEST_CASE("gemm siblings: rewritten weights, on the CPU, still give eager's results") {
+  check_rewrites(Device::cpu());
+}
 
 LF_CUDA_TEST_CASE("gemm siblings: rewritten weights, on CUDA, still give eager's results") {
   check_rewrites(Device::cuda(0));
@@ -105,9 +108,11 @@ TEST_CASE("gemm siblings: a weight written through data_ptr() between runs is co
 
 TEST_CASE("gemm siblings: the CPU GEMM's pack cache does not serve a refreshed copy's old pack") {
   // M large enough for the blocked path (packs B whole on its second sighting).
-  const PlannedSegment p = plan_segment(qkv(DType::f32, 64, 96, 80), default_planner_options(Device::cpu()));
+  const PlannedSegment p =
+      plan_segment(qkv(DType::f32, 64, 96, 80), default_planner_options(Device::cpu()));
   std::vector<Tensor> xs = random_externals(p.segment, 47);
-  for (int i = 0; i < 3; ++i) check_run(p, xs, "warm: the concatenated weight is packed and cached");
+  for (int i = 0; i < 3; ++i)
+    check_run(p, xs, "warm: the concatenated weight is packed and cached");
   copy_into(xs[1], rand_uniform(xs[1].shape(), 80, -2, 2, DType::f32, Device::cpu()));
   check_run(p, xs, "after copy_into");
   check_run(p, xs, "after copy_into, again");

@@ -21,7 +21,8 @@ std::pair<int, uint64_t> merged_plans() {
     const auto* f = dynamic_cast<const lf::planner::FusedPlan*>(p.get());
     if (!f) continue;
     for (const lf::planner::Step& s : f->planned().steps)
-      if (const auto* gs = std::get_if<lf::planner::GemmStep>(&s.body); gs && gs->siblings.size() == 3) {
+      if (const auto* gs = std::get_if<lf::planner::GemmStep>(&s.body);
+          gs && gs->siblings.size() == 3) {
         ++plans;
         hits += p->hits.load();
         break;
@@ -91,6 +92,8 @@ TEST_CASE("gemm siblings: a hot BERT encoder loop is served with Q/K/V as one GE
   hot_encoder_loop(lf::Device::cpu());
 }
 
-LF_CUDA_TEST_CASE("gemm siblings: a hot BERT encoder loop on CUDA (graphs) is served with Q/K/V as one GEMM, as eager") {
+LF_CUDA_TEST_CASE(
+    "gemm siblings: a hot BERT encoder loop on CUDA (graphs) is served with Q/K/V as one GEMM, as "
+    "eager") {
   hot_encoder_loop(lf::Device::cuda(0));
 }
