@@ -1,5 +1,7 @@
 #include "planner/planner.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <mutex>
 
@@ -14,6 +16,12 @@ PlannerOptions default_planner_options(Device device) {
   o.cost = device.is_cuda() ? CostModel{} : CostModel::cpu();
   o.fusion = config().fusion;
   o.cuda = device.is_cuda();
+  // Read here, not in the config table: a switch for measuring the pass (as LIVEFUSE_PACK_CACHE).
+  static const bool siblings = [] {
+    const char* v = std::getenv("LIVEFUSE_GEMM_SIBLINGS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  o.gemm_siblings = siblings;
   if (config().log >= LogLevel::debug) {
     o.dump = [](const std::string& pass, const std::string& text) {
       static std::mutex mu;
