@@ -6,6 +6,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/inspect.hpp"
 #include "livefuse/stream.hpp"
+#include "planner/merged_weights.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/faults.hpp"
 #include "runtime/memory_pool.hpp"
@@ -46,7 +47,13 @@ FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::mo
   }
   use_graphs_ = config().graphs;
   early_ok_ = kind == DeviceKind::cuda;
-  for (const Step& s : planned_.steps) early_ok_ &= !std::holds_alternative<OpaqueStep>(s.body);
+  for (const Step& s : planned_.steps) {
+    early_ok_ &= !std::holds_alternative<OpaqueStep>(s.body);
+    // An early launch replays before the window's calls are seen, so nothing would bring a
+    // merged GEMM's concatenated weights up to date first (prepare_merged_weights).
+    const auto* gs = std::get_if<GemmStep>(&s.body);
+    early_ok_ &= !(gs && !gs->siblings.empty());
+  }
 #if LIVEFUSE_HAS_CUDA
   if (kind == DeviceKind::cuda) graphs_ = std::make_unique<graphs::GraphCache>(64);
 #endif
@@ -101,8 +108,18 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.ops = f->nodes;
       gi.kernel = kernel_info(*f);
     } else if (const auto* m = std::get_if<GemmStep>(&s.body)) {
-      gi.kind = m->tail ? "gemm_epilogue" : "gemm";
-      gi.ops.push_back(m->node);
+      gi.kind = !m->siblings.empty() ? "gemm_siblings" : m->tail ? "gemm_epilogue" : "gemm";
+      if (m->siblings.empty()) gi.ops.push_back(m->node);
+      else gi.ops = m->siblings;
+      if (m->merged) {
+        // How the concatenated weight copies fare (merged_weights.hpp): served as they were,
+        // copied again because a source may have changed, made for a new binding, evicted.
+        const MergedWeights::Counters c = m->merged->counters();
+        d.notes.emplace_back("merged_weights " + gi.name,
+                             "hits " + std::to_string(c.hits) + ", refreshes " + std::to_string(c.refreshes) +
+                                 ", builds " + std::to_string(c.builds) + ", evictions " + std::to_string(c.evictions) +
+                                 ", declined " + std::to_string(c.declined));
+      }
       if (m->tail) {
         gi.ops.insert(gi.ops.end(), m->tail->nodes.begin(), m->tail->nodes.end());
         gi.kernel = kernel_info(*m->tail);
@@ -381,7 +398,10 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   // The stream too: a capture on a stream is always preceded by a direct run of the same key
   // on it, which creates what a first use on that stream needs (a cuBLASLt workspace, say)
   // outside the capture, where such calls are legal.
+  // Merged sibling GEMMs read plan-owned weight copies: brought up to date on the stream before
+  // the capture or replay (a replay runs no host code), and their addresses are part of the key.
   uint64_t key = mix(mix(shape_key, static_cast<uint64_t>(set + 1)), w.stream_id);
+  key = mix(key, prepare_merged_weights(planned_, values, st));
   for (const Tensor& t : values) {
     const TensorImpl& i = *t.impl();
     key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);

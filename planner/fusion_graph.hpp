@@ -73,6 +73,8 @@ struct PlannerOptions {
   bool horizontal = true;
   bool gemm_epilogue = true;
   bool attention = true;      // the fused attention template (pass_attention)
+  bool gemm_siblings = true;  // linears over one input as one GEMM (pass_gemm_siblings)
+  bool cuda = false;          // planning for a CUDA device (what a step launches differs)
   // Called with (pass name, dump) after every pass; LIVEFUSE_LOG=debug prints to stderr.
   std::function<void(const std::string&, const std::string&)> dump;
 };

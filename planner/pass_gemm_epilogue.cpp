@@ -79,6 +79,7 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
 void pass_gemm_epilogue(FusionGraph& g) {
   for (Group& gm : g.groups) {
     if (!gm.alive || gm.kind != GroupKind::Gemm) continue;
+    if (gm.nodes.size() > 1) continue;  // merged siblings (pass_gemm_siblings): no tail
     const int m = gm.nodes[0];
     const ValueRef y = ValueRef::of(m);
     const int yv = g.seg.value_id(y);

@@ -10,6 +10,7 @@ const std::vector<Pass>& pass_list() {
       {"attention", "matmul(q, kT) -> softmax -> matmul(., v) as one fused attention step", pass_attention},
       {"vertical", "producer/consumer fusion into pointwise and row kernels", pass_vertical},
       {"cost", "split groups that do not pay for themselves", pass_cost},
+      {"gemm_siblings", "linears over one input as one GEMM over concatenated weights", pass_gemm_siblings},
       {"gemm_epilogue", "GEMM + bias/activation tail", pass_gemm_epilogue},
       {"horizontal", "independent pointwise kernels share a launch", pass_horizontal},
       {"materialize", "which values get memory", pass_materialize},

@@ -18,6 +18,7 @@ struct Pass {
 void pass_classify(FusionGraph& g);       // node roles; dead values dropped
 void pass_attention(FusionGraph& g);      // q kᵀ -> softmax -> · v as one template step
 void pass_vertical(FusionGraph& g);       // producer/consumer groups: pointwise and row kernels
+void pass_gemm_siblings(FusionGraph& g);  // linears over one input become one GEMM (Q/K/V)
 void pass_gemm_epilogue(FusionGraph& g);  // a GEMM takes the pointwise group after it
 void pass_horizontal(FusionGraph& g);     // independent pointwise groups share one launch
 void pass_materialize(FusionGraph& g);    // which values get memory

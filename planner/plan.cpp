@@ -13,6 +13,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/attention_step.hpp"
+#include "planner/plan_siblings.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
@@ -48,8 +49,10 @@ constexpr GemmEpilogueRunner kDefaultEpilogueRunner = nullptr;
 
 std::atomic<GemmEpilogueRunner> g_epilogue_runner{kDefaultEpilogueRunner};
 
+}  // namespace
+
 // Gives a pending Materialized value dense storage (the window's pending outputs have none).
-void ensure_storage(const Tensor& t) {
+void detail::ensure_storage(const Tensor& t) {
   TensorImpl& impl = *t.impl();
   if (impl.storage) return;
   const Tensor fresh = empty(impl.shape, impl.dtype, impl.device);
@@ -58,6 +61,10 @@ void ensure_storage(const Tensor& t) {
   impl.strides = contiguous_strides(impl.shape);
   if (impl.pending == shape_only_tag()) impl.pending = nullptr;
 }
+
+namespace {
+
+using detail::ensure_storage;
 
 // Values bound by bind_values carry shape_only_tag() until they have storage.
 void settle_tags(const TensorList& outs) {
@@ -154,6 +161,11 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
     const auto b = bindings(*fk, values);
     jit::run_spec_cpu(*fk->spec, b);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+    if (!gs->siblings.empty()) {
+      if (detail::run_merged_gemm_cpu(p, *gs, values)) return;
+      for (int j : gs->siblings) run_node(p, j, values, nullptr);
+      return;
+    }
     if (gs->tail && run_gemm_tail_cpu(p, *gs, values)) return;
     run_node(p, gs->node, values, nullptr);
     if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));
@@ -199,6 +211,11 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
   if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
     launch(*fk);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+    if (!gs->siblings.empty()) {
+      if (detail::launch_merged_gemm_cuda(p, *gs, values, stream)) return;
+      for (int j : gs->siblings) run_node(p, j, values, stream);
+      return;
+    }
     if (gs->epilogue != GemmEpilogue::None && gs->final_value >= 0) {
       if (GemmEpilogueRunner r = g_epilogue_runner.load()) {
         TensorList outs;

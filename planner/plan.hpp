@@ -17,6 +17,7 @@
 // Step kinds:
 //   FusedKernel  one KernelSpec launch (pointwise, row or horizontal); CPU: the interpreter
 //   Gemm         matmul/linear via the backend, then its pointwise tail as one fused kernel;
+//                or sibling linears over one input as one GEMM (`siblings`);
 //                `epilogue` says which cuBLASLt epilogue covers the tail: CUDA builds run it
 //                through cuBLASLt (set_gemm_epilogue_runner replaces or removes that runner)
 //   Eager        one op through Executor::run_eager_into (the eager backends)
@@ -56,12 +57,20 @@ struct FusedKernelStep {
   std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
 };
 
+class MergedWeights;  // planner/merged_weights.hpp
+
 struct GemmStep {
   int node = -1;
   GemmEpilogue epilogue = GemmEpilogue::None;
   int bias_value = -1;
   std::shared_ptr<FusedKernelStep> tail;  // null: the GEMM alone
   int final_value = -1;                   // the tail's last output (what an epilogue writes)
+  // Sibling linears over one input run as this one GEMM (pass_gemm_siblings, plan_siblings.cpp):
+  // every one of them, `node` first, in the order of their columns in the merged product. Their
+  // weights (and biases) are concatenated into plan-owned copies kept in `merged`.
+  std::vector<int> siblings;
+  std::shared_ptr<MergedWeights> merged;
+  bool split_kernel = false;  // CUDA: one more launch splits the merged product (plan_siblings.cpp)
 };
 
 struct AttentionStep {
@@ -105,6 +114,11 @@ struct PlannedSegment {
 void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor> values);
 // Enqueues one step on `stream` (a cudaStream_t). Throws livefuse::Error on failure.
 void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Tensor> values, void* stream);
+// Makes every merged sibling GEMM's concatenated weights current for these values on `stream`
+// (copies where a source may have changed: merged_weights.hpp) and returns a hash of the
+// addresses they live at. A CUDA graph bakes those in, so FusedPlan calls this before any
+// capture or replay and adds the hash to the graph's key. run_plan calls it too.
+uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor> values, void* stream);
 // All steps, in order, on the values' device.
 void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream = nullptr);
 

@@ -13,6 +13,9 @@ PlannerOptions default_planner_options(Device device) {
   PlannerOptions o;
   o.cost = device.is_cuda() ? CostModel{} : CostModel::cpu();
   o.fusion = config().fusion;
+  o.cuda = device.is_cuda();
+  o.gemm_siblings = config().gemm_siblings;
+  o.attention = config().attention;
   if (config().log >= LogLevel::debug) {
     o.dump = [](const std::string& pass, const std::string& text) {
       static std::mutex mu;

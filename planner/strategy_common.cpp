@@ -109,7 +109,7 @@ FusedKernelStep* Step::generated_kernel() {
 
 int Step::launches() const {
   if (const auto* g = std::get_if<GemmStep>(&body))
-    return 1 + ((g->tail && g->epilogue == GemmEpilogue::None) ? 1 : 0);
+    return 1 + ((g->tail && g->epilogue == GemmEpilogue::None) || g->split_kernel ? 1 : 0);
   if (std::holds_alternative<ViewStep>(body)) return 0;
   return 1;
 }

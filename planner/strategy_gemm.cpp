@@ -2,6 +2,7 @@
 // on the CPU) plus the pointwise group after it. The step carries the cuBLASLt epilogue that
 // covers the tail (BIAS, RELU_BIAS, GELU_BIAS) when one does, and always the tail as a fused
 // kernel: the fallback when no epilogue runner is installed, and the plan when none applies.
+#include "planner/merged_weights.hpp"
 #include "planner/passes.hpp"
 #include "planner/strategy.hpp"
 
@@ -23,6 +24,7 @@ class GemmStrategy final : public Strategy {
   StrategyParams params(const FusionGraph& g, std::span<const int> groups) const override {
     const Group& gr = g.groups[groups[0]];
     StrategyParams p;
+    if (gr.nodes.size() > 1) return merged_params(g, gr);
     p.bytes = eager_node_bytes(g.seg, gr.nodes[0]);
     if (gr.tail >= 0) {
       const int t = gr.tail;
@@ -38,6 +40,7 @@ class GemmStrategy final : public Strategy {
 
   Step emit(const FusionGraph& g, std::span<const int> groups) const override {
     const Group& gr = g.groups[groups[0]];
+    if (gr.nodes.size() > 1) return emit_merged(g, gr);
     GemmStep gs;
     gs.node = gr.nodes[0];
     gs.epilogue = gr.epilogue;
@@ -53,6 +56,34 @@ class GemmStrategy final : public Strategy {
     }
     Step s;
     s.label = label;
+    s.body = std::move(gs);
+    return s;
+  }
+
+ private:
+  // Sibling linears over one input (pass_gemm_siblings): the input is read once, and on CUDA
+  // the product is written and read once more by the split into the siblings' outputs.
+  static StrategyParams merged_params(const FusionGraph& g, const Group& gr) {
+    StrategyParams p;
+    const int x = g.seg.value_id(g.seg.nodes[gr.nodes[0]].inputs[0]);
+    for (int j : gr.nodes) p.bytes += eager_node_bytes(g.seg, j) - value_bytes(g.seg, x);
+    p.bytes += value_bytes(g.seg, x);
+    if (g.opts.cuda) {
+      for (int j : gr.nodes) p.bytes += 2 * value_bytes(g.seg, g.seg.value_id(ValueRef::of(j)));
+      p.launches = 2;
+    }
+    p.detail = std::to_string(gr.nodes.size()) + " siblings over concatenated weights";
+    return p;
+  }
+
+  static Step emit_merged(const FusionGraph& g, const Group& gr) {
+    GemmStep gs;
+    gs.node = gr.nodes[0];
+    gs.siblings = gr.nodes;
+    gs.merged = std::make_shared<MergedWeights>();
+    gs.split_kernel = g.opts.cuda;
+    Step s;
+    s.label = "linear " + g.nodes_str(gr.nodes) + " as one GEMM";
     s.body = std::move(gs);
     return s;
   }

@@ -90,6 +90,18 @@ void apply_tail(const GemmProblem& p, int64_t off, int64_t n, float* row) {
   }
 }
 
+// n results of output row `r` (batch * M + m) from column n0 on: into `out`, or the parts of
+// the split that the columns fall in.
+void store_row(const GemmProblem& p, int64_t r, int64_t n0, int64_t n, const float* row) {
+  if (p.split.parts == 0) return store_floats(p.out, p.out_dtype, r * p.N + n0, n, row);
+  for (int i = 0; i < p.split.parts; ++i) {
+    const int64_t lo = std::max(n0, p.split.begin[i]), hi = std::min(n0 + n, p.split.begin[i + 1]);
+    if (lo >= hi) continue;
+    const int64_t width = p.split.begin[i + 1] - p.split.begin[i];
+    store_floats(p.split.out[i], p.out_dtype, r * width + lo - p.split.begin[i], hi - lo, row + (lo - n0));
+  }
+}
+
 using PackA = void (*)(const GemmOperand&, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
 using PackB = PackA;
 
@@ -194,7 +206,7 @@ void run_tile(const GemmProblem& p, PackA pa, PackB pb, const WholeB& wb, MicroK
     float* row = c + i * ncp;
     for (int64_t j = 0; j < nc; ++j) row[j] += bias[j];
     apply_tail(p, out0 + i * p.N, nc, row);
-    store_floats(p.out, p.out_dtype, out0 + i * p.N, nc, row);
+    store_row(p, bi * p.M + m0 + i, n0, nc, row);
   }
 }
 
@@ -230,7 +242,7 @@ void small_m(const GemmProblem& p) {
           row[j] = sum + bias[j];
         }
         apply_tail(p, (bi * p.M + m) * p.N + n0, nc, row);
-        store_floats(p.out, p.out_dtype, (bi * p.M + m) * p.N + n0, nc, row);
+        store_row(p, bi * p.M + m, n0, nc, row);
       }
     }
   });
@@ -240,6 +252,7 @@ void small_m(const GemmProblem& p) {
 
 void gemm(const GemmProblem& p) {
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
+  LF_ASSERT(p.split.parts == 0 || (!p.act && !p.residual), "gemm: a column split takes no tail");
   if (p.M <= 4 && p.K >= 16 && p.a.cs == 1 && p.b.rs == 1 && p.a.dtype == p.b.dtype) {
     switch (p.a.dtype) {
       case DType::f32:

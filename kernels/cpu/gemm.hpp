@@ -34,6 +34,16 @@ struct GemmProblem {
   float act_s0 = 0, act_s1 = 0;
   const std::byte* residual = nullptr;
   DType residual_dtype = DType::f32;
+  // Columns to separate dense outputs instead of `out` (a merged sibling GEMM, Q/K/V over one
+  // input): columns [begin[i], begin[i + 1]) of output row r go to out[i] at row r of width
+  // begin[i + 1] - begin[i]. The tile loop stores each sibling's part where eager would, so the
+  // merged GEMM needs no copy after it. parts == 0: the dense `out` above. No tail with it.
+  struct Split {
+    static constexpr int kMaxParts = 8;
+    int parts = 0;
+    std::byte* out[kMaxParts] = {};
+    int64_t begin[kMaxParts + 1] = {};
+  } split;
 };
 
 void gemm(const GemmProblem& p);

@@ -1,9 +1,8 @@
 #include "kernels/cpu/gemm_pack_cache.hpp"
 
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 
+#include "livefuse/config.hpp"
 #include "runtime/inspect_registry.hpp"
 
 namespace livefuse::cpu {
@@ -166,12 +165,5 @@ PackCache& pack_cache() {
 }  // namespace livefuse::cpu
 
 namespace livefuse::cpu {
-bool pack_cache_enabled() {
-  // Read here, not in the config table: a switch for measuring the cache, not a tuning knob.
-  static const bool on = [] {
-    const char* v = std::getenv("LIVEFUSE_PACK_CACHE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
+bool pack_cache_enabled() { return config().pack_cache; }
 }  // namespace livefuse::cpu

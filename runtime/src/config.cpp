@@ -119,6 +119,9 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
       int_row("LIVEFUSE_CACHE_MAX_MB", "an integer 0..1048576", 0, 1048576, &Config::cache_max_mb),
       bool_row("LIVEFUSE_PROFILE", &Config::profile),
+      bool_row("LIVEFUSE_ATTENTION", &Config::attention),
+      bool_row("LIVEFUSE_GEMM_SIBLINGS", &Config::gemm_siblings),
+      bool_row("LIVEFUSE_PACK_CACHE", &Config::pack_cache),
       {"LIVEFUSE_DEVICE", "cpu or cuda",
        [](const std::string& s, Config& c) {
          if (s != "cpu" && s != "cuda") return false;

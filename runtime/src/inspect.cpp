@@ -42,6 +42,9 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_VERIFY") return std::to_string(c.verify);
   if (name == "LIVEFUSE_SAMPLE") return std::to_string(c.sample);
   if (name == "LIVEFUSE_PROFILE") return yes_no(c.profile);
+  if (name == "LIVEFUSE_ATTENTION") return yes_no(c.attention);
+  if (name == "LIVEFUSE_GEMM_SIBLINGS") return yes_no(c.gemm_siblings);
+  if (name == "LIVEFUSE_PACK_CACHE") return yes_no(c.pack_cache);
   if (name == "LIVEFUSE_REPORT") return c.report_path;
   if (name == "LIVEFUSE_REPORT_MS") return std::to_string(c.report_ms);
   if (name == "LIVEFUSE_TRACE") return c.trace_path;

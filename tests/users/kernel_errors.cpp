@@ -36,7 +36,7 @@ float factor() { return users::device().is_cuda() ? 1.0f : g_factor; }
 int main() {
   users::Engagement e;
   int thrown = 0, bad = 0;
-  users::Loop loop(200);
+  users::Loop loop(200, &e);
   for (int it = 0; loop.more(it); ++it) {
     const int64_t rows = it % 9 == 8 ? 3 : 4;
     bad += rows == 3;

@@ -108,6 +108,9 @@ inline uint64_t counter(const char* name) {
 // on, most calls served by plans when unsampled, nothing deferred with LIVEFUSE=off.
 struct Engagement {
   uint64_t calls0 = counter("calls"), deferred0 = counter("deferred"), served0 = counter("served");
+  // Counts from now: a Loop restarts it when its warm-up ends, so the share served is of the
+  // calls made once plans could serve (a loaded machine plans later, not less).
+  void restart() { *this = Engagement(); }
   void expect(const std::string& what, double min_served = 0.5) const {
     const double calls = double(counter("calls") - calls0);
     const double deferred = double(counter("deferred") - deferred0);
@@ -132,14 +135,17 @@ struct Engagement {
 // background at the machine's pace; at most 20 s), then `iters` more; with fusion off, `iters`.
 class Loop {
  public:
-  explicit Loop(int iters) : iters_(iters), served0_(counter("served")) {}
+  explicit Loop(int iters, Engagement* e = nullptr)
+      : iters_(iters), served0_(counter("served")), engagement_(e) {}
   bool more(int it) {
     if (warm_at_ < 0) {
       const bool waited_enough = std::chrono::steady_clock::now() - t0_ > std::chrono::seconds(20);
-      if (!fusion_on() || waited_enough || (it % 8 == 0 && counter("served") > served0_))
+      if (!fusion_on() || waited_enough || (it % 8 == 0 && counter("served") > served0_)) {
         warm_at_ = it;
-      else
+        if (engagement_) engagement_->restart();
+      } else {
         return true;
+      }
     }
     return it < warm_at_ + iters_;
   }
@@ -147,6 +153,7 @@ class Loop {
  private:
   int iters_, warm_at_ = -1;
   uint64_t served0_;
+  Engagement* engagement_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
 

@@ -42,6 +42,10 @@ struct Config {
   // record each fusion group's GPU time (inspect(), report: groups[].gpu_us). Diagnostic: it
   // synchronizes after every replay.
   bool profile = false;
+  // Switches for measuring one fusion against its absence (each defaults on):
+  bool attention = true;      // LIVEFUSE_ATTENTION: the fused attention step (pass_attention)
+  bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
+  bool pack_cache = true;     // LIVEFUSE_PACK_CACHE: the CPU GEMM keeps weights packed
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".

@@ -1,0 +1,151 @@
+// Merged sibling GEMMs: one product over the concatenated weights, every sibling's output dense
+// as eager gives it (DESIGN, "Eager semantics": the outputs may be handed to the program).
+//   CPU   the blocked GEMM stores each column range of a tile straight into its sibling's output
+//         (GemmProblem::Split): one pass, no copy after it.
+//   CUDA  cuBLASLt (with the BIAS epilogue over the concatenated bias) writes the [.., sum N]
+//         product into a plan-owned buffer, and one split kernel copies the column ranges out:
+//         two launches for any number of siblings. Column-slice views of the product would save
+//         the split, but views made by later calls keep the dense strides they were recorded
+//         with, and a slice can escape to the program: dense outputs are what keeps every value
+//         equal to eager's.
+#include "planner/plan_siblings.hpp"
+
+#include "kernels/cpu/gemm.hpp"
+#include "livefuse/error.hpp"
+#include "livefuse/stream.hpp"
+#include "planner/merged_weights.hpp"
+#include "runtime/executor.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/split_columns.hpp"
+#endif
+
+namespace livefuse::planner {
+namespace {
+
+struct Operands {
+  Tensor x;
+  std::vector<Tensor> weights, biases, outs;
+  int64_t cols = 0;  // sum of N_i
+};
+
+Operands operands(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values) {
+  const Segment& seg = p.segment;
+  Operands o;
+  for (int j : gs.siblings) {
+    const SegmentNode& n = seg.nodes[j];
+    o.x = values[seg.value_id(n.inputs[0])];
+    o.weights.push_back(values[seg.value_id(n.inputs[1])]);
+    if (n.attrs.i[0] != 0) o.biases.push_back(values[seg.value_id(n.inputs[2])]);
+    o.outs.push_back(values[seg.value_id(ValueRef::of(j))]);
+    o.cols += o.weights.back().shape()[0];
+  }
+  return o;
+}
+
+Stream stream_on(Device d, void* handle) {
+  if (d.is_cpu()) return Stream::current(d);
+  const Stream cur = Stream::current(d);
+  return cur.handle() == handle ? cur : Stream::wrap(handle, d);
+}
+
+// The leader's linear call, reading the concatenated weights.
+OpCall merged_call(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
+                   const MergedWeights::Copy& c) {
+  OpCall call = p.segment.call_of(gs.node, values);
+  call.inputs[1] = c.weight;
+  if (c.bias.defined()) call.inputs[2] = c.bias;
+  return call;
+}
+
+Shape merged_shape(const Tensor& out, int64_t cols) {
+  Shape s = out.shape();
+  s.v[s.rank - 1] = cols;
+  return s;
+}
+
+}  // namespace
+
+namespace detail {
+
+bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
+                         std::span<const Tensor> values) {
+  Operands o = operands(p, gs, values);
+  if (o.outs.size() > static_cast<size_t>(cpu::GemmProblem::Split::kMaxParts)) return false;
+  const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, Stream::current(Device::cpu()));
+  if (!c.defined()) return false;
+  for (const Tensor& t : o.outs) {
+    ensure_storage(t);
+    if (!t.is_contiguous()) return false;  // a caller's own binding: leave it to the siblings
+  }
+  if (o.outs[0].numel() == 0) return true;
+  cpu::GemmProblem prob = cpu::linear_problem(merged_call(p, gs, values, c), o.outs[0]);
+  prob.out = nullptr;
+  prob.split.parts = static_cast<int>(o.outs.size());
+  for (size_t i = 0; i < o.outs.size(); ++i) {
+    prob.split.out[i] = static_cast<std::byte*>(o.outs[i].impl()->data());
+    prob.split.begin[i + 1] = prob.split.begin[i] + o.weights[i].shape()[0];
+  }
+  cpu::gemm(prob);
+  return true;
+}
+
+bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
+                             std::span<const Tensor> values, void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  Operands o = operands(p, gs, values);
+  if (o.outs.size() > static_cast<size_t>(cuda::kMaxSplitParts)) return false;
+  const Stream st = stream_on(o.x.device(), stream);
+  const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
+  if (!c.defined()) return false;
+  const Tensor product = gs.merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
+  if (!product.defined()) return false;
+  for (const Tensor& t : o.outs) {
+    ensure_storage(t);
+    if (!t.is_contiguous()) return false;
+  }
+  if (o.outs[0].numel() == 0) return true;
+  Executor::run_eager_into(merged_call(p, gs, values, c), TensorList{product}, st);
+  cuda::SplitColumnsArgs a;
+  a.src = product.impl()->data();
+  a.cols = o.cols;
+  a.rows = product.numel() / o.cols;
+  a.parts = static_cast<int>(o.outs.size());
+  a.elem_bytes = static_cast<int>(dtype_size(product.dtype()));
+  for (size_t i = 0; i < o.outs.size(); ++i) {
+    a.dst[i] = o.outs[i].impl()->data();
+    a.begin[i + 1] = a.begin[i] + o.weights[i].shape()[0];
+  }
+  cuda::split_columns(a, st.handle());
+  return true;
+#else
+  (void)p, (void)gs, (void)values, (void)stream;
+  return false;
+#endif
+}
+
+}  // namespace detail
+
+uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor> values,
+                                void* stream) {
+  uint64_t h = 0x51b1;
+  auto mix = [&](const void* ptr) {
+    h = (h ^ (reinterpret_cast<uintptr_t>(ptr) * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
+  };
+  for (const Step& s : p.steps) {
+    const auto* gs = std::get_if<GemmStep>(&s.body);
+    if (!gs || gs->siblings.empty()) continue;
+    const Operands o = operands(p, *gs, values);
+    const Stream st = stream_on(o.x.device(), stream);
+    const MergedWeights::Copy c = gs->merged->get(o.weights, o.biases, st);
+    mix(c.defined() ? c.weight.impl()->storage->ptr : nullptr);
+    mix(c.bias.defined() ? c.bias.impl()->storage->ptr : nullptr);
+    if (o.x.device().is_cuda()) {
+      const Tensor product =
+          gs->merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
+      mix(product.defined() ? product.impl()->storage->ptr : nullptr);
+    }
+  }
+  return h;
+}
+
+}  // namespace livefuse::planner

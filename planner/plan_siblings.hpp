@@ -1,0 +1,18 @@
+#pragma once
+// Running a merged sibling GEMM step (GemmStep::siblings): plan.cpp's step dispatch calls these.
+// Each returns false when the merged form cannot run this time (its concatenated weights could
+// not be had during a graph capture, say); the caller then runs the siblings one by one.
+#include <span>
+
+#include "planner/plan.hpp"
+
+namespace livefuse::planner::detail {
+
+bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
+                         std::span<const Tensor> values);
+bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
+                             std::span<const Tensor> values, void* stream);
+// plan.cpp: a pending Materialized value gets dense storage.
+void ensure_storage(const Tensor& t);
+
+}  // namespace livefuse::planner::detail

@@ -1,0 +1,75 @@
+// The BERT encoder (examples/bert) in a hot loop on the CPU: its layers are served by plans
+// whose Q/K/V linears run as one GEMM (pass gemm_siblings), and every result equals LIVEFUSE=off.
+#include "examples/bert/bert.hpp"
+#include "examples/bert/run.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/fused_plan.hpp"
+#include "planner/service.hpp"
+#include "runtime/plan.hpp"
+#include "tests/test_util.hpp"
+
+namespace lf = livefuse;
+
+namespace {
+
+// Calls served by installed plans that run three linears as one GEMM.
+uint64_t merged_qkv_hits() {
+  uint64_t hits = 0;
+  for (const auto& p : lf::PlanTable::get().snapshot()->plans) {
+    const auto* f = dynamic_cast<const lf::planner::FusedPlan*>(p.get());
+    if (!f) continue;
+    for (const lf::planner::Step& s : f->planned().steps)
+      if (const auto* gs = std::get_if<lf::planner::GemmStep>(&s.body);
+          gs && gs->siblings.size() == 3) {
+        hits += p->hits.load();
+        break;
+      }
+  }
+  return hits;
+}
+
+// Forgets hot sequences, candidates and plans (the earlier cases' plans of the same structure
+// may have been sampled and rejected), as the replacement suite's reset_pipeline does.
+void reset_pipeline() {
+  lf::synchronize(lf::Device::cpu());
+  lf::monitor::Monitor::instance().reset();
+  lf::planner::wait_service_idle();
+  lf::planner::reset_service_for_testing();
+  lf::PlanTable::get().clear_for_testing();
+}
+
+}  // namespace
+
+TEST_CASE("bert tiny: a hot loop is served with Q/K/V as one GEMM and equals LIVEFUSE=off") {
+  const lf::Config saved = lf::config();
+  struct Restore {
+    const lf::Config& c;
+    ~Restore() {
+      reset_pipeline();
+      lf::set_config_for_testing(c);
+    }
+  } restore{saved};
+  const auto cfg = lf::bert::BertConfig::preset("tiny");
+  const lf::Device cpu = lf::Device::cpu();
+  const auto m = lf::bert::BertModel::random(cfg, 21, lf::DType::f32, cpu, 0.3);
+  const lf::Tensor ids = lf::bert::random_input_ids(2, 12, cfg.vocab_size, 13, cpu);
+  const lf::Tensor mask = lf::bert::padding_mask(2, 12, cpu);
+  lf::Config off = saved;
+  off.mode = lf::Mode::off;
+  lf::set_config_for_testing(off);
+  const std::vector<double> want = m.forward(ids, mask).to_doubles();
+  lf::Config on = saved;
+  on.mode = lf::Mode::on;
+  on.sample = 0;  // plans serve at once: this is about results, not about the sampler's verdict
+  lf::set_config_for_testing(on);
+  reset_pipeline();
+  for (int it = 0; it < 16; ++it) {
+    CAPTURE(it);
+    REQUIRE(lftest::allclose(m.forward(ids, mask).to_doubles(), want, 1e-4, 1e-5));
+    if (it == 3) {
+      CHECK(lf::monitor::Monitor::instance().drain());
+      CHECK(lf::planner::wait_service_idle());
+    }
+  }
+  CHECK(merged_qkv_hits() > 0);
+}

@@ -1,0 +1,130 @@
+// Merged sibling GEMMs on CUDA: cuBLASLt (BIAS epilogue over the concatenated bias) into the
+// plan's product buffer, then one split kernel; every output as the CPU eager backend gives it.
+#include "kernels/jit/kernel_compiler.hpp"
+#include "planner_util.hpp"
+
+using namespace plantest;
+
+namespace {
+
+Attrs ints(std::initializer_list<int64_t> v) {
+  Attrs a;
+  for (int64_t d : v) a.push_int(d);
+  return a;
+}
+
+size_t merged_siblings(const PlannedSegment& p) {
+  for (const Step& s : p.steps)
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty())
+      return gs->siblings.size();
+  return 0;
+}
+
+// q, k, v over one input with grouped-query widths; with `heads`, each is split into heads and
+// attention follows (the outputs then stay inside the plan), else all three are observable.
+Segment siblings(DType dt, bool bias, bool heads, int64_t m) {
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({1, m, 64}, dt);
+  ValueRef out[3];
+  const int64_t widths[3] = {64, 32, 32};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<ValueRef> in{x, sb.input({widths[i], 64}, dt)};
+    if (bias) in.push_back(sb.input({widths[i]}, dt));
+    out[i] = sb.add(OpId::linear, in, linear_attrs(bias));
+    if (heads)
+      out[i] =
+          sb.add(OpId::permute, {sb.add(OpId::reshape, {out[i]}, ints({1, m, widths[i] / 16, 16}))},
+                 ints({0, 2, 1, 3}));
+    else
+      sb.output(out[i]);
+  }
+  if (heads) {
+    // 4 query heads over 2 KV heads: take the first two query heads.
+    Attrs sl;
+    for (int64_t v : {1, 0, 2, 1}) sl.push_int(v);
+    const ValueRef q = sb.add(OpId::slice, {out[0]}, sl);
+    const ValueRef sc =
+        sb.add(OpId::matmul, {q, sb.add(OpId::permute, {out[1]}, ints({0, 1, 3, 2}))});
+    sb.output(
+        sb.add(OpId::matmul, {sb.add(OpId::softmax, {sc}, softmax_attrs(0.25, false)), out[2]}));
+  }
+  return sb.build();
+}
+
+void check_cuda(const Segment& seg, double tol) {
+  const Device gpu = Device::cuda(0);
+  PlannedSegment p = plan_segment(seg, default_planner_options(gpu));
+  INFO(p.describe());
+  CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  CHECK(merged_siblings(p) == 3);
+  const std::vector<Tensor> xs_cpu = random_externals(seg, 61);
+  std::vector<Tensor> xs;
+  for (const Tensor& t : xs_cpu) xs.push_back(t.to(gpu));
+  const std::vector<Tensor> want = eager_values(seg, xs_cpu);
+  const std::vector<Tensor> got = poisoned_values(p, xs);
+  for (int run = 0; run < 2; ++run) {
+    run_plan(p, got, Stream::current(gpu).handle());
+    synchronize(gpu);
+    for (const ValueRef& r : seg.outputs) {
+      const int v = seg.value_id(r);
+      INFO("run " << run << " output " << v);
+      CHECK(got[v].is_contiguous());
+      CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), tol, tol));
+    }
+  }
+}
+
+}  // namespace
+
+LF_CUDA_TEST_CASE(
+    "gemm siblings cuda: merged Q/K/V equal eager for f32/f16/bf16, with and without bias") {
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const bool bias : {true, false})
+      for (const bool heads : {false, true})
+        for (const int64_t m : {1, 7, 300}) {
+          INFO(dtype_name(dt) << " bias " << bias << " heads " << heads << " m " << m);
+          check_cuda(siblings(dt, bias, heads, m), dt == DType::f32 ? 2e-3 : tol_for(dt) * 4);
+        }
+}
+
+TEST_CASE(
+    "gemm siblings: planned for CUDA, the merged GEMM and its split are two launches for three "
+    "linears") {
+  const Segment seg = siblings(DType::f16, true, false, 16);
+  const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  PlannerOptions off = default_planner_options(Device::cuda(0));
+  off.gemm_siblings = false;
+  const PlannedSegment before = plan_segment(seg, off);
+  CHECK(p.num_kernels() == 2);
+  CHECK(before.num_kernels() == 3);
+}
+
+TEST_CASE("gemm siblings: the grouped-query segments of the CUDA cases, on the CPU") {
+  for (const bool heads : {false, true})
+    for (const int64_t m : {1, 7}) {
+      const PlannedSegment p =
+          check_against_eager(siblings(DType::f32, true, heads, m), 63, 1e-5, 1e-5);
+      CHECK(merged_siblings(p) == 3);
+    }
+}
+
+TEST_CASE(
+    "gemm siblings: planned for CUDA, a merge whose split costs more than it saves is undone") {
+  // BERT-base prefill sized Q/K/V, all observable: the split would write and read 3 x 6 MiB more.
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({4096, 768}, DType::f16);
+  for (int i = 0; i < 3; ++i)
+    sb.output(sb.add(OpId::linear,
+                     {x, sb.input({768, 768}, DType::f16), sb.input({768}, DType::f16)},
+                     linear_attrs(true)));
+  const Segment seg = sb.build();
+  const PlannedSegment cuda = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  CHECK(merged_siblings(cuda) == 0);
+  CHECK(cuda.num_kernels() == 3);
+  bool said = false;
+  for (const Decision& d : cuda.decisions)
+    said |= d.reason.find("costs more than it saves") != std::string::npos;
+  CHECK(said);
+  // The CPU GEMM stores the columns in place: merged there.
+  CHECK(merged_siblings(plan_segment(seg, default_planner_options(Device::cpu()))) == 3);
+}
