@@ -15,7 +15,9 @@ PlannerOptions default_planner_options(Device device) {
   o.fusion = config().fusion;
   o.cuda = device.is_cuda();
   o.gemm_siblings = config().gemm_siblings;
-  o.attention = config().attention;
+  // auto: the CPU only, until the CUDA kernel beats the two GEMMs and the softmax it replaces
+  // (runtime/include/livefuse/config.hpp has the figures).
+  o.attention = config().attention == 1 || (config().attention < 0 && !device.is_cuda());
   if (config().log >= LogLevel::debug) {
     o.dump = [](const std::string& pass, const std::string& text) {
       static std::mutex mu;

@@ -119,7 +119,12 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_CUDA_CACHE", &Config::cuda_cache),
       int_row("LIVEFUSE_CACHE_MAX_MB", "an integer 0..1048576", 0, 1048576, &Config::cache_max_mb),
       bool_row("LIVEFUSE_PROFILE", &Config::profile),
-      bool_row("LIVEFUSE_ATTENTION", &Config::attention),
+      {"LIVEFUSE_ATTENTION", "auto, 0 or 1",
+       [](const std::string& s, Config& c) {
+         if (s == "auto") return c.attention = -1, true;
+         if (s == "0" || s == "1") return c.attention = s == "1", true;
+         return false;
+       }},
       bool_row("LIVEFUSE_GEMM_SIBLINGS", &Config::gemm_siblings),
       bool_row("LIVEFUSE_PACK_CACHE", &Config::pack_cache),
       {"LIVEFUSE_DEVICE", "cpu or cuda",

@@ -17,7 +17,9 @@ std::vector<Tensor> to_cuda(const std::vector<Tensor>& xs) {
 // Plans `seg` for CUDA, runs it on `xs` (CPU tensors, copied over) and compares its outputs with
 // CPU eager execution.
 void check_cuda(const Segment& seg, const std::vector<Tensor>& xs, double tol) {
-  PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  PlannerOptions opts = default_planner_options(Device::cuda(0));
+  opts.attention = true;  // off on CUDA by default (LIVEFUSE_ATTENTION=auto): the kernel is tested
+  PlannedSegment p = plan_segment(seg, opts);
   INFO(p.describe());
   REQUIRE(attention_step_of(p) != nullptr);
   CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
