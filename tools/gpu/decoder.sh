@@ -10,11 +10,7 @@ REAL_OUT=${OUT:-$PWD/gpu-out}
 D=/tmp/lf-decoder-out
 rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
 B=.gpu/build
-export LD_LIBRARY_PATH="$PWD/$B/lib:$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$B/liblivefuse.so" | grep -q "not found"; then
-  extra=$(python3 -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
-  [ -n "$extra" ] && export LD_LIBRARY_PATH="$extra:$LD_LIBRARY_PATH"
-fi
+. tools/gpu/env.sh
 export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache PYTHONUNBUFFERED=1
 pack_out() { tar -czf "$REAL_OUT/decoder.tgz" -C "$D" . 2>/dev/null; }
 for t in ${DECODER_TESTS-test_decoder test_ops}; do

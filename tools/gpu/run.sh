@@ -23,47 +23,7 @@ cap() {
   [ "$want" -lt "$l" ] && echo "$want" || echo "$l"
 }
 
-export LD_LIBRARY_PATH="$PWD/$B/lib:$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# CUDA libraries the loader cannot find (no system toolkit): take them from pip's nvidia
-# packages (what PyTorch itself uses).
-missing=$(ldd "$B/liblivefuse.so" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u)
-if [ -n "$missing" ]; then
-  echo "run.sh: not found by the loader: $(echo $missing)"
-  extra=$(python3 - $missing <<'PY' 2>/dev/null
-import os, sys
-roots = []
-try:
-    import nvidia.cublas as c
-    roots += [os.path.join(p, "lib") for p in c.__path__]
-except Exception:
-    pass
-try:
-    import nvidia
-    roots += list(nvidia.__path__)
-except Exception:
-    pass
-dirs = []
-for want in sys.argv[1:]:
-    for root in roots:
-        hit = None
-        for d, _, files in os.walk(root):
-            if want in files:
-                hit = d
-                break
-        if hit:
-            if hit not in dirs:
-                dirs.append(hit)
-            break
-print(":".join(dirs))
-PY
-)
-  if [ -n "$extra" ]; then
-    export LD_LIBRARY_PATH="$extra:$LD_LIBRARY_PATH"
-    echo "run.sh: added pip CUDA library dirs: $extra"
-  fi
-  still=$(ldd "$B/liblivefuse.so" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u)
-  [ -n "$still" ] && echo "run.sh: WARNING still missing: $(echo $still)"
-fi
+. tools/gpu/env.sh
 # Kernel cache outside $OUT: only a few files come back from a run, keep them the useful ones.
 export LIVEFUSE_CACHE_DIR="${TMPDIR:-/tmp}/livefuse-kcache-$$"
 

@@ -21,11 +21,7 @@ BUDGET_S=${RUN_BUDGET_S:-300} bash tools/gpu/run.sh 2>&1 | tail -40
 pack_out
 
 B=.gpu/build
-export LD_LIBRARY_PATH="$PWD/$B/lib:$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$B/liblivefuse.so" | grep -q "not found"; then
-  extra=$(python3 -c 'import nvidia.cublas as c, os; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
-  [ -n "$extra" ] && export LD_LIBRARY_PATH="$extra:$LD_LIBRARY_PATH"
-fi
+. tools/gpu/env.sh
 export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
 
 echo "== LIVEFUSE_JIT=nvrtc: NVRTC's kernels, the reference for the linked default's ($(( $(date +%s) - START )) s)"
