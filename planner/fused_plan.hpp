@@ -83,7 +83,7 @@ class FusedPlan final : public Plan {
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
   uint64_t set_evictions_ = 0;              // sets freed (idle) or taken over by other shapes
-  std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
+  std::unordered_set<uint64_t> seen_once_;  // bindings run once: CUDA graph keys, CPU externals
   struct ShapeGraphs {
     std::string shapes;  // the externals' concrete shapes
     uint64_t replays = 0;
