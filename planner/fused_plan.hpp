@@ -77,13 +77,16 @@ class FusedPlan final : public Plan {
   // Early launches (Plan::launch_early), by a key of the externals' binding and the stream:
   // the set and graph a completed replay of that binding used, and its shapes.
   static uint64_t externals_key(const std::vector<Tensor>& externals, uint32_t stream);
+  // CPU: packs admitted + sibling weights concatenated so far (a run that moved it was cold).
+  uint64_t cache_fills() const;
+  static constexpr uint64_t kColdRunsAtMost = 64;
   std::unordered_map<uint64_t, std::vector<EarlyLaunch>> early_;
   bool early_ok_ = false;  // every step's only effect is its outputs (no opaque kernels)
   bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
   PlannedSegment planned_;
   std::vector<BindingSet> sets_;
   uint64_t set_evictions_ = 0;              // sets freed (idle) or taken over by other shapes
-  std::unordered_set<uint64_t> seen_once_;  // bindings run once: CUDA graph keys, CPU externals
+  std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
   struct ShapeGraphs {
     std::string shapes;  // the externals' concrete shapes
     uint64_t replays = 0;
