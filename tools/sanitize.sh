@@ -40,8 +40,10 @@ export TSAN_OPTIONS="halt_on_error=0:exitcode=66:second_deadlock_stack=1:${TSAN_
 failed=0
 for kind in "${kinds[@]}"; do
   case "$kind" in
-    asan) san=address,undefined; run_env=() ;;
-    tsan) san=thread; run_env=(LIVEFUSE_CPU_THREADS=1) ;;
+    # GCC 12's -Wmaybe-uninitialized misfires inside libstdc++'s <regex> under ASan (test_lto):
+    # ten pages of warnings about std::function in a build that is otherwise clean.
+    asan) san=address,undefined; run_env=(); extra=(-Dcpp_args=-Wno-maybe-uninitialized) ;;
+    tsan) san=thread; run_env=(LIVEFUSE_CPU_THREADS=1); extra=() ;;
     *) echo "sanitize: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
   esac
   dir=build-$kind
@@ -49,7 +51,7 @@ for kind in "${kinds[@]}"; do
   rm -f "$dir"/meson-logs/testlog.*
   t0=$(date +%s)
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" -Db_sanitize="$san" "${common[@]}" ||
+    meson setup "$dir" -Db_sanitize="$san" "${common[@]}" "${extra[@]}" ||
       { echo "sanitize: $kind: meson setup failed" >&2; failed=1; continue; }
   fi
   if ! ninja -C "$dir" -j"$(nproc)"; then
