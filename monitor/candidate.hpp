@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/op_call.hpp"
+#include "runtime/plan.hpp"
 
 namespace livefuse::monitor {
 
@@ -62,9 +63,14 @@ struct ShapeTuple {
 
 struct ShapePattern {
   std::vector<DimRef> layout;
-  std::vector<ShapeTuple> tuples;  // distinct tuples seen (at most max_shape_tuples)
+  std::vector<ShapeTuple> tuples;  // distinct tuples seen (at most max_shape_tuples), not in `family`
   std::vector<bool> varying;       // per layout entry: differed between tuples ever seen
   uint64_t evicted = 0;            // tuples dropped for the cap (least counted first)
+  // Tuples of every length of one loop (runtime/plan.hpp, "shape families"): once
+  // kFamilyTuples distinct tuples fit one, its members are counted here, not in `tuples`.
+  ShapeFamily family;
+  uint64_t family_count = 0;  // occurrences of its members
+  static constexpr size_t kFamilyTuples = 3;
 
   std::vector<DimRef> varying_dims() const;
 };

@@ -217,7 +217,8 @@ bool Detector::replay_served(const TraceEvent& ev) {
   if (first_out == 0 || ext.size() != n_ext) return false;
   const std::vector<int64_t>* tuple = nullptr;
   const Candidate* c =
-      structures_.find(ev.value, static_cast<uint32_t>(ev.in_ids[0]), ev.in_ids[3], &tuple);
+      structures_.find(ev.value, static_cast<uint32_t>(ev.in_ids[0]), ev.in_ids[3], &tuple,
+                       static_cast<int64_t>(ev.out_ids[1]) - 1);
   if (c == nullptr || c->ops.size() != ev.in_ids[1] || c->externals.size() != n_ext) return false;
   // Where each value's dims start in the tuple: external slots, then the outputs in order.
   std::vector<int>& at = value_dims_;
@@ -335,6 +336,7 @@ void Detector::fill(MonitorCounters& c) const {
   c.structures = structures_.size();
   c.structure_evictions = structures_.evictions();
   c.shape_evictions = structures_.shape_evictions();
+  c.shape_families = structures_.families();
   c.hot = structures_.hot_count();
   c.candidates_emitted = structures_.emitted();
   c.candidates_cooled = structures_.cooled();

@@ -160,9 +160,14 @@ void Monitor::on_window_open(uint32_t stream_id) {
   push(p);
 }
 
-bool Monitor::knows_shape(const Plan& plan, uint64_t tuple_key) {
+bool Monitor::knows_shape(const Plan& plan, uint64_t tuple_key, std::span<const int64_t> tuple,
+                          int64_t* family_n) {
   for (uint64_t known : plan.shape_tuples)
     if (known == tuple_key) return true;
+  if (const std::optional<int64_t> n = plan.family.member(tuple)) {
+    *family_n = *n;
+    return true;
+  }
   std::lock_guard<std::mutex> lk(new_shapes_mu_);
   if (new_shapes_.size() >= 4096) new_shapes_.clear();  // bounded; a tuple may be reported again
   return ++new_shapes_[{plan.id, tuple_key}] > kReportsOfNewShape;
@@ -170,17 +175,22 @@ bool Monitor::knows_shape(const Plan& plan, uint64_t tuple_key) {
 
 void Monitor::on_served(const Plan& plan, const Window& w) {
   // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
+  // A plan with a family also needs the tuple itself (a reused per-thread buffer).
+  thread_local std::vector<int64_t> tuple;
+  tuple.clear();
   ShapeTupleKey key;
   for (const Tensor& e : w.externals)
-    for (int64_t d : e.impl()->shape) key.add(d);
+    for (int64_t d : e.impl()->shape) key.add(d), tuple.push_back(d);
   size_t n_out = 0;
   for (const TensorList& outs : w.outputs) {
     n_out += outs.size();
     for (const Tensor& t : outs)
-      for (int64_t d : t.impl()->shape) key.add(d);
+      for (int64_t d : t.impl()->shape) key.add(d), tuple.push_back(d);
   }
   const bool replayable = w.ids_begin != 0 && n_out <= 64;
-  if (!replayable || !knows_shape(plan, key.h)) return TraceSink::on_served(plan, w);
+  int64_t family_n = -1;
+  if (!replayable || !knows_shape(plan, key.h, tuple, &family_n))
+    return TraceSink::on_served(plan, w);
   Producer* p = producer();
   if (p == nullptr) return;
   const size_t ne = w.externals.size();
@@ -203,6 +213,7 @@ void Monitor::on_served(const Plan& plan, const Window& w) {
   ev.in_ids[4] = all & ~w.held;
   ev.in_ids[5] = ne;
   ev.out_ids[0] = n_out;
+  ev.out_ids[1] = static_cast<ValueId>(family_n + 1);
   for (size_t e = 0; e < ne && e < kServedIdsPerEvent; ++e)
     ev.served_ids[e] = w.externals[e].impl()->id;
   push(p);
@@ -469,6 +480,7 @@ void ensure_started() {
       sink.add("structures", c.structures);
       sink.add("structure_evictions", c.structure_evictions);
       sink.add("shape_evictions", c.shape_evictions);
+      sink.add("shape_families", c.shape_families);
       sink.add("value_evictions", c.value_evictions);
       sink.add("hot", c.hot);
       sink.add("candidates_emitted", c.candidates_emitted);

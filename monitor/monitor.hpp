@@ -86,7 +86,9 @@ class Monitor final : public TraceSink {
   Producer* attach_producer();
   Producer* producer();
   void push(Producer* p);
-  bool knows_shape(const Plan& plan, uint64_t tuple_key);
+  // Known: one of the plan's tuples, or of its family (then *family_n is its n).
+  bool knows_shape(const Plan& plan, uint64_t tuple_key, std::span<const int64_t> tuple,
+                   int64_t* family_n);
   void run();
   size_t consume_once();
   void deliver(std::vector<Candidate>& emitted, std::vector<std::pair<uint64_t, uint32_t>>& cooled);

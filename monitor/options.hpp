@@ -58,6 +58,7 @@ struct MonitorCounters {
   uint64_t structures = 0;       // distinct sequences tracked now
   uint64_t structure_evictions = 0;
   uint64_t shape_evictions = 0;
+  uint64_t shape_families = 0;  // shape families fitted (runtime/plan.hpp, the note)
   uint64_t hot = 0;  // sequences hot now
   uint64_t candidates_emitted = 0;
   uint64_t candidates_cooled = 0;

@@ -102,7 +102,7 @@ void fill_served_event(TraceEvent& ev, uint64_t signature, uint32_t plan_stream,
   ev.in_ids[0] = plan_stream;
   ev.in_ids[1] = n_ops;
   for (int k = 2; k < kMaxEventInputs; ++k) ev.in_ids[k] = 0;  // no output ids: not replayable
-  ev.out_ids[0] = 0;
+  ev.out_ids[0] = ev.out_ids[1] = 0;
   ev.n_in = ev.n_out = 0;
   ev.flags = 0;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "runtime/plan.hpp"
 
@@ -69,8 +70,78 @@ void StructureTable::create(Structure& s, StreamWindow& w, uint64_t begin, const
   cand.first_seen_ns = c.first_ns;
 }
 
+namespace {
+
+// The family through tuples a and b, when b - a is a whole multiple of the change in their
+// first differing entry everywhere (that entry is n: slope 1, base 0).
+std::optional<ShapeFamily> family_through(const std::vector<int64_t>& a,
+                                          const std::vector<int64_t>& b) {
+  if (a.size() != b.size()) return std::nullopt;
+  size_t p = 0;
+  while (p < a.size() && a[p] == b[p]) ++p;
+  if (p == a.size()) return std::nullopt;
+  const int64_t dn = b[p] - a[p];
+  ShapeFamily f;
+  f.param = static_cast<int>(p);
+  f.base.resize(a.size());
+  f.slope.resize(a.size());
+  for (size_t e = 0; e < a.size(); ++e) {
+    const int64_t d = b[e] - a[e];
+    if (d % dn != 0) return std::nullopt;
+    f.slope[e] = d / dn;
+    f.base[e] = a[e] - f.slope[e] * a[p];
+  }
+  f.n_min = std::min(a[p], b[p]);
+  f.n_max = std::max(a[p], b[p]);
+  return f;
+}
+
+}  // namespace
+
+void StructureTable::drop_tuple(Structure& s, size_t t) {
+  const auto at = static_cast<std::ptrdiff_t>(t);
+  s.cand.shapes.tuples.erase(s.cand.shapes.tuples.begin() + at);
+  s.tuple_hashes.erase(s.tuple_hashes.begin() + at);
+  s.tuple_keys.erase(s.tuple_keys.begin() + at);
+}
+
+// The newest tuple (the last kept) with each other kept tuple in turn: the first line that
+// kFamilyTuples of them fit becomes the family, and its members leave `tuples`. Lines through
+// two one-off shapes fit nothing else, so a few distinct shapes never make a family.
+bool StructureTable::try_family(Structure& s) {
+  ShapePattern& sp = s.cand.shapes;
+  if (sp.family.defined() || sp.tuples.size() < ShapePattern::kFamilyTuples) return false;
+  const std::vector<int64_t>& fresh = sp.tuples.back().dims;
+  for (size_t u = 0; u + 1 < sp.tuples.size(); ++u) {
+    std::optional<ShapeFamily> f = family_through(sp.tuples[u].dims, fresh);
+    if (!f) continue;
+    std::vector<size_t> members;
+    for (size_t t = 0; t < sp.tuples.size(); ++t)
+      if (f->member(sp.tuples[t].dims)) members.push_back(t);
+    if (members.size() < ShapePattern::kFamilyTuples) continue;
+    sp.family_count = 0;
+    for (auto it = members.rbegin(); it != members.rend(); ++it) {
+      const int64_t n = sp.tuples[*it].dims[static_cast<size_t>(f->param)];
+      f->n_min = std::min(f->n_min, n);
+      f->n_max = std::max(f->n_max, n);
+      sp.family_count += sp.tuples[*it].count;
+      drop_tuple(s, *it);
+    }
+    sp.family = std::move(*f);
+    ++n_families_;
+    return true;
+  }
+  return false;
+}
+
 bool StructureTable::add_shape(Structure& s, const Canon& c) {
   ShapePattern& sp = s.cand.shapes;
+  if (const std::optional<int64_t> n = sp.family.member(c.tuple)) {
+    sp.family.n_min = std::min(sp.family.n_min, *n);
+    sp.family.n_max = std::max(sp.family.n_max, *n);
+    ++sp.family_count;
+    return false;
+  }
   for (size_t t = 0; t < s.tuple_hashes.size(); ++t)
     if (s.tuple_hashes[t] == c.tuple_hash && sp.tuples[t].dims == c.tuple) {
       ++sp.tuples[t].count;
@@ -103,6 +174,7 @@ bool StructureTable::add_shape(Structure& s, const Canon& c) {
   ShapeTupleKey key;
   for (int64_t d : c.tuple) key.add(d);
   s.tuple_keys.push_back(key.h);
+  try_family(s);
   return true;
 }
 
@@ -157,7 +229,8 @@ bool StructureTable::observe_served(uint64_t signature, uint32_t stream, uint32_
 }
 
 const Candidate* StructureTable::find(uint64_t signature, uint32_t stream, uint64_t tuple_key,
-                                      const std::vector<int64_t>** tuple) const {
+                                      const std::vector<int64_t>** tuple,
+                                      int64_t family_n) const {
   auto it = map_.find(Key{signature, stream});
   if (it == map_.end()) return nullptr;
   const Structure& s = it->second;
@@ -166,7 +239,16 @@ const Candidate* StructureTable::find(uint64_t signature, uint32_t stream, uint6
       *tuple = &s.cand.shapes.tuples[t].dims;
       return &s.cand;
     }
-  return nullptr;
+  const ShapeFamily& f = s.cand.shapes.family;
+  if (family_n < 0 || !f.defined()) return nullptr;
+  // The plan's family may be older than the structure's: the rebuilt tuple must be the one the
+  // window had.
+  f.tuple(family_n, family_tuple_);
+  ShapeTupleKey key;
+  for (int64_t d : family_tuple_) key.add(d);
+  if (key.h != tuple_key) return nullptr;
+  *tuple = &family_tuple_;
+  return &s.cand;
 }
 
 void StructureTable::count(Structure& s, bool new_shape) {

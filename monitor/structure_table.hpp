@@ -32,8 +32,10 @@ class StructureTable {
   bool observe_served(uint64_t signature, uint32_t stream, uint32_t now_epoch, uint64_t now_ns);
   // The structure (signature, stream), and in `tuple` the dims of its shape tuple whose
   // ShapeTupleKey (runtime/plan.hpp) is `tuple_key`; nullptr when either is not tracked.
+  // A served window of a family's length `family_n` (>= 0) is found by the family when its
+  // tuple is not kept as such: `tuple` then points to a scratch copy, valid until the next call.
   const Candidate* find(uint64_t signature, uint32_t stream, uint64_t tuple_key,
-                        const std::vector<int64_t>** tuple) const;
+                        const std::vector<int64_t>** tuple, int64_t family_n = -1) const;
   // Decays every count to `epoch_of(stream)`; hot ones below hot/2 go cold, dead ones go.
   template <class EpochOf>
   void sweep(EpochOf epoch_of);
@@ -49,6 +51,7 @@ class StructureTable {
   uint64_t hot_count() const;
   uint64_t evictions() const { return evictions_; }
   uint64_t shape_evictions() const { return shape_evictions_; }
+  uint64_t families() const { return n_families_; }
   uint64_t emitted() const { return n_emitted_; }
   uint64_t cooled() const { return n_cooled_; }
 
@@ -77,6 +80,9 @@ class StructureTable {
 
   void create(Structure& s, StreamWindow& w, uint64_t begin, const Canon& c);
   bool add_shape(Structure& s, const Canon& c);  // true when the tuple is new
+  // Fits a family through the new tuple and the kept ones; true when one was made.
+  bool try_family(Structure& s);
+  void drop_tuple(Structure& s, size_t t);
   void add_liveness(Structure& s, const Canon& c);
   void decay(Structure& s, uint32_t epoch);
   void evict_coldest(const Key& keep);
@@ -85,9 +91,10 @@ class StructureTable {
 
   MonitorOptions opts_;
   std::unordered_map<Key, Structure, KeyHash> map_;
+  mutable std::vector<int64_t> family_tuple_;  // find()'s scratch
   std::vector<Candidate> emitted_;
   std::vector<std::pair<uint64_t, uint32_t>> cooled_;
-  uint64_t evictions_ = 0, shape_evictions_ = 0, n_emitted_ = 0, n_cooled_ = 0;
+  uint64_t evictions_ = 0, shape_evictions_ = 0, n_emitted_ = 0, n_cooled_ = 0, n_families_ = 0;
 };
 
 template <class EpochOf>

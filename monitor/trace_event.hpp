@@ -16,7 +16,8 @@
 //            tuple) and these ids. `value`: the plan's signature; in_ids: [0] the stream it
 //            was planned from, [1] ops, [2] the id of output 0 (the window's output f has id
 //            in_ids[2] + f), [3] the ShapeTupleKey, [4] bit f: output f was released with the
-//            window, [5] external slots; out_ids[0]: outputs; `served_ids`: the external
+//            window, [5] external slots; out_ids[0]: outputs, [1]: n + 1 when the tuple is
+//            the plan's family's at n (runtime/plan.hpp), else 0; `served_ids`: the external
 //            slots' ids, the first kServedIdsPerEvent of them (the others in served_ids
 //            events just before, in order).
 //   served_ids  more external slot ids of the served event that follows on `stream`: n_in of

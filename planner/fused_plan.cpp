@@ -77,11 +77,39 @@ bool FusedPlan::writes(int op, int out) const {
 
 std::string FusedPlan::describe() const { return planned_.describe(); }
 
+// "n = e1[2] in [33, 96] (64 lengths run, last 96): e1[2] = n, #4.0[2] = n + 1, ...": the
+// tuple's entries are the values' dims in value id order (externals, then outputs).
+std::string FusedPlan::describe_family() const {
+  const Segment& seg = planned_.segment;
+  std::vector<std::string> names;
+  for (int v = 0; v < seg.num_values(); ++v) {
+    const ValueRef r = seg.value_ref(v);
+    const std::string base = r.is_external() ? "e" + std::to_string(r.external)
+                                             : "#" + std::to_string(r.node) + "." + std::to_string(r.output);
+    for (int a = 0; a < seg.shape(r).rank; ++a) names.push_back(base + "[" + std::to_string(a) + "]");
+  }
+  auto name = [&](size_t e) { return e < names.size() ? names[e] : "?" + std::to_string(e); };
+  std::string out = "n = " + name(static_cast<size_t>(family.param)) + " in [" +
+                    std::to_string(family.n_min) + ", " + std::to_string(family.n_max) +
+                    "] when planned; runs bound n in [" + std::to_string(n_seen_lo_) + ", " +
+                    std::to_string(n_seen_hi_) + "], last " + std::to_string(n_last_) + ":";
+  for (size_t e = 0; e < family.size(); ++e) {
+    if (family.slope[e] == 0) continue;
+    out += " " + name(e) + " = " + (family.slope[e] == 1 ? "" : std::to_string(family.slope[e]) + "n");
+    if (family.slope[e] == 1) out += "n";
+    if (family.base[e] != 0) out += (family.base[e] > 0 ? " + " : " - ") + std::to_string(std::llabs(family.base[e]));
+    out += ",";
+  }
+  out.pop_back();
+  return out;
+}
+
 void FusedPlan::details(PlanDetails& d) const {
   std::lock_guard<std::mutex> lock(run_mu_);
   const Segment& seg = planned_.segment;
   for (size_t e = 0; e < seg.externals.size(); ++e)
     d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
+  if (family.defined()) d.notes.emplace_back("shape family", describe_family());
   int g = 0;
   auto kernel_info = [&](const FusedKernelStep& f) {
     KernelInfo k;
@@ -169,6 +197,7 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   LF_ASSERT(values.size() == planned_.values.size(), "window has ", values.size(), " values, plan ",
             planned_.values.size());
   ++runs_;
+  if (family.defined()) note_family_n(values);
   if (faults::fire(faults::Point::run)) throw Error("[plan] injected fault at run");
   if (device_kind == DeviceKind::cpu) {
     // A run that filled a cache (a GEMM weight packed, sibling weights concatenated) is not what
@@ -184,6 +213,21 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
     return true;
   }
   return run_cuda(values, w);
+}
+
+// The n this run binds: the dim of the value that tuple entry `family.param` is.
+void FusedPlan::note_family_n(const std::vector<Tensor>& values) {
+  size_t e = static_cast<size_t>(family.param);
+  for (const Tensor& t : values) {
+    const Shape& s = t.impl()->shape;
+    if (e < static_cast<size_t>(s.rank)) {
+      n_last_ = s.v[e];
+      n_seen_lo_ = n_seen_lo_ < 0 ? n_last_ : std::min(n_seen_lo_, n_last_);
+      n_seen_hi_ = std::max(n_seen_hi_, n_last_);
+      return;
+    }
+    e -= static_cast<size_t>(s.rank);
+  }
 }
 
 uint64_t FusedPlan::cache_fills() const {
@@ -433,7 +477,10 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   if (!graphs_->contains(key) && (!may_capture || seen_once_.insert(key).second)) {
     if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
     run_plan(planned_, values, st);
-    w.cold_run = true;  // launch by launch: not what a replay costs, so live sampling skips it
+    // Launch by launch: not what a replay costs, so live sampling skips it -- except in a plan
+    // with a shape family (a decode step at a new length nearly every run), where a binding is
+    // seen once and the direct run is the steady state (after its first runs: module loads).
+    w.cold_run = !family.defined() || runs_ <= 2;
     return true;
   }
   if (faults::fire(faults::Point::instantiate))

@@ -36,6 +36,10 @@ class FusedPlan final : public Plan {
 
  private:
   bool run_cuda(std::vector<Tensor>& values, Window& w);
+  // Shape family (runtime/plan.hpp): the n of each run, for inspection.
+  void note_family_n(const std::vector<Tensor>& values);
+  std::string describe_family() const;
+  int64_t n_last_ = -1, n_seen_lo_ = -1, n_seen_hi_ = -1;
   // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.
   void run_profiled(std::span<const Tensor> values, void* stream);
   // Plan-owned buffers for every value the plan writes, for one tuple of shapes. The user's

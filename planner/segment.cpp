@@ -209,10 +209,16 @@ Segment from_candidate(const monitor::Candidate& c) {
   using monitor::DimRef;
   using monitor::WireRef;
   Segment seg;
-  // The most frequent shape tuple is the representative.
+  // The most frequent shape tuple is the representative; a family counts as one tuple, the
+  // newest of its lengths (its members are not in `tuples`).
   const monitor::ShapeTuple* rep = nullptr;
   for (const auto& t : c.shapes.tuples)
     if (!rep || t.count > rep->count) rep = &t;
+  monitor::ShapeTuple from_family;
+  if (const ShapeFamily& f = c.shapes.family; f.defined() && (!rep || c.shapes.family_count >= rep->count)) {
+    f.tuple(f.n_max, from_family.dims);
+    rep = &from_family;
+  }
   auto dims_of = [&](DimRef::Kind kind, int index, int output, int rank, std::vector<bool>* varying) {
     Shape s;
     s.rank = rank;

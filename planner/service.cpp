@@ -325,7 +325,7 @@ class Service final : public monitor::CandidateConsumer {
     record_decision("planner", subject, "failed to plan", why);
     std::lock_guard<std::mutex> g(mu_);
     ++ctr_.failed;
-    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size()};
+    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
     last_error_ = why;
   }
 
@@ -333,7 +333,7 @@ class Service final : public monitor::CandidateConsumer {
     record_decision("planner", subject, "skip", why);
     std::lock_guard<std::mutex> g(mu_);
     ++ctr_.skipped;
-    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size()};
+    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
   }
 
   // Plans one candidate; nothing when it needs no plan (or cannot have one: recorded here).
@@ -352,7 +352,9 @@ class Service final : public monitor::CandidateConsumer {
       auto it = planned_.find({c.signature, c.stream});
       if (it != planned_.end()) {
         // Same structure again: re-plan only when its shape mix changed (a new version).
-        if (it->second.version >= c.version || it->second.shape_tuples == c.shapes.tuples.size()) {
+        if (it->second.version >= c.version ||
+            (it->second.shape_tuples == c.shapes.tuples.size() &&
+             it->second.family == c.shapes.family.defined())) {
           ++ctr_.skipped;
           return std::nullopt;
         }
@@ -423,6 +425,7 @@ class Service final : public monitor::CandidateConsumer {
         for (int64_t d : t.dims) k.add(d);
         plan->shape_tuples.push_back(k.h);
       }
+      plan->family = c.shapes.family;
       plan->id = next_id_++;
       plan->name = monitor::describe(c);
       if (plan->name.size() > 120) plan->name = plan->name.substr(0, 117) + "...";
@@ -439,7 +442,7 @@ class Service final : public monitor::CandidateConsumer {
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.planned;
       ++ctr_.published;
-      planned_[{c.signature, c.stream}] = {id, c.version, c.shapes.tuples.size()};
+      planned_[{c.signature, c.stream}] = {id, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
     } catch (const std::exception& e) {
       fail(c, p.subject, e.what());
     }
@@ -449,6 +452,7 @@ class Service final : public monitor::CandidateConsumer {
     uint64_t plan_id = 0;
     uint32_t version = 0;
     size_t shape_tuples = 0;
+    bool family = false;  // planned with a shape family
   };
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;

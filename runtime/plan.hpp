@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,38 @@ struct ShapeTupleKey {
   void add(int64_t d) { h = (h ^ static_cast<uint64_t>(d)) * 0x100000001b3ull; }
 };
 
+// [ Note -- shape families: extents as parameters ]
+// A decode loop runs the same structure at a new length every step: its shape tuples differ
+// only in entries that move together with one integer n (the KV length). A family describes
+// all of them at once: entry e of a tuple is base[e] + slope[e] * n, where n is the value of
+// entry `param` (the first entry that varies, so slope[param] = 1 and base[param] = 0). The
+// monitor fits one from the tuples it sees (monitor/structure_table.cpp); a plan carries it,
+// so a window of any length of the family counts as a known shape -- one plan, planned once,
+// serves every length -- and the monitor can rebuild the tuple of a served window from n.
+struct ShapeFamily {
+  int param = -1;                    // -1: no family
+  std::vector<int64_t> base, slope;  // per tuple entry; slope 0: a fixed entry
+  int64_t n_min = 0, n_max = 0;      // the values of n seen so far (inspection)
+
+  bool defined() const { return param >= 0; }
+  size_t size() const { return base.size(); }
+  // n when `dims` (a whole tuple) belongs to the family, else nullopt.
+  std::optional<int64_t> member(std::span<const int64_t> dims) const {
+    if (!defined() || dims.size() != base.size()) return std::nullopt;
+    const int64_t n = dims[static_cast<size_t>(param)];
+    for (size_t e = 0; e < dims.size(); ++e)
+      if (dims[e] != base[e] + slope[e] * n) return std::nullopt;
+    return n;
+  }
+  void tuple(int64_t n, std::vector<int64_t>& out) const {
+    out.resize(base.size());
+    for (size_t e = 0; e < base.size(); ++e) out[e] = base[e] + slope[e] * n;
+  }
+  bool operator==(const ShapeFamily& o) const {
+    return param == o.param && base == o.base && slope == o.slope;
+  }
+};
+
 enum class PlanState : uint8_t { sampling, active, rejected, retired, failed };
 std::string_view plan_state_name(PlanState s);
 
@@ -134,6 +168,7 @@ class Plan {
   // that the monitor learns the new shape.
   uint32_t stream = 0;
   std::vector<uint64_t> shape_tuples;
+  ShapeFamily family;  // tuples of every length of one family are known too (the note above)
 
   std::atomic<PlanState> state{PlanState::sampling};
   std::atomic<uint64_t> hits{0}, eager_fallbacks{0};

@@ -131,14 +131,19 @@ TEST_CASE("detector: varying sequence length is one structure with the right var
     for (const auto& cand : c) MESSAGE(describe(cand));
   REQUIRE(c.size() == 1);
   const Candidate& cand = c[0];
-  CHECK(cand.shapes.tuples.size() == 3);
-  // Every dim that is the sequence length varies, nothing else does.
-  const auto& rep = cand.shapes.tuples.front().dims;
-  const auto& other = cand.shapes.tuples.back().dims;
+  // The three lengths are one family (runtime/plan.hpp): every tuple entry is base + slope * S.
+  const ShapeFamily& f = cand.shapes.family;
+  REQUIRE(f.defined());
+  CHECK(cand.shapes.tuples.empty());
+  CHECK(f.n_min == 8);
+  CHECK(f.n_max == 16);
+  CHECK(cand.shapes.family_count == cand.occurrences);  // every counted occurrence is a member
+  // Every dim that is the sequence length varies (slope 1), nothing else does.
   int n_varying = 0;
   for (size_t k = 0; k < cand.shapes.layout.size(); ++k) {
-    const bool seq_dim = rep[k] != other[k];
+    const bool seq_dim = f.slope[k] != 0;
     CHECK(cand.shapes.varying[k] == seq_dim);
+    CHECK(f.slope[k] == (seq_dim ? 1 : 0));
     n_varying += cand.shapes.varying[k];
   }
   // x [S, D] (external 0) and every op output has one S, but [H, S, S] (matmul, softmax): two.

@@ -1,0 +1,99 @@
+// Extents as parameters (runtime/plan.hpp, "shape families"): a decode loop over a KV cache
+// grown by concat meets its structure at a new length every step. One plan, planned once,
+// serves all of them: the monitor fits a family to the tuples, the planner plans once, and
+// windows of any length of the family are known shapes (served events, not calls one by one).
+#include <string>
+
+#include "livefuse/inspect.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "test_plan_util.hpp"
+
+namespace lf = livefuse;
+
+namespace {
+constexpr int64_t kDim = 32;
+constexpr int kSteps = 240;
+
+struct Model {
+  lf::Tensor g, w, b;
+  explicit Model(lf::Device d)
+      : g(lf::rand_uniform({kDim}, 3, 0.5, 1.5, lf::DType::f32, d)),
+        w(lf::rand_uniform({kDim, kDim}, 4, -0.2, 0.2, lf::DType::f32, d)),
+        b(lf::rand_uniform({kDim}, 5, -0.1, 0.1, lf::DType::f32, d)) {}
+
+  // One decode step: the new row joins the cache, attends over it, and the result goes
+  // through a pointwise tail the CPU planner fuses.
+  lf::Tensor step(const lf::Tensor& x, lf::Tensor& cache) const {
+    const lf::Tensor h = lf::layer_norm(x, g, lf::Tensor(), 1e-5);  // [1, kDim]
+    cache = cache.defined() ? lf::concat({cache, h}, 0) : h;       // [L, kDim]
+    const lf::Tensor p = lf::softmax(lf::matmul(h, lf::transpose(cache, 0, 1)), 0.125);
+    const lf::Tensor o = lf::matmul(p, cache);  // [1, kDim]
+    return lf::gelu(lf::add(lf::mul(lf::linear(o, w, b), 0.5), x));
+  }
+};
+
+uint64_t matcher(const char* name) { return lf::inspect().counter("matcher", name).value_or(0); }
+
+struct Run {
+  std::vector<std::vector<double>> outputs;  // every 20th step
+  uint64_t served_late = 0, calls_late = 0;  // steps 60.. of the loop
+};
+
+Run decode(lf::Device d) {
+  const Model m(d);
+  lf::Tensor cache;
+  lf::Tensor x = lf::rand_uniform({1, kDim}, 7, -1, 1, lf::DType::f32, d);
+  Run r;
+  uint64_t served0 = 0, calls0 = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == 60) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+      served0 = matcher("served"), calls0 = matcher("calls");
+    }
+    x = m.step(x, cache);
+    if (s % 20 == 19) r.outputs.push_back(x.to_doubles());
+  }
+  r.served_late = matcher("served") - served0;
+  r.calls_late = matcher("calls") - calls0;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("shape family: one plan serves a concat-cache decode loop at 240 lengths, eager-equal") {
+  const lf::Config saved = lf::config();
+  const lf::Device cpu = lf::Device::cpu();
+  lf::Config c = lftest::fresh_unsampled(lf::Mode::off);
+  lf::set_config_for_testing(c);
+  const Run want = decode(cpu);
+  c.mode = lf::Mode::on;
+  lf::set_config_for_testing(c);
+  const uint64_t published0 = lf::inspect().counter("planner", "published").value_or(0);
+  const Run got = decode(cpu);
+  REQUIRE(got.outputs.size() == want.outputs.size());
+  for (size_t k = 0; k < got.outputs.size(); ++k) {
+    INFO("step " << 20 * k + 19);
+    CHECK(lftest::allclose(got.outputs[k], want.outputs[k], 1e-4, 1e-5));
+  }
+  const lf::Snapshot snap = lf::inspect();
+  const uint64_t published = snap.counter("planner", "published").value_or(0) - published0;
+  MESSAGE("plans published: ", published, ", calls served after step 60: ", got.served_late,
+          " of ", got.calls_late, ", families: ",
+          snap.counter("monitor", "shape_families").value_or(0));
+  // A plan per length would be ~240 here (or a re-plan per new length up to the tuple cap).
+  CHECK(published <= 4);
+  CHECK(snap.counter("monitor", "shape_families").value_or(0) >= 1);
+  CHECK(got.calls_late > 0);
+  CHECK(static_cast<double>(got.served_late) >= 0.9 * static_cast<double>(got.calls_late));
+  bool shown = false;
+  for (const lf::PlanInfo& p : snap.plans)
+    for (const auto& [k, v] : p.details.notes)
+      if (k == "shape family" && p.state == "active") {
+        MESSAGE("plan ", p.id, ": ", v);
+        shown = v.find("last 239:") != std::string::npos;  // n: the cache before the step
+      }
+  CHECK(shown);
+  lftest::reset_pipeline();
+  lf::set_config_for_testing(saved);
+}
