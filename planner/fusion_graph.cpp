@@ -50,6 +50,8 @@ std::string_view epilogue_name(GemmEpilogue e) {
     case GemmEpilogue::Bias: return "BIAS";
     case GemmEpilogue::ReluBias: return "RELU_BIAS";
     case GemmEpilogue::GeluBias: return "GELU_BIAS";
+    case GemmEpilogue::Residual: return "C (residual)";
+    case GemmEpilogue::BiasResidual: return "BIAS + C (residual)";
   }
   return "?";
 }

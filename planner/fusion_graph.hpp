@@ -26,8 +26,10 @@ enum class Role : uint8_t {
 // Attention: the template step matmul(q, kᵀ) -> softmax -> matmul(., v) (pass_attention).
 enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque, Attention };
 
-// cuBLASLt epilogues a GEMM step can absorb.
-enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias };
+// cuBLASLt epilogues a GEMM step can absorb. Residual: + a tensor of the product's shape, read
+// as cuBLASLt's C input (beta = 1), after the bias if there is one (a layer's output projection
+// and its residual add).
+enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, BiasResidual };
 
 struct Group {
   int id = 0;
@@ -40,6 +42,7 @@ struct Group {
   int tail_of = -1;        // pointwise: the gemm group it is the tail of
   GemmEpilogue epilogue = GemmEpilogue::None;
   int bias_value = -1;     // value id of the epilogue's bias (matmul + add(bias))
+  int residual_value = -1;  // value id of the epilogue's residual (Residual, BiasResidual)
   int attention = -1;      // attention: index into FusionGraph::attention
 };
 

@@ -1,14 +1,29 @@
 // Pass "gemm_epilogue": a matmul/linear whose result is only consumed by one pointwise group
 // of its shape takes that group as its tail: one step, GEMM then the tail kernel. When the tail
 // is exactly bias-add [+ relu | + gelu_tanh], cuBLASLt can do it in the GEMM's epilogue
-// (BIAS, RELU_BIAS, GELU_BIAS); the tail kernel remains the fallback for backends without it.
+// (BIAS, RELU_BIAS, GELU_BIAS); a bias-add [+ add of a residual of the product's shape] too, the
+// residual read as cuBLASLt's C (a layer's FFN2 + bias + residual: one launch). The tail kernel
+// remains the fallback for backends without it, and for a residual it cannot read as C.
 #include "planner/passes.hpp"
 
 namespace livefuse::planner {
 namespace {
 
+// add(cur, r) or add(r, cur) with r of cur's full shape, computed outside the tail: a residual
+// cuBLASLt can read as its C input. Its value id, or -1.
+int residual_of(const FusionGraph& g, const Group& tail, const SegmentNode& a, const ValueRef& cur) {
+  if (a.op != OpId::add || a.attrs.scalar_operand || a.inputs.size() != 2) return -1;
+  if (!(a.inputs[0] == cur) && !(a.inputs[1] == cur)) return -1;
+  const ValueRef other = a.inputs[0] == cur ? a.inputs[1] : a.inputs[0];
+  if (other == cur || g.producer_group(other) == tail.id) return -1;
+  if (!(g.seg.shape(other) == g.seg.shape(cur))) return -1;
+  if (g.seg.dtype(other) != g.seg.dtype(cur)) return -1;
+  return g.seg.value_id(other);
+}
+
 // Which epilogue covers the tail, or None with the reason in *why.
-GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group& tail, int* bias, std::string* why) {
+GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group& tail, int* bias,
+                            int* residual, std::string* why) {
   const int m = gemm.nodes[0];
   const SegmentNode& mn = g.seg.nodes[m];
   const bool linear_bias = mn.op == OpId::linear && mn.attrs.i[0] != 0;
@@ -21,6 +36,7 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
   if (!linear_bias) {
     if (nodes.empty()) return GemmEpilogue::None;
     const SegmentNode& a = g.seg.nodes[nodes[0]];
+    if (nodes.size() == 1 && (*residual = residual_of(g, tail, a, y)) >= 0) return GemmEpilogue::Residual;
     if (a.op != OpId::add || a.attrs.scalar_operand) {
       *why = "the tail does not start with a bias add";
       return GemmEpilogue::None;
@@ -36,6 +52,16 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
     pos = 1;
   }
   GemmEpilogue e = GemmEpilogue::Bias;
+  *residual = -1;
+  // A residual after the bias, no activation (cuBLASLt would apply one after adding C).
+  if (pos + 1 == nodes.size()) {
+    const int r = residual_of(g, tail, g.seg.nodes[nodes[pos]], cur);
+    if (r >= 0) {
+      *residual = r;
+      e = *bias >= 0 ? GemmEpilogue::BiasResidual : GemmEpilogue::Residual;
+      pos = nodes.size();
+    }
+  }
   if (pos < nodes.size()) {
     const SegmentNode& act = g.seg.nodes[nodes[pos]];
     if (act.inputs.size() != 1 || !(act.inputs[0] == cur)) {
@@ -50,7 +76,7 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
       return GemmEpilogue::None;
     }
     ++pos;
-  } else if (linear_bias) {
+  } else if (linear_bias && *residual < 0) {
     *why = "linear already adds its bias";
     return GemmEpilogue::None;
   }
@@ -111,9 +137,10 @@ void pass_gemm_epilogue(FusionGraph& g) {
     gm.tail = tail;
     g.groups[tail].tail_of = gm.id;
     std::string why;
-    int bias = -1;
-    gm.epilogue = match_epilogue(g, gm, g.groups[tail], &bias, &why);
+    int bias = -1, residual = -1;
+    gm.epilogue = match_epilogue(g, gm, g.groups[tail], &bias, &residual, &why);
     gm.bias_value = bias;
+    gm.residual_value = gm.epilogue == GemmEpilogue::Residual || gm.epilogue == GemmEpilogue::BiasResidual ? residual : -1;
     const std::string tail_nodes = g.nodes_str(g.groups[tail].nodes);
     if (gm.epilogue != GemmEpilogue::None)
       g.decide(at + " + " + tail_nodes + " as one GEMM with cuBLASLt epilogue " + std::string(epilogue_name(gm.epilogue)),

@@ -24,9 +24,9 @@ namespace livefuse::planner {
 namespace {
 
 #if LIVEFUSE_HAS_CUDA
-// The CUDA backend's cuBLASLt epilogues (BIAS, RELU_BIAS, GELU_BIAS).
-bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias, const Tensor& out,
-                       void* stream) {
+// The CUDA backend's cuBLASLt epilogues (BIAS, RELU_BIAS, GELU_BIAS; C for a residual).
+bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias,
+                       const Tensor* residual, const Tensor& out, void* stream) {
   cuda::LtAct act = cuda::LtAct::none;
   switch (e) {
     case GemmEpilogue::None:
@@ -39,8 +39,12 @@ bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias, c
     case GemmEpilogue::GeluBias:
       act = cuda::LtAct::gelu_tanh;
       break;
+    case GemmEpilogue::Residual:
+    case GemmEpilogue::BiasResidual:
+      if (!residual) return false;
+      break;
   }
-  return cuda::run_gemm_epilogue(gemm, static_cast<uint8_t>(act), bias, out, stream);
+  return cuda::run_gemm_epilogue(gemm, static_cast<uint8_t>(act), bias, residual, out, stream);
 }
 constexpr GemmEpilogueRunner kDefaultEpilogueRunner = cublaslt_epilogue;
 #else
@@ -223,7 +227,10 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
         const Tensor& out = value(values, gs->final_value);
         ensure_storage(out);
         const Tensor* bias = gs->bias_value >= 0 ? &value(values, gs->bias_value) : nullptr;
-        if (r(c, gs->epilogue, bias, out, stream)) return;
+        const Tensor* residual =
+            gs->residual_value >= 0 ? &value(values, gs->residual_value) : nullptr;
+        if (residual && residual->impl()->storage == out.impl()->storage) residual = nullptr;
+        if (r(c, gs->epilogue, bias, residual, out, stream)) return;
       }
     }
     run_node(p, gs->node, values, stream);

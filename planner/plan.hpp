@@ -63,6 +63,7 @@ struct GemmStep {
   int node = -1;
   GemmEpilogue epilogue = GemmEpilogue::None;
   int bias_value = -1;
+  int residual_value = -1;                // Residual / BiasResidual: what cuBLASLt reads as C
   std::shared_ptr<FusedKernelStep> tail;  // null: the GEMM alone
   int final_value = -1;                   // the tail's last output (what an epilogue writes)
   // Sibling linears over one input run as this one GEMM (pass_gemm_siblings, plan_siblings.cpp):
@@ -129,7 +130,7 @@ std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tenso
 // cuBLASLt epilogue hook (CUDA builds start with cuBLASLt's): a runner that computes gemm + epilogue into
 // `out` (returns false when it cannot, then the GEMM + tail kernel path runs).
 using GemmEpilogueRunner = bool (*)(const OpCall& gemm, GemmEpilogue epilogue, const Tensor* bias,
-                                    const Tensor& out, void* stream);
+                                    const Tensor* residual, const Tensor& out, void* stream);
 void set_gemm_epilogue_runner(GemmEpilogueRunner r);
 
 }  // namespace livefuse::planner

@@ -45,6 +45,7 @@ class GemmStrategy final : public Strategy {
     gs.node = gr.nodes[0];
     gs.epilogue = gr.epilogue;
     gs.bias_value = gr.bias_value;
+    gs.residual_value = gr.residual_value;
     std::string label = std::string(op_name(g.seg.nodes[gs.node].op)) + " #" + std::to_string(gs.node);
     if (gr.tail >= 0) {
       const int t = gr.tail;

@@ -43,12 +43,14 @@ struct OutView {
   Device device;
 };
 
-// out[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias[N]); batch dims broadcast.
+// out[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias[N]) (+ residual, dense like out); batch
+// dims broadcast.
 void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf32,
-             cudaStream_t s, LtAct act = LtAct::none) {
+             cudaStream_t s, LtAct act = LtAct::none, const void* residual = nullptr) {
   const DType dt = out.dtype;
   const int ra = a.shape.rank, rb = b.shape.rank, ro = out.shape.rank;
   const int64_t M = a.shape[ra - 2], K = a.shape[ra - 1], N = b.shape[rb - 1];
+  LF_ASSERT(K != 0 || !residual, "gemm_nd: a residual with K == 0");
   if (K == 0) {  // empty inner dim: the product is zeros (the caller adds any bias)
     LF_CUDA_CALL(
         cudaMemsetAsync(out.ptr, 0, static_cast<size_t>(out.shape.numel()) * dtype_size(dt), s));
@@ -103,6 +105,7 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
       c.n = rows;
       c.a.ptr = b.ptr;
       c.d = out.ptr;
+      c.c = residual;
       lt_matmul(c, s);
       return;
     }
@@ -143,7 +146,7 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
       b = view_of(tmp_b);
       copied = true;
     }
-    if (copied) return gemm_nd(a, b, out, bias, tf32, s, act);
+    if (copied) return gemm_nd(a, b, out, bias, tf32, s, act, residual);
   }
   const size_t es = dtype_size(dt);
   for (int64_t o = 0; o < outer; ++o) {
@@ -154,6 +157,7 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
       for (int k = 0; k < 3; ++k) off[k] += i * l.strides[k][d];
     }
     c.d = static_cast<char*>(out.ptr) + off[0] * es;
+    c.c = residual ? static_cast<const char*>(residual) + off[0] * es : nullptr;
     c.b.ptr = static_cast<const char*>(a.ptr) + off[1] * es;
     c.a.ptr = static_cast<const char*>(b.ptr) + off[2] * es;
     lt_matmul(c, s);
@@ -185,8 +189,8 @@ void linear_views(const OpCall& call, MatView* a, MatView* b) {
 }
 }  // namespace
 
-bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias, const Tensor& out,
-                       void* stream) {
+bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
+                       const Tensor* residual, const Tensor& out, void* stream) {
   // The epilogue writes a dense output and reads the bias as a dense, 16-byte aligned vector of
   // the output's dtype; anything else is left to the GEMM + tail kernel path.
   if (out.numel() == 0 || !out.is_contiguous()) return false;
@@ -199,6 +203,11 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias, cons
       return false;
     bias_ptr = bias->impl()->data();
   }
+  // The residual is read as C, laid out as the output: dense, same shape and dtype, aligned.
+  if (residual && (residual->dtype() != out.dtype() || !(residual->shape() == out.shape()) ||
+                   !residual->is_contiguous() || act != 0 ||
+                   reinterpret_cast<uintptr_t>(residual->impl()->data()) % 16 != 0))
+    return false;
   MatView a{}, b{};
   bool tf32 = false;
   if (call.op == OpId::linear) {
@@ -212,7 +221,8 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias, cons
   if (a.shape[a.shape.rank - 1] == 0) return false;  // K == 0: gemm_nd writes zeros only
   OutView o{out.impl()->data(), out.shape(), out.dtype(), out.device()};
   if (o.shape.rank == 1) o.shape = Shape{1, out.shape()[0]};
-  gemm_nd(a, b, o, bias_ptr, tf32, static_cast<cudaStream_t>(stream), static_cast<LtAct>(act));
+  gemm_nd(a, b, o, bias_ptr, tf32, static_cast<cudaStream_t>(stream), static_cast<LtAct>(act),
+          residual ? residual->impl()->data() : nullptr);
   return true;
 }
 

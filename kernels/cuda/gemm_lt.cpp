@@ -57,7 +57,7 @@ void* workspace_for(int device, cudaStream_t s) {
 }
 
 struct GemmKey {
-  std::array<int64_t, 21> v{};
+  std::array<int64_t, 22> v{};
   bool operator==(const GemmKey& o) const { return v == o.v; }
 };
 struct GemmKeyHash {
@@ -130,6 +130,7 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
            alignment_of(c.b.ptr),
            alignment_of(c.d),
            c.bias ? alignment_of(c.bias) : 0,
+           c.c ? alignment_of(c.c) : -1,
            device,
            static_cast<int64_t>(c.act)};
   auto it = plans.find(key);
@@ -198,8 +199,9 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+  const uint32_t al_c = c.c ? std::min(al_d, static_cast<uint32_t>(alignment_of(c.c))) : al_d;
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
   cublasLtMatmulHeuristicResult_t result{};
@@ -246,9 +248,10 @@ void lt_matmul(const LtCall& c, cudaStream_t s) {
   if (c.bias)
     LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &c.bias, sizeof(c.bias)));
-  const float alpha = 1.0f, beta = 0.0f;
-  LF_CUBLAS_CALL(cublasLtMatmul(handle, p->desc, &alpha, c.a.ptr, p->a, c.b.ptr, p->b, &beta, c.d,
-                                p->d, c.d, p->d, &p->algo, ws, p->workspace, s));
+  LF_ASSERT(!c.c || c.act == LtAct::none, "a GEMM's C input with an activation epilogue");
+  const float alpha = 1.0f, beta = c.c ? 1.0f : 0.0f;
+  LF_CUBLAS_CALL(cublasLtMatmul(handle, p->desc, &alpha, c.a.ptr, p->a, c.b.ptr, p->b, &beta,
+                                c.c ? c.c : c.d, p->d, c.d, p->d, &p->algo, ws, p->workspace, s));
 }
 
 }  // namespace livefuse::cuda

@@ -26,7 +26,8 @@ bool as_transposed(int64_t R, int64_t C, int64_t sr, int64_t sc, LtMat* m);
 // the tanh approximation (gelu_tanh), never erf gelu.
 enum class LtAct : uint8_t { none, relu, gelu_tanh };
 
-// D = act(op(A) op(B) (+ bias per row of D)), `batch` strided matrices.
+// D = act(op(A) op(B) (+ bias per row of D)) (+ C), `batch` strided matrices. C, when set, is
+// laid out as D (the residual of a layer: one rounding instead of the GEMM's and the add's).
 struct LtCall {
   DType dtype = DType::f32;
   bool tf32 = false;
@@ -35,6 +36,7 @@ struct LtCall {
   int64_t m = 0, n = 0, k = 0, ldd = 0;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
   const void* bias = nullptr;
+  const void* c = nullptr;  // added with beta = 1; never with an activation (it would apply after C)
   LtAct act = LtAct::none;
 };
 

@@ -55,6 +55,46 @@ TEST_CASE("fusion: GEMM + bias + gelu_tanh takes the GELU_BIAS epilogue") {
   CHECK(p.num_kernels() == 1);
 }
 
+TEST_CASE("fusion: linear + bias + residual add takes BIAS + C; with an activation after it, a tail") {
+  SegmentBuilder b;
+  const ValueRef x = b.input({2, 8, 32});
+  const ValueRef w = b.input({16, 32});
+  const ValueRef bias = b.input({16});
+  const ValueRef r = b.input({2, 8, 16});
+  const ValueRef y = b.add(OpId::linear, {x, w, bias}, linear_attrs(true));
+  b.output(b.add(OpId::add, {r, y}));
+  const PlannedSegment p = check_against_eager(b.build(), 3, 1e-4, 1e-5);
+  REQUIRE(p.steps.size() == 1);
+  const auto& gs = std::get<GemmStep>(p.steps[0].body);
+  CHECK(gs.epilogue == GemmEpilogue::BiasResidual);
+  CHECK(gs.residual_value == p.segment.value_id(r));
+  CHECK(gs.tail != nullptr);  // the fallback for a residual cuBLASLt cannot read as C
+  CHECK(p.num_kernels() == 1);
+
+  // matmul, then + a residual of its shape, then + a bias: Residual only covers the first add
+  // when it is the whole tail; here the tail stays a fused kernel.
+  SegmentBuilder b2;
+  const ValueRef x2 = b2.input({8, 32});
+  const ValueRef w2 = b2.input({32, 16});
+  const ValueRef r2 = b2.input({8, 16});
+  const ValueRef y2 = b2.add(OpId::matmul, {x2, w2});
+  b2.output(b2.add(OpId::relu, {b2.add(OpId::add, {y2, r2})}));
+  const PlannedSegment p2 = check_against_eager(b2.build(), 4, 1e-4, 1e-5);
+  REQUIRE(p2.steps.size() == 1);
+  CHECK(std::get<GemmStep>(p2.steps[0].body).epilogue == GemmEpilogue::None);
+  CHECK(p2.num_kernels() == 2);
+
+  // matmul + a value of the product's shape as the whole tail: Residual.
+  SegmentBuilder b3;
+  const ValueRef x3 = b3.input({8, 32});
+  const ValueRef w3 = b3.input({32, 16});
+  const ValueRef r3 = b3.input({8, 16});
+  b3.output(b3.add(OpId::add, {b3.add(OpId::matmul, {x3, w3}), r3}));
+  const PlannedSegment p3 = check_against_eager(b3.build(), 5, 1e-4, 1e-5);
+  REQUIRE(p3.steps.size() == 1);
+  CHECK(std::get<GemmStep>(p3.steps[0].body).epilogue == GemmEpilogue::Residual);
+}
+
 TEST_CASE("fusion: matmul + add(bias) + relu is RELU_BIAS; erf gelu is a fused tail") {
   SegmentBuilder b;
   const ValueRef x = b.input({2, 5, 24});

@@ -98,6 +98,19 @@ std::vector<Case> cases(DType dt) {
     b.output(b.add(OpId::relu, {b.add(OpId::add, {b.add(OpId::matmul, {x, w}), bias})}));
     out.push_back({"matmul + bias + relu epilogue", b.build(), 1});
   }
+  {
+    // A layer's FFN2: linear + bias + the residual (read as cuBLASLt's C) in one launch; and a
+    // batched matmul + residual.
+    SegmentBuilder b;
+    const ValueRef x = b.input({2, 16, 40}, dt), w = b.input({24, 40}, dt), bias = b.input({24}, dt);
+    const ValueRef r = b.input({2, 16, 24}, dt);
+    b.output(b.add(OpId::add, {r, b.add(OpId::linear, {x, w, bias}, linear_attrs(true))}));
+    out.push_back({"linear + bias + residual epilogue", b.build(), 1});
+    SegmentBuilder b2;
+    const ValueRef x2 = b2.input({3, 16, 40}, dt), w2 = b2.input({40, 24}, dt), r2 = b2.input({3, 16, 24}, dt);
+    b2.output(b2.add(OpId::add, {b2.add(OpId::matmul, {x2, w2}), r2}));
+    out.push_back({"matmul + residual epilogue", b2.build(), 1});
+  }
   return out;
 }
 
