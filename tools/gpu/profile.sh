@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Per-step GPU times of the plans (LIVEFUSE_PROFILE=1: each step between events, so each
+# includes ~1 us of event floor) for the decoders and BERT, run THERE after tools/gpu/pack.sh.
+# Each run writes the report livefuse-inspect reads; tools/gpu/profile_table.py makes the
+# per-step table from it. Results in $OUT/profile.tgz.
+# Usage (device tool): bash tools/gpu/profile.sh   [PROFILE_RUNS="gpt2:static gpt2:concat bert"]
+set -u
+cd "$(dirname "$0")/../.."
+REAL_OUT=${OUT:-$PWD/gpu-out}
+D=/tmp/lf-profile-out
+rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
+B=.gpu/build
+. tools/gpu/env.sh
+export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+for run in ${PROFILE_RUNS-gpt2:static gpt2:concat bert}; do
+  name=$(echo "$run" | tr ':' '_')
+  case "$run" in
+    bert) cmd=("$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda
+               --iters 100 --warmup-ms 3000 --quiet) ;;
+    *) cmd=("$B/tools/generate/livefuse-generate" --random 1 --preset "${run%%:*}" --dtype f16
+            --device cuda --cache "${run##*:}" --prompt-len 32 --steps 64 --runs 3 --quiet) ;;
+  esac
+  LIVEFUSE_PROFILE=1 LIVEFUSE_REPORT="$D/$name.json" timeout -k 5 120 "${cmd[@]}" > "$D/$name.log" 2>&1
+  echo "$run rc=$?"
+  python3 tools/gpu/profile_table.py "$D/$name.json" | tee "$D/$name.table" | head -${PROFILE_LINES:-40}
+done
+tar -czf "$REAL_OUT/profile.tgz" -C "$D" . 2>/dev/null
