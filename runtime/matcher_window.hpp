@@ -48,7 +48,18 @@ struct StreamWindow {
   // calls read instead (snapshot_reachable); one copy per input per window, so a value read by
   // two calls stays one external.
   std::vector<std::pair<Tensor, Tensor>> snapshots;
-  void* sample_events[2] = {nullptr, nullptr};       // cudaEvent_t, made at the first CUDA sample
+  // CUDA samples whose end event the GPU has not reached yet (SampleClock): read later, in
+  // stream order, so sampling never waits on the GPU.
+  struct PendingSample {
+    int slot = 0;
+    Plan* plan = nullptr;
+    std::shared_ptr<const PlanTable::Snapshot> keep;  // the plan stays alive until it is read
+    bool via_plan = false;
+    double host_us = 0;
+  };
+  static constexpr int kSampleSlots = 8;
+  void* sample_events[kSampleSlots][2] = {};  // cudaEvent_t pairs, made at the first CUDA sample
+  std::vector<PendingSample> pending_samples;  // oldest first
 };
 
 // Ends the window: counts its calls, untags its outputs, drops an early launch it still holds.
@@ -65,15 +76,28 @@ Tensor snapshot_reachable(const Tensor& t, const Stream& stream);
 // (launch after launch), a graph replay mostly the latter, and it overlaps with the calls that
 // follow it. So on CUDA the sample is max(host, device), the device time measured between two
 // events; on the CPU it is the host time.
+//
+// On CUDA the end event is read later (poll_samples, at the stream's next completions), not
+// waited for: waiting would stall the program's thread until the GPU caught up, at every
+// sampled completion of every new plan. With every event pair still in flight the completion
+// goes unsampled (started() is false).
 class SampleClock {
  public:
   explicit SampleClock(StreamWindow& sw);
-  double finish_us();
+  bool started() const { return slot_ >= 0 || !cuda_; }
+  // Records the sample now (CPU) or once the GPU is past it (CUDA).
+  void finish(Plan& plan, bool via_plan);
 
  private:
   StreamWindow& sw_;
+  std::shared_ptr<const PlanTable::Snapshot> keep_;  // the window's plans (clear() drops sw.keep)
   std::chrono::steady_clock::time_point t0_;
+  bool cuda_ = false;
+  int slot_ = -1;
 };
+
+// Records the samples of `sw` whose end event has completed, oldest first.
+void poll_samples(StreamWindow& sw);
 
 // Live sampling: whether this completion should run through the plan (else eagerly).
 bool sample_choice(Plan& p);

@@ -231,6 +231,7 @@ void complete(StreamWindow& sw) {
   const bool via_plan = !sampling || sample_choice(plan);
   std::optional<SampleClock> clock;
   if (sampling) clock.emplace(sw);
+  else if (!sw.pending_samples.empty()) detail::poll_samples(sw);
   bool cold_run = false;
   if (!via_plan) {
     flush(sw, ctr.plan_declined);
@@ -264,7 +265,7 @@ void complete(StreamWindow& sw) {
       clear(sw);
     }
   }
-  if (sampling && !(via_plan && cold_run)) record_sample(plan, via_plan, clock->finish_us());
+  if (sampling && clock->started() && !(via_plan && cold_run)) clock->finish(plan, via_plan);
 }
 
 bool usable(const Plan& p, DeviceKind kind) {

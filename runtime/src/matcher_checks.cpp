@@ -13,36 +13,64 @@
 
 namespace livefuse::matcher::detail {
 
-SampleClock::SampleClock(StreamWindow& sw) : sw_(sw), t0_(std::chrono::steady_clock::now()) {
+SampleClock::SampleClock(StreamWindow& sw)
+    : sw_(sw), keep_(sw.keep), t0_(std::chrono::steady_clock::now()) {
 #if LIVEFUSE_HAS_CUDA
-  if (sw_.stream.device().is_cuda()) {
-    for (void*& e : sw_.sample_events) {
-      if (e) continue;
-      cudaEvent_t ev = nullptr;
-      LF_CUDA_CHECK(cudaEventCreate(&ev));
-      e = ev;
+  cuda_ = sw_.stream.device().is_cuda();
+  if (!cuda_) return;
+  poll_samples(sw_);
+  bool busy[StreamWindow::kSampleSlots] = {};
+  for (const StreamWindow::PendingSample& p : sw_.pending_samples) busy[p.slot] = true;
+  for (int s = 0; s < StreamWindow::kSampleSlots; ++s)
+    if (!busy[s]) {
+      slot_ = s;
+      break;
     }
-    LF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(sw_.sample_events[0]),
-                                  static_cast<cudaStream_t>(sw_.stream.handle())));
+  if (slot_ < 0) return;
+  for (void*& e : sw_.sample_events[slot_]) {
+    if (e) continue;
+    cudaEvent_t ev = nullptr;
+    LF_CUDA_CHECK(cudaEventCreate(&ev));
+    e = ev;
   }
+  LF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(sw_.sample_events[slot_][0]),
+                                static_cast<cudaStream_t>(sw_.stream.handle())));
+  t0_ = std::chrono::steady_clock::now();
 #endif
 }
 
-double SampleClock::finish_us() {
+void SampleClock::finish(Plan& plan, bool via_plan) {
   const double host =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+  if (!cuda_) return record_sample(plan, via_plan, host);
 #if LIVEFUSE_HAS_CUDA
-  if (sw_.stream.device().is_cuda()) {
-    const auto start = static_cast<cudaEvent_t>(sw_.sample_events[0]);
-    const auto end = static_cast<cudaEvent_t>(sw_.sample_events[1]);
-    LF_CUDA_CHECK(cudaEventRecord(end, static_cast<cudaStream_t>(sw_.stream.handle())));
-    LF_CUDA_CHECK(cudaEventSynchronize(end));
-    float ms = 0;
-    LF_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
-    return std::max(host, 1e3 * static_cast<double>(ms));
-  }
+  if (slot_ < 0) return;
+  LF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(sw_.sample_events[slot_][1]),
+                                static_cast<cudaStream_t>(sw_.stream.handle())));
+  sw_.pending_samples.push_back({slot_, &plan, keep_, via_plan, host});
 #endif
-  return host;
+}
+
+void poll_samples(StreamWindow& sw) {
+#if LIVEFUSE_HAS_CUDA
+  size_t done = 0;
+  for (; done < sw.pending_samples.size(); ++done) {
+    const StreamWindow::PendingSample& p = sw.pending_samples[done];
+    const auto start = static_cast<cudaEvent_t>(sw.sample_events[p.slot][0]);
+    const auto end = static_cast<cudaEvent_t>(sw.sample_events[p.slot][1]);
+    const cudaError_t q = cudaEventQuery(end);
+    if (q == cudaErrorNotReady) break;  // later ones are behind it on the stream
+    float ms = 0;
+    if (q == cudaSuccess && cudaEventElapsedTime(&ms, start, end) == cudaSuccess)
+      record_sample(*p.plan, p.via_plan, std::max(p.host_us, 1e3 * static_cast<double>(ms)));
+    else
+      (void)cudaGetLastError();  // a fault surfaces at the stream's next sync; this sample is lost
+  }
+  sw.pending_samples.erase(sw.pending_samples.begin(),
+                           sw.pending_samples.begin() + static_cast<std::ptrdiff_t>(done));
+#else
+  (void)sw;
+#endif
 }
 
 using livefuse::detail::median;
