@@ -189,8 +189,8 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[kBc / 8][4], const Att
       if (key >= a.sk) {
         add0 = add1 = kNegInf;
       } else if (kind != MaskKind::none) {
-        add0 = S::to(mask_rows[0][key * a.mask_st[3]]);
-        add1 = kind == MaskKind::keys ? add0 : S::to(mask_rows[1][key * a.mask_st[3]]);
+        add0 = S::to(__ldg(mask_rows[0] + key * a.mask_st[3]));
+        add1 = kind == MaskKind::keys ? add0 : S::to(__ldg(mask_rows[1] + key * a.mask_st[3]));
       }
       s[n][c] = s[n][c] * a.scale + add0;
       s[n][2 + c] = s[n][2 + c] * a.scale + add1;
