@@ -29,13 +29,13 @@ namespace {
 using livefuse::AttentionArgs;
 using livefuse::DType;
 
-#define BENCH_CUDA(call)                                                             \
-  do {                                                                               \
-    const cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));        \
-      std::exit(2);                                                                  \
-    }                                                                                \
+#define BENCH_CUDA(call)                                                      \
+  do {                                                                        \
+    const cudaError_t e_ = (call);                                            \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                           \
+    }                                                                         \
   } while (0)
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -78,7 +78,7 @@ struct Operand {
 
 struct Case {
   std::string name;
-  AttentionArgs a;  // shapes, strides, dtype, scale; pointers set from the operands
+  AttentionArgs a;              // shapes, strides, dtype, scale; pointers set from the operands
   std::vector<size_t> buffers;  // element counts
   Operand q, k, v, mask, out;
   // Mask value at (batch, head, row, key) for a mask buffer filled in [b, 1, sq, sk] or
@@ -140,7 +140,8 @@ Case standard(std::string name, DType dt, int64_t b, int64_t h, int64_t sq, int6
 
 // q, k, v as head-split views of one [b, s, 3 * h * d] projection.
 Case qkv_views(DType dt, int64_t b, int64_t h, int64_t s, int64_t d) {
-  Case c = standard("qkv_view_b" + std::to_string(b) + "_s" + std::to_string(s), dt, b, h, s, s, d, true);
+  Case c = standard("qkv_view_b" + std::to_string(b) + "_s" + std::to_string(s), dt, b, h, s, s, d,
+                    true);
   for (int64_t* st : {c.a.q_st, c.a.k_st, c.a.v_st})
     st[0] = s * 3 * h * d, st[1] = d, st[2] = 3 * h * d, st[3] = 1;
   c.buffers = {size_t(b * s * 3 * h * d), size_t(b * h * s * d), size_t(b * s)};
@@ -149,8 +150,8 @@ Case qkv_views(DType dt, int64_t b, int64_t h, int64_t s, int64_t d) {
 }
 
 // Every score has its own mask value ([b, 1, sq, sk], broadcast over heads).
-Case row_masked(std::string name, DType dt, int64_t b, int64_t h, int64_t sq, int64_t sk,
-                int64_t d, float (*value)(int64_t, int64_t, int64_t, int64_t, std::mt19937&)) {
+Case row_masked(std::string name, DType dt, int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t d,
+                float (*value)(int64_t, int64_t, int64_t, int64_t, std::mt19937&)) {
   Case c = standard(std::move(name), dt, b, h, sq, sk, d, false);
   c.a.mask_st[0] = sq * sk, c.a.mask_st[1] = 0, c.a.mask_st[2] = sk, c.a.mask_st[3] = 1;
   c.buffers.push_back(size_t(b * sq * sk));
@@ -198,6 +199,8 @@ std::vector<Case> all_cases() {
   cs.push_back(gqa(DType::bf16, 1, 8, 4, 16, 512, 128));
   cs.push_back(row_masked("masked_rows_s100_sk130", DType::f16, 1, 3, 100, 130, 64, masked_rows));
   cs.push_back(standard("nomask_s77", DType::f16, 2, 3, 77, 77, 64, false));
+  cs.push_back(standard("bert_b2_s200", DType::bf16, 2, 12, 200, 200, 64, true));
+  cs.push_back(standard("d80_general", DType::f16, 1, 4, 96, 96, 80, true));  // not for mma
   cs.push_back(standard("bert_b1_s128", DType::f32, 1, 12, 128, 128, 64, true));
   return cs;
 }
@@ -368,8 +371,8 @@ int main(int argc, char** argv) {
       const char* kernel = fused && mma ? "mma" : "general";
       const char* variant = fused ? "fused" : "general";
       std::printf("%-24s %-5s %-8s %-8s %10.2f %10.2f %11.3g %11.3g %6lld %s\n", c.name.c_str(),
-                  dt.c_str(), variant, kernel, t.median_us, t.pipelined_us, k.max_abs,
-                  k.max_rel, static_cast<long long>(k.nan_rows),
+                  dt.c_str(), variant, kernel, t.median_us, t.pipelined_us, k.max_abs, k.max_rel,
+                  static_cast<long long>(k.nan_rows),
                   pass ? "PASS" : ("FAIL (" + std::to_string(k.bad) + " bad)").c_str());
       records.push_back({"attention_kernel",
                          variant,

@@ -3,11 +3,11 @@
 // aligned rows go to the tensor-core kernel (attention_mma.cu); everything else (f32, odd head
 // dims, element-strided views) to the general kernel below.
 //
-// The general kernel, flash-attention style: a block of 4 warps takes one (batch, head, tile of 16 query rows) --
-// many blocks even at batch 1 -- and walks the keys in tiles of 32 through shared memory (K
-// and V converted to f32 once per tile, for all 16 rows). Each warp owns 4 query rows: lane j
-// scores key j of the tile, the warp's max and sum update an online softmax in f32, and lane c
-// accumulates output columns c, c + 32, .. (head dims up to 128).
+// The general kernel, flash-attention style: a block of 4 warps takes one (batch, head, tile of 16
+// query rows) -- many blocks even at batch 1 -- and walks the keys in tiles of 32 through shared
+// memory (K and V converted to f32 once per tile, for all 16 rows). Each warp owns 4 query rows:
+// lane j scores key j of the tile, the warp's max and sum update an online softmax in f32, and lane
+// c accumulates output columns c, c + 32, .. (head dims up to 128).
 //
 // Semantics are eager's (see kernels/cpu/attention.cpp): scale then mask; a row that is all
 // -inf, or holds a NaN or +inf score, is NaN; f16/bf16 scores stay f32 here where the eager

@@ -6,10 +6,10 @@
 // mma.m16n8k16 -- so the softmax of a row never leaves its warp: a row's scores sit in the 4
 // lanes of one quad (the mma accumulator layout), and its max and sum take two shuffles.
 //
-// Shared memory (static; 48 KiB, the most without opt-in, at d = 128): the Q tile, one K tile and one V tile, all
-// [rows][d] in the operand dtype, filled by cp.async. A 16-byte chunk c of row r is stored at
-// chunk c ^ (r % 8): ldmatrix reads 8 rows of one chunk column at once, and the XOR spreads
-// them over all 32 banks (rows are 128 or 256 bytes, so unswizzled they would share banks).
+// Shared memory (static; at d = 128 48 KiB, the most without an opt-in): the Q tile, one K tile
+// and one V tile, all [rows][d] in the operand dtype, filled by cp.async. A 16-byte chunk c of row
+// r is stored at chunk c ^ (r % 8): ldmatrix reads 8 rows of one chunk column at once, and the XOR
+// spreads them over all 32 banks (rows are 128 or 256 bytes, so unswizzled they would share banks).
 // K and V are single-buffered but loaded apart: V_j lands while S = Q K_jᵀ and its softmax run,
 // K_{j+1} while P V_j runs (FlashAttention-2's schedule).
 //
@@ -42,16 +42,19 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBr = 16 * kWarps;  // query rows per block: one mma M of 16 per warp
-constexpr int kBc = 64;           // keys per tile: the CPU kernel's key tile
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -__builtin_huge_valf();
 
 // How the mask is read, straight from global memory (L1 keeps a tile's values for the block's
 // rows). keys: one row of sk values for every query row of a head (BERT's [b, 1, 1, sk]), so
 // a lane loads its 16 keys of a tile once for both its rows; rows: any other layout.
 enum class MaskKind : int { none, keys, rows };
 
-// ---- PTX (sm_80+) ---------------------------------------------------------------------------
+// The device code needs sm_80 (cp.async, ldmatrix, bf16 mma); for older targets (gpu_archs)
+// the kernel is a trap that attention_mma_fits keeps every launch away from.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+constexpr int kBc = 64;  // keys per tile: the CPU kernel's key tile
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// ---- PTX ----------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -129,8 +132,8 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // Rows [row0, row0 + Rows) of one head's operand (row stride `st` elements, unit column
 // stride) into `tile`; rows at or past `n` are zero-filled, so padding keys add 0 * 0.
 template <int D, int Rows>
-__device__ __forceinline__ void load_tile(lf_u16* tile, const lf_u16* src, int64_t st,
-                                          int64_t row0, int64_t n) {
+__device__ __forceinline__ void load_tile(lf_u16* tile, const lf_u16* src, int64_t st, int64_t row0,
+                                          int64_t n) {
   constexpr int kChunks = D / 8;
   static_assert(Rows * kChunks % kThreads == 0);
 #pragma unroll
@@ -219,6 +222,7 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <class S, int D>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBc / 8][4], RowStats& st,
                                              float (&acc)[D / 8][4], uint32_t (&p)[kBc / 16][4]) {
+  constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float mx = kNegInf;
@@ -260,8 +264,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBc / 8][4], RowStats& s
 // acc += P V_j. V rows are keys, so the B operand (k-major per output column) is V
 // transposed: ldmatrix .trans.
 template <class S, int D>
-__device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const uint32_t (&p)[kBc / 16][4],
-                                              const lf_u16* v_s, Lane ln) {
+__device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4],
+                                              const uint32_t (&p)[kBc / 16][4], const lf_u16* v_s,
+                                              Lane ln) {
   const int key = (ln.lane & 7) + (((ln.lane >> 3) & 1) << 3), half = ln.lane >> 4;
 #pragma unroll
   for (int kk = 0; kk < kBc / 16; ++kk) {
@@ -278,8 +283,8 @@ __device__ __forceinline__ void accumulate_pv(float (&acc)[D / 8][4], const uint
 // out = acc / l for the warp's rows below sq; NaN for rows whose max is not finite.
 template <class S, int D>
 __device__ __forceinline__ void store_rows(const AttentionArgs& a, const RowStats& st,
-                                           const float (&acc)[D / 8][4], lf_u16* out,
-                                           int64_t row0, Lane ln) {
+                                           const float (&acc)[D / 8][4], lf_u16* out, int64_t row0,
+                                           Lane ln) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float l = quad_sum(st.l[i]);  // every lane: the shuffles need the whole warp
@@ -297,6 +302,8 @@ __device__ __forceinline__ void store_rows(const AttentionArgs& a, const RowStat
   }
 }
 
+#endif  // sm_80+
+
 // Blocks per SM the registers are capped for: at d = 64 the compiler would otherwise take ~245
 // registers (hoisting mask loads and addresses), leaving 2 blocks per SM where 3 fit without
 // spills (ptxas -v: 167). At d = 128 2 blocks is what 48 KiB of smem and ~240 registers allow.
@@ -306,7 +313,7 @@ constexpr int kMinBlocksPerSm = D == 64 ? 3 : 2;
 template <class S, int D>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<D>)
     attention_mma_kernel(AttentionArgs a, int64_t row_tiles, MaskKind mask_kind) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   __shared__ alignas(128) lf_u16 q_s[kBr * D];
   __shared__ alignas(128) lf_u16 k_s[kBc * D];
   __shared__ alignas(128) lf_u16 v_s[kBc * D];
@@ -360,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<D>)
   lf_u16* out = static_cast<lf_u16*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
   store_rows<S, D>(a, st, acc, out, row0 + warp * 16, ln);
 #else
-  __trap();  // attention_mma_fits keeps pre-sm_80 devices off this kernel
+  __trap();
 #endif
 }
 
@@ -378,7 +385,8 @@ void launch_for(const AttentionArgs& a, cudaStream_t stream) {
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
   const bool mask_by_key = a.mask_st[2] == 0 && a.mask_st_g == 0;
   const MaskKind kind = !a.mask ? MaskKind::none : mask_by_key ? MaskKind::keys : MaskKind::rows;
-  attention_mma_kernel<S, D><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, row_tiles, kind);
+  attention_mma_kernel<S, D>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, row_tiles, kind);
   LF_CUDA_LAUNCH_CHECK("attention_mma_kernel");
 }
 
