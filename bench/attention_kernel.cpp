@@ -81,8 +81,8 @@ struct Case {
   AttentionArgs a;              // shapes, strides, dtype, scale; pointers set from the operands
   std::vector<size_t> buffers;  // element counts
   Operand q, k, v, mask, out;
-  // Mask value at (batch, head, row, key) for a mask buffer filled in [b, 1, sq, sk] or
-  // [b, 1, 1, sk] order by the case's strides; defaults to none.
+  // The mask at (row, key) of sq rows (rows_t for grouped rows) and sk keys, the same for
+  // every batch and head; called once per element the mask's strides reach.
   float (*mask_value)(int64_t row, int64_t key, int64_t sq, int64_t sk, std::mt19937&) = nullptr;
 };
 
@@ -95,7 +95,7 @@ void bshd(int64_t (&st)[4], int64_t h, int64_t s, int64_t d) {
   st[0] = s * h * d, st[1] = d, st[2] = h * d, st[3] = 1;
 }
 
-// BERT's padding mask: the last `pad` keys of every row at -10000.
+// BERT's padding mask: the last eighth of the keys at -10000 for every row.
 float bert_padding(int64_t, int64_t key, int64_t, int64_t sk, std::mt19937&) {
   return key >= sk - sk / 8 ? -10000.0f : 0.0f;
 }
