@@ -6,7 +6,8 @@
 namespace livefuse::cuda {
 
 // attention_mma.cu: flash-attention-2 on tensor cores (sm_80+). f16/bf16, d = dv in {64, 128},
-// sk > 0, q/k/v rows unit-stride and 16-byte aligned, out pairs 4-byte aligned.
+// sk > 0, q/k/v rows unit-stride and 16-byte aligned, out pairs 4-byte aligned. The launch
+// takes a non-empty case that fits.
 bool attention_mma_fits(const AttentionArgs& a);
 void launch_attention_mma(const AttentionArgs& a, void* stream);
 
