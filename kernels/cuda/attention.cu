@@ -1,15 +1,20 @@
-// Fused attention on CUDA, flash-attention style: out = softmax(q kᵀ * scale + mask) v with the
-// scores never written. A block of 4 warps takes one (batch, head, tile of 16 query rows) --
-// many blocks even at batch 1 -- and walks the keys in tiles of 32 through shared memory (K
-// and V converted to f32 once per tile, for all 16 rows). Each warp owns 4 query rows: lane j
-// scores key j of the tile, the warp's max and sum update an online softmax in f32, and lane c
-// accumulates output columns c, c + 32, .. (head dims up to 128).
+// Fused attention on CUDA: out = softmax(q kᵀ * scale + mask) v with the scores never written.
+// launch_attention picks the kernel: f16/bf16 operands with d = dv in {64, 128} and unit-stride,
+// aligned rows go to the tensor-core kernel (attention_mma.cu); everything else (f32, odd head
+// dims, element-strided views) to the general kernel below.
+//
+// The general kernel, flash-attention style: a block of 4 warps takes one (batch, head, tile of 16
+// query rows) -- many blocks even at batch 1 -- and walks the keys in tiles of 32 through shared
+// memory (K and V converted to f32 once per tile, for all 16 rows). Each warp owns 4 query rows:
+// lane j scores key j of the tile, the warp's max and sum update an online softmax in f32, and lane
+// c accumulates output columns c, c + 32, .. (head dims up to 128).
 //
 // Semantics are eager's (see kernels/cpu/attention.cpp): scale then mask; a row that is all
 // -inf, or holds a NaN or +inf score, is NaN; f16/bf16 scores stay f32 here where the eager
 // GEMM rounds them, a difference inside the dtype's tolerance. Plain FMA math in f32, no tensor
-// cores: correctness first.
+// cores: f32 stays as exact as eager's f32 GEMM.
 #include "kernels/attention_args.hpp"
+#include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/warp.cuh"
@@ -32,7 +37,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 __global__ void __launch_bounds__(kWarps * 32)
-    attention_kernel(AttentionArgs a, int64_t row_tiles) {
+    attention_general_kernel(AttentionArgs a, int64_t row_tiles) {
   __shared__ float q_s[kRows][kMaxD];
   __shared__ float k_s[kKeys][kKPitch];
   __shared__ float v_s[kKeys][kMaxD];
@@ -135,14 +140,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 void launch_attention(const AttentionArgs& a, void* stream) {
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
+  if (attention_mma_fits(a)) return launch_attention_mma(a, stream);
+  launch_attention_general(a, stream);
+}
+
+void launch_attention_general(const AttentionArgs& a, void* stream) {
+  if (a.batch * a.heads * a.sq * a.dv == 0) return;
   LF_CHECK(a.d <= kMaxD && a.dv <= kMaxD, "attention", "head dims up to ", kMaxD,
            " are supported, got d=", a.d, " dv=", a.dv);
   const int64_t row_tiles = (a.sq + kRows - 1) / kRows;
   const int64_t blocks = a.batch * a.heads * row_tiles;
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
-  attention_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0,
-                     static_cast<cudaStream_t>(stream)>>>(a, row_tiles);
-  LF_CUDA_LAUNCH_CHECK("attention_kernel");
+  attention_general_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0,
+                             static_cast<cudaStream_t>(stream)>>>(a, row_tiles);
+  LF_CUDA_LAUNCH_CHECK("attention_general_kernel");
 }
 
 }  // namespace livefuse::cuda
