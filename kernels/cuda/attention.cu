@@ -10,6 +10,7 @@
 // GEMM rounds them, a difference inside the dtype's tolerance. Plain FMA math in f32, no tensor
 // cores: correctness first.
 #include "kernels/attention_args.hpp"
+#include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/warp.cuh"
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 void launch_attention(const AttentionArgs& a, void* stream) {
+  if (launch_attention_decode(a, stream)) return;  // few rows per head: split over the keys
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   LF_CHECK(a.d <= kMaxD && a.dv <= kMaxD, "attention", "head dims up to ", kMaxD,
            " are supported, got d=", a.d, " dv=", a.dv);
