@@ -332,16 +332,14 @@ bool vector_rows(const void* base, const int64_t (&st)[4], int64_t cols, const A
          fits(a.heads, st[1]) && fits(a.sk, st[2]);
 }
 
-// The most blocks per cluster this kernel can run with on the current device: kMaxSplits where
-// the device has clusters (sm_90+) and the scheduler can place one that size, else 1. Asked
-// once per kernel (the first device's answer stands for all).
+// The most blocks per cluster this kernel can run with on an sm_90+ device: kMaxSplits where the
+// code that runs has clusters (not sm_80 code on sm_90) and the scheduler can place one that
+// size, else 1. Asked once per kernel (the first such device's answer stands for all).
 template <class Kernel>
 int max_splits(Kernel kernel) {
   static const int n = [&] {
-    // Clusters need sm_90 in the device and in the code that runs (not sm_80 code on sm_90).
     cudaFuncAttributes fa{};
-    if (current_device_info().cc_major < 9 || cudaFuncGetAttributes(&fa, kernel) != cudaSuccess ||
-        fa.binaryVersion < 90) {
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
       (void)cudaGetLastError();
       return 1;
     }
@@ -365,9 +363,8 @@ int max_splits(Kernel kernel) {
 }
 
 // Splits per head: enough blocks for two per SM, no split shorter than kMinSplitKeys.
-int choose_splits(const AttentionArgs& a, int64_t row_blocks, int most) {
+int choose_splits(const AttentionArgs& a, int64_t row_blocks, int64_t sms, int most) {
   const int64_t blocks = a.batch * a.heads * row_blocks;
-  const int64_t sms = current_device_info().sm_count;
   const int64_t by_sms = (2 * sms + blocks - 1) / blocks;
   const int64_t by_keys = std::max<int64_t>(1, a.sk / kMinSplitKeys);
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sms, by_keys), 1, most));
@@ -378,7 +375,9 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
   const auto kernel = decode_kernel<S, kRows, W, kVec>;
   const int lanes = static_cast<int>(next_pow2((std::max(a.d, a.dv) + W - 1) / W));
   const int64_t row_blocks = (a.sq + kRows - 1) / kRows;
-  const int splits = choose_splits(a, row_blocks, max_splits(kernel));
+  const DeviceInfo& dev = current_device_info();
+  const int most = dev.cc_major >= 9 ? max_splits(kernel) : 1;  // clusters: sm_90+
+  const int splits = choose_splits(a, row_blocks, dev.sm_count, most);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim =
       dim3(static_cast<unsigned>(a.batch * a.heads * splits), static_cast<unsigned>(row_blocks));
