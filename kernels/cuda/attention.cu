@@ -15,6 +15,7 @@
 // cores: f32 stays as exact as eager's f32 GEMM.
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_kernels.hpp"
+#include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/warp.cuh"
@@ -139,6 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 void launch_attention(const AttentionArgs& a, void* stream) {
+  if (launch_attention_decode(a, stream)) return;  // few rows per head: split over the keys
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) return launch_attention_mma(a, stream);
   launch_attention_general(a, stream);

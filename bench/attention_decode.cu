@@ -1,0 +1,354 @@
+// livefuse-bench-attention-decode: the decode attention kernel (kernels/cuda/attention_decode.cu)
+// against the CPU kernel (the reference) and the general CUDA kernel (attention.cu), over the
+// decoders' decode shapes: GPT-2 small (12 heads, d 64, one row) and Llama-3.2-1B (8 K/V heads of
+// 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
+//
+// Usage: livefuse-bench-attention-decode [--json PATH] [--iters N]
+// Exit status 1 when any case differs from the reference beyond its dtype's tolerance.
+//
+// Timing: each launch is timed alone with CUDA events, after a short spin kernel so that the
+// host's enqueueing is hidden (the events then bracket the kernel only); median of --iters
+// (default 200) after warm-up. "cold": each launch reads another copy of K and V, the copies
+// spanning 256 MB so the cache comes from HBM as in a real decode step (the weights in between
+// evict it); "hot": one copy, from L2 where it fits. GB/s counts the K and V bytes read.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_record.hpp"
+#include "kernels/attention_args.hpp"
+#include "kernels/cuda/attention_decode.hpp"
+#include "kernels/device/lf_math.cuh"
+
+using livefuse::AttentionArgs;
+using livefuse::DType;
+
+namespace {
+
+#define CHECK_CUDA(call)                                                                       \
+  do {                                                                                         \
+    const cudaError_t e_ = (call);                                                             \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__, \
+                   __LINE__);                                                                  \
+      std::exit(2);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+constexpr size_t kColdBytes = size_t{256} << 20;
+constexpr int kMaxCopies = 1024;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+enum class MaskKind {
+  none,
+  per_key,       // [1, 1, 1, sk]: the first keys and every third one -inf
+  fully_masked,  // [1, query heads, t, sk]: some keys -inf, one query head's row all -inf
+};
+
+struct Case {
+  std::string name;
+  DType dt;
+  int64_t batch, kv_heads, groups, t, sk, d;
+  int64_t capacity = 0;  // rows of the KV buffer, >= sk (the cache is a view of the first sk)
+  MaskKind mask = MaskKind::none;
+};
+
+std::string name_of(DType dt) { return std::string(livefuse::dtype_name(dt)); }
+double tolerance(DType dt) { return dt == DType::f32 ? 2e-5 : dt == DType::f16 ? 2e-3 : 1.6e-2; }
+
+// Host storage of floats in a dtype (as the device holds them).
+std::vector<unsigned char> encode(const std::vector<float>& x, DType dt) {
+  std::vector<unsigned char> out(x.size() * livefuse::dtype_size(dt));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (dt == DType::f32) {
+      std::memcpy(&out[i * 4], &x[i], 4);
+    } else {
+      const lf_u16 h = dt == DType::f16 ? lf_f2h(x[i]) : lf_f2bf(x[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> decode(const std::vector<unsigned char>& b, DType dt) {
+  std::vector<float> x(b.size() / livefuse::dtype_size(dt));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (dt == DType::f32) {
+      std::memcpy(&x[i], &b[i * 4], 4);
+    } else {
+      lf_u16 h;
+      std::memcpy(&h, &b[i * 2], 2);
+      x[i] = dt == DType::f16 ? lf_h2f(h) : lf_bf2f(h);
+    }
+  }
+  return x;
+}
+
+std::vector<float> uniform(size_t n, float lo, float hi, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> x(n);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+// Operands as the planner binds a decode step: q [b, query heads, t, d] (a K/V head's G query
+// heads are its rows), K and V [b, kv heads, capacity, d] read as their first sk rows, the
+// result [b, t, query heads, d] (heads inner).
+struct Layout {
+  int64_t hq, rows, kv_elems, q_elems, out_elems, mask_elems;
+};
+
+Layout layout(const Case& c) {
+  Layout l;
+  l.hq = c.kv_heads * c.groups;
+  l.rows = c.groups * c.t;
+  l.kv_elems = c.batch * c.kv_heads * c.capacity * c.d;
+  l.q_elems = c.batch * l.hq * c.t * c.d;
+  l.out_elems = l.q_elems;
+  l.mask_elems = c.mask == MaskKind::none      ? 0
+                 : c.mask == MaskKind::per_key ? c.sk
+                                               : l.hq * c.t * c.sk;
+  return l;
+}
+
+AttentionArgs make_args(const Case& c, const Layout& l, const void* q, const void* k, const void* v,
+                        const void* mask, void* out) {
+  AttentionArgs a;
+  a.q = q, a.k = k, a.v = v, a.mask = mask, a.out = out;
+  a.dtype = c.dt;
+  a.batch = c.batch, a.heads = c.kv_heads, a.sq = l.rows, a.sk = c.sk, a.d = c.d, a.dv = c.d;
+  const int64_t qs[4] = {l.hq * c.t * c.d, l.rows * c.d, c.d, 1};
+  const int64_t ks[4] = {c.kv_heads * c.capacity * c.d, c.capacity * c.d, c.d, 1};
+  const int64_t os[4] = {c.t * l.hq * c.d, c.groups * c.d, l.hq * c.d, 1};
+  for (int i = 0; i < 4; ++i)
+    a.q_st[i] = qs[i], a.k_st[i] = ks[i], a.v_st[i] = ks[i], a.out_st[i] = os[i];
+  a.rows_t = c.t;
+  a.out_st_g = c.d;
+  if (c.mask == MaskKind::per_key) {
+    const int64_t ms[4] = {0, 0, 0, 1};
+    for (int i = 0; i < 4; ++i) a.mask_st[i] = ms[i];
+  } else if (c.mask == MaskKind::fully_masked) {
+    const int64_t ms[4] = {0, c.groups * c.t * c.sk, c.sk, 1};
+    for (int i = 0; i < 4; ++i) a.mask_st[i] = ms[i];
+    a.mask_st_g = c.t * c.sk;
+  }
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+  return a;
+}
+
+std::vector<float> make_mask(const Case& c, const Layout& l) {
+  std::vector<float> m(static_cast<size_t>(l.mask_elems), 0.0f);
+  if (c.mask == MaskKind::per_key) {
+    for (int64_t j = 0; j < c.sk; ++j)
+      if (j < c.sk / 4 || j % 3 == 0) m[j] = -kInf;
+  } else if (c.mask == MaskKind::fully_masked) {
+    for (int64_t r = 0; r < l.hq * c.t; ++r)
+      for (int64_t j = 0; j < c.sk; ++j)
+        if (r == l.hq * c.t / 2 + 1 || (j + r) % 5 == 0) m[r * c.sk + j] = -kInf;
+  }
+  return m;
+}
+
+struct Diff {
+  double max_abs = 0;
+  bool pass = true;
+};
+
+// got vs want: |got - want| <= tol * (1 + |want|), NaN exactly where the reference has NaN.
+Diff compare(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  Diff e;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i]) || std::isnan(got[i])) {
+      if (std::isnan(want[i]) != std::isnan(got[i])) e.pass = false;
+      continue;
+    }
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    e.max_abs = std::max(e.max_abs, d);
+    if (d > tol * (1.0 + std::fabs(want[i]))) e.pass = false;
+  }
+  return e;
+}
+
+__global__ void spin(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// Median microseconds of one launch(i) (i: the launch's index), each after a spin kernel.
+template <class Launch>
+double time_us(Launch launch, int iters, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 20; ++i) launch(i);
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    spin<<<1, 1, 0, s>>>(50000);  // ~25 us: longer than enqueueing the rest
+    CHECK_CUDA(cudaEventRecord(e0, s));
+    launch(i);
+    CHECK_CUDA(cudaEventRecord(e1, s));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1e3);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  return lfbench::median(us);
+}
+
+struct Result {
+  Diff decode_err, general_err;
+  double decode_cold, decode_hot, general_cold, general_hot, kv_bytes;
+};
+
+Result run_case(const Case& c, int iters, cudaStream_t s) {
+  const Layout l = layout(c);
+  const size_t es = livefuse::dtype_size(c.dt);
+  std::mt19937 rng(1234);
+  const auto q = encode(uniform(l.q_elems, -2, 2, rng), c.dt);
+  const auto kv = encode(uniform(2 * l.kv_elems, -1, 1, rng), c.dt);  // K then V
+  const auto mask = encode(make_mask(c, l), c.dt);
+  const size_t copy_bytes = kv.size();
+  const int copies = static_cast<int>(
+      std::clamp<size_t>((kColdBytes + copy_bytes - 1) / copy_bytes, 2, kMaxCopies));
+
+  unsigned char *dq, *dkv, *dmask = nullptr, *dout;
+  CHECK_CUDA(cudaMalloc(&dq, q.size()));
+  CHECK_CUDA(cudaMalloc(&dkv, copy_bytes * copies));
+  CHECK_CUDA(cudaMalloc(&dout, l.out_elems * es));
+  if (!mask.empty()) CHECK_CUDA(cudaMalloc(&dmask, mask.size()));
+  CHECK_CUDA(cudaMemcpy(dq, q.data(), q.size(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dkv, kv.data(), copy_bytes, cudaMemcpyHostToDevice));
+  for (int i = 1; i < copies; ++i)
+    CHECK_CUDA(cudaMemcpy(dkv + i * copy_bytes, dkv, copy_bytes, cudaMemcpyDeviceToDevice));
+  if (dmask) CHECK_CUDA(cudaMemcpy(dmask, mask.data(), mask.size(), cudaMemcpyHostToDevice));
+  auto args = [&](int copy) {
+    unsigned char* k = dkv + static_cast<size_t>(copy) * copy_bytes;
+    return make_args(c, l, dq, k, k + l.kv_elems * es, dmask, dout);
+  };
+
+  // The reference: the CPU kernel on host copies of the same bits.
+  std::vector<unsigned char> want_bits(l.out_elems * es);
+  livefuse::cpu::run_attention(make_args(c, l, q.data(), kv.data(), kv.data() + l.kv_elems * es,
+                                         mask.empty() ? nullptr : mask.data(), want_bits.data()));
+  const std::vector<float> want = decode(want_bits, c.dt);
+  auto check = [&] {
+    std::vector<unsigned char> got(l.out_elems * es);
+    CHECK_CUDA(cudaMemsetAsync(dout, 0xff, got.size(), s));  // NaN in every dtype
+    livefuse::cuda::launch_attention(args(0), s);
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_CUDA(cudaMemcpy(got.data(), dout, got.size(), cudaMemcpyDeviceToHost));
+    return compare(decode(got, c.dt), want, tolerance(c.dt));
+  };
+
+  Result r;
+  r.kv_bytes = 2.0 * c.batch * c.kv_heads * c.sk * c.d * es;
+  for (bool decode_on : {true, false}) {
+    livefuse::cuda::set_attention_decode_enabled(decode_on);
+    const Diff e = check();
+    const double cold =
+        time_us([&](int i) { livefuse::cuda::launch_attention(args(i % copies), s); }, iters, s);
+    const double hot =
+        time_us([&](int) { livefuse::cuda::launch_attention(args(0), s); }, iters, s);
+    (decode_on ? r.decode_err : r.general_err) = e;
+    (decode_on ? r.decode_cold : r.general_cold) = cold;
+    (decode_on ? r.decode_hot : r.general_hot) = hot;
+  }
+  livefuse::cuda::set_attention_decode_enabled(true);
+  CHECK_CUDA(cudaFree(dq));
+  CHECK_CUDA(cudaFree(dkv));
+  CHECK_CUDA(cudaFree(dout));
+  if (dmask) CHECK_CUDA(cudaFree(dmask));
+  return r;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> cs;
+  for (DType dt : {DType::f16, DType::f32})
+    for (int64_t sk : {128, 1024, 4096}) cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
+  for (int64_t sk : {128, 1024, 4096})
+    cs.push_back({"llama-gqa", DType::bf16, 1, 8, 4, 1, sk, 64, sk});
+  cs.push_back({"gpt2 kv view (capacity 4096)", DType::f16, 1, 12, 1, 1, 1000, 64, 4096});
+  cs.push_back(
+      {"gpt2 mask [1,1,1,sk] -inf", DType::f16, 1, 12, 1, 1, 1024, 64, 1024, MaskKind::per_key});
+  cs.push_back({"llama-gqa fully masked row", DType::bf16, 1, 8, 4, 1, 777, 64, 777,
+                MaskKind::fully_masked});
+  cs.push_back({"gpt2 batch 4", DType::f16, 4, 12, 1, 1, 1024, 64, 1024});
+  cs.push_back({"llama-gqa t 4 (16 rows)", DType::bf16, 1, 8, 4, 4, 512, 64, 512});
+  cs.push_back({"gqa 3 rows d 100 (strided path)", DType::f16, 2, 4, 3, 1, 300, 100, 300});
+  cs.push_back({"f32 d 128", DType::f32, 1, 2, 1, 1, 4100, 128, 4100});
+  return cs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  int iters = 200;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json" && i + 1 < argc)
+      json = argv[++i];
+    else if (arg == "--iters" && i + 1 < argc)
+      iters = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: %s [--json PATH] [--iters N]\n", argv[0]);
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs; median of %d launches\n", prop.name, prop.multiProcessorCount, iters);
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<lfbench::Record> recs;
+  bool all_pass = true;
+  std::printf("%-34s %5s %3s %5s %5s | %10s %9s %8s %8s | %10s %9s %8s %8s\n", "case", "dtype", "b",
+              "rows", "sk", "decode err", "cold us", "GB/s", "hot us", "general err", "cold us",
+              "GB/s", "hot us");
+  for (const Case& c : cases()) {
+    const Result r = run_case(c, iters, s);
+    const bool pass = r.decode_err.pass && r.general_err.pass;
+    all_pass = all_pass && pass;
+    const double gbs_d = r.kv_bytes / r.decode_cold * 1e-3,
+                 gbs_g = r.kv_bytes / r.general_cold * 1e-3;
+    std::printf(
+        "%-34s %5s %3lld %5lld %5lld | %10.2e %9.2f %8.0f %8.2f | %10.2e %9.2f %8.0f %8.2f  %s\n",
+        c.name.c_str(), name_of(c.dt).c_str(), static_cast<long long>(c.batch),
+        static_cast<long long>(c.groups * c.t), static_cast<long long>(c.sk), r.decode_err.max_abs,
+        r.decode_cold, gbs_d, r.decode_hot, r.general_err.max_abs, r.general_cold, gbs_g,
+        r.general_hot, pass ? "PASS" : (r.decode_err.pass ? "FAIL (general)" : "FAIL (decode)"));
+    const std::string size = "b" + std::to_string(c.batch) + " kvh" + std::to_string(c.kv_heads) +
+                             " rows" + std::to_string(c.groups * c.t) + " sk" +
+                             std::to_string(c.sk) + " d" + std::to_string(c.d) + " " +
+                             name_of(c.dt);
+    for (bool dec : {true, false}) {
+      const Diff& e = dec ? r.decode_err : r.general_err;
+      const double cold = dec ? r.decode_cold : r.general_cold,
+                   hot = dec ? r.decode_hot : r.general_hot;
+      recs.push_back({c.name,
+                      dec ? "decode" : "general",
+                      size,
+                      cold,
+                      {{"gb_per_s", r.kv_bytes / cold * 1e-3},
+                       {"hot_us", hot},
+                       {"max_err", e.max_abs},
+                       {"kv_bytes", r.kv_bytes}},
+                      {{"check", e.pass ? "PASS" : "FAIL"}}});
+    }
+  }
+  if (!json.empty()) lfbench::write_json(json, recs);
+  CHECK_CUDA(cudaStreamDestroy(s));
+  std::printf("%s\n", all_pass ? "all PASS" : "FAIL");
+  return all_pass ? 0 : 1;
+}

@@ -1,0 +1,428 @@
+// Decode attention (flash-decoding): out = softmax(q kᵀ * scale + mask) v for a few query rows
+// per (batch, K/V head) -- one token of each query head, the G heads of a grouped-query K/V head
+// stacked as rows -- against a long KV cache. The general kernel (attention.cu) gives such a
+// head one block that walks every key; here the keys are split over up to 8 blocks so that even
+// batch 1 with 8 K/V heads keeps most SMs streaming the cache.
+//
+// Layout. A block of 8 warps takes one (batch, K/V head, up to kRows rows) and one split: a
+// contiguous range of keys. Each key is read by a group of `lanes` threads, W columns each (one
+// 16-byte load when the last-dim stride is 1 and the rows are aligned; W scalar strided loads
+// otherwise), so a warp reads 32 / lanes whole key rows per load. Each thread keeps its rows'
+// q (its W columns, in f32) and a running softmax per row: max m, sum l, and its W columns of
+// the accumulator, all f32. A group scores kUnroll keys per step (all their K and V loads issued
+// before the first use, for bytes in flight), reduces the dot products over its lanes with
+// shuffles, and rescales once per step.
+//
+// Combining without a workspace. The groups of a warp merge by shuffles, the warps of a block
+// through shared memory, and the splits of a head through distributed shared memory: the
+// splits of a head are one thread-block cluster (sm_90), and after a cluster barrier each block
+// reads every block's partial (m, l, acc) and writes its share of the outputs. So there is no
+// global workspace to size, to grow while a CUDA graph is being captured, or to keep apart
+// between streams, and it is one launch. The price is at most 8 splits (the portable cluster
+// size), enough for the decode shapes this serves (batch * K/V heads >= 8 on 132 SMs); devices
+// without clusters get one block per head and row block.
+//
+// Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
+// the mask; a row whose scores are all -inf, or hold a NaN or +inf, is NaN; a step of keys that
+// are all -inf so far is skipped.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/cuda/attention_decode.hpp"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/warp.cuh"
+
+namespace livefuse::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
+constexpr int kMaxSplits = 8;           // the portable cluster size
+constexpr int64_t kMinSplitKeys = 128;  // a split shorter than this costs more than it hides
+constexpr int kScalarW = 4;             // columns per thread on the strided path: 32 * 4 = kMaxD
+constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Keys per group and step: more bytes in flight with few rows, fewer registers with many.
+constexpr int unroll_for(int rows) { return rows == 1 ? 8 : rows <= 4 ? 4 : 2; }
+
+// The running softmax of one row over some keys, as the blocks of a split leave it.
+template <int kRows>
+struct Partial {
+  float m[kRows], l[kRows], acc[kRows][kMaxD];
+};
+
+template <int kRows>
+struct Shared {
+  Partial<kRows> warp[kWarps];  // each warp's merged groups
+  Partial<kRows> block;         // the block's (read by the other blocks of the cluster)
+};
+
+// exp(m - ref): the weight of a state with max m in one with max ref. A state that has seen only
+// -inf keys weighs 0 (its l and acc are 0; exp(-inf - -inf) would be NaN).
+__device__ __forceinline__ float weight(float m, float ref) {
+  return m == kNegInf ? 0.0f : exp2f((m - ref) * kLog2e);
+}
+
+// W consecutive elements of a K or V row as stored.
+template <class Bits, int W>
+struct alignas(sizeof(Bits) * W) Elems {
+  Bits v[W];
+};
+
+// Row `row`'s columns c0 .. c0 + W (zeros past n). kVec: stride 1, n % W == 0 and the row
+// 16-byte aligned, so the W elements are one read-only 16-byte load.
+template <class Bits, int W, bool kVec>
+__device__ __forceinline__ Elems<Bits, W> load_elems(const Bits* row, int c0, int n, int64_t st) {
+  Elems<Bits, W> e{};
+  if constexpr (kVec) {
+    static_assert(sizeof(e) == 16);
+    if (c0 < n) {
+      const uint4 u = __ldg(reinterpret_cast<const uint4*>(row + c0));
+      __builtin_memcpy(&e, &u, sizeof(e));
+    }
+  } else {
+#pragma unroll
+    for (int w = 0; w < W; ++w)
+      if (c0 + w < n) e.v[w] = row[(c0 + w) * st];
+  }
+  return e;
+}
+
+// Sum over the `lanes` threads of a key group (aligned runs of a power of two lanes).
+__device__ __forceinline__ float group_sum(float x, int lanes) {
+  for (int o = lanes / 2; o > 0; o /= 2) x += __shfl_xor_sync(kFullMask, x, o);
+  return x;
+}
+
+// Folds the state (mo, lo, ao) into (m, l, acc): the softmax over both states' keys.
+template <int W>
+__device__ __forceinline__ void merge(float& m, float& l, float (&acc)[W], float mo, float lo,
+                                      const float (&ao)[W]) {
+  const float mn = lf_max(m, mo);
+  const float wa = weight(m, mn), wb = weight(mo, mn);
+  l = l * wa + lo * wb;
+#pragma unroll
+  for (int w = 0; w < W; ++w) acc[w] = acc[w] * wa + ao[w] * wb;
+  m = mn;
+}
+
+// Row r, column c of the merge of n partials (part(i): the i-th): max, sum and accumulator.
+template <int kRows, class Part>
+__device__ __forceinline__ void fold(int n, Part part, int r, int c, float& m, float& l,
+                                     float& acc) {
+  m = kNegInf;
+  for (int i = 0; i < n; ++i) m = lf_max(m, part(i)->m[r]);
+  l = 0.0f;
+  acc = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const Partial<kRows>* p = part(i);
+    const float w = weight(p->m[r], m);
+    l += p->l[r] * w;
+    acc += p->acc[r][c] * w;
+  }
+}
+
+// The per-thread state of one block's walk over its keys.
+template <class S, int kRows, int W, bool kVec>
+struct Walker {
+  using Bits = typename S::Bits;
+  static constexpr int kUnroll = unroll_for(kRows);
+
+  const AttentionArgs& a;
+  int lanes, c0;
+  const Bits *k, *v;
+  const Bits* mask[kRows];  // this thread's rows of the mask (null: none)
+  float q[kRows][W], m[kRows], l[kRows], acc[kRows][W];
+
+  // Rows past the last (a partial row block) repeat it; their results are never stored.
+  __device__ Walker(const AttentionArgs& args, int64_t b, int64_t h, int64_t row0, int lanes_,
+                    int c0_)
+      : a(args), lanes(lanes_), c0(c0_) {
+    k = static_cast<const Bits*>(a.k) + b * a.k_st[0] + h * a.k_st[1];
+    v = static_cast<const Bits*>(a.v) + b * a.v_st[0] + h * a.v_st[1];
+    const auto* qb = static_cast<const Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r < a.sq ? row0 + r : a.sq - 1;
+      mask[r] = a.mask ? static_cast<const Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
+                             row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g)
+                       : nullptr;
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const int c = c0 + w;
+        q[r][w] = c < a.d ? S::to(qb[row * a.q_st[2] + c * a.q_st[3]]) : 0.0f;
+        acc[r][w] = 0.0f;
+      }
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+    }
+  }
+
+  // Keys first, first + stride, .. (kUnroll of them, those before `end`) into the softmax.
+  __device__ void step(int64_t first, int64_t stride, int64_t end) {
+    Elems<Bits, W> kr[kUnroll], vr[kUnroll];
+    bool valid[kUnroll];
+    float s[kRows][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = first + u * stride;
+      valid[u] = j < end;
+      kr[u] = valid[u] ? load_elems<Bits, W, kVec>(k + j * a.k_st[2], c0, a.d, a.k_st[3])
+                       : Elems<Bits, W>{};
+      vr[u] = valid[u] ? load_elems<Bits, W, kVec>(v + j * a.v_st[2], c0, a.dv, a.v_st[3])
+                       : Elems<Bits, W>{};
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        s[r][u] = !valid[u] ? kNegInf : mask[r] ? S::to(mask[r][j * a.mask_st[3]]) : 0.0f;
+    }
+    // Every lane takes part in the shuffles (no row is skipped before they are done).
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) dot += q[r][w] * S::to(kr[u].v[w]);
+        dot = group_sum(dot, lanes);
+        s[r][u] = valid[u] ? dot * a.scale + s[r][u] : kNegInf;
+      }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float m_new = m[r];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m_new = lf_max(m_new, s[r][u]);
+      // Only -inf so far: nothing to accumulate (a later finite score still gives a finite row).
+      if (m_new == kNegInf) continue;
+      const float alpha = weight(m[r], m_new);  // 0 on the first finite step; NaN once m is NaN
+      float p[kUnroll], psum = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        p[u] = weight(s[r][u], m_new);
+        psum += p[u];
+      }
+      l[r] = l[r] * alpha + psum;
+      m[r] = m_new;
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        float x = acc[r][w] * alpha;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) x += p[u] * S::to(vr[u].v[w]);
+        acc[r][w] = x;
+      }
+    }
+  }
+
+  // Merges the key groups of the warp (lanes that hold the same columns) by a butterfly.
+  __device__ void merge_warp() {
+    for (int o = lanes; o < 32; o *= 2)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float ao[W];
+#pragma unroll
+        for (int w = 0; w < W; ++w) ao[w] = __shfl_xor_sync(kFullMask, acc[r][w], o);
+        const float mo = __shfl_xor_sync(kFullMask, m[r], o);
+        const float lo = __shfl_xor_sync(kFullMask, l[r], o);
+        merge(m[r], l[r], acc[r], mo, lo, ao);
+      }
+  }
+
+  // The warp's state into `dst` (by its first group).
+  __device__ void store(Partial<kRows>& dst, int lane) const {
+    if (lane >= lanes) return;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int w = 0; w < W; ++w)
+        if (c0 + w < a.dv) dst.acc[r][c0 + w] = acc[r][w];
+      if (lane == 0) dst.m[r] = m[r], dst.l[r] = l[r];
+    }
+  }
+};
+
+// The block's warps' partials into sh.block.
+template <int kRows>
+__device__ void merge_block(Shared<kRows>& sh, int dv) {
+  for (int i = threadIdx.x; i < kRows * dv; i += kThreads) {
+    const int r = i / dv, c = i % dv;
+    float m, l, acc;
+    fold<kRows>(
+        kWarps, [&](int w) { return &sh.warp[w]; }, r, c, m, l, acc);
+    sh.block.acc[r][c] = acc;
+    if (c == 0) sh.block.m[r] = m, sh.block.l[r] = l;
+  }
+}
+
+// Outputs (this split's share of them: the cluster's blocks divide the elements) from the
+// splits' partials (part(i): split i's).
+template <class S, int kRows, class Part>
+__device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int64_t row0, int split,
+                          int splits, Part part) {
+  auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
+  const int dv = static_cast<int>(a.dv);
+  for (int i = split * kThreads + threadIdx.x; i < kRows * dv; i += splits * kThreads) {
+    const int r = i / dv, c = i % dv;
+    const int64_t row = row0 + r;
+    if (row >= a.sq) break;  // rows ascend with i
+    float m, l, acc;
+    fold<kRows>(splits, part, r, c, m, l, acc);
+    // All -inf, or a NaN or +inf score: eager's softmax gives NaN.
+    const float y = isfinite(m) ? acc * (1.0f / l) : __int_as_float(0x7fc00000);
+    out[row_offset(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
+  }
+}
+
+// Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head), y = row blocks.
+template <class S, int kRows, int W, bool kVec>
+__global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int lanes, int splits) {
+  __shared__ Shared<kRows> sh;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int split = static_cast<int>(blockIdx.x % splits);
+  const int64_t bh = blockIdx.x / splits, b = bh / a.heads, h = bh % a.heads;
+  const int64_t row0 = int64_t{blockIdx.y} * kRows;
+  const int group = threadIdx.x / lanes, groups = kThreads / lanes;
+
+  Walker<S, kRows, W, kVec> st(a, b, h, row0, lanes, (lane % lanes) * W);
+  const int64_t per_split = (a.sk + splits - 1) / splits;
+  const int64_t begin = split * per_split;
+  const int64_t end = begin + per_split < a.sk ? begin + per_split : a.sk;
+  constexpr int kUnroll = Walker<S, kRows, W, kVec>::kUnroll;
+  for (int64_t j0 = begin; j0 < end; j0 += int64_t{groups} * kUnroll)
+    st.step(j0 + group, groups, end);
+  st.merge_warp();
+  st.store(sh.warp[warp], lane);
+  __syncthreads();
+  merge_block(sh, static_cast<int>(a.dv));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (splits > 1) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial is written
+    write_out<S, kRows>(a, b, h, row0, split, splits,
+                        [&](int i) { return cluster.map_shared_rank(&sh.block, i); });
+    cluster.sync();  // and read: a block's shared memory lives only as long as the block
+    return;
+  }
+#endif
+  __syncthreads();
+  write_out<S, kRows>(a, b, h, row0, 0, 1, [&](int) { return &sh.block; });
+}
+
+std::atomic<bool> g_enabled{true};
+
+int64_t next_pow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether K and V rows can be read W elements (16 bytes) at a time: unit column stride, whole
+// vectors per row, and every row start 16-byte aligned (strides of dims longer than 1 count).
+bool vector_rows(const void* base, const int64_t (&st)[4], int64_t cols, const AttentionArgs& a,
+                 int W) {
+  const auto fits = [&](int64_t n, int64_t s) { return n <= 1 || s % W == 0; };
+  return aligned16(base) && st[3] == 1 && cols % W == 0 && fits(a.batch, st[0]) &&
+         fits(a.heads, st[1]) && fits(a.sk, st[2]);
+}
+
+// The most blocks per cluster this kernel can run with on an sm_90+ device: kMaxSplits where the
+// code that runs has clusters (not sm_80 code on sm_90) and the scheduler can place one that
+// size, else 1. Asked once per kernel (the first such device's answer stands for all).
+template <class Kernel>
+int max_splits(Kernel kernel) {
+  static const int n = [&] {
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kMaxSplits);
+    cfg.blockDim = dim3(kThreads);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kMaxSplits;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    return clusters > 0 ? kMaxSplits : 1;
+  }();
+  return n;
+}
+
+// Splits per head: enough blocks for two per SM, no split shorter than kMinSplitKeys.
+int choose_splits(const AttentionArgs& a, int64_t row_blocks, int64_t sms, int most) {
+  const int64_t blocks = a.batch * a.heads * row_blocks;
+  const int64_t by_sms = (2 * sms + blocks - 1) / blocks;
+  const int64_t by_keys = std::max<int64_t>(1, a.sk / kMinSplitKeys);
+  return static_cast<int>(std::clamp<int64_t>(std::min(by_sms, by_keys), 1, most));
+}
+
+template <class S, int kRows, int W, bool kVec>
+void launch(const AttentionArgs& a, cudaStream_t stream) {
+  const auto kernel = decode_kernel<S, kRows, W, kVec>;
+  const int lanes = static_cast<int>(next_pow2((std::max(a.d, a.dv) + W - 1) / W));
+  const int64_t row_blocks = (a.sq + kRows - 1) / kRows;
+  const DeviceInfo& dev = current_device_info();
+  const int most = dev.cc_major >= 9 ? max_splits(kernel) : 1;  // clusters: sm_90+
+  const int splits = choose_splits(a, row_blocks, dev.sm_count, most);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim =
+      dim3(static_cast<unsigned>(a.batch * a.heads * splits), static_cast<unsigned>(row_blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(splits);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = splits > 1 ? 1 : 0;
+  LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, lanes, splits));
+}
+
+template <class S, int kRows>
+void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr int kVecW = 16 / sizeof(typename S::Bits);
+  if (vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW))
+    launch<S, kRows, kVecW, true>(a, stream);
+  else
+    launch<S, kRows, kScalarW, false>(a, stream);
+}
+
+}  // namespace
+
+void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+
+bool launch_attention_decode(const AttentionArgs& a, void* stream) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return false;
+  const bool floats = a.dtype == DType::f32 || a.dtype == DType::f16 || a.dtype == DType::bf16;
+  if (!floats || a.sq < 1 || a.sq > kAttentionDecodeMaxRows || a.sk < 1 || a.d < 1 || a.d > kMaxD ||
+      a.dv < 1 || a.dv > kMaxD || a.batch < 1 || a.heads < 1)
+    return false;
+  if (a.batch * a.heads * kMaxSplits >= (int64_t{1} << 31)) return false;  // grid.x
+  const auto s = static_cast<cudaStream_t>(stream);
+  with_float_storage(a.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    if (a.sq == 1)
+      launch_rows<S, 1>(a, s);
+    else if (a.sq <= 4)
+      launch_rows<S, 4>(a, s);
+    else
+      launch_rows<S, 8>(a, s);  // 9..16 rows: two row blocks
+  });
+  return true;
+}
+
+}  // namespace livefuse::cuda

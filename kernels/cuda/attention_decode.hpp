@@ -1,0 +1,23 @@
+#pragma once
+// Decode attention on CUDA (kernels/cuda/attention_decode.cu): a few query rows per (batch,
+// K/V head) against a long KV cache, the keys split over the blocks of a thread-block cluster.
+// launch_attention (attention.cu) tries it first and runs its general kernel when it declines.
+#include <cstdint>
+
+#include "kernels/attention_args.hpp"
+
+namespace livefuse::cuda {
+
+// The most rows (query rows times query heads of a K/V head) the decode kernel takes.
+inline constexpr int64_t kAttentionDecodeMaxRows = 16;
+
+// Enqueues the decode kernel on `stream` and returns true when `a` is a decode shape: at most
+// kAttentionDecodeMaxRows rows, a float dtype, 0 < d, dv <= kAttentionMaxHeadDim and sk > 0.
+// Returns false, enqueuing nothing, otherwise (or when disabled). Never synchronises.
+bool launch_attention_decode(const AttentionArgs& a, void* stream);
+
+// On by default. Off: launch_attention_decode declines every shape, so launch_attention runs
+// its general kernel (the benchmark times both through the one entry point).
+void set_attention_decode_enabled(bool on);
+
+}  // namespace livefuse::cuda
