@@ -41,6 +41,21 @@ __host__ __device__
 
 // The CUDA kernel's limit on d and dv (a query row and its accumulator live in registers).
 inline constexpr int64_t kAttentionMaxHeadDim = 128;
+// The most rows (query rows times the query heads of one K/V head) the CUDA decode kernel takes.
+inline constexpr int64_t kAttentionDecodeMaxRows = 16;
+
+// Whether a fast CUDA kernel takes attention of this dtype, head dims and rows per K/V head,
+// whatever the operands' strides turn out to be: the split-KV decode kernel (kernels/cuda/
+// attention_decode.cu, few rows) or the tensor-core one (attention_mma.cu: f16/bf16, d = dv in
+// {64, 128}; it checks unit strides and alignment at launch, the general kernel runs otherwise).
+// On the H200 (bench/attention_kernel.cpp) the tensor-core kernel took 12.5 us where the general
+// FMA kernel took 70.5 (BERT-base f16, batch 1, seq 128); the general kernel alone loses to the
+// unfused GEMMs + softmax.
+inline bool attention_fast_on_cuda(DType t, int64_t d, int64_t dv, int64_t rows) {
+  if (rows <= kAttentionDecodeMaxRows && d <= kAttentionMaxHeadDim && dv <= kAttentionMaxHeadDim)
+    return true;
+  return (t == DType::f16 || t == DType::bf16) && d == dv && (d == 64 || d == 128);
+}
 
 namespace cpu {
 void run_attention(const AttentionArgs& a);

@@ -76,6 +76,8 @@ struct PlannerOptions {
   bool horizontal = true;
   bool gemm_epilogue = true;
   bool attention = true;      // the fused attention template (pass_attention)
+  // LIVEFUSE_ATTENTION=auto on CUDA: only shapes a fast CUDA kernel takes (attention_fast_on_cuda)
+  bool attention_fast_only = false;
   bool gemm_siblings = true;  // linears over one input as one GEMM (pass_gemm_siblings)
   bool cuda = false;          // planning for a CUDA device (what a step launches differs)
   // Called with (pass name, dump) after every pass; LIVEFUSE_LOG=debug prints to stderr.

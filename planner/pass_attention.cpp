@@ -146,6 +146,13 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
                           kAttentionMaxHeadDim);
   if (!(batch_of(ctx) == batch_of(scores)))
     return "v broadcasts the product over more batches than the scores";
+  if (g.opts.attention_fast_only &&
+      !attention_fast_on_cuda(g.seg.dtype(mm1.inputs[0]), d, dv, qs.v[qs.rank - 2]))
+    return detail::concat("LIVEFUSE_ATTENTION=auto on CUDA plans it only where a fast kernel "
+                          "applies (f16/bf16 with head dims 64 or 128, or up to ",
+                          kAttentionDecodeMaxRows, " rows a K/V head); here ",
+                          dtype_name(g.seg.dtype(mm1.inputs[0])), " d=", d, " with ",
+                          qs.v[qs.rank - 2], " rows (LIVEFUSE_ATTENTION=1 forces it)");
   m->nodes = {m1, sm, m2};
   if (split >= 0) m->nodes.insert(m->nodes.end(), {split, merge});
   const bool t_alone = only_user(g, t) == m1;

@@ -15,9 +15,11 @@ PlannerOptions default_planner_options(Device device) {
   o.fusion = config().fusion;
   o.cuda = device.is_cuda();
   o.gemm_siblings = config().gemm_siblings;
-  // auto: the CPU only, until the CUDA kernel beats the two GEMMs and the softmax it replaces
+  // auto: on CUDA only where a fast kernel takes the shapes (the tensor-core one, the decode
+  // one); the general FMA kernel loses to the GEMMs and the softmax it would replace
   // (runtime/include/livefuse/config.hpp has the figures).
-  o.attention = config().attention == 1 || (config().attention < 0 && !device.is_cuda());
+  o.attention = config().attention != 0;
+  o.attention_fast_only = config().attention < 0 && device.is_cuda();
   if (config().log >= LogLevel::debug) {
     o.dump = [](const std::string& pass, const std::string& text) {
       static std::mutex mu;

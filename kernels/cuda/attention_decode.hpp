@@ -8,8 +8,7 @@
 
 namespace livefuse::cuda {
 
-// The most rows (query rows times query heads of a K/V head) the decode kernel takes.
-inline constexpr int64_t kAttentionDecodeMaxRows = 16;
+// kAttentionDecodeMaxRows (attention_args.hpp): the most rows the decode kernel takes.
 
 // Enqueues the decode kernel on `stream` and returns true when `a` is a decode shape: at most
 // kAttentionDecodeMaxRows rows, a float dtype, 0 < d, dv <= kAttentionMaxHeadDim and sk > 0.

@@ -18,7 +18,10 @@ std::vector<Tensor> to_cuda(const std::vector<Tensor>& xs) {
 // CPU eager execution.
 void check_cuda(const Segment& seg, const std::vector<Tensor>& xs, double tol) {
   PlannerOptions opts = default_planner_options(Device::cuda(0));
-  opts.attention = true;  // off on CUDA by default (LIVEFUSE_ATTENTION=auto): the kernel is tested
+  // LIVEFUSE_ATTENTION=auto plans it on CUDA only where a fast kernel applies: every kernel is
+  // tested here, the general one too.
+  opts.attention = true;
+  opts.attention_fast_only = false;
   PlannedSegment p = plan_segment(seg, opts);
   INFO(p.describe());
   REQUIRE(attention_step_of(p) != nullptr);

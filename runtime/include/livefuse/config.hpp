@@ -44,8 +44,10 @@ struct Config {
   bool profile = false;
   // Switches for measuring one fusion against its absence (each defaults on):
   // LIVEFUSE_ATTENTION: the fused attention step (pass_attention). -1 (auto, the default): on
-  // the CPU only -- on the H200 the CUDA kernel (FMA, no tensor cores yet) took BERT-base f16
-  // from 0.61 to 1.33 ms a forward; 1: on every device; 0: nowhere.
+  // the CPU, and on CUDA where a fast kernel takes the shapes (attention_fast_on_cuda in
+  // kernels/attention_args.hpp: tensor cores for f16/bf16 with head dims 64/128, the split-KV
+  // decode kernel for few rows) -- the general FMA kernel took BERT-base f16 from 0.61 to 1.33
+  // ms a forward; 1: everywhere; 0: nowhere.
   int attention = -1;
   bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
   bool pack_cache = true;     // LIVEFUSE_PACK_CACHE: the CPU GEMM keeps weights packed
