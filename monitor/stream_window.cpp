@@ -17,6 +17,13 @@ constexpr float kSignificant = 1.5f;
 // The graph forgets four times slower than the counts of sequences: a loop exit is taken once
 // per forward pass, and must stay a branch for forward passes of many thousands of ops.
 constexpr uint32_t kGraphHalfLifeShift = 2;
+// A second successor (predecessor) taken less than this share of the first's is a rare path, not
+// a branch: a decode loop's layers meet the prefill's at the same points once per sequence and
+// the decode's at every token, and a cut there for the prefill's sake would split every decode
+// layer into pieces (GPT-2's into three, the cache's concat alone in one). The first passes of a
+// loop still cut there (its counts are even then); from about 16 occurrences of the common
+// path on, the unit is whole.
+constexpr float kMinorShare = 1.0f / 16;
 }  // namespace
 
 StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
@@ -233,8 +240,9 @@ void StreamWindow::observe_edge(PpRef a, PpRef b) {
 // (local token) going on to the same point, i.e. one op whose wiring differs in some
 // occurrences.
 bool StreamWindow::succ_branches(ProgramPoint& a) {
-  if (a.succ_rest >= kSignificant) return true;
-  if (a.succ_n[1] < kSignificant || a.succ_n[0] < kSignificant) return false;
+  const float minor = std::max(kSignificant, kMinorShare * a.succ_n[0]);
+  if (a.succ_rest >= minor) return true;
+  if (a.succ_n[1] < minor || a.succ_n[0] < kSignificant) return false;
   if (!live(a.succ[0]) || !live(a.succ[1])) return true;
   const ProgramPoint& x = pps_[a.succ[0].idx];
   const ProgramPoint& y = pps_[a.succ[1].idx];
@@ -245,8 +253,9 @@ bool StreamWindow::succ_branches(ProgramPoint& a) {
 }
 
 bool StreamWindow::pred_branches(ProgramPoint& b) {
-  if (b.pred_rest >= kSignificant) return true;
-  if (b.pred_n[1] < kSignificant || b.pred_n[0] < kSignificant) return false;
+  const float minor = std::max(kSignificant, kMinorShare * b.pred_n[0]);
+  if (b.pred_rest >= minor) return true;
+  if (b.pred_n[1] < minor || b.pred_n[0] < kSignificant) return false;
   if (!live(b.pred[0]) || !live(b.pred[1])) return true;
   const ProgramPoint& x = pps_[b.pred[0].idx];
   const ProgramPoint& y = pps_[b.pred[1].idx];
