@@ -21,6 +21,7 @@ def main(path):
         total += run_us * p["hits"]
         print(f"plan {p['id']} {p['state']} hits={p['hits']} steps={len(groups)} "
               f"gpu_us/run={run_us:.1f}  {p['name'][:90]}")
+        print(f"    {p.get('last_reason', '')[:150]}")
         for g, u in zip(groups, us):
             if g.get("kind") == "view":
                 continue
