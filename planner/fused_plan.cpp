@@ -109,7 +109,17 @@ void FusedPlan::details(PlanDetails& d) const {
   const Segment& seg = planned_.segment;
   for (size_t e = 0; e < seg.externals.size(); ++e)
     d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
-  if (family.defined()) d.notes.emplace_back("shape family", describe_family());
+  if (family.defined()) {
+    d.notes.emplace_back("shape family", describe_family());
+    // The stretches a CUDA run replays as graphs and launches directly (fused_plan_family.cpp).
+    if (stretches_.empty()) const_cast<FusedPlan*>(this)->plan_family_segments();
+    std::string s;
+    for (const FixedStretch& f : stretches_)
+      s += std::string(s.empty() ? "" : " | ") + (f.varying ? "direct" : "graph") + " steps " +
+           std::to_string(f.begin) + ".." + std::to_string(f.end - 1);
+    d.notes.emplace_back("family stretches", s + "; stretches replayed " + std::to_string(family_replays_) +
+                                                 ", launched directly " + std::to_string(family_direct_));
+  }
   int g = 0;
   auto kernel_info = [&](const FusedKernelStep& f) {
     KernelInfo k;
@@ -262,7 +272,8 @@ std::atomic<uint64_t> g_run_clock{0};
 constexpr uint64_t kSweepEvery = 256, kIdleClock = 4096;
 }  // namespace
 
-int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key) {
+int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
+                            const std::vector<bool>* skip) {
   int chosen = -1, empty = -1, lru = -1;
   for (size_t s = 0; s < sets_.size(); ++s) {
     BindingSet& set = sets_[s];
@@ -296,7 +307,7 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
     set.bufs.resize(values.size());
     for (size_t v = 0; v < values.size(); ++v) {
       const TensorImpl& t = *values[v].impl();
-      if (needs_buffer(values, w, v))
+      if (needs_buffer(values, w, v) && !(skip && (*skip)[v]))
         set.bufs[v] = allocate_storage(t.device, t.nbytes(), w.stream_handle);
     }
     chosen = empty;
@@ -420,6 +431,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   if (runs_ % 32 == 0) free_idle_sets();
   if (const uint64_t now = g_run_clock.fetch_add(1, std::memory_order_relaxed) + 1; now % kSweepEvery == 0)
     sweep_other_plans(now);
+  if (family.defined() && use_graphs_ && !config().profile) return run_cuda_family(values, w);
   if (const EarlyLaunch e = w.early; e.launched()) {
     // Launched at the window's first call: hand its set's buffers to the outputs. (Shapes
     // follow from the externals, so they match; if not, the usual path below recomputes

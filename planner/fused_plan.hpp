@@ -38,6 +38,19 @@ class FusedPlan final : public Plan {
   bool run_cuda(std::vector<Tensor>& values, Window& w);
   // Shape family (runtime/plan.hpp): the n of each run, for inspection.
   void note_family_n(const std::vector<Tensor>& values);
+  // CUDA, a plan with a shape family (fused_plan_family.cpp): the steps that touch no varying
+  // value replay as graphs, one per stretch of such steps, over a binding set keyed by the fixed
+  // values alone; the steps that do (a KV cache's concat, the attention over it) launch
+  // directly, into fresh storage. A decode step then replays the same graphs at every length.
+  bool run_cuda_family(std::vector<Tensor>& values, Window& w);
+  void plan_family_segments();
+  std::vector<bool> varying_value_;  // per value id: a dim of it varies within the family
+  struct FixedStretch {
+    size_t begin = 0, end = 0;  // steps [begin, end), none of them varying
+    bool varying = false;       // true: steps that launch directly
+  };
+  std::vector<FixedStretch> stretches_;
+  uint64_t family_replays_ = 0, family_direct_ = 0;  // stretches replayed / launched directly
   std::string describe_family() const;
   int64_t n_last_ = -1, n_seen_lo_ = -1, n_seen_hi_ = -1;
   // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.
@@ -67,7 +80,9 @@ class FusedPlan final : public Plan {
   };
   static constexpr size_t kMaxSets = 12;
   static constexpr uint64_t kIdleRuns = 256;
-  int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key);
+  // `skip`: values left out of the set (a family plan's varying values), or null.
+  int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
+                   const std::vector<bool>* skip = nullptr);
   void free_idle_sets();
   // Frees the free sets no run of any CUDA plan has used for a long while: a plan that stopped
   // running (its shapes went away, another plan serves them) never reaches free_idle_sets.

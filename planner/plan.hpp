@@ -87,6 +87,7 @@ struct Step {
   std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep, AttentionStep> body;
   std::string label;
   int launches() const;  // kernels it launches (views: 0)
+  std::vector<int> nodes() const;  // the segment nodes it computes
   // The generated kernel it runs, if any: a fused kernel step's, or a GEMM's elementwise tail.
   FusedKernelStep* generated_kernel();
 };

@@ -107,6 +107,19 @@ FusedKernelStep* Step::generated_kernel() {
   return std::get_if<FusedKernelStep>(&body);
 }
 
+std::vector<int> Step::nodes() const {
+  if (const auto* f = std::get_if<FusedKernelStep>(&body)) return f->nodes;
+  if (const auto* a = std::get_if<AttentionStep>(&body)) return a->nodes;
+  if (const auto* g = std::get_if<GemmStep>(&body)) {
+    std::vector<int> n = g->siblings.empty() ? std::vector<int>{g->node} : g->siblings;
+    if (g->tail) n.insert(n.end(), g->tail->nodes.begin(), g->tail->nodes.end());
+    return n;
+  }
+  if (const auto* e = std::get_if<EagerStep>(&body)) return {e->node};
+  if (const auto* v = std::get_if<ViewStep>(&body)) return {v->node};
+  return {std::get<OpaqueStep>(body).node};
+}
+
 int Step::launches() const {
   if (const auto* g = std::get_if<GemmStep>(&body))
     return 1 + ((g->tail && g->epilogue == GemmEpilogue::None) || g->split_kernel ? 1 : 0);
