@@ -8,7 +8,9 @@ __global__ void gpu_delay_kernel(uint64_t ns) {
   uint64_t start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do {
-    __nanosleep(1000);
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(1000);  // keeps the spinning thread off the issue slots of the kernels it delays
+#endif
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   } while (now - start < ns);
 }
