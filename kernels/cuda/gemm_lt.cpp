@@ -26,9 +26,10 @@
 //    call), so the plan's GEMMs pick up the tuned algorithm without a lock per call.
 // LIVEFUSE_GEMM_TUNE=0 turns the lookup off (the planner then tunes nothing either).
 // Timing: 2 warm-up runs and a synchronize (kernel modules load lazily at their first launch),
-// then a GPU delay kernel and 5 timed runs between CUDA events. The delay lets the host queue
-// all 5 before the GPU reaches them, so they run back to back as in a CUDA graph and a short
-// kernel (a decode GEMV is ~2 us) is timed, not its launch cost.
+// then a GPU delay kernel and 5 timed runs between CUDA events (more, up to 100, for a GEMM
+// that short that 5 runs are within the events' resolution). The delay lets the host queue
+// all of them before the GPU reaches them, so they run back to back as in a CUDA graph and a
+// short kernel (a decode GEMV is ~2 us) is timed, not its launch cost.
 #include "kernels/cuda/gemm_lt.hpp"
 
 #include <algorithm>
@@ -52,7 +53,14 @@ namespace {
 constexpr size_t kMaxPlans = 1024;
 constexpr size_t kMaxTuned = 1024;
 constexpr int kTuneWarmup = 2, kTuneReps = 5;
-constexpr uint32_t kTuneDelayNs = 200'000;  // covers the host queueing kTuneReps launches
+// A GEMM whose kTuneReps runs take less than kTuneMinTotalUs (a decode GEMV: ~2 us each) is
+// timed over more runs, at most kTuneMaxReps, so that the events' resolution (~0.5 us) does not
+// decide between candidates a few percent apart.
+constexpr double kTuneMinTotalUs = 200;
+constexpr int kTuneMaxReps = 100;
+// The delay in front of the timed runs: enough for the host to queue them (cuBLASLt's launch
+// costs a few microseconds of host time).
+constexpr uint32_t kTuneDelayBaseNs = 100'000, kTuneDelayPerRunNs = 10'000;
 
 // ---- handles and workspaces ---------------------------------------------------------------
 cublasLtHandle_t handle_for(int device) {
@@ -225,7 +233,7 @@ struct Events {
 // synchronized either way.
 double time_algo(const LtCall& c, const GemmPlan* p, const cublasLtMatmulAlgo_t& algo,
                  size_t ws_bytes, cublasLtHandle_t handle, void* ws, cudaStream_t s,
-                 const Events& ev) {
+                 const Events& ev, int reps) {
   bool ok = true;
   for (int i = 0; i < kTuneWarmup && ok; ++i)
     ok = run_algo(c, p, algo, ws_bytes, handle, ws, s) == CUBLAS_STATUS_SUCCESS;
@@ -235,16 +243,16 @@ double time_algo(const LtCall& c, const GemmPlan* p, const cublasLtMatmulAlgo_t&
     return -1;
   }
   LF_CUDA_CALL(cudaStreamSynchronize(s));
-  gpu_delay(s, kTuneDelayNs);
+  gpu_delay(s, kTuneDelayBaseNs + kTuneDelayPerRunNs * static_cast<uint32_t>(reps));
   LF_CUDA_CALL(cudaEventRecord(ev.start, s));
-  for (int i = 0; i < kTuneReps && ok; ++i)
+  for (int i = 0; i < reps && ok; ++i)
     ok = run_algo(c, p, algo, ws_bytes, handle, ws, s) == CUBLAS_STATUS_SUCCESS;
   LF_CUDA_CALL(cudaEventRecord(ev.stop, s));
   LF_CUDA_CALL(cudaEventSynchronize(ev.stop));
   if (!ok) return -1;
   float ms = 0;
   LF_CUDA_CALL(cudaEventElapsedTime(&ms, ev.start, ev.stop));
-  return 1000.0 * ms / kTuneReps;
+  return 1000.0 * ms / reps;
 }
 
 // Times the heuristic's candidates (`results`, best first by its estimate) and takes the
@@ -258,13 +266,19 @@ void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
   rec.m = c.n, rec.n = c.m, rec.k = c.k, rec.batch = c.batch;
   rec.dtype = c.dtype, rec.act = c.act, rec.bias = c.bias != nullptr, rec.c = c.c != nullptr;
   rec.offered = found;
-  int best = -1, failed = 0;
+  int best = -1, failed = 0, reps = kTuneReps;
   double best_us = 0;
   for (int i = 0; i < found; ++i) {
     const cublasLtMatmulHeuristicResult_t& r = results[i];
     double us = -1;
-    if (r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= kGemmWorkspaceBytes)
-      us = time_algo(c, p, r.algo, r.workspaceSize, handle, ws, s, ev);
+    if (r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= kGemmWorkspaceBytes) {
+      us = time_algo(c, p, r.algo, r.workspaceSize, handle, ws, s, ev, reps);
+      if (best < 0 && us > 0 && us * reps < kTuneMinTotalUs) {
+        // The first candidate that ran sets the run count for all of them (same footing).
+        reps = std::min(kTuneMaxReps, static_cast<int>(kTuneMinTotalUs / us) + 1);
+        us = time_algo(c, p, r.algo, r.workspaceSize, handle, ws, s, ev, reps);
+      }
+    }
     if (us < 0) {
       ++failed;
       continue;
