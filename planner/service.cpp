@@ -19,6 +19,7 @@
 #include "monitor/candidate.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
+#include "planner/gemm_tuning.hpp"
 #include "planner/planner.hpp"
 #include "runtime/faults.hpp"
 #include "livefuse/inspect.hpp"
@@ -182,6 +183,7 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("disk_rejected", c.disk_rejected);
       sink.add("disk_evictions", c.disk_evictions);
     });
+    register_gemm_tuning_counters();
     register_counter_source("graphs", [](CounterSink& sink) {
       uint64_t sum[5] = {0, 0, 0, 0, 0};
       for (const auto& p : PlanTable::get().snapshot()->plans) {
@@ -401,6 +403,9 @@ class Service final : public monitor::CandidateConsumer {
       try {
         compile_plans(plans, jit::KernelCompiler::global(), co);
         for (Pending* p : group) preload_modules(p->planned, p->device);
+        // Each GEMM shape's fastest cuBLASLt algorithm, timed here so the program's thread
+        // only looks it up (gemm_tuning.hpp). Never throws: a failure leaves the heuristic's.
+        for (Pending* p : group) tune_plan_gemms(p->planned, p->device);
       } catch (const std::exception& e) {
         for (Pending* p : group) {
           fail(*p->c, p->subject, e.what());

@@ -11,10 +11,32 @@
 //    every pointer (cuBLASLt picks kernels by alignment) and the device. Thread-local, so the
 //    per-call bias pointer can be set on the cached descriptor without a lock or a race.
 //    Bounded: past kMaxPlans entries the thread's cache is dropped and rebuilt.
+//
+// [ Note -- tuned algorithms ]
+// The heuristic's top-1 is often far from the best algorithm for a shape (on the H200, BERT-base
+// f16's projections at 128 rows ran at about half the speed the library reaches). A GEMM that
+// misses its thread's plan cache under a GemmTuning guard asks for the top kGemmTuneCandidates,
+// times each on its own operands and stream, and keeps the fastest in a process-wide table
+// (key -> algo, workspace), bounded by kMaxTuned. The planner does this on its own thread
+// while a CUDA plan compiles (planner/gemm_tuning.cpp), on scratch operands laid out as the
+// plan's, so the program's thread only ever looks the choice up:
+//  * a plan built on a miss takes the table's algorithm when it has the key;
+//  * a plan built before the key was tuned (the eager GEMMs that ran while the sequence was
+//    getting hot) looks again once per change of the table (g_tuned_gen, one relaxed load a
+//    call), so the plan's GEMMs pick up the tuned algorithm without a lock per call.
+// LIVEFUSE_GEMM_TUNE=0 turns the lookup off (the planner then tunes nothing either).
+// Timing: 2 warm-up runs and a synchronize (kernel modules load lazily at their first launch),
+// then a GPU delay kernel and 5 timed runs between CUDA events (more, up to 100, for a GEMM
+// that short that 5 runs are within the events' resolution). The delay lets the host queue
+// all of them before the GPU reaches them, so they run back to back as in a CUDA graph and a
+// short kernel (a decode GEMV is ~2 us) is timed, not its launch cost.
 #include "kernels/cuda/gemm_lt.hpp"
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -22,11 +44,23 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gpu_delay.hpp"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
 
 constexpr size_t kMaxPlans = 1024;
+constexpr size_t kMaxTuned = 1024;
+constexpr int kTuneWarmup = 2, kTuneReps = 5;
+// A GEMM whose kTuneReps runs take less than kTuneMinTotalUs (a decode GEMV: ~2 us each) is
+// timed over more runs, at most kTuneMaxReps, so that the events' resolution (~0.5 us) does not
+// decide between candidates a few percent apart.
+constexpr double kTuneMinTotalUs = 200;
+constexpr int kTuneMaxReps = 100;
+// The delay in front of the timed runs: enough for the host to queue them (cuBLASLt's launch
+// costs a few microseconds of host time).
+constexpr uint32_t kTuneDelayBaseNs = 100'000, kTuneDelayPerRunNs = 10'000;
 
 // ---- handles and workspaces ---------------------------------------------------------------
 cublasLtHandle_t handle_for(int device) {
@@ -73,6 +107,9 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  bool tuned = false;      // algo is the tuned table's (or was timed here)
+  bool tune_tried = false; // timed here already (whatever came of it): never again
+  uint64_t tuned_gen = 0;  // g_tuned_gen when the table was last consulted for it
   GemmPlan() = default;
   GemmPlan(const GemmPlan&) = delete;
   GemmPlan& operator=(const GemmPlan&) = delete;
@@ -103,13 +140,173 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
+// ---- the tuned table ----------------------------------------------------------------------
+struct Tuned {
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
 
-GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
+struct TuneState {
+  std::mutex mu;
+  std::unordered_map<GemmKey, Tuned, GemmKeyHash> table;
+  std::deque<GemmTuneRecord> records;
+  GemmTuneCounters ctr;
+};
+TuneState& tune_state() {
+  static TuneState* s = new TuneState;  // leaked: GEMMs may run from thread_local destructors
+  return *s;
+}
+// Bumped on every change of the table. Starts at 1 so that a plan (tuned_gen 0) made before
+// anything was tuned still looks once -- cheap, and simpler than a special case.
+std::atomic<uint64_t> g_tuned_gen{1};
+
+thread_local bool t_tuning = false;
+
+using PlanMap = std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>;
+PlanMap& thread_plans() {
   // Per thread, and never destroyed: a thread's last GEMMs may run from other thread_local
   // destructors (deferred work flushed at thread exit), after this map would be gone. At most
   // kMaxPlans small descriptors per thread that ever ran a GEMM.
-  thread_local auto& plans =
-      *new std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>();
+  thread_local auto& plans = *new PlanMap();
+  return plans;
+}
+
+// Takes the table's algorithm for `key` into `p` if it has one. Called only when the table
+// changed since `p` last looked (one relaxed load otherwise).
+void refresh_from_table(const GemmKey& key, GemmPlan* p) {
+  const uint64_t gen = g_tuned_gen.load(std::memory_order_acquire);
+  if (p->tuned || p->tuned_gen == gen) return;
+  p->tuned_gen = gen;
+  TuneState& st = tune_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.table.find(key);
+  if (it == st.table.end()) return;
+  p->algo = it->second.algo;
+  p->workspace = it->second.workspace;
+  p->tuned = true;
+  ++st.ctr.table_hits;
+}
+
+void store_tuned(const GemmKey& key, const Tuned& t, const GemmTuneRecord& rec, int timed,
+                 int failed) {
+  TuneState& st = tune_state();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    // Past the cap the table starts again: the shapes of the plans still being made come back
+    // at their next compile, and any plan already built keeps its algorithm.
+    if (st.table.size() >= kMaxTuned && !st.table.count(key)) st.table.clear();
+    st.table[key] = t;
+    st.records.push_back(rec);
+    while (st.records.size() > kGemmTuneRecords) st.records.pop_front();
+    ++st.ctr.tuned;
+    st.ctr.candidates_timed += static_cast<uint64_t>(timed);
+    st.ctr.candidates_failed += static_cast<uint64_t>(failed);
+    if (rec.chosen != 0) ++st.ctr.improved;
+  }
+  g_tuned_gen.fetch_add(1, std::memory_order_acq_rel);
+}
+
+const float kOne = 1.0f, kZero = 0.0f;
+
+cublasStatus_t run_algo(const LtCall& c, const GemmPlan* p, const cublasLtMatmulAlgo_t& algo,
+                        size_t ws_bytes, cublasLtHandle_t handle, void* ws, cudaStream_t s) {
+  return cublasLtMatmul(handle, p->desc, &kOne, c.a.ptr, p->a, c.b.ptr, p->b,
+                        c.c ? &kOne : &kZero, c.c ? c.c : c.d, p->d, c.d, p->d, &algo, ws,
+                        ws_bytes, s);
+}
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    LF_CUDA_CALL(cudaEventCreate(&start));
+    LF_CUDA_CALL(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+// GPU microseconds per run of `algo`, or a negative value when it would not run. The stream is
+// synchronized either way.
+double time_algo(const LtCall& c, const GemmPlan* p, const cublasLtMatmulAlgo_t& algo,
+                 size_t ws_bytes, cublasLtHandle_t handle, void* ws, cudaStream_t s,
+                 const Events& ev, int reps) {
+  bool ok = true;
+  for (int i = 0; i < kTuneWarmup && ok; ++i)
+    ok = run_algo(c, p, algo, ws_bytes, handle, ws, s) == CUBLAS_STATUS_SUCCESS;
+  if (!ok) {
+    (void)cudaStreamSynchronize(s);
+    (void)cudaGetLastError();  // a launch cuBLASLt refused leaves nothing sticky
+    return -1;
+  }
+  LF_CUDA_CALL(cudaStreamSynchronize(s));
+  gpu_delay(s, kTuneDelayBaseNs + kTuneDelayPerRunNs * static_cast<uint32_t>(reps));
+  LF_CUDA_CALL(cudaEventRecord(ev.start, s));
+  for (int i = 0; i < reps && ok; ++i)
+    ok = run_algo(c, p, algo, ws_bytes, handle, ws, s) == CUBLAS_STATUS_SUCCESS;
+  LF_CUDA_CALL(cudaEventRecord(ev.stop, s));
+  LF_CUDA_CALL(cudaEventSynchronize(ev.stop));
+  if (!ok) return -1;
+  float ms = 0;
+  LF_CUDA_CALL(cudaEventElapsedTime(&ms, ev.start, ev.stop));
+  return 1000.0 * ms / reps;
+}
+
+// Times the heuristic's candidates (`results`, best first by its estimate) and takes the
+// fastest into `p` and the table. `p`'s desc already carries this call's bias pointer.
+void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
+          const cublasLtMatmulHeuristicResult_t* results, int found, cublasLtHandle_t handle,
+          void* ws, cudaStream_t s) {
+  p->tune_tried = true;
+  const Events ev;
+  GemmTuneRecord rec;
+  rec.m = c.n, rec.n = c.m, rec.k = c.k, rec.batch = c.batch;
+  rec.dtype = c.dtype, rec.act = c.act, rec.bias = c.bias != nullptr, rec.c = c.c != nullptr;
+  rec.offered = found;
+  int best = -1, failed = 0, reps = kTuneReps;
+  double best_us = 0;
+  for (int i = 0; i < found; ++i) {
+    const cublasLtMatmulHeuristicResult_t& r = results[i];
+    double us = -1;
+    if (r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= kGemmWorkspaceBytes) {
+      us = time_algo(c, p, r.algo, r.workspaceSize, handle, ws, s, ev, reps);
+      if (best < 0 && us > 0 && us * reps < kTuneMinTotalUs) {
+        // The first candidate that ran sets the run count for all of them (same footing).
+        reps = std::min(kTuneMaxReps, static_cast<int>(kTuneMinTotalUs / us) + 1);
+        us = time_algo(c, p, r.algo, r.workspaceSize, handle, ws, s, ev, reps);
+      }
+    }
+    if (us < 0) {
+      ++failed;
+      continue;
+    }
+    ++rec.timed;
+    if (i == 0) rec.top1_us = us;
+    if (best < 0 || us < best_us) best = i, best_us = us;
+  }
+  if (best < 0) return;  // nothing ran: keep the top-1 already in `p`, record nothing
+  rec.chosen = best;
+  rec.chosen_us = best_us;
+  p->algo = results[best].algo;
+  p->workspace = results[best].workspaceSize;
+  p->tuned = true;
+  store_tuned(key, Tuned{p->algo, p->workspace}, rec, rec.timed, failed);
+}
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;  // unknown: treat as capturing (no synchronizing calls)
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+
+GemmKey key_of(const LtCall& c, int device) {
   GemmKey key;
   key.v = {static_cast<int64_t>(c.dtype),
            c.tf32,
@@ -133,10 +330,11 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
            c.c ? alignment_of(c.c) : -1,
            device,
            static_cast<int64_t>(c.act)};
-  auto it = plans.find(key);
-  if (it != plans.end()) return it->second.get();
-  if (plans.size() >= kMaxPlans) plans.clear();
+  return key;
+}
 
+// The matmul descriptor and layouts of `c` (no algorithm yet).
+std::unique_ptr<GemmPlan> make_plan(const LtCall& c) {
   auto p = std::make_unique<GemmPlan>();
   const cudaDataType_t t = cuda_type(c.dtype);
   const cublasComputeType_t compute =
@@ -182,7 +380,12 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
   make_layout(&p->a, c.a.rows, c.a.cols, c.a.ld, c.stride_a);
   make_layout(&p->b, c.b.rows, c.b.cols, c.b.ld, c.stride_b);
   make_layout(&p->d, c.m, c.n, c.ldd, c.stride_d);
+  return p;
+}
 
+// The heuristic's best `want` algorithms for `p` (best first); returns how many it gave.
+int heuristic(const LtCall& c, const GemmPlan* p, cublasLtHandle_t handle, int want,
+              cublasLtMatmulHeuristicResult_t* results) {
   cublasLtMatmulPreference_t pref = nullptr;
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceCreate(&pref));
   struct PrefGuard {
@@ -204,15 +407,69 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle) {
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-  cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  LF_CUBLAS_CALL(cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->d, p->d, pref, 1,
-                                                &result, &found));
+  LF_CUBLAS_CALL(cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->d, p->d, pref,
+                                                want, results, &found));
   LF_CHECK(found > 0, "matmul", "cuBLASLt has no algorithm for ", dtype_name(c.dtype), " m=", c.m,
            " n=", c.n, " k=", c.k, " batch=", c.batch, " (column-major terms; lda=", c.a.ld,
            " ldb=", c.b.ld, ")");
-  p->algo = result.algo;
-  p->workspace = result.workspaceSize;
+  return found;
+}
+
+// Tuning mode's part of plan_for: the table's choice if another plan already tuned the key,
+// else the candidates timed here. `p` ends with the heuristic's top-1 at worst.
+void tune_plan(const GemmKey& key, const LtCall& c, GemmPlan* p, cublasLtHandle_t handle,
+               void* ws, cudaStream_t s) {
+  refresh_from_table(key, p);
+  if (p->tuned) return;
+  cublasLtMatmulHeuristicResult_t results[kGemmTuneCandidates]{};
+  const int found = heuristic(c, p, handle, kGemmTuneCandidates, results);
+  p->algo = results[0].algo;
+  p->workspace = results[0].workspaceSize;
+  if (capturing(s)) {
+    // Never expected (the planner tunes on its own stream, outside any capture): timing would
+    // synchronize a capturing stream, so the call keeps the top-1 and a counter says so.
+    std::lock_guard<std::mutex> lock(tune_state().mu);
+    ++tune_state().ctr.skipped_capturing;
+    return;
+  }
+  if (c.bias)
+    LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                  &c.bias, sizeof(c.bias)));
+  tune(key, c, p, results, found, handle, ws, s);
+}
+
+GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle, void* ws,
+                   cudaStream_t s) {
+  PlanMap& plans = thread_plans();
+  const GemmKey key = key_of(c, device);
+  auto it = plans.find(key);
+  if (it != plans.end()) {
+    GemmPlan* p = it->second.get();
+    if (!p->tuned) {
+      // Made before the key was tuned (an eager GEMM of the same shape), or never tuned: look
+      // at the table once per change of it; time it here only in tuning mode.
+      if (p->tuned_gen != g_tuned_gen.load(std::memory_order_relaxed) && config().gemm_tune)
+        refresh_from_table(key, p);
+      if (!p->tuned && t_tuning && !p->tune_tried) tune_plan(key, c, p, handle, ws, s);
+    }
+    return p;
+  }
+  if (plans.size() >= kMaxPlans) plans.clear();
+
+  std::unique_ptr<GemmPlan> p = make_plan(c);
+  if (t_tuning) {
+    tune_plan(key, c, p.get(), handle, ws, s);
+  } else {
+    if (config().gemm_tune) refresh_from_table(key, p.get());
+    else p->tuned_gen = g_tuned_gen.load(std::memory_order_relaxed);
+    if (!p->tuned) {
+      cublasLtMatmulHeuristicResult_t result{};
+      heuristic(c, p.get(), handle, 1, &result);
+      p->algo = result.algo;
+      p->workspace = result.workspaceSize;
+    }
+  }
   GemmPlan* raw = p.get();
   plans.emplace(key, std::move(p));
   return raw;
@@ -244,14 +501,41 @@ void lt_matmul(const LtCall& c, cudaStream_t s) {
   const int device = current_device();
   cublasLtHandle_t handle = handle_for(device);
   void* ws = workspace_for(device, s);
-  GemmPlan* p = plan_for(c, device, handle);
+  GemmPlan* p = plan_for(c, device, handle, ws, s);
   if (c.bias)
     LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &c.bias, sizeof(c.bias)));
   LF_ASSERT(!c.c || c.act == LtAct::none, "a GEMM's C input with an activation epilogue");
-  const float alpha = 1.0f, beta = c.c ? 1.0f : 0.0f;
-  LF_CUBLAS_CALL(cublasLtMatmul(handle, p->desc, &alpha, c.a.ptr, p->a, c.b.ptr, p->b, &beta,
-                                c.c ? c.c : c.d, p->d, c.d, p->d, &p->algo, ws, p->workspace, s));
+  LF_CUBLAS_CALL(run_algo(c, p, p->algo, p->workspace, handle, ws, s));
+}
+
+GemmTuning::GemmTuning() : prev_(t_tuning) { t_tuning = true; }
+GemmTuning::~GemmTuning() { t_tuning = prev_; }
+
+std::vector<GemmTuneRecord> gemm_tune_records() {
+  TuneState& st = tune_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  return {st.records.begin(), st.records.end()};
+}
+
+GemmTuneCounters gemm_tune_counters() {
+  TuneState& st = tune_state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  GemmTuneCounters c = st.ctr;
+  c.entries = st.table.size();
+  return c;
+}
+
+void reset_gemm_tuning() {
+  thread_plans().clear();
+  TuneState& st = tune_state();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.table.clear();
+    st.records.clear();
+    st.ctr = {};
+  }
+  g_tuned_gen.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace livefuse::cuda

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "livefuse/dtype.hpp"
 
@@ -42,5 +43,54 @@ struct LtCall {
 
 // Enqueues the call on `s`. Allocates nothing after the stream's first GEMM.
 void lt_matmul(const LtCall& c, cudaStream_t s);
+
+// ---- timed algorithm choice (gemm_lt.cpp, [ Note -- tuned algorithms ]) ----------------------
+// While one is alive on a thread, that thread's GEMMs whose shape (GemmKey) has no plan yet time
+// cuBLASLt's top kGemmTuneCandidates algorithms on the call's own operands and stream, and the
+// fastest is kept for that key in a process-wide table every thread's later plans use. Only
+// for scratch operands (each candidate runs several times; D is overwritten, C only read) and
+// never on the program's thread: the timing synchronizes. Skipped while `s` is capturing.
+class GemmTuning {
+ public:
+  GemmTuning();
+  ~GemmTuning();
+  GemmTuning(const GemmTuning&) = delete;
+  GemmTuning& operator=(const GemmTuning&) = delete;
+
+ private:
+  bool prev_;
+};
+
+inline constexpr int kGemmTuneCandidates = 8;
+
+// One tuned GEMM, in row-major terms: out[m, n] = a[m, k] b[k, n], `batch` of them.
+struct GemmTuneRecord {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  DType dtype = DType::f32;
+  LtAct act = LtAct::none;
+  bool bias = false, c = false;
+  int offered = 0;      // algorithms the heuristic returned
+  int timed = 0;        // of them, timed (the others failed or need too much workspace)
+  int chosen = 0;       // index of the chosen one in the heuristic's order (0: its top-1)
+  double top1_us = -1;  // GPU time per run of the top-1 (-1: it could not run)
+  double chosen_us = -1;
+};
+inline constexpr size_t kGemmTuneRecords = 256;  // most recent kept
+
+struct GemmTuneCounters {
+  uint64_t tuned = 0;             // GEMM shapes tuned
+  uint64_t candidates_timed = 0;  // algorithms timed, over all of them
+  uint64_t candidates_failed = 0; // algorithms that would not run (or need too much workspace)
+  uint64_t improved = 0;          // shapes where another algorithm beat the top-1
+  uint64_t skipped_capturing = 0; // tuning asked for on a capturing stream: not done
+  uint64_t table_hits = 0;        // plans built from the tuned table (any thread)
+  uint64_t entries = 0;           // shapes in the table now
+};
+
+std::vector<GemmTuneRecord> gemm_tune_records();  // oldest first
+GemmTuneCounters gemm_tune_counters();
+// Tests and benchmarks: forgets every tuned algorithm and record, and the calling thread's
+// plans (its next GEMM of any shape asks the heuristic, or tunes, again).
+void reset_gemm_tuning();
 
 }  // namespace livefuse::cuda

@@ -4,7 +4,7 @@
 # gain of each, one process each), the crash-prone user program RUNS times per mode, and the
 # BERT comparison against PyTorch for one dtype and batch. Results in $OUT/quick.tgz.
 # Usage (device tool): bash tools/gpu/quick.sh   [SUITES="test_planner test_replacement"
-#   RUNS=20 BERT_DTYPE=f16 BERT_BATCH=1 COMPARE=1 SWITCHES=1 BENCH_ATTN=1]
+#   RUNS=20 BERT_DTYPE=f16 BERT_BATCH=1 COMPARE=1 SWITCHES=1 BENCH_ATTN=1 BENCH_GEMM_TUNE=1]
 set -u
 cd "$(dirname "$0")/../.."
 REAL_OUT=${OUT:-$PWD/gpu-out}
@@ -21,6 +21,11 @@ if [ "${BENCH_ATTN:-1}" = 1 ] && [ -x "$B/bench/livefuse-bench-attention" ]; the
   timeout -k 5 120 "$B/bench/livefuse-bench-attention" --json "$D/bench/attention.json" > "$D/attention.log" 2>&1
   echo "livefuse-bench-attention rc=$?"; tail -40 "$D/attention.log"
 fi
+if [ "${BENCH_GEMM_TUNE:-1}" = 1 ] && [ -x "$B/bench/livefuse-bench-gemm-tune" ]; then
+  echo "== GEMM algorithm choice ($(( $(date +%s) - START )) s)"
+  timeout -k 5 120 "$B/bench/livefuse-bench-gemm-tune" --json "$D/bench/gemm_tune.json" > "$D/gemm_tune.log" 2>&1
+  echo "livefuse-bench-gemm-tune rc=$?"; tail -30 "$D/gemm_tune.log"
+fi
 for t in ${SUITES-test_planner test_replacement test_bert}; do
   timeout -k 5 150 "$B/tests/$t" > "$D/$t.log" 2>&1
   echo "$t rc=$? $(grep 'test cases' "$D/$t.log")"
@@ -29,7 +34,7 @@ done
 pack_out
 
 [ "${SWITCHES:-1}" = 1 ] && echo "== BERT-base f16 b1 per fusion switch ($(( $(date +%s) - START )) s)"
-[ "${SWITCHES:-1}" = 1 ] && for sw in "" LIVEFUSE_ATTENTION=1 LIVEFUSE_ATTENTION=0 LIVEFUSE_GEMM_SIBLINGS=0; do
+[ "${SWITCHES:-1}" = 1 ] && for sw in "" LIVEFUSE_ATTENTION=1 LIVEFUSE_ATTENTION=0 LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_GEMM_TUNE=0; do
   name=$(echo "${sw:-all}" | tr -c 'A-Za-z0-9\n' '_')
   env $sw timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda \
     --iters 200 --warmup-ms 3000 --quiet --json "$D/bench/bert_switch_$name.json" > /dev/null 2>&1

@@ -51,6 +51,10 @@ struct Config {
   int attention = -1;
   bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
   bool pack_cache = true;     // LIVEFUSE_PACK_CACHE: the CPU GEMM keeps weights packed
+  // LIVEFUSE_GEMM_TUNE: CUDA plans time cuBLASLt's top candidate algorithms for each of their
+  // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp); 0: the
+  // heuristic's first choice everywhere.
+  bool gemm_tune = true;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".

@@ -1,0 +1,244 @@
+// livefuse-bench-gemm-tune: cuBLASLt's heuristic top-1 algorithm against the timed choice
+// (kernels/cuda/gemm_lt.cpp, [ Note -- tuned algorithms ]) on the GEMMs of BERT-base f16
+// (128 and 1024 rows) and GPT-2 decode (1 row), each through the path a plan's GEMM step takes
+// (cuda::run_gemm_epilogue: bias, GELU-tanh, residual read as C).
+// Per case and variant: one run outside any capture builds the thread's plan (top-1: the
+// tuned table emptied first; tuned: under cuda::GemmTuning, which times the candidates), then a
+// CUDA graph of --launches back-to-back GEMMs is captured and replayed; the time is per GEMM,
+// the median over --reps replays, so launch overhead does not dominate. The two variants'
+// outputs are compared (different algorithms round differently: a loose bound, FAIL past it).
+// Usage: livefuse-bench-gemm-tune [--json PATH] [--reps N] [--launches N]
+//   exit status 1 on a FAIL, 2 on a CUDA or livefuse error.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_record.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/device/lf_math.cuh"
+#include "livefuse/stream.hpp"
+#include "livefuse/tensor.hpp"
+#include "runtime/op_call.hpp"
+
+namespace {
+
+using livefuse::Device;
+using livefuse::DType;
+using livefuse::Shape;
+using livefuse::Tensor;
+namespace cuda = livefuse::cuda;
+
+#define BENCH_CUDA(call)                                                      \
+  do {                                                                        \
+    const cudaError_t e_ = (call);                                            \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(2);                                                           \
+    }                                                                         \
+  } while (0)
+
+struct Case {
+  const char* model;
+  const char* name;
+  int64_t m, k, n;
+  bool bias;
+  cuda::LtAct act;
+  bool residual;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  for (int64_t m : {128, 1024}) {
+    v.push_back({"bert", "qkv", m, 768, 2304, true, cuda::LtAct::none, false});
+    v.push_back({"bert", "attn_out", m, 768, 768, true, cuda::LtAct::none, false});
+    v.push_back({"bert", "ffn1_gelu", m, 768, 3072, true, cuda::LtAct::gelu_tanh, false});
+    v.push_back({"bert", "ffn2_residual", m, 3072, 768, true, cuda::LtAct::none, true});
+  }
+  v.push_back({"gpt2", "qkv", 1, 768, 2304, true, cuda::LtAct::none, false});
+  v.push_back({"gpt2", "attn_out", 1, 768, 768, true, cuda::LtAct::none, false});
+  v.push_back({"gpt2", "mlp_up", 1, 768, 3072, true, cuda::LtAct::gelu_tanh, false});
+  v.push_back({"gpt2", "mlp_down", 1, 3072, 768, true, cuda::LtAct::none, false});
+  v.push_back({"gpt2", "lm_head", 1, 768, 50257, false, cuda::LtAct::none, false});
+  return v;
+}
+
+// A dense f16 tensor on `d` with values uniform in [-scale, scale].
+Tensor random_f16(const Shape& s, float scale, Device d, std::mt19937& rng, cudaStream_t st) {
+  Tensor t = livefuse::empty(s, DType::f16, d);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<uint16_t> h(static_cast<size_t>(s.numel()));
+  for (uint16_t& x : h) x = lf_f2h(u(rng));
+  BENCH_CUDA(cudaMemcpyAsync(t.impl()->data(), h.data(), h.size() * 2, cudaMemcpyHostToDevice, st));
+  BENCH_CUDA(cudaStreamSynchronize(st));
+  return t;
+}
+
+std::vector<float> to_host(const Tensor& t, cudaStream_t st) {
+  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  BENCH_CUDA(cudaMemcpyAsync(h.data(), t.impl()->data(), h.size() * 2, cudaMemcpyDeviceToHost, st));
+  BENCH_CUDA(cudaStreamSynchronize(st));
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = lf_h2f(h[i]);
+  return f;
+}
+
+struct Operands {
+  livefuse::OpCall call;
+  Tensor bias, residual, out;
+};
+
+void run_once(const Case& c, const Operands& o, cudaStream_t st) {
+  if (!cuda::run_gemm_epilogue(o.call, static_cast<uint8_t>(c.act), c.bias ? &o.bias : nullptr,
+                               c.residual ? &o.residual : nullptr, o.out, st))
+    throw livefuse::Error("[bench] the cuBLASLt epilogue refused the case");
+}
+
+// Per-GEMM microseconds: median over `reps` replays of a graph of `launches` GEMMs.
+double time_graph(const Case& c, const Operands& o, cudaStream_t st, int launches, int reps) {
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < launches; ++i) run_once(c, o, st);
+  BENCH_CUDA(cudaStreamEndCapture(st, &g));
+  BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, st));
+  BENCH_CUDA(cudaStreamSynchronize(st));
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, st));
+    BENCH_CUDA(cudaGraphLaunch(ge, st));
+    BENCH_CUDA(cudaEventRecord(e1, st));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(1000.0 * ms / launches);
+  }
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  BENCH_CUDA(cudaGraphExecDestroy(ge));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return lfbench::median(us);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  int reps = 50, launches = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) {
+      json = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::max(5, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--launches") && i + 1 < argc) {
+      launches = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--json PATH] [--reps N] [--launches N]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    if (!livefuse::cuda_available()) {
+      std::fprintf(stderr, "livefuse-bench-gemm-tune: no GPU\n");
+      return 2;
+    }
+    const Device d = Device::cuda(0);
+    BENCH_CUDA(cudaSetDevice(0));
+    const livefuse::Stream stream = livefuse::Stream::create(d);
+    const livefuse::StreamGuard on(stream);
+    const auto st = static_cast<cudaStream_t>(stream.handle());
+    cudaDeviceProp prop{};
+    BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+    std::printf("livefuse-bench-gemm-tune on %s: f16, per GEMM in a graph of %d, median of %d\n",
+                prop.name, launches, reps);
+    std::printf("%-5s %-14s %-18s %9s %9s %7s %6s %5s %9s %9s %8s\n", "model", "gemm",
+                "shape (MxK->N)", "top1_us", "tuned_us", "ratio", "chosen", "timed", "t_top1",
+                "t_chosen", "max_err");
+    std::mt19937 rng(1234);
+    std::vector<lfbench::Record> recs;
+    bool fail = false;
+    double sum_top1 = 0, sum_tuned = 0;
+    for (const Case& c : cases()) {
+      Operands o;
+      o.call.op = livefuse::OpId::linear;
+      o.call.attrs.push_int(c.bias ? 1 : 0);
+      o.call.attrs.push_int(0);  // no tf32 (f16 anyway)
+      const float ws = 1.0f / std::sqrt(static_cast<float>(c.k));
+      o.call.inputs.push_back(random_f16(Shape{c.m, c.k}, 1.0f, d, rng, st));
+      o.call.inputs.push_back(random_f16(Shape{c.n, c.k}, ws, d, rng, st));
+      if (c.bias) {
+        o.bias = random_f16(Shape{c.n}, 0.1f, d, rng, st);
+        o.call.inputs.push_back(o.bias);
+      }
+      if (c.residual) o.residual = random_f16(Shape{c.m, c.n}, 1.0f, d, rng, st);
+      o.out = livefuse::empty(Shape{c.m, c.n}, DType::f16, d);
+
+      // Top-1: nothing tuned, the heuristic's choice in this thread's plan.
+      cuda::reset_gemm_tuning();
+      run_once(c, o, st);
+      BENCH_CUDA(cudaStreamSynchronize(st));
+      const std::vector<float> ref = to_host(o.out, st);
+      const double top1 = time_graph(c, o, st, launches, reps);
+
+      // Tuned: a fresh plan made under the guard (times the candidates), then the same graph.
+      cuda::reset_gemm_tuning();
+      {
+        const cuda::GemmTuning tuning;
+        run_once(c, o, st);
+      }
+      BENCH_CUDA(cudaStreamSynchronize(st));
+      const std::vector<float> got = to_host(o.out, st);
+      const double tuned = time_graph(c, o, st, launches, reps);
+      const std::vector<cuda::GemmTuneRecord> tr = cuda::gemm_tune_records();
+      cuda::GemmTuneRecord r;
+      if (!tr.empty()) r = tr.back();
+
+      double err = 0, peak = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        err = std::max(err, static_cast<double>(std::fabs(ref[i] - got[i])));
+        peak = std::max(peak, static_cast<double>(std::fabs(ref[i])));
+      }
+      const double rel = err / std::max(peak, 1e-6);
+      const bool ok = std::isfinite(rel) && rel < 2e-2;
+      fail |= !ok;
+      sum_top1 += top1, sum_tuned += tuned;
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "%lldx%lld->%lld", static_cast<long long>(c.m),
+                    static_cast<long long>(c.k), static_cast<long long>(c.n));
+      std::printf("%-5s %-14s %-18s %9.2f %9.2f %7.2f %6d %5d %9.2f %9.2f %8.1e%s\n", c.model,
+                  c.name, shape, top1, tuned, top1 / tuned, r.chosen, r.timed, r.top1_us,
+                  r.chosen_us, rel, ok ? "" : "  FAIL");
+      const std::string name = std::string("gemm_tune/") + c.model + "/" + c.name;
+      std::vector<std::pair<std::string, double>> dims = {
+          {"m", static_cast<double>(c.m)}, {"k", static_cast<double>(c.k)},
+          {"n", static_cast<double>(c.n)}};
+      recs.push_back({name, "top1", shape, top1, dims, {{"dtype", "f16"}}});
+      auto derived = dims;
+      derived.push_back({"ratio_vs_top1", top1 / tuned});
+      derived.push_back({"chosen_index", static_cast<double>(r.chosen)});
+      derived.push_back({"candidates_timed", static_cast<double>(r.timed)});
+      derived.push_back({"tuning_top1_us", r.top1_us});
+      derived.push_back({"tuning_chosen_us", r.chosen_us});
+      derived.push_back({"max_rel_err", rel});
+      recs.push_back({name, "tuned", shape, tuned, derived, {{"dtype", "f16"}, {"ok", ok ? "1" : "0"}}});
+    }
+    std::printf("sum of per-GEMM medians: top-1 %.2f us, tuned %.2f us (%.2fx)\n", sum_top1,
+                sum_tuned, sum_top1 / sum_tuned);
+    if (!json.empty()) lfbench::write_json(json, recs);
+    return fail ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "livefuse-bench-gemm-tune: %s\n", e.what());
+    return 2;
+  }
+}

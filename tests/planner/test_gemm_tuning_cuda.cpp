@@ -1,0 +1,104 @@
+// Timed cuBLASLt algorithm choice (planner/gemm_tuning.hpp, kernels/cuda/gemm_lt.cpp): the
+// planner's scratch runs tune the plan's GEMM shapes, the plan's own launches find them in the
+// tuned table (the keys match: layouts and alignments mirrored), and results stay eager's.
+// Skipped without a GPU; compiled to nothing in CPU-only builds.
+#include <thread>
+
+#include "kernels/jit/kernel_compiler.hpp"
+#include "planner/gemm_tuning.hpp"
+#include "planner_util.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/gemm_lt.hpp"
+#endif
+
+using namespace plantest;
+
+#if LIVEFUSE_HAS_CUDA
+namespace {
+
+// A BERT-like layer in small: Q/K/V over one input (merged siblings), an FFN with GELU-tanh
+// (bias epilogue) and a projection back with the residual added (bias + residual epilogue).
+Segment layer(int64_t m) {
+  const DType dt = DType::f16;
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({1, m, 256}, dt);
+  for (int i = 0; i < 3; ++i)
+    sb.output(sb.add(OpId::linear, {x, sb.input({256, 256}, dt), sb.input({256}, dt)},
+                     linear_attrs(true)));
+  const ValueRef up = sb.add(OpId::gelu_tanh, {sb.add(OpId::linear,
+                                                     {x, sb.input({512, 256}, dt), sb.input({512}, dt)},
+                                                     linear_attrs(true))});
+  const ValueRef down =
+      sb.add(OpId::linear, {up, sb.input({256, 512}, dt), sb.input({256}, dt)}, linear_attrs(true));
+  sb.output(sb.add(OpId::add, {down, x}));
+  return sb.build();
+}
+
+}  // namespace
+
+LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its launches use them") {
+  const Device gpu = Device::cuda(0);
+  const Segment seg = layer(128);
+  PlannedSegment p = plan_segment(seg, default_planner_options(gpu));
+  INFO(p.describe());
+  CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  cuda::reset_gemm_tuning();
+  const cuda::GemmTuneCounters before = cuda::gemm_tune_counters();
+  tune_plan_gemms(p, gpu);  // as the planner thread does; here on the test's thread
+  const cuda::GemmTuneCounters tuned = cuda::gemm_tune_counters();
+  CHECK(tuned.tuned > before.tuned);
+  const std::vector<cuda::GemmTuneRecord> recs = cuda::gemm_tune_records();
+  REQUIRE(!recs.empty());
+  for (const cuda::GemmTuneRecord& r : recs) {
+    INFO("m " << r.m << " n " << r.n << " k " << r.k << " chosen " << r.chosen);
+    CHECK(r.timed >= 1);
+    CHECK(r.chosen_us > 0);
+    if (r.top1_us >= 0) CHECK(r.chosen_us <= r.top1_us);
+  }
+
+  const std::vector<Tensor> xs_cpu = random_externals(seg, 71, -1.0, 1.0);
+  std::vector<Tensor> xs;
+  for (const Tensor& t : xs_cpu) xs.push_back(t.to(gpu));
+  const std::vector<Tensor> want = eager_values(seg, xs_cpu);
+  const std::vector<Tensor> got = poisoned_values(p, xs);
+  const uint64_t hits_before = cuda::gemm_tune_counters().table_hits;
+  // A fresh thread has no GEMM plans of its own: each of the plan's GEMMs is a miss there, and
+  // a miss whose key the scratch runs tuned takes the table's algorithm (counted).
+  std::thread([&] {
+    run_plan(p, got, Stream::current(gpu).handle());
+    synchronize(gpu);
+  }).join();
+  CHECK(cuda::gemm_tune_counters().table_hits > hits_before);
+  for (const ValueRef& r : seg.outputs) {
+    const int v = seg.value_id(r);
+    INFO("output " << v);
+    CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), 2e-2, 2e-2));
+  }
+}
+
+LF_CUDA_TEST_CASE("gemm tuning: LIVEFUSE_GEMM_TUNE=0 tunes nothing") {
+  Config c = config();
+  c.gemm_tune = false;
+  const Config saved = config();
+  set_config_for_testing(c);
+  cuda::reset_gemm_tuning();
+  PlannedSegment p = plan_segment(layer(16), default_planner_options(Device::cuda(0)));
+  CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  tune_plan_gemms(p, Device::cuda(0));
+  CHECK(cuda::gemm_tune_counters().tuned == 0);
+  set_config_for_testing(saved);
+}
+#endif
+
+TEST_CASE("gemm tuning: a CPU plan is left alone") {
+  const PlannedSegment p = plan_segment(
+      [] {
+        SegmentBuilder sb;
+        const ValueRef x = sb.input({4, 8});
+        sb.output(sb.add(OpId::linear, {x, sb.input({8, 8})}, linear_attrs(false)));
+        return sb.build();
+      }(),
+      default_planner_options(Device::cpu()));
+  tune_plan_gemms(p, Device::cpu());  // no GPU work, no throw
+  CHECK(true);
+}
