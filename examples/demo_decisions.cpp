@@ -45,7 +45,8 @@ std::string verdict(const livefuse::PlanInfo& p) {
   }
   if (p.state == "active") return "kept without timing (LIVEFUSE_SAMPLE=0)";
   if (p.state == "rejected" && timed) {
-    std::snprintf(buf, sizeof buf, "rejected: not faster than eager (%s against %s, medians of %zu)",
+    std::snprintf(buf, sizeof buf,
+                  "rejected: not 5%% faster than eager (%s against %s, medians of %zu)",
                   duration(*p.fused_us).c_str(), duration(*p.eager_us).c_str(), n);
     return buf;
   }

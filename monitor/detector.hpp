@@ -65,6 +65,8 @@ class Detector final : public SegmentSink {
 
   uint64_t stamp_ = 0;
   uint64_t events_ = 0, releases_ = 0, syncs_ = 0, served_ = 0, replayed_ = 0;
+  uint64_t served_unreplayed_ = 0;  // served windows counted without a replay (on_served_event)
+  static constexpr uint64_t kReplayedServed = 256, kReplayEvery = 16;
   uint64_t window_evictions_ = 0;
   uint64_t evicted_pp_evictions_ = 0, evicted_segments_ = 0;  // of windows evicted since
 };

@@ -474,6 +474,7 @@ void ensure_started() {
       sink.add("syncs", c.syncs);
       sink.add("served_windows", c.served);
       sink.add("replayed_calls", c.replayed);
+      sink.add("served_unreplayed", c.served_unreplayed);
       sink.add("batches", c.batches);
       sink.add("windows", c.windows);
       sink.add("window_evictions", c.window_evictions);

@@ -48,6 +48,7 @@ struct MonitorCounters {
   uint64_t syncs = 0;      // sync events consumed
   uint64_t served = 0;     // windows served by plans, each one event (of a known shape)
   uint64_t replayed = 0;   // call events replayed from served windows (included in `events`)
+  uint64_t served_unreplayed = 0;  // served windows of well-known structures counted, not replayed
   uint64_t batches = 0;    // batches taken off the queues by the monitor thread
   uint64_t producers = 0;  // threads with a live queue
   uint64_t windows = 0;    // per-stream windows alive

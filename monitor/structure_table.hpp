@@ -32,6 +32,11 @@ class StructureTable {
   bool observe_served(uint64_t signature, uint32_t stream, uint32_t now_epoch, uint64_t now_ns);
   // The structure (signature, stream), and in `tuple` the dims of its shape tuple whose
   // ShapeTupleKey (runtime/plan.hpp) is `tuple_key`; nullptr when either is not tracked.
+  // Counted occurrences of (signature, stream); 0 when it is not tracked.
+  uint64_t occurrences(uint64_t signature, uint32_t stream) const {
+    auto it = map_.find(Key{signature, stream});
+    return it == map_.end() ? 0 : it->second.cand.occurrences;
+  }
   // A served window of a family's length `family_n` (>= 0) is found by the family when its
   // tuple is not kept as such: `tuple` then points to a scratch copy, valid until the next call.
   const Candidate* find(uint64_t signature, uint32_t stream, uint64_t tuple_key,

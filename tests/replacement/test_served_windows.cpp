@@ -87,14 +87,20 @@ TEST_CASE("served windows: one event each; the plan that serves stays active, va
   const auto c1 = Monitor::instance().counters();
   CHECK(lf::matcher_counters().served - served0 == kIters * kChainOps);
   CHECK(c1.served - c0.served == kIters);
-  // The monitor saw every call (replayed), though none was reported one by one.
-  CHECK(c1.replayed - c0.replayed == kIters * kChainOps);
-  CHECK(c1.events - c0.events == kIters * kChainOps);
+  // The monitor saw the calls of every served window it replayed, though none was reported one
+  // by one; once the structure is well known (Detector::kReplayedServed occurrences) it replays
+  // one served window in kReplayEvery and counts the others without replaying them.
+  const uint64_t unreplayed = c1.served_unreplayed - c0.served_unreplayed;
+  CHECK(unreplayed > 0);
+  CHECK(unreplayed < kIters);
+  CHECK(c1.replayed - c0.replayed == (kIters - unreplayed) * kChainOps);
+  CHECK(c1.events - c0.events == (kIters - unreplayed) * kChainOps);
   // Per iteration the program pushed: the window's opening, the served window, the release of
   // the chain's result (the one value the program held) and the sync (and the checks' host
   // copies, every 100 iterations); op by op it would have been 5 calls and 5 releases more.
   CHECK(c1.produced - c0.produced <= 4 * kIters + kIters / 50);
-  CHECK(c1.releases - c0.releases == kIters * kChainOps);  // the intermediates replayed too
+  // The intermediates of the replayed windows, and the held result of the others.
+  CHECK(c1.releases - c0.releases == (kIters - unreplayed) * kChainOps + unreplayed);
   CHECK(c1.candidates_cooled == c0.candidates_cooled);
   CHECK(plan->state == lf::PlanState::active);
   CHECK(Served::serving() == plan);
