@@ -25,6 +25,8 @@ struct Producer {
   alignas(64) std::atomic<uint64_t> pushed{0};
   std::atomic<uint64_t> dropped{0};
   std::atomic<bool> retired{false};  // the owner thread has exited
+  std::atomic<uint64_t> quiet_skipped{0};  // events not recorded while the monitor was quiet
+  uint64_t quiet_tick = 0;                 // the owner's events seen while quiet
   TraceEvent scratch{};              // the event being filled (keeps it off the user's stack)
 };
 
@@ -35,6 +37,11 @@ constexpr int kNapUs = 50;      // the shortest nap between rounds ...
 constexpr int kMaxNapUs = 4000;  // ... and the longest
 constexpr size_t kFewEvents = 256;  // a nap that let in fewer: the next one doubles
 constexpr int kNaps = 20;       // empty rounds before the 1 ms idle poll
+// Quiet recording (Monitor::records): after kSettleEvents events that made no sequence hot or
+// cold, each thread records one stretch of 2^kProbeLog2 events in kProbeEvery.
+constexpr uint64_t kSettleEvents = uint64_t{1} << 17;
+constexpr int kProbeLog2 = 12;
+constexpr uint64_t kProbeEvery = 8;
 
 thread_local Producer* t_producer = nullptr;
 thread_local bool t_gone = false;  // this thread's destructors ran: record nothing more
@@ -146,16 +153,36 @@ inline Producer* Monitor::producer() {
   return p;
 }
 
+// [ Note -- quiet recording ]
+// A program in its steady state -- every hot sequence planned and decided, nothing turning hot
+// or cold for kSettleEvents events -- teaches the monitor nothing new, yet recording every call
+// costs its thread a fill and a push, and the monitor thread the detection work, which on a
+// small machine competes with the program itself (on 2 cores the CPU decoder loop ran 20%
+// slower under LIVEFUSE=trace than off). So the monitor then goes quiet: each thread records
+// one stretch of 4096 events in eight -- probes, contiguous, so a new loop still shows its
+// repeats within one -- and the first probe that makes a sequence hot or cold ends the quiet.
+// What a probe cuts at its edges is what a full queue drops: the detector copes; a value whose
+// release falls outside the probes looks alive to it, which errs on the side of keeping it in
+// memory. Plans are not touched: they keep serving, and their structures, whose counts decay by
+// the stream's own recorded events, stay hot.
+bool Monitor::records(Producer* p) {
+  if (!quiet_.load(std::memory_order_relaxed)) return true;
+  if ((p->quiet_tick++ >> kProbeLog2) % kProbeEvery == 0) return true;
+  p->quiet_skipped.store(p->quiet_skipped.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+  return false;
+}
+
 void Monitor::on_call(const OpCall& call, std::span<const Tensor> outputs, uint32_t stream_id) {
   Producer* p = producer();
-  if (p == nullptr) return;
+  if (p == nullptr || !records(p)) return;
   fill_call_event(p->scratch, call, outputs, stream_id);
   push(p);
 }
 
 void Monitor::on_window_open(uint32_t stream_id) {
   Producer* p = producer();
-  if (p == nullptr) return;
+  if (p == nullptr || !records(p)) return;
   fill_window_open_event(p->scratch, stream_id);
   push(p);
 }
@@ -174,6 +201,10 @@ bool Monitor::knows_shape(const Plan& plan, uint64_t tuple_key, std::span<const 
 }
 
 void Monitor::on_served(const Plan& plan, const Window& w) {
+  if (quiet_.load(std::memory_order_relaxed)) {
+    Producer* q = producer();
+    if (q == nullptr || !records(q)) return;
+  }
   // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
   // A plan with a family also needs the tuple itself (a reused per-thread buffer).
   thread_local std::vector<int64_t> tuple;
@@ -228,14 +259,14 @@ void Monitor::on_served(const Plan& plan, const Window& w) {
 
 void Monitor::on_release(ValueId id) {
   Producer* p = producer();
-  if (p == nullptr) return;
+  if (p == nullptr || !records(p)) return;
   fill_release_event(p->scratch, id);
   push(p);
 }
 
 void Monitor::on_sync(uint32_t stream_id) {
   Producer* p = producer();
-  if (p == nullptr) return;
+  if (p == nullptr || !records(p)) return;
   fill_sync_event(p->scratch, stream_id);
   push(p);
 }
@@ -265,6 +296,14 @@ size_t Monitor::consume_once() {
     cooled = detector_->take_cooled();
   }
   if (total) batches_.fetch_add(1, std::memory_order_relaxed);
+  if (settle_reset_.exchange(false, std::memory_order_relaxed) || !emitted.empty() ||
+      !cooled.empty()) {
+    settled_events_ = 0;
+    quiet_.store(false, std::memory_order_relaxed);
+  } else if ((settled_events_ += total) >= kSettleEvents && !quiet_.load(std::memory_order_relaxed)) {
+    quiet_.store(true, std::memory_order_relaxed);
+    quiet_periods_.fetch_add(1, std::memory_order_relaxed);
+  }
   deliver(emitted, cooled);
   if (total) delivered_.store(consumed, std::memory_order_release);
   return total;
@@ -423,6 +462,8 @@ void Monitor::reset(const MonitorOptions& o) {
   base_produced_ = produced_total();
   base_drops_ = dropped_total();
   base_batches_ = batches_.load();
+  quiet_.store(false, std::memory_order_relaxed);
+  settle_reset_.store(true, std::memory_order_relaxed);
 }
 
 std::vector<Candidate> Monitor::candidates(bool hot_only) const {
@@ -441,8 +482,11 @@ MonitorCounters Monitor::counters() const {
   c.produced = produced_total() - bp;
   c.drops = dropped_total() - bd;
   c.batches = batches_.load() - bb;
+  c.quiet = quiet_.load(std::memory_order_relaxed);
+  c.quiet_periods = quiet_periods_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lk(producers_mu_);
   c.producers = producers_.size();
+  for (const Producer* p : producers_) c.quiet_skipped += p->quiet_skipped.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -475,6 +519,9 @@ void ensure_started() {
       sink.add("served_windows", c.served);
       sink.add("replayed_calls", c.replayed);
       sink.add("served_unreplayed", c.served_unreplayed);
+      sink.add("quiet", c.quiet);
+      sink.add("quiet_periods", c.quiet_periods);
+      sink.add("quiet_skipped", c.quiet_skipped);
       sink.add("batches", c.batches);
       sink.add("windows", c.windows);
       sink.add("window_evictions", c.window_evictions);

@@ -85,6 +85,8 @@ class Monitor final : public TraceSink {
   ~Monitor() override = default;
   Producer* attach_producer();
   Producer* producer();
+  // Whether this event of `p`'s thread is recorded (quiet recording: monitor.cpp, the note).
+  bool records(Producer* p);
   void push(Producer* p);
   // Known: one of the plan's tuples, or of its family (then *family_n is its n).
   bool knows_shape(const Plan& plan, uint64_t tuple_key, std::span<const int64_t> tuple,
@@ -121,6 +123,10 @@ class Monitor final : public TraceSink {
   // follows a drain (a wait for the planner to be idle) sees the candidates delivered.
   std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> batches_{0};
+  std::atomic<bool> quiet_{false};           // steady state: record probes only
+  std::atomic<uint64_t> quiet_periods_{0};   // times the monitor went quiet
+  std::atomic<bool> settle_reset_{false};    // reset(): the monitor thread restarts its count
+  uint64_t settled_events_ = 0;              // monitor thread: events since a hot/cold change
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};

@@ -49,6 +49,9 @@ struct MonitorCounters {
   uint64_t served = 0;     // windows served by plans, each one event (of a known shape)
   uint64_t replayed = 0;   // call events replayed from served windows (included in `events`)
   uint64_t served_unreplayed = 0;  // served windows of well-known structures counted, not replayed
+  uint64_t quiet = 0;              // 1 while recording probes only (monitor.cpp, quiet recording)
+  uint64_t quiet_periods = 0;      // times it went quiet
+  uint64_t quiet_skipped = 0;      // events not recorded while quiet (live threads)
   uint64_t batches = 0;    // batches taken off the queues by the monitor thread
   uint64_t producers = 0;  // threads with a live queue
   uint64_t windows = 0;    // per-stream windows alive

@@ -218,3 +218,42 @@ TEST_CASE("monitor: a consumer gets candidates and cold notices") {
   CHECK(rec.hot.size() == 2);
   CHECK(std::find(rec.cold.begin(), rec.cold.end(), rec.hot[0]) != rec.cold.end());
 }
+
+TEST_CASE("monitor: a steady loop makes it quiet (probes only); a new loop is still found") {
+  // monitor.cpp, "quiet recording": after 2^17 events with nothing turning hot or cold, each
+  // thread records one stretch of 4096 events in eight; the first probe that makes a sequence
+  // hot ends the quiet.
+  setup();
+  const int64_t D = 8;
+  const lf::Tensor x = lf::rand_uniform({4, D}, 1);
+  auto A = [&](const lf::Tensor& v) { return lf::tanh(lf::mul(lf::exp(v), 0.5)); };
+  auto B = [&](const lf::Tensor& v) { return lf::sigmoid(lf::relu(lf::add(lf::neg(v), 0.25))); };
+  lf::Tensor y = x;
+  uint64_t emitted0 = 0;
+  bool quiet = false;
+  for (int it = 0; it < 200000 && !quiet; ++it) {
+    y = A(x);
+    if (it % 4096 == 4095) {
+      catch_up();
+      const auto c = Monitor::instance().counters();
+      quiet = c.quiet == 1;
+      emitted0 = c.candidates_emitted;
+    }
+  }
+  REQUIRE(quiet);
+  const auto q = Monitor::instance().counters();
+  CHECK(q.quiet_periods >= 1);
+  // A new loop: found from the probes, and the monitor records everything again.
+  bool found = false;
+  for (int it = 0; it < 100000 && !found; ++it) {
+    y = B(x);
+    if (it % 1024 == 1023) {
+      catch_up();
+      found = Monitor::instance().counters().candidates_emitted > emitted0;
+    }
+  }
+  CHECK(found);
+  const auto after = Monitor::instance().counters();
+  CHECK(after.quiet_skipped > 0);
+  CHECK(after.quiet == 0);
+}
