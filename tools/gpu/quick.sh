@@ -4,7 +4,7 @@
 # gain of each, one process each), the crash-prone user program RUNS times per mode, and the
 # BERT comparison against PyTorch for one dtype and batch. Results in $OUT/quick.tgz.
 # Usage (device tool): bash tools/gpu/quick.sh   [SUITES="test_planner test_replacement"
-#   RUNS=20 BERT_DTYPE=f16 BERT_BATCH=1 COMPARE=1 SWITCHES=1 BENCH_ATTN=1 BENCH_GEMM_TUNE=1]
+#   RUNS=20 BERT_DTYPE=f16 BERT_BATCH=1 BERT_SEQ=128 COMPARE=1 SWITCHES=1 BENCH_ATTN=1 BENCH_GEMM_TUNE=1]
 set -u
 cd "$(dirname "$0")/../.."
 REAL_OUT=${OUT:-$PWD/gpu-out}
@@ -54,7 +54,7 @@ pack_out
 if [ "${COMPARE:-1}" = 1 ]; then
   echo "== BERT vs PyTorch ($(( $(date +%s) - START )) s)"
   timeout -k 5 200 python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "${BERT_DTYPE:-f16}" \
-    --batch "${BERT_BATCH:-1}" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
+    --batch "${BERT_BATCH:-1}" --seq "${BERT_SEQ:-128}" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
     --json "$D/bench/bert_compare.json" > "$D/bert.log" 2>&1
   echo "compare.py rc=$?"
   grep -E "livefuse (off|on):|torch |^ *f(16|32)|by kind" "$D/bert.log" | head -20

@@ -6,7 +6,7 @@
 # PyTorch peers, the demo, and the BERT comparison against PyTorch. Everything lands in one
 # archive, $OUT/gpu.tgz (the device tool brings back only a few files); the summary is printed.
 # Usage (device tool): bash tools/gpu/session.sh    [RUN_BUDGET_S=300 BERT=1 BERT_DTYPE=f16,f32
-#   BERT_BATCH=1,8 BERT_TIMEOUT=240]
+#   BERT_BATCH=1,8 BERT_SEQ=128 BERT_TIMEOUT=240]
 set -u
 cd "$(dirname "$0")/../.."
 REAL_OUT=${OUT:-$PWD/gpu-out}
@@ -65,7 +65,7 @@ pack_out
 if [ "${BERT:-1}" = 1 ]; then
   echo "== BERT vs PyTorch ($(( $(date +%s) - START )) s)"
   timeout -k 5 ${BERT_TIMEOUT:-240} python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype ${BERT_DTYPE:-f16} --batch ${BERT_BATCH:-1,8} \
-    --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert --json "$OUT/bench/bert_compare.json" \
+    --seq ${BERT_SEQ:-128} --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert --json "$OUT/bench/bert_compare.json" \
     > "$OUT/bert.log" 2>&1
   echo "compare.py rc=$?"
   tail -30 "$OUT/bert.log"
