@@ -28,6 +28,9 @@ struct Producer {
   std::atomic<uint64_t> quiet_skipped{0};  // events not recorded while the monitor was quiet
   uint64_t quiet_tick = 0;                 // the owner's events seen while quiet
   TraceEvent scratch{};              // the event being filled (keeps it off the user's stack)
+  // on_served's shape tuple. Here, not in a thread_local: windows still complete from other
+  // thread_local destructors at thread exit, after such a vector would have been destroyed.
+  std::vector<int64_t> tuple;
 };
 
 namespace {
@@ -201,13 +204,13 @@ bool Monitor::knows_shape(const Plan& plan, uint64_t tuple_key, std::span<const 
 }
 
 void Monitor::on_served(const Plan& plan, const Window& w) {
-  if (quiet_.load(std::memory_order_relaxed)) {
-    Producer* q = producer();
-    if (q == nullptr || !records(q)) return;
-  }
+  // No producer (this thread's destructors ran): nothing of this thread is recorded any more,
+  // call by call or not.
+  Producer* p = producer();
+  if (p == nullptr || !records(p)) return;
   // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
-  // A plan with a family also needs the tuple itself (a reused per-thread buffer).
-  thread_local std::vector<int64_t> tuple;
+  // A plan with a family also needs the tuple itself (the producer's reused buffer).
+  std::vector<int64_t>& tuple = p->tuple;
   tuple.clear();
   ShapeTupleKey key;
   for (const Tensor& e : w.externals)
@@ -222,8 +225,6 @@ void Monitor::on_served(const Plan& plan, const Window& w) {
   int64_t family_n = -1;
   if (!replayable || !knows_shape(plan, key.h, tuple, &family_n))
     return TraceSink::on_served(plan, w);
-  Producer* p = producer();
-  if (p == nullptr) return;
   const size_t ne = w.externals.size();
   for (size_t e = kServedIdsPerEvent; e < ne; e += kServedIdsPerEvent) {
     TraceEvent& ev = p->scratch;

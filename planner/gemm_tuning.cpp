@@ -37,7 +37,9 @@ namespace {
 // process). Tuning never touches a stream the program uses.
 Stream planner_stream(Device d) {
   static std::mutex mu;
-  static std::map<int, Stream> streams;
+  // Leaked: built on the planner thread, it must outlive the exit handler that lets that thread
+  // finish its job (a static built after that handler's registration is destroyed before it).
+  static auto& streams = *new std::map<int, Stream>();
   std::lock_guard<std::mutex> lock(mu);
   auto it = streams.find(d.index);
   if (it == streams.end()) it = streams.emplace(d.index, Stream::create(d)).first;

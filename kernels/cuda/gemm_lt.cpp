@@ -63,9 +63,12 @@ constexpr int kTuneMaxReps = 100;
 constexpr uint32_t kTuneDelayBaseNs = 100'000, kTuneDelayPerRunNs = 10'000;
 
 // ---- handles and workspaces ---------------------------------------------------------------
+// The maps are leaked as the handles are: a static built at a thread's first GEMM would be
+// destroyed at exit before the atexit handlers registered earlier run -- one of which lets the
+// planner thread finish the GEMM tuning it is in (planner/gemm_tuning.cpp), still using them.
 cublasLtHandle_t handle_for(int device) {
   static std::mutex mu;
-  static std::unordered_map<int, cublasLtHandle_t> handles;  // leaked on purpose (see note)
+  static auto& handles = *new std::unordered_map<int, cublasLtHandle_t>();  // leaked (above)
   std::lock_guard<std::mutex> lock(mu);
   auto it = handles.find(device);
   if (it != handles.end()) return it->second;
@@ -81,7 +84,7 @@ void* workspace_for(int device, cudaStream_t s) {
   thread_local void* last_ws = nullptr;
   if (last_ws && last_device == device && last_stream == s) return last_ws;
   static std::mutex mu;
-  static std::unordered_map<uint64_t, void*> workspaces;
+  static auto& workspaces = *new std::unordered_map<uint64_t, void*>();  // leaked (handle_for)
   const uint64_t key = reinterpret_cast<uint64_t>(s) ^ (uint64_t(device) << 56);
   std::lock_guard<std::mutex> lock(mu);
   void*& ws = workspaces[key];
