@@ -7,8 +7,9 @@
 // Semantics are eager's (kernels/cpu/norm.cpp run_softmax, then the GEMM): scores are scaled,
 // then the mask added; a row whose scores are all -inf, or that holds a NaN or +inf, is NaN
 // throughout; no key is skipped because its probability is 0 (0 * a NaN in V is NaN, as in the
-// GEMM). The eager GEMM rounds f16/bf16 scores and probabilities to the dtype before the next
-// op; here they stay f32, which differs from eager by less than the dtype's rounding.
+// GEMM). The eager GEMM rounds f16/bf16 scores to the dtype before the softmax, and so does this
+// kernel (kernels/cuda/attention.cu says why); the probabilities stay f32 here where eager
+// rounds them, a difference below the dtype's rounding of each.
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -44,6 +45,20 @@ void store_strided(std::byte* base, DType dt, int64_t off, int64_t n, int64_t st
   });
 }
 
+// x[0, n) as values written in dt hold them (f16/bf16 round; f32 is exact).
+void round_to(DType dt, float* x, int64_t n) {
+  visit_dtype(dt, [&](auto tag) {
+    constexpr DType D = decltype(tag)::value;
+    if constexpr (D == DType::f16 || D == DType::bf16) {
+      typename DT<D>::T t;
+      for (int64_t i = 0; i < n; ++i) {
+        store_as<D, float>(&t, x[i]);
+        load_floats(reinterpret_cast<const std::byte*>(&t), D, 0, 1, 1, x + i);
+      }
+    }
+  });
+}
+
 struct Scratch {
   std::vector<float> k, kt, v, q, acc, s, m;
 };
@@ -71,6 +86,7 @@ void attend_row(const AttentionArgs& a, const float* kt, const float* v, const f
       }
       for (int64_t l = 0; l < kLanes; ++l) s[jb + l] = part[l];
     }
+    round_to(a.dtype, s, nj);
     float tile_max = neg_inf;
     for (int64_t j = 0; j < nj; ++j) {
       float z = s[j] * a.scale;

@@ -10,8 +10,10 @@
 // c accumulates output columns c, c + 32, .. (head dims up to 128).
 //
 // Semantics are eager's (see kernels/cpu/attention.cpp): scale then mask; a row that is all
-// -inf, or holds a NaN or +inf score, is NaN; f16/bf16 scores stay f32 here where the eager
-// GEMM rounds them, a difference inside the dtype's tolerance. Plain FMA math in f32, no tensor
+// -inf, or holds a NaN or +inf score, is NaN. The scores are rounded to the operands' dtype
+// before the scale, as eager's GEMM writes them: in bf16 a score near 20 moves by up to 1/16
+// there, which changes its probability by 6% -- eager's own error, but the one the program gets,
+// so every kernel makes it (the GPU differential fuzz found an 11% difference without it). Plain FMA math in f32, no tensor
 // cores: f32 stays as exact as eager's f32 GEMM.
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_kernels.hpp"
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (lane < nj) {
         float dot = 0.0f;
         for (int c = 0; c < a.d; ++c) dot += q_s[rl][c] * k_s[lane][c];
-        s = dot * a.scale;
+        s = round_as(dot, dt) * a.scale;  // the scores as eager's GEMM writes them (the note)
         if (a.mask)
           s += load_as<float>(
               a.mask, b * a.mask_st[0] + h * a.mask_st[1] + mask_row + (j0 + lane) * a.mask_st[3],

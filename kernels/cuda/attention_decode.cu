@@ -190,7 +190,8 @@ struct Walker {
 #pragma unroll
         for (int w = 0; w < W; ++w) dot += q[r][w] * S::to(kr[u].v[w]);
         dot = group_sum(dot, lanes);
-        s[r][u] = valid[u] ? dot * a.scale + s[r][u] : kNegInf;
+        // The scores as eager's GEMM writes them, rounded to the dtype (attention.cu, the note).
+        s[r][u] = valid[u] ? S::to(S::from(dot)) * a.scale + s[r][u] : kNegInf;
       }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {

@@ -195,8 +195,9 @@ __device__ __forceinline__ void scale_and_mask(float (&s)[kBc / 8][4], const Att
         add0 = S::to(__ldg(mask_rows[0] + key * a.mask_st[3]));
         add1 = kind == MaskKind::keys ? add0 : S::to(__ldg(mask_rows[1] + key * a.mask_st[3]));
       }
-      s[n][c] = s[n][c] * a.scale + add0;
-      s[n][2 + c] = s[n][2 + c] * a.scale + add1;
+      // The scores as eager's GEMM writes them, rounded to the dtype (attention.cu, the note).
+      s[n][c] = S::to(S::from(s[n][c])) * a.scale + add0;
+      s[n][2 + c] = S::to(S::from(s[n][2 + c])) * a.scale + add1;
     }
   }
 }

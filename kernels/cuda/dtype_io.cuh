@@ -12,6 +12,11 @@
 namespace livefuse::cuda {
 
 // ---- runtime dtype ------------------------------------------------------------------------
+// x as a value written in dt holds it (f16/bf16 round; others are exact here).
+__device__ __forceinline__ float round_as(float x, DType dt) {
+  return dt == DType::f16 ? lf_h2f(lf_f2h(x)) : dt == DType::bf16 ? lf_bf2f(lf_f2bf(x)) : x;
+}
+
 template <class T, class I>
 __device__ __forceinline__ T load_as(const void* p, I i, DType dt) {
   switch (dt) {

@@ -121,3 +121,17 @@ LF_CUDA_TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on 
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
   CHECK(double(r.served) >= 0.5 * double(r.calls));
 }
+
+// LIVEFUSE_FUZZ_SEED=S reruns the program a failure names ("program seed=S ..."), on the GPU when
+// there is one (LIVEFUSE_LOG=debug prints each plan's passes): the reproduction of a fuzz failure.
+TEST_CASE("differential: the program of LIVEFUSE_FUZZ_SEED alone") {
+  const char* s = std::getenv("LIVEFUSE_FUZZ_SEED");
+  if (!s) return;
+  const lf::Config saved = lf::config();
+  const uint64_t seed = std::strtoull(s, nullptr, 10);
+  const lf::Device dev = lf::cuda_available() ? lf::Device::cuda(0) : lf::Device::cpu();
+  // fuzz() takes a program's dtype from its index (p % 5): start where this one's index matches.
+  const FuzzResult r = fuzz(dev, static_cast<int>(seed % 5) + 1, 16, seed - seed % 5);
+  lf::set_config_for_testing(saved);
+  CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
+}
