@@ -37,6 +37,11 @@ Segment layer(int64_t m) {
 }  // namespace
 
 LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its launches use them") {
+  // LIVEFUSE_GEMM_TUNE=1 for this case (off by default: config.hpp says why).
+  const Config saved = config();
+  Config on = saved;
+  on.gemm_tune = true;
+  set_config_for_testing(on);
   const Device gpu = Device::cuda(0);
   const Segment seg = layer(128);
   PlannedSegment p = plan_segment(seg, default_planner_options(gpu));
@@ -74,6 +79,8 @@ LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its 
     INFO("output " << v);
     CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), 2e-2, 2e-2));
   }
+  cuda::reset_gemm_tuning();
+  set_config_for_testing(saved);
 }
 
 LF_CUDA_TEST_CASE("gemm tuning: LIVEFUSE_GEMM_TUNE=0 tunes nothing") {

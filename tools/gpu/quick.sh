@@ -34,7 +34,7 @@ done
 pack_out
 
 [ "${SWITCHES:-1}" = 1 ] && echo "== BERT-base f16 b1 per fusion switch ($(( $(date +%s) - START )) s)"
-[ "${SWITCHES:-1}" = 1 ] && for sw in "" LIVEFUSE_ATTENTION=1 LIVEFUSE_ATTENTION=0 LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_GEMM_TUNE=0; do
+[ "${SWITCHES:-1}" = 1 ] && for sw in "" LIVEFUSE_ATTENTION=1 LIVEFUSE_ATTENTION=0 LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_GEMM_TUNE=1; do
   name=$(echo "${sw:-all}" | tr -c 'A-Za-z0-9\n' '_')
   env $sw timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda \
     --iters 200 --warmup-ms 3000 --quiet --json "$D/bench/bert_switch_$name.json" > /dev/null 2>&1
