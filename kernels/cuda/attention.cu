@@ -12,8 +12,8 @@
 // Semantics are eager's (see kernels/cpu/attention.cpp): scale then mask; a row that is all
 // -inf, or holds a NaN or +inf score, is NaN. The scores are rounded to the operands' dtype
 // before the scale, as eager's GEMM writes them: in bf16 a score near 20 moves by up to 1/16
-// there, which changes its probability by 6% -- eager's own error, but the one the program gets,
-// so every kernel makes it (the GPU differential fuzz found an 11% difference without it). Plain FMA math in f32, no tensor
+// there, which changes its probability by 6% -- eager's own error, but the one the program
+// gets, so every kernel (and the CPU's) makes it too. Plain FMA math in f32, no tensor
 // cores: f32 stays as exact as eager's f32 GEMM.
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_kernels.hpp"
