@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cuda.hpp"
 #include "bench/bench_record.hpp"
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_kernels.hpp"
@@ -28,15 +29,6 @@ namespace {
 
 using livefuse::AttentionArgs;
 using livefuse::DType;
-
-#define BENCH_CUDA(call)                                                      \
-  do {                                                                        \
-    const cudaError_t e_ = (call);                                            \
-    if (e_ != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cuda.hpp"
 #include "bench/bench_record.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
@@ -35,15 +36,6 @@ using livefuse::DType;
 using livefuse::Shape;
 using livefuse::Tensor;
 namespace cuda = livefuse::cuda;
-
-#define BENCH_CUDA(call)                                                      \
-  do {                                                                        \
-    const cudaError_t e_ = (call);                                            \
-    if (e_ != cudaSuccess) {                                                  \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                           \
-    }                                                                         \
-  } while (0)
 
 struct Case {
   const char* model;

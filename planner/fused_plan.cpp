@@ -22,11 +22,8 @@
 namespace livefuse::planner {
 
 namespace {
-inline uint64_t mix(uint64_t h, uint64_t v) {
-  v *= 0x9e3779b97f4a7c15ull;
-  v ^= v >> 29;
-  return (h ^ v) * 0xbf58476d1ce4e5b9ull;
-}
+using detail::mix_key;
+inline uint64_t mix(uint64_t h, uint64_t v) { return mix_key(h, v); }
 // A plan whose bindings never repeat stops capturing graphs (a capture per run costs more host
 // time than direct launches); judged per window of this many CUDA runs.
 constexpr uint64_t kGraphProbation = 64;

@@ -17,6 +17,15 @@
 
 namespace livefuse::planner {
 
+namespace detail {
+// One value into a 64-bit key (graph and binding-set keys of fused_plan*.cpp).
+inline uint64_t mix_key(uint64_t h, uint64_t v) {
+  v *= 0x9e3779b97f4a7c15ull;
+  v ^= v >> 29;
+  return (h ^ v) * 0xbf58476d1ce4e5b9ull;
+}
+}  // namespace detail
+
 class FusedPlan final : public Plan {
  public:
   FusedPlan(PlannedSegment planned, DeviceKind kind);

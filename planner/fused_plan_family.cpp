@@ -20,11 +20,7 @@
 
 namespace livefuse::planner {
 namespace {
-inline uint64_t mix(uint64_t h, uint64_t v) {
-  v *= 0x9e3779b97f4a7c15ull;
-  v ^= v >> 29;
-  return (h ^ v) * 0xbf58476d1ce4e5b9ull;
-}
+inline uint64_t mix(uint64_t h, uint64_t v) { return detail::mix_key(h, v); }
 }  // namespace
 
 void FusedPlan::plan_family_segments() {
