@@ -19,7 +19,32 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <csignal>
+
 namespace users {
+
+// USERS_CRASH_STACK=1 (tools/gpu/users.sh sets it): a crash prints the raw stack to stderr --
+// addresses with their library and offset -- before the process dies, for the failures that a
+// debugger's rerun does not reproduce (an exit with results pending on the GPU, about one run
+// in ten in session 11). Test tooling, not a user's habit: off unless asked for.
+inline void on_crash(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  char head[64];
+  const int len = std::snprintf(head, sizeof head, "\n*** signal %d; stack:\n", sig);
+  if (len > 0) (void)!write(STDERR_FILENO, head, static_cast<size_t>(len));
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+inline const bool g_crash_stack = [] {
+  if (const char* v = std::getenv("USERS_CRASH_STACK"); v && *v == '1')
+    for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) std::signal(sig, on_crash);
+  return true;
+}();
 
 inline int g_failures = 0;
 

@@ -2,7 +2,8 @@
 # The user programs (tests/users; PROGS picks some) on the GPU machine: each in the three modes,
 # RUNS (default 3) runs each,
 # and EXIT_RUNS (default 5) exits with results pending per mode (status and stderr of each that
-# fails in exit_failures.log, a backtrace of one by cuda-gdb).
+# fails in exit_failures.log, with its raw stack from USERS_CRASH_STACK; a backtrace of one by
+# cuda-gdb).
 # Usage: bash tools/gpu/users.sh BUILD_DIR OUT_DIR   (the environment set up as session.sh does)
 set -u
 B=$1
@@ -24,13 +25,13 @@ done
 for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
   bad=0
   for i in $(seq 1 "${EXIT_RUNS:-5}"); do
-    env $mode timeout -k 5 60 "$B/tests/users/users_threads_and_exits" --exit 3 > /dev/null 2> "$OUT/exit_err.log"
+    env $mode USERS_CRASH_STACK=1 timeout -k 5 60 "$B/tests/users/users_threads_and_exits" --exit 3 > /dev/null 2> "$OUT/exit_err.log"
     rc=$?
     if [ $rc -ne 3 ]; then
       bad=$((bad + 1))
       # What a failing run said (its status and the end of its stderr): the gdb reruns below
       # may not fail again.
-      { echo "[$mode] run $i rc=$rc"; tail -20 "$OUT/exit_err.log"; } >> "$OUT/exit_failures.log"
+      { echo "[$mode] run $i rc=$rc"; tail -60 "$OUT/exit_err.log"; } >> "$OUT/exit_failures.log"
     fi
   done
   rm -f "$OUT/exit_err.log"
