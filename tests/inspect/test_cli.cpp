@@ -164,12 +164,19 @@ TEST_CASE("cli: --watch keeps reading a report that is replaced many times a sec
   lf::Snapshot s = lftest::rich_snapshot();
   std::atomic<bool> stop{false};
   std::atomic<int> replaced{0};
-  // A writer like the report thread, much faster: temp + rename, each snapshot different.
+  // A writer like the report thread, much faster: temp + rename, each snapshot different from
+  // the last. The texts are made first: serialising in the loop is slow under TSan, and the
+  // test is about the replacing, not the writer's speed (it failed there with 20 replacements
+  // not reached during the watch).
+  std::vector<std::string> texts;
+  for (int k = 0; k < 8; ++k) {
+    s.uptime_ms = 1000 + k;
+    s.plans[0].hits = static_cast<uint64_t>(k);
+    texts.push_back(lf::snapshot_to_json(s));
+  }
   std::thread writer([&] {
-    for (int k = 0; !stop.load(); ++k) {
-      s.uptime_ms = 1000 + k;
-      s.plans[0].hits = static_cast<uint64_t>(k);
-      lftest::write_file(dir / "r.json.tmp", lf::snapshot_to_json(s));
+    for (size_t k = 0; !stop.load(); ++k) {
+      lftest::write_file(dir / "r.json.tmp", texts[k % texts.size()]);
       fs::rename(dir / "r.json.tmp", report);
       replaced.fetch_add(1);
       std::this_thread::sleep_for(std::chrono::microseconds(300));
