@@ -212,18 +212,18 @@ void Monitor::on_served(const Plan& plan, const Window& w) {
   // A plan with a family also needs the tuple itself (the producer's reused buffer).
   std::vector<int64_t>& tuple = p->tuple;
   tuple.clear();
-  ShapeTupleKey key;
   for (const Tensor& e : w.externals)
-    for (int64_t d : e.impl()->shape) key.add(d), tuple.push_back(d);
+    for (int64_t d : e.impl()->shape) tuple.push_back(d);
   size_t n_out = 0;
   for (const TensorList& outs : w.outputs) {
     n_out += outs.size();
     for (const Tensor& t : outs)
-      for (int64_t d : t.impl()->shape) key.add(d), tuple.push_back(d);
+      for (int64_t d : t.impl()->shape) tuple.push_back(d);
   }
+  const uint64_t key = ShapeTupleKey::of(tuple);
   const bool replayable = w.ids_begin != 0 && n_out <= 64;
   int64_t family_n = -1;
-  if (!replayable || !knows_shape(plan, key.h, tuple, &family_n))
+  if (!replayable || !knows_shape(plan, key, tuple, &family_n))
     return TraceSink::on_served(plan, w);
   const size_t ne = w.externals.size();
   for (size_t e = kServedIdsPerEvent; e < ne; e += kServedIdsPerEvent) {
@@ -241,7 +241,7 @@ void Monitor::on_served(const Plan& plan, const Window& w) {
                     w.stream_id);
   const uint64_t all = n_out == 64 ? ~uint64_t{0} : (uint64_t{1} << n_out) - 1;
   ev.in_ids[2] = w.ids_begin;
-  ev.in_ids[3] = key.h;
+  ev.in_ids[3] = key;
   ev.in_ids[4] = all & ~w.held;
   ev.in_ids[5] = ne;
   ev.out_ids[0] = n_out;

@@ -121,9 +121,7 @@ bool StructureTable::try_family(Structure& s) {
     if (members.size() < ShapePattern::kFamilyTuples) continue;
     sp.family_count = 0;
     for (auto it = members.rbegin(); it != members.rend(); ++it) {
-      const int64_t n = sp.tuples[*it].dims[static_cast<size_t>(f->param)];
-      f->n_min = std::min(f->n_min, n);
-      f->n_max = std::max(f->n_max, n);
+      f->saw(sp.tuples[*it].dims[static_cast<size_t>(f->param)]);
       sp.family_count += sp.tuples[*it].count;
       drop_tuple(s, *it);
     }
@@ -137,8 +135,7 @@ bool StructureTable::try_family(Structure& s) {
 bool StructureTable::add_shape(Structure& s, const Canon& c) {
   ShapePattern& sp = s.cand.shapes;
   if (const std::optional<int64_t> n = sp.family.member(c.tuple)) {
-    sp.family.n_min = std::min(sp.family.n_min, *n);
-    sp.family.n_max = std::max(sp.family.n_max, *n);
+    sp.family.saw(*n);
     ++sp.family_count;
     return false;
   }
@@ -163,17 +160,13 @@ bool StructureTable::add_shape(Structure& s, const Canon& c) {
     size_t v = 0;
     for (size_t t = 1; t < sp.tuples.size(); ++t)
       if (sp.tuples[t].count <= sp.tuples[v].count) v = t;
-    sp.tuples.erase(sp.tuples.begin() + static_cast<std::ptrdiff_t>(v));
-    s.tuple_hashes.erase(s.tuple_hashes.begin() + static_cast<std::ptrdiff_t>(v));
-    s.tuple_keys.erase(s.tuple_keys.begin() + static_cast<std::ptrdiff_t>(v));
+    drop_tuple(s, v);
     ++sp.evicted;
     ++shape_evictions_;
   }
   sp.tuples.push_back(ShapeTuple{c.tuple, 1});
   s.tuple_hashes.push_back(c.tuple_hash);
-  ShapeTupleKey key;
-  for (int64_t d : c.tuple) key.add(d);
-  s.tuple_keys.push_back(key.h);
+  s.tuple_keys.push_back(ShapeTupleKey::of(c.tuple));
   try_family(s);
   return true;
 }
@@ -244,9 +237,7 @@ const Candidate* StructureTable::find(uint64_t signature, uint32_t stream, uint6
   // The plan's family may be older than the structure's: the rebuilt tuple must be the one the
   // window had.
   f.tuple(family_n, family_tuple_);
-  ShapeTupleKey key;
-  for (int64_t d : family_tuple_) key.add(d);
-  if (key.h != tuple_key) return nullptr;
+  if (ShapeTupleKey::of(family_tuple_) != tuple_key) return nullptr;
   *tuple = &family_tuple_;
   return &s.cand;
 }

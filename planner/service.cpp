@@ -425,11 +425,8 @@ class Service final : public monitor::CandidateConsumer {
       plan->n_external = static_cast<int>(c.externals.size());
       plan->signature = c.signature;
       plan->stream = c.stream;
-      for (const monitor::ShapeTuple& t : c.shapes.tuples) {
-        ShapeTupleKey k;
-        for (int64_t d : t.dims) k.add(d);
-        plan->shape_tuples.push_back(k.h);
-      }
+      for (const monitor::ShapeTuple& t : c.shapes.tuples)
+        plan->shape_tuples.push_back(ShapeTupleKey::of(t.dims));
       plan->family = c.shapes.family;
       plan->id = next_id_++;
       plan->name = monitor::describe(c);

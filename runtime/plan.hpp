@@ -9,6 +9,7 @@
 //   (must be that very pending value) or "external slot e" (any value that is not one of this
 //   window's outputs; the same slot used twice must be the same value). Concrete shapes are
 //   not part of the match: a plan accepts every shape its kernels support (can_run decides).
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -80,6 +81,11 @@ struct Window {
 struct ShapeTupleKey {
   uint64_t h = 0xcbf29ce484222325ull;
   void add(int64_t d) { h = (h ^ static_cast<uint64_t>(d)) * 0x100000001b3ull; }
+  static uint64_t of(std::span<const int64_t> dims) {
+    ShapeTupleKey k;
+    for (int64_t d : dims) k.add(d);
+    return k.h;
+  }
 };
 
 // [ Note -- shape families: extents as parameters ]
@@ -94,6 +100,10 @@ struct ShapeFamily {
   int param = -1;                    // -1: no family
   std::vector<int64_t> base, slope;  // per tuple entry; slope 0: a fixed entry
   int64_t n_min = 0, n_max = 0;      // the values of n seen so far (inspection)
+  void saw(int64_t n) {
+    n_min = std::min(n_min, n);
+    n_max = std::max(n_max, n);
+  }
 
   bool defined() const { return param >= 0; }
   size_t size() const { return base.size(); }
