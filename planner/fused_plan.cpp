@@ -23,7 +23,6 @@ namespace livefuse::planner {
 
 namespace {
 using detail::mix_key;
-inline uint64_t mix(uint64_t h, uint64_t v) { return mix_key(h, v); }
 // A plan whose bindings never repeat stops capturing graphs (a capture per run costs more host
 // time than direct launches); judged per window of this many CUDA runs.
 constexpr uint64_t kGraphProbation = 64;
@@ -52,6 +51,7 @@ FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::mo
     const auto* gs = std::get_if<GemmStep>(&s.body);
     early_ok_ &= !(gs && !gs->siblings.empty());
   }
+  plan_family_segments();  // from the segment's varying dims; used once the plan has a family
 #if LIVEFUSE_HAS_CUDA
   if (kind == DeviceKind::cuda) graphs_ = std::make_unique<graphs::GraphCache>(64);
 #endif
@@ -92,8 +92,7 @@ std::string FusedPlan::describe_family() const {
                     std::to_string(n_seen_hi_) + "], last " + std::to_string(n_last_) + ":";
   for (size_t e = 0; e < family.size(); ++e) {
     if (family.slope[e] == 0) continue;
-    out += " " + name(e) + " = " + (family.slope[e] == 1 ? "" : std::to_string(family.slope[e]) + "n");
-    if (family.slope[e] == 1) out += "n";
+    out += " " + name(e) + " = " + (family.slope[e] == 1 ? "" : std::to_string(family.slope[e])) + "n";
     if (family.base[e] != 0) out += (family.base[e] > 0 ? " + " : " - ") + std::to_string(std::llabs(family.base[e]));
     out += ",";
   }
@@ -109,7 +108,6 @@ void FusedPlan::details(PlanDetails& d) const {
   if (family.defined()) {
     d.notes.emplace_back("shape family", describe_family());
     // The stretches a CUDA run replays as graphs and launches directly (fused_plan_family.cpp).
-    if (stretches_.empty()) const_cast<FusedPlan*>(this)->plan_family_segments();
     std::string s;
     for (const FixedStretch& f : stretches_)
       s += std::string(s.empty() ? "" : " | ") + (f.varying ? "direct" : "graph") + " steps " +
@@ -377,13 +375,13 @@ void FusedPlan::bind_written_views(const std::vector<Tensor>& values, const Wind
 }
 
 uint64_t FusedPlan::externals_key(const std::vector<Tensor>& externals, uint32_t stream) {
-  uint64_t k = mix(0x5eed, stream);
+  uint64_t k = mix_key(0x5eed, stream);
   for (const Tensor& t : externals) {
     const TensorImpl& i = *t.impl();
-    k = mix(k, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
-    k = mix(k, static_cast<uint64_t>(i.dtype));
+    k = mix_key(k, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
+    k = mix_key(k, static_cast<uint64_t>(i.dtype));
     for (int d = 0; d < i.shape.rank; ++d)
-      k = mix(mix(k, static_cast<uint64_t>(i.shape.v[d])), static_cast<uint64_t>(i.strides.v[d]));
+      k = mix_key(mix_key(k, static_cast<uint64_t>(i.shape.v[d])), static_cast<uint64_t>(i.strides.v[d]));
   }
   return k;
 }
@@ -423,7 +421,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   uint64_t shape_key = 0x3b;
   for (const Tensor& t : values)
     for (int d = 0; d < t.impl()->shape.rank; ++d)
-      shape_key = mix(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
+      shape_key = mix_key(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
   // Every few runs, not per run: a replay costs about a microsecond of host time.
   if (runs_ % 32 == 0) free_idle_sets();
   if (const uint64_t now = g_run_clock.fetch_add(1, std::memory_order_relaxed) + 1; now % kSweepEvery == 0)
@@ -470,11 +468,11 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   // outside the capture, where such calls are legal.
   // Merged sibling GEMMs read plan-owned weight copies: brought up to date on the stream before
   // the capture or replay (a replay runs no host code), and their addresses are part of the key.
-  uint64_t key = mix(mix(shape_key, static_cast<uint64_t>(set + 1)), w.stream_id);
-  key = mix(key, prepare_merged_weights(planned_, values, st));
+  uint64_t key = mix_key(mix_key(shape_key, static_cast<uint64_t>(set + 1)), w.stream_id);
+  key = mix_key(key, prepare_merged_weights(planned_, values, st));
   for (const Tensor& t : values) {
     const TensorImpl& i = *t.impl();
-    key = mix(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
+    key = mix_key(key, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
   }
   // A binding seen for the first time runs directly: it also warms every kernel module and
   // library handle, and a one-off binding never pays for a capture. The second time it is
@@ -483,8 +481,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   // settled from another thread (a pending value handed over, a storage exposed there) can run
   // while the stream's own thread launches eager work on it, so it never captures.
   const bool may_capture = Stream::current(w.device).handle() == w.stream_handle;
-  if (!graphs_->contains(key) && (!may_capture || seen_once_.insert(key).second)) {
-    if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
+  if (runs_directly(key, may_capture)) {
     run_plan(planned_, values, st);
     // Launch by launch: not what a replay costs, so live sampling skips it -- except in a plan
     // with a shape family (a decode step at a new length nearly every run), where a binding is
@@ -494,20 +491,10 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   }
   if (faults::fire(faults::Point::instantiate))
     throw Error("[plan] injected fault at graph instantiate");
-  const uint64_t misses_before = graphs_->counters().misses;
   size_t nodes = 0;
   // Views get their storage when their step runs; during capture that is host-side only.
-  const graphs::CudaGraphExec& exec = graphs_->get_or_build(
-      key, static_cast<uint32_t>(set), st, [&] { run_plan(planned_, values, st); }, &nodes);
-  const bool hit = graphs_->counters().misses == misses_before;
-  if (hit) {
-    ++graph_hits_;
-    bind_written_views(values, w);
-  } else {
-    ++graph_misses_;
-    w.cold_run = true;
-  }
-  exec.launch(st);
+  const bool hit = replay(key, set, st, [&] { run_plan(planned_, values, st); }, values, w, &nodes);
+  if (!hit) w.cold_run = true;
   // A binding that replays can be launched early next time (bounded; set >= 0: a set, not
   // one-off storage, holds the outputs). Only plans that can launch early keep the record.
   if (early_ok_ && hit && set >= 0 && first_op_binds_externals()) {
@@ -541,6 +528,31 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   throw Error("[plan] CUDA plan on a build without CUDA");
 #endif
 }
+
+#if LIVEFUSE_HAS_CUDA
+bool FusedPlan::runs_directly(uint64_t key, bool may_capture) {
+  if (graphs_->contains(key) || (may_capture && !seen_once_.insert(key).second)) return false;
+  if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
+  return true;
+}
+
+bool FusedPlan::replay(uint64_t key, int set, void* stream, const std::function<void()>& enqueue,
+                       const std::vector<Tensor>& values, const Window& w, size_t* nodes) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  const uint64_t misses_before = graphs_->counters().misses;
+  const graphs::CudaGraphExec& exec =
+      graphs_->get_or_build(key, static_cast<uint32_t>(set), st, enqueue, nodes);
+  const bool hit = graphs_->counters().misses == misses_before;
+  if (hit) {
+    ++graph_hits_;
+    bind_written_views(values, w);  // the replay skipped the steps that bind views
+  } else {
+    ++graph_misses_;
+  }
+  exec.launch(st);
+  return hit;
+}
+#endif
 
 void FusedPlan::run_profiled(std::span<const Tensor> values, void* stream) {
 #if LIVEFUSE_HAS_CUDA

@@ -3,6 +3,7 @@
 // CPU: the steps run in order (fused groups through the tiled interpreter).
 // CUDA: the steps are captured once per binding as a CUDA graph and replayed (graphs/);
 // with LIVEFUSE_GRAPHS=0, or when bindings never repeat, they are launched directly.
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -52,7 +53,16 @@ class FusedPlan final : public Plan {
   // values alone; the steps that do (a KV cache's concat, the attention over it) launch
   // directly, into fresh storage. A decode step then replays the same graphs at every length.
   bool run_cuda_family(std::vector<Tensor>& values, Window& w);
+  // The stretches below, from the segment's varying dims (made at construction: the family
+  // itself is set later, when the plan is published).
   void plan_family_segments();
+  // A graph key seen for the first time (or one that may not be captured here) runs directly:
+  // seen_once_ remembers it, so the second sight captures.
+  bool runs_directly(uint64_t key, bool may_capture);
+  // The graph of `key`, captured from `enqueue` on a miss, launched on `stream`; true on a hit
+  // (counted in graph_hits_ / graph_misses_; on a hit the skipped steps' views are bound).
+  bool replay(uint64_t key, int set, void* stream, const std::function<void()>& enqueue,
+              const std::vector<Tensor>& values, const Window& w, size_t* nodes);
   std::vector<bool> varying_value_;  // per value id: a dim of it varies within the family
   struct FixedStretch {
     size_t begin = 0, end = 0;  // steps [begin, end), none of them varying

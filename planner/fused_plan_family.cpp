@@ -19,9 +19,7 @@
 #include "runtime/memory_pool.hpp"
 
 namespace livefuse::planner {
-namespace {
-inline uint64_t mix(uint64_t h, uint64_t v) { return detail::mix_key(h, v); }
-}  // namespace
+using detail::mix_key;
 
 void FusedPlan::plan_family_segments() {
   const Segment& seg = planned_.segment;
@@ -45,13 +43,12 @@ void FusedPlan::plan_family_segments() {
 bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
 #if LIVEFUSE_HAS_CUDA
   auto st = static_cast<cudaStream_t>(w.stream_handle);
-  if (stretches_.empty()) plan_family_segments();
   // The set holds the fixed values; the varying ones take fresh storage at every run.
   uint64_t fixed_key = 0x3c;
   for (size_t v = 0; v < values.size(); ++v) {
     if (varying_value_[v]) continue;
     const Shape& s = values[v].impl()->shape;
-    for (int d = 0; d < s.rank; ++d) fixed_key = mix(fixed_key, static_cast<uint64_t>(s.v[d]));
+    for (int d = 0; d < s.rank; ++d) fixed_key = mix_key(fixed_key, static_cast<uint64_t>(s.v[d]));
   }
   const int set = bind_outputs(values, w, fixed_key, &varying_value_);
   for (size_t v = 0; v < values.size(); ++v) {
@@ -60,11 +57,11 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
   }
   const uint64_t weights = prepare_merged_weights(planned_, values, st);
   // What every graph of this run bakes in: the set, the stream, the fixed values' addresses.
-  uint64_t base = mix(mix(mix(fixed_key, static_cast<uint64_t>(set + 1)), w.stream_id), weights);
+  uint64_t base = mix_key(mix_key(mix_key(fixed_key, static_cast<uint64_t>(set + 1)), w.stream_id), weights);
   for (size_t v = 0; v < values.size(); ++v) {
     if (varying_value_[v]) continue;
     const TensorImpl& i = *values[v].impl();
-    base = mix(base, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
+    base = mix_key(base, reinterpret_cast<uintptr_t>(i.storage ? i.storage->ptr : nullptr) + i.offset);
   }
   // As run_cuda: a capture takes in whatever the stream gets meanwhile, so only the stream's own
   // thread captures; without a set (every one still held) the addresses never repeat.
@@ -77,26 +74,15 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
     };
     int kernels = 0;
     for (size_t s = f.begin; s < f.end; ++s) kernels += planned_.steps[s].launches();
-    const uint64_t key = mix(base, k + 1);
-    if (f.varying || kernels == 0 || !may_capture ||
-        (!graphs_->contains(key) && seen_once_.insert(key).second)) {
-      if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
+    const uint64_t key = mix_key(base, k + 1);
+    if (f.varying || kernels == 0 || !may_capture || runs_directly(key, true)) {
       launch();
       ++family_direct_;
       continue;
     }
-    const uint64_t misses_before = graphs_->counters().misses;
+    // A replay binds the views its steps would have bound: the steps after it read them.
     size_t nodes = 0;
-    const graphs::CudaGraphExec& exec =
-        graphs_->get_or_build(key, static_cast<uint32_t>(set), st, launch, &nodes);
-    if (graphs_->counters().misses == misses_before) {
-      ++graph_hits_;
-      bind_written_views(values, w);  // the steps after it read the views the replay skipped
-    } else {
-      ++graph_misses_;
-      cold = true;  // a capture: not what a run costs
-    }
-    exec.launch(st);
+    if (!replay(key, set, st, launch, values, w, &nodes)) cold = true;  // a capture
     ++family_replays_;
   }
   if (cold) w.cold_run = true;
