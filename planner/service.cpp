@@ -327,7 +327,7 @@ class Service final : public monitor::CandidateConsumer {
     record_decision("planner", subject, "failed to plan", why);
     std::lock_guard<std::mutex> g(mu_);
     ++ctr_.failed;
-    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
+    planned_[{c.signature, c.stream}] = Planned::of(c, 0);
     last_error_ = why;
   }
 
@@ -335,7 +335,7 @@ class Service final : public monitor::CandidateConsumer {
     record_decision("planner", subject, "skip", why);
     std::lock_guard<std::mutex> g(mu_);
     ++ctr_.skipped;
-    planned_[{c.signature, c.stream}] = {0, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
+    planned_[{c.signature, c.stream}] = Planned::of(c, 0);
   }
 
   // Plans one candidate; nothing when it needs no plan (or cannot have one: recorded here).
@@ -354,9 +354,7 @@ class Service final : public monitor::CandidateConsumer {
       auto it = planned_.find({c.signature, c.stream});
       if (it != planned_.end()) {
         // Same structure again: re-plan only when its shape mix changed (a new version).
-        if (it->second.version >= c.version ||
-            (it->second.shape_tuples == c.shapes.tuples.size() &&
-             it->second.family == c.shapes.family.defined())) {
+        if (it->second.version >= c.version || it->second.same_shape_mix(c)) {
           ++ctr_.skipped;
           return std::nullopt;
         }
@@ -444,7 +442,7 @@ class Service final : public monitor::CandidateConsumer {
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.planned;
       ++ctr_.published;
-      planned_[{c.signature, c.stream}] = {id, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
+      planned_[{c.signature, c.stream}] = Planned::of(c, id);
     } catch (const std::exception& e) {
       fail(c, p.subject, e.what());
     }
@@ -455,6 +453,12 @@ class Service final : public monitor::CandidateConsumer {
     uint32_t version = 0;
     size_t shape_tuples = 0;
     bool family = false;  // planned with a shape family
+    static Planned of(const monitor::Candidate& c, uint64_t id) {
+      return {id, c.version, c.shapes.tuples.size(), c.shapes.family.defined()};
+    }
+    bool same_shape_mix(const monitor::Candidate& c) const {
+      return shape_tuples == c.shapes.tuples.size() && family == c.shapes.family.defined();
+    }
   };
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
