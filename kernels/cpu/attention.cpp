@@ -53,7 +53,7 @@ void round_to(DType dt, float* x, int64_t n) {
       typename DT<D>::T t;
       for (int64_t i = 0; i < n; ++i) {
         store_as<D, float>(&t, x[i]);
-        load_floats(reinterpret_cast<const std::byte*>(&t), D, 0, 1, 1, x + i);
+        x[i] = load_as<D, float>(&t);
       }
     }
   });
