@@ -64,7 +64,7 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
     const int r = residual_of(g, tail, g.seg.nodes[nodes[pos]], cur);
     if (r >= 0) {
       *residual = r;
-      e = *bias >= 0 ? GemmEpilogue::BiasResidual : GemmEpilogue::Residual;
+      e = GemmEpilogue::BiasResidual;  // here the bias is the linear's or the first add's
       pos = nodes.size();
     }
   }
