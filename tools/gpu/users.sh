@@ -3,7 +3,7 @@
 # RUNS (default 3) runs each,
 # and EXIT_RUNS (default 5) exits with results pending per mode (status and stderr of each that
 # fails in exit_failures.log, with its raw stack from USERS_CRASH_STACK; a backtrace of one by
-# cuda-gdb).
+# cuda-gdb unless EXIT_GDB=0).
 # Usage: bash tools/gpu/users.sh BUILD_DIR OUT_DIR   (the environment set up as session.sh does)
 set -u
 B=$1
@@ -36,7 +36,7 @@ for mode in "LIVEFUSE=on" "LIVEFUSE=off" "LIVEFUSE=on LIVEFUSE_SAMPLE=0"; do
   done
   rm -f "$OUT/exit_err.log"
   echo "users exit-pending [$mode] $bad of ${EXIT_RUNS:-5} runs did not exit with 3" >> "$OUT/users.log"
-  if [ $bad -gt 0 ] && command -v cuda-gdb > /dev/null; then
+  if [ $bad -gt 0 ] && [ "${EXIT_GDB:-1}" = 1 ] && command -v cuda-gdb > /dev/null; then
     # Where it dies: a backtrace of every thread from a run that does (up to 3 tries).
     for i in 1 2 3; do
       env $mode timeout -k 5 120 cuda-gdb -q -batch -ex run -ex "thread apply all bt 25" \
