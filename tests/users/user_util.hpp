@@ -20,7 +20,10 @@
 #endif
 
 #include <execinfo.h>
+#include <pthread.h>
 #include <unistd.h>
+
+#include <ctime>
 
 #include <csignal>
 
@@ -30,6 +33,16 @@ namespace users {
 // addresses with their library and offset -- before the process dies, for the failures that a
 // debugger's rerun does not reproduce (an exit with results pending on the GPU, about one run
 // in ten in session 11). Test tooling, not a user's habit: off unless asked for.
+inline pthread_t g_main_thread;
+inline void say(const char* text) { (void)!write(STDERR_FILENO, text, std::strlen(text)); }
+// The main thread's stack, printed from its own context when another thread crashed: where the
+// program was (running, or in exit's handlers and which) when the crash came.
+inline void on_stack_request(int) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  say("\n*** main thread's stack at the crash:\n");
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+}
 inline void on_crash(int sig) {
   void* frames[64];
   const int n = backtrace(frames, 64);
@@ -37,10 +50,17 @@ inline void on_crash(int sig) {
   const int len = std::snprintf(head, sizeof head, "\n*** signal %d; stack:\n", sig);
   if (len > 0) (void)!write(STDERR_FILENO, head, static_cast<size_t>(len));
   backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  if (!pthread_equal(pthread_self(), g_main_thread)) {
+    std::signal(SIGUSR2, on_stack_request);
+    pthread_kill(g_main_thread, SIGUSR2);
+    const timespec wait{0, 300 * 1000 * 1000};
+    nanosleep(&wait, nullptr);
+  }
   std::signal(sig, SIG_DFL);
   std::raise(sig);
 }
 inline const bool g_crash_stack = [] {
+  g_main_thread = pthread_self();  // static initialisation runs on the main thread
   if (const char* v = std::getenv("USERS_CRASH_STACK"); v && *v == '1')
     for (int sig : {SIGSEGV, SIGBUS, SIGABRT}) std::signal(sig, on_crash);
   return true;
