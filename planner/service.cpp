@@ -21,6 +21,7 @@
 #include "planner/fused_plan.hpp"
 #include "planner/gemm_tuning.hpp"
 #include "planner/planner.hpp"
+#include "runtime/exit_hooks.hpp"
 #include "runtime/faults.hpp"
 #include "livefuse/inspect.hpp"
 #include "runtime/inspect_registry.hpp"
@@ -117,8 +118,10 @@ class Service final : public monitor::CandidateConsumer {
     std::lock_guard<std::mutex> g(mu_);
     if (started_) return;
     started_ = true;
-    // Detached: at exit an atexit handler stops it between jobs (waiting a bounded time for the
-    // job in hand), so it is not planning while static destructors run.
+    // Detached: at exit it is stopped between jobs (waiting a bounded time for the job in hand),
+    // so it is not planning while static destructors run: from the main thread's exit, before
+    // exit's handlers (runtime/exit_hooks.hpp), else from an atexit handler.
+    exit_hooks::add(stop_at_exit);
     std::atexit(stop_at_exit);
     std::thread([this] {
       trace::set_thread_name("livefuse-planner");

@@ -16,6 +16,7 @@
 #include "kernels/jit/lto_render.hpp"
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
+#include "runtime/exit_hooks.hpp"
 
 namespace livefuse::jit {
 
@@ -73,7 +74,8 @@ KernelCompiler& KernelCompiler::global() {
   static KernelCompiler* g = [] {
     auto* c = new KernelCompiler(config().compile_threads, config().cache_dir);
     c->is_global_ = true;
-    std::atexit(drain_global_at_exit);
+    exit_hooks::add(drain_global_at_exit);  // before exit's handlers (runtime/exit_hooks.hpp)
+    std::atexit(drain_global_at_exit);      // exit() on another thread
     return c;
   }();
   return *g;
