@@ -1,7 +1,7 @@
 // A wall-clock sampling profiler of one thread, for machines without perf (the GPU host): load
 // it with LD_PRELOAD and it samples the main thread's stack every SAMPLER_US microseconds
 // (default 200) of wall time, from SAMPLER_DELAY_MS (default 0) on -- time blocked in the driver counts too -- and at exit writes the
-// raw stacks and the process's mappings to SAMPLER_OUT (default sampler.out). tools/sampler/
+// raw stacks and the process's mappings to SAMPLER_OUT.<pid> (default sampler.out.<pid>). tools/sampler/
 // report.py turns them into a table of functions (self and inclusive) with the same binaries.
 //
 //   gcc -O2 -shared -fPIC -o libsampler.so tools/sampler/sampler.c
@@ -49,8 +49,11 @@ static void write_all(int fd, const char* s, size_t n) {
 __attribute__((destructor)) static void sampler_stop(void) {
   if (!g_armed) return;
   timer_delete(g_timer);
-  const char* path = getenv("SAMPLER_OUT");
-  const int fd = open(path && *path ? path : "sampler.out", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // One file per process (a wrapper such as timeout(1) is sampled too): SAMPLER_OUT.<pid>.
+  const char* base = getenv("SAMPLER_OUT");
+  char path[4096];
+  snprintf(path, sizeof path, "%s.%d", base && *base ? base : "sampler.out", (int)getpid());
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return;
   char line[64];
   const int n = atomic_load(&g_n) < kMaxSamples ? atomic_load(&g_n) : kMaxSamples;
