@@ -105,7 +105,7 @@ void free_async(void* p, cudaStream_t st) {
 }
 
 struct CudaBlockKey {
-  size_t bytes;
+  size_t bytes;  // the size class (cuda_size_class)
   cudaStream_t stream;
   bool operator==(const CudaBlockKey&) const = default;
 };
@@ -269,6 +269,15 @@ CaptureScope::~CaptureScope() {
 }
 bool CaptureScope::active() { return t_capturing; }
 
+size_t cuda_size_class(size_t bytes) {
+  constexpr size_t kSmall = size_t(64) << 10, kLarge = size_t(16) << 20, kLargeStep = size_t(2) << 20;
+  if (bytes <= kSmall) return (bytes + 511) / 512 * 512;
+  if (bytes > kLarge) return (bytes + kLargeStep - 1) / kLargeStep * kLargeStep;
+  // Four classes per power of two: 2^k * {1, 1.25, 1.5, 1.75}.
+  const size_t step = (std::bit_floor(bytes - 1)) / 4;
+  return (bytes + step - 1) / step * step;
+}
+
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream) {
   auto s = std::make_shared<Storage>();
   s->device = device;
@@ -293,9 +302,11 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   // both ways (a cached block must never be one the graph owns, nor a graph own a block the
   // cache hands out again later).
   const bool cache = config().cuda_cache && !t_capturing;
-  if (bytes > 0 && cache) p = d.blocks.take(CudaBlockKey{bytes, st});
+  // Cached blocks are kept by size class, so a slightly longer tensor reuses a block.
+  const size_t held = cache && bytes > 0 ? cuda_size_class(bytes) : bytes;
+  if (bytes > 0 && cache) p = d.blocks.take(CudaBlockKey{held, st});
   if (bytes > 0 && !p) {
-    cudaError_t e = cudaMallocAsync(&p, bytes, st);
+    cudaError_t e = cudaMallocAsync(&p, held, st);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw Error(detail::concat("[alloc] cudaMallocAsync of ", bytes, " bytes on ", device.str(),
@@ -303,9 +314,9 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
     }
   }
   s->ptr = p;
-  d.counters.add(bytes);
+  d.counters.add(held);
   // Stream-ordered: later work on `st` may still read it; reuse on `st` is ordered after it.
-  const uint64_t packed = pack(bytes, device.index);
+  const uint64_t packed = pack(held, device.index);
   if (t_capturing)
     s->deleter = [packed, st](void* ptr) { graph_owned_free(packed, ptr, st); };
   else if (cache)
