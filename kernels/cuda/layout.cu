@@ -7,6 +7,7 @@
 //    tiles through shared memory, so both the reads and the writes are coalesced
 //  * anything else                         -> element by element, 4 in flight per thread
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/dtype_io.cuh"
@@ -19,6 +20,17 @@ namespace {
 
 constexpr int kCopyUnroll = 4;
 
+struct PreparedCopy {
+  enum class Kind { none, memcpy, transpose, words } kind = Kind::none;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  StridedLayout l;         // coalesced; for words, counted in words
+  int64_t es = 0;          // bytes a transposed element or a word
+  int transpose_dim = -1;  // the source's contiguous dim (transpose)
+  size_t bytes = 0;        // memcpy
+  bool idx32 = true;       // words: offsets fit 32 bits
+};
+
 template <class Word, class Idx>
 struct CopyArgs {
   Word* dst;
@@ -27,11 +39,11 @@ struct CopyArgs {
   OffsetCalc<Idx, 2> oc;  // (dst, src)
 };
 
+// Elements [0, a.n) of one copy, by `blocks` blocks of which this is `block`.
 template <class Word, class Idx>
-__global__ void __launch_bounds__(kEwThreads) copy_kernel(const CopyArgs<Word, Idx> a) {
-  const Idx step = static_cast<Idx>(gridDim.x) * blockDim.x * kCopyUnroll;
-  for (Idx base = static_cast<Idx>(blockIdx.x) * blockDim.x * kCopyUnroll + threadIdx.x; base < a.n;
-       base += step) {
+__device__ __forceinline__ void copy_part(const CopyArgs<Word, Idx>& a, Idx block, Idx blocks) {
+  const Idx step = blocks * blockDim.x * kCopyUnroll;
+  for (Idx base = block * blockDim.x * kCopyUnroll + threadIdx.x; base < a.n; base += step) {
     Word w[kCopyUnroll];
     Idx dst_off[kCopyUnroll];
 #pragma unroll
@@ -47,6 +59,32 @@ __global__ void __launch_bounds__(kEwThreads) copy_kernel(const CopyArgs<Word, I
     for (int u = 0; u < kCopyUnroll; ++u)
       if (base + static_cast<Idx>(u) * blockDim.x < a.n) a.dst[dst_off[u]] = w[u];
   }
+}
+
+template <class Word, class Idx>
+__global__ void __launch_bounds__(kEwThreads) copy_kernel(const CopyArgs<Word, Idx> a) {
+  copy_part(a, static_cast<Idx>(blockIdx.x), static_cast<Idx>(gridDim.x));
+}
+
+// Several copies of one word size in one launch (a concat's inputs into their slabs; a decode
+// step's two cache concats): each copy owns a run of the grid's blocks. One launch costs the
+// host 3-4 us on the H200 machine; a KV-cache concat is two copies of a few hundred KB.
+constexpr int kMaxBatchedCopies = 8;
+template <class Word, class Idx>
+struct CopyBatchArgs {
+  int n = 0;
+  unsigned first_block[kMaxBatchedCopies + 1] = {};
+  CopyArgs<Word, Idx> copy[kMaxBatchedCopies];
+};
+
+static_assert(sizeof(CopyBatchArgs<Vec16<uint32_t>, int64_t>) <= 4096, "kernel parameters over 4 KB");
+
+template <class Word, class Idx>
+__global__ void __launch_bounds__(kEwThreads) copy_batch_kernel(const CopyBatchArgs<Word, Idx> a) {
+  int j = 0;
+  while (j + 1 < a.n && blockIdx.x >= a.first_block[j + 1]) ++j;
+  copy_part(a.copy[j], static_cast<Idx>(blockIdx.x - a.first_block[j]),
+            static_cast<Idx>(a.first_block[j + 1] - a.first_block[j]));
 }
 
 template <class Word, class Idx>
@@ -68,6 +106,26 @@ void launch_word(void* dst, const void* src, const StridedLayout& l, cudaStream_
   } else {
     launch_typed<Word, int64_t>(dst, src, l, s);
   }
+}
+
+// Copies of one (Word, Idx) kind, at most kMaxBatchedCopies, in one launch.
+template <class Word, class Idx>
+void launch_batch(const PreparedCopy* const* cs, int n, cudaStream_t s) {
+  CopyBatchArgs<Word, Idx> a{};
+  a.n = n;
+  unsigned blocks = 0;
+  for (int j = 0; j < n; ++j) {
+    const PreparedCopy& c = *cs[j];
+    a.copy[j].dst = static_cast<Word*>(c.dst);
+    a.copy[j].src = static_cast<const Word*>(c.src);
+    a.copy[j].n = static_cast<Idx>(c.l.numel());
+    a.copy[j].oc = OffsetCalc<Idx, 2>::make(c.l, 0);
+    a.first_block[j] = blocks;
+    blocks += grid_for((c.l.numel() + kCopyUnroll - 1) / kCopyUnroll);
+  }
+  a.first_block[n] = blocks;
+  copy_batch_kernel<Word, Idx><<<blocks, kEwThreads, 0, s>>>(a);
+  LF_CUDA_LAUNCH_CHECK("copy_batch_kernel");
 }
 
 // ---- tiled transpose ------------------------------------------------------------------------
@@ -155,34 +213,33 @@ int64_t widest_word(const StridedLayout& l, const void* dst, const void* src, in
 
 }  // namespace
 
-void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l, cudaStream_t s) {
-  LF_ASSERT(l.n_operands == 2, "launch_copy takes a layout of (dst, src)");
+namespace {
+
+// How one copy runs, decided once (launch_copy alone, launch_copies together).
+PreparedCopy prepare(void* dst, const void* src, size_t elem_bytes, const StridedLayout& layout) {
+  PreparedCopy c;
+  c.dst = dst, c.src = src, c.l = layout;
+  StridedLayout& l = c.l;
+  LF_ASSERT(l.n_operands == 2, "a copy takes a layout of (dst, src)");
   const int64_t n = l.numel();
-  if (n == 0) return;
+  if (n == 0) return c;
   coalesce(l);
   if (l.rank == 0 || (l.rank == 1 && l.strides[0][0] == 1 && l.strides[1][0] == 1)) {
-    LF_CUDA_CALL(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * elem_bytes,
-                                 cudaMemcpyDeviceToDevice, s));
-    return;
+    c.kind = PreparedCopy::Kind::memcpy;
+    c.bytes = static_cast<size_t>(n) * elem_bytes;
+    return c;
   }
   int64_t es = static_cast<int64_t>(elem_bytes);
   const int inner = l.rank - 1;
   // A transpose: the destination walks its innermost dim densely, the source walks another.
-  if (l.strides[0][inner] == 1 && l.strides[1][inner] != 1 && l.sizes[inner] >= 8) {
+  if (l.strides[0][inner] == 1 && l.strides[1][inner] != 1 && l.sizes[inner] >= 8 && es <= 8 &&
+      (es & (es - 1)) == 0) {
     for (int p = 0; p < inner; ++p) {
       if (l.strides[1][p] != 1 || l.sizes[p] < 8) continue;
-      switch (es) {
-        case 1:
-          return launch_transpose<uint8_t>(dst, src, l, p, s);
-        case 2:
-          return launch_transpose<uint16_t>(dst, src, l, p, s);
-        case 4:
-          return launch_transpose<uint32_t>(dst, src, l, p, s);
-        case 8:
-          return launch_transpose<uint64_t>(dst, src, l, p, s);
-        default:
-          break;
-      }
+      c.kind = PreparedCopy::Kind::transpose;
+      c.es = es;
+      c.transpose_dim = p;
+      return c;
     }
   }
   const int64_t w = widest_word(l, dst, src, es);
@@ -193,19 +250,84 @@ void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l
       for (int d = 0; d < inner; ++d) l.strides[k][d] /= f;
     es = w;
   }
+  LF_ASSERT(es == 1 || es == 2 || es == 4 || es == 8 || es == 16, "unsupported element size ", es);
+  c.kind = PreparedCopy::Kind::words;
+  c.es = es;
+  c.idx32 = fits_uint32(l);
+  return c;
+}
+
+template <class Word>
+void launch_transpose_of(const PreparedCopy& c, cudaStream_t s) {
+  launch_transpose<Word>(c.dst, c.src, c.l, c.transpose_dim, s);
+}
+
+void launch_alone(const PreparedCopy& c, cudaStream_t s) {
+  switch (c.kind) {
+    case PreparedCopy::Kind::none:
+      return;
+    case PreparedCopy::Kind::memcpy:
+      LF_CUDA_CALL(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
+      return;
+    case PreparedCopy::Kind::transpose:
+      switch (c.es) {
+        case 1: return launch_transpose_of<uint8_t>(c, s);
+        case 2: return launch_transpose_of<uint16_t>(c, s);
+        case 4: return launch_transpose_of<uint32_t>(c, s);
+        default: return launch_transpose_of<uint64_t>(c, s);
+      }
+    case PreparedCopy::Kind::words:
+      switch (c.es) {
+        case 1: return launch_word<uint8_t>(c.dst, c.src, c.l, s);
+        case 2: return launch_word<uint16_t>(c.dst, c.src, c.l, s);
+        case 4: return launch_word<uint32_t>(c.dst, c.src, c.l, s);
+        case 8: return launch_word<uint64_t>(c.dst, c.src, c.l, s);
+        default: return launch_word<Vec16<uint32_t>>(c.dst, c.src, c.l, s);
+      }
+  }
+}
+
+template <class Idx>
+void launch_batch_of(const PreparedCopy* const* cs, int n, int64_t es, cudaStream_t s) {
   switch (es) {
-    case 1:
-      return launch_word<uint8_t>(dst, src, l, s);
-    case 2:
-      return launch_word<uint16_t>(dst, src, l, s);
-    case 4:
-      return launch_word<uint32_t>(dst, src, l, s);
-    case 8:
-      return launch_word<uint64_t>(dst, src, l, s);
-    case 16:
-      return launch_word<Vec16<uint32_t>>(dst, src, l, s);
-    default:
-      LF_ASSERT(false, "unsupported element size ", es);
+    case 1: return launch_batch<uint8_t, Idx>(cs, n, s);
+    case 2: return launch_batch<uint16_t, Idx>(cs, n, s);
+    case 4: return launch_batch<uint32_t, Idx>(cs, n, s);
+    case 8: return launch_batch<uint64_t, Idx>(cs, n, s);
+    default: return launch_batch<Vec16<uint32_t>, Idx>(cs, n, s);
+  }
+}
+
+}  // namespace
+
+void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l, cudaStream_t s) {
+  const PreparedCopy c = prepare(dst, src, elem_bytes, l);
+  l = c.l;
+  launch_alone(c, s);
+}
+
+void launch_copies(const CopyJob* jobs, int n, cudaStream_t s) {
+  std::vector<PreparedCopy> cs;
+  cs.reserve(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) cs.push_back(prepare(jobs[j].dst, jobs[j].src, jobs[j].elem_bytes, jobs[j].l));
+  // Word copies of one word size and index width go together; the rest run alone.
+  std::vector<bool> done(cs.size(), false);
+  for (size_t j = 0; j < cs.size(); ++j) {
+    if (done[j]) continue;
+    done[j] = true;
+    if (cs[j].kind != PreparedCopy::Kind::words) {
+      launch_alone(cs[j], s);
+      continue;
+    }
+    const PreparedCopy* group[kMaxBatchedCopies] = {&cs[j]};
+    int g = 1;
+    for (size_t k = j + 1; k < cs.size() && g < kMaxBatchedCopies; ++k)
+      if (!done[k] && cs[k].kind == PreparedCopy::Kind::words && cs[k].es == cs[j].es &&
+          cs[k].idx32 == cs[j].idx32)
+        group[g++] = &cs[k], done[k] = true;
+    if (g == 1) launch_alone(cs[j], s);
+    else if (cs[j].idx32) launch_batch_of<uint32_t>(group, g, cs[j].es, s);
+    else launch_batch_of<int64_t>(group, g, cs[j].es, s);
   }
 }
 

@@ -13,6 +13,16 @@ namespace livefuse::cuda {
 // survive. `l` is coalesced in place.
 void launch_copy(void* dst, const void* src, size_t elem_bytes, StridedLayout& l, cudaStream_t s);
 
+// Independent copies (none reads what another writes), in as few launches as their kinds
+// allow: word copies of one word size share a launch (up to 8). A concat's inputs go this way.
+struct CopyJob {
+  void* dst;
+  const void* src;
+  size_t elem_bytes;
+  StridedLayout l;  // operand 0 = dst, operand 1 = src
+};
+void launch_copies(const CopyJob* jobs, int n, cudaStream_t s);
+
 struct GatherPlan {
   const void* weight = nullptr;
   DType dtype = DType::f32;

@@ -1,4 +1,6 @@
 // OpCall -> plans for contiguous, concat and embedding.
+#include <vector>
+
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/ops_host.hpp"
@@ -20,21 +22,23 @@ void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s) {
     case OpId::concat: {
       // Each input is copied into its slab of the output: the output's strides, offset along
       // the concat dim.
+      // One launch for all of them where their layouts allow (launch_copies).
       const int dim = static_cast<int>(call.attrs.i[0]);
       const Strides ost = out.strides();
+      std::vector<CopyJob> jobs;
+      jobs.reserve(call.inputs.size());
       int64_t at = 0;
       for (const Tensor& x : call.inputs) {
         if (x.numel() > 0) {
-          StridedLayout l = make_layout(x.shape());
-          add_operand(l, x.shape(), ost);
-          add_operand(l, x.shape(), x.strides());
-          char* dst =
-              static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es);
-          launch_copy(dst, x.impl()->data(), es, l, s);
+          CopyJob j{static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es),
+                    x.impl()->data(), es, make_layout(x.shape())};
+          add_operand(j.l, x.shape(), ost);
+          add_operand(j.l, x.shape(), x.strides());
+          jobs.push_back(j);
         }
         at += x.shape()[dim];
       }
-      return;
+      return launch_copies(jobs.data(), static_cast<int>(jobs.size()), s);
     }
     default:
       // reshape / permute / slice are views: the executor resolves them (a reshape that needs
