@@ -76,7 +76,7 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
     for (size_t s = f.begin; s < f.end; ++s) kernels += planned_.steps[s].launches();
     const uint64_t key = mix_key(base, k + 1);
     if (f.varying || kernels == 0 || !may_capture || runs_directly(key, true)) {
-      launch();
+      if (!f.varying || !launch_concats_cuda(planned_, f.begin, f.end, values, st)) launch();
       ++family_direct_;
       continue;
     }

@@ -18,6 +18,8 @@
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/cuda/ops_host.hpp"
+#include "runtime/memory_pool.hpp"
 #endif
 
 namespace livefuse::planner {
@@ -249,6 +251,32 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     throw Error("[plan] " + s.label + ": this build has no CUDA backend");
 #endif
   }
+}
+
+bool launch_concats_cuda(const PlannedSegment& p, size_t begin, size_t end, std::span<const Tensor> values,
+                         void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  if (end - begin < 2) return false;
+  for (size_t s = begin; s < end; ++s) {
+    const auto* e = std::get_if<EagerStep>(&p.steps[s].body);
+    if (!e || p.segment.nodes[e->node].op != OpId::concat) return false;
+  }
+  std::vector<cuda::CopyJob> jobs;
+  std::vector<TensorList> outs(end - begin);
+  for (size_t s = begin; s < end; ++s) {
+    TensorList& o = outs[s - begin];
+    const OpCall c = node_call(p, std::get<EagerStep>(p.steps[s].body).node, values, &o);
+    TensorImpl& out = *o[0].impl();
+    if (!out.storage) out.storage = allocate_storage(out.device, out.nbytes(), stream);
+    if (o[0].numel() > 0) cuda::concat_copies(c, o[0], jobs);
+  }
+  cuda::launch_copies(jobs.data(), static_cast<int>(jobs.size()), static_cast<cudaStream_t>(stream));
+  for (const TensorList& o : outs) settle_tags(o);
+  return true;
+#else
+  (void)p, (void)begin, (void)end, (void)values, (void)stream;
+  return false;
+#endif
 }
 
 void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream) {

@@ -116,6 +116,10 @@ struct PlannedSegment {
 void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor> values);
 // Enqueues one step on `stream` (a cudaStream_t). Throws livefuse::Error on failure.
 void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Tensor> values, void* stream);
+// Steps [begin, end) when each is a lone concat, on CUDA: all their copies in one launch (a
+// decode step grows its K and V caches with one concat each). False (nothing run) otherwise.
+bool launch_concats_cuda(const PlannedSegment& p, size_t begin, size_t end, std::span<const Tensor> values,
+                         void* stream);
 // Makes every merged sibling GEMM's concatenated weights current for these values on `stream`
 // (copies where a source may have changed: merged_weights.hpp) and returns a hash of the
 // addresses they live at. A CUDA graph bakes those in, so FusedPlan calls this before any

@@ -20,30 +20,32 @@ void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s) {
       return launch_copy(out.impl()->data(), x.impl()->data(), es, l, s);
     }
     case OpId::concat: {
-      // Each input is copied into its slab of the output: the output's strides, offset along
-      // the concat dim.
-      // One launch for all of them where their layouts allow (launch_copies).
-      const int dim = static_cast<int>(call.attrs.i[0]);
-      const Strides ost = out.strides();
       std::vector<CopyJob> jobs;
-      jobs.reserve(call.inputs.size());
-      int64_t at = 0;
-      for (const Tensor& x : call.inputs) {
-        if (x.numel() > 0) {
-          CopyJob j{static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es),
-                    x.impl()->data(), es, make_layout(x.shape())};
-          add_operand(j.l, x.shape(), ost);
-          add_operand(j.l, x.shape(), x.strides());
-          jobs.push_back(j);
-        }
-        at += x.shape()[dim];
-      }
+      concat_copies(call, out, jobs);
       return launch_copies(jobs.data(), static_cast<int>(jobs.size()), s);
     }
     default:
       // reshape / permute / slice are views: the executor resolves them (a reshape that needs
       // a copy arrives here as `contiguous`).
       LF_ASSERT(false, "layout op ", op_name(call.op), " should not reach the CUDA backend");
+  }
+}
+
+void concat_copies(const OpCall& call, const Tensor& out, std::vector<CopyJob>& jobs) {
+  // Each input into its slab of the output: the output's strides, offset along the concat dim.
+  const size_t es = dtype_size(out.dtype());
+  const int dim = static_cast<int>(call.attrs.i[0]);
+  const Strides ost = out.strides();
+  int64_t at = 0;
+  for (const Tensor& x : call.inputs) {
+    if (x.numel() > 0) {
+      CopyJob j{static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es),
+                x.impl()->data(), es, make_layout(x.shape())};
+      add_operand(j.l, x.shape(), ost);
+      add_operand(j.l, x.shape(), x.strides());
+      jobs.push_back(j);
+    }
+    at += x.shape()[dim];
   }
 }
 

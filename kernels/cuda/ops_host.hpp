@@ -5,6 +5,9 @@
 
 #include <span>
 
+#include <vector>
+
+#include "kernels/cuda/layout.hpp"
 #include "livefuse/error.hpp"
 #include "runtime/op_call.hpp"
 
@@ -16,5 +19,8 @@ void run_topk(const OpCall& call, std::span<const Tensor> outputs, cudaStream_t 
 void run_normalization(const OpCall& call, const Tensor& out, cudaStream_t s);
 void run_layout(const OpCall& call, const Tensor& out, cudaStream_t s);
 void run_embedding(const OpCall& call, const Tensor& out, cudaStream_t s);
+// A concat's copies (each input into its slab of `out`), for launch_copies: run_layout launches
+// them, a plan gathers those of several concats into one launch.
+void concat_copies(const OpCall& call, const Tensor& out, std::vector<CopyJob>& jobs);
 
 }  // namespace livefuse::cuda
