@@ -386,7 +386,8 @@ def bench_model(args, name, binary, workdir, bw, skip):
                                  args.livefuse_runs, workdir, tag, args.timeout, False)
                 res = t.get("result", {})
                 rec["timing"] = {k: res.get(k) for k in ("prefill_ms", "step_median_ms", "step_p99_ms",
-                                                        "tokens_per_s", "served_calls", "active_plans")}
+                                                        "tokens_per_s", "served_calls", "active_plans",
+                                                        "first_run_to_served_ms", "first_run_max_step_ms")}
                 rec["timing"]["median_ms"] = res.get("step_median_ms")
                 if "error" in t:
                     rec["timing_error"] = t["error"]
@@ -446,6 +447,20 @@ def print_table(results):
             cells.append(f"{fmt(v):>15}")
         log(f"{r['model']:>10} {r['dtype']:>5} {fmt(r, 'floor_ms'):>7} " + " ".join(cells) +
             f"  {'ok' if run_ok(r) else 'FAIL'}")
+    # Warm-up (issue targets: first fused token <= 1 s; no warm-up token over 2x an eager one):
+    # from the first livefuse run of each process, against the off run's median.
+    for r in results["runs"]:
+        for c in CACHES:
+            on = (r.get(f"livefuse_on_{c}") or {}).get("timing") or {}
+            off = (r.get(f"livefuse_off_{c}") or {}).get("timing") or {}
+            if not on:
+                continue
+            first, worst, eager = (on.get("first_run_to_served_ms"), on.get("first_run_max_step_ms"),
+                                   off.get("median_ms"))
+            ratio = worst / eager if worst and eager else None
+            log(f"  warm-up {r['model']} {r['dtype']} {c}: plans serving after "
+                f"{'never' if first is None or first < 0 else f'{first:.0f} ms'} of the first run; "
+                f"its slowest token {fmt(worst)} ms" + (f" = {ratio:.2f}x lf off's median" if ratio else ""))
 
 
 def main():

@@ -127,6 +127,7 @@ GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t
       r.tokens[static_cast<size_t>(b)].push_back(t[static_cast<size_t>(b)]);
     return t;
   };
+  const uint64_t served_before = plan_use().served_calls;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> next = take(model.forward(prompt.to(model.device()), cache));
   r.prefill_ms = ms_since(t0);
@@ -135,6 +136,9 @@ GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t
     const Tensor ids = from_int64s(next, {B, 1}, DType::i64, model.device());
     next = take(model.forward(ids, cache));
     r.step_ms.push_back(ms_since(t0));
+    if (r.first_served_step < 0 && (s % kServedProbeEvery == 0 || s + 1 == steps) &&
+        plan_use().served_calls > served_before)
+      r.first_served_step = s - 1;
   }
   return r;
 }

@@ -26,9 +26,14 @@ struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  // [batch][steps] new tokens
   double prefill_ms = 0;                     // prompt forward up to its first token on the host
   std::vector<double> step_ms;               // each decode step, token on the host (steps - 1)
+  // The first decode step (index into step_ms) after which plans had served calls of this run,
+  // looked at every kServedProbeEvery steps outside the timed spans; -1: none by the end.
+  int64_t first_served_step = -1;
   // With keep_logits: the logits each token was chosen from, [steps][batch * vocab], as f32.
   std::vector<std::vector<float>> logits;
 };
+
+inline constexpr int64_t kServedProbeEvery = 8;
 
 // prompt [batch, T] (i32/i64). The cache is made here with capacity T + steps.
 GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t steps,

@@ -94,6 +94,14 @@ int run(const lfd::GenerateArgs& a) {
   const double tokens_per_s =
       decode_ms > 0 ? static_cast<double>(B) * r.step_ms.size() / decode_ms * 1e3 : 0;
   const bool same_as_first = first.tokens == r.tokens;
+  // Warm-up, from the first run: how long until plans served (prefill and decode steps up to
+  // the probe that saw it, kServedProbeEvery steps apart) and its slowest token.
+  double to_first_served_ms = -1, first_run_max_step_ms = 0;
+  if (first.first_served_step >= 0) {
+    to_first_served_ms = first.prefill_ms;
+    for (int64_t s = 0; s <= first.first_served_step; ++s) to_first_served_ms += first.step_ms[static_cast<size_t>(s)];
+  }
+  for (double x : first.step_ms) first_run_max_step_ms = std::max(first_run_max_step_ms, x);
 
   json report = {{"tool", "livefuse-generate"},
                  {"mode", std::string(mode_name(config().mode))},
@@ -118,6 +126,8 @@ int run(const lfd::GenerateArgs& a) {
                  {"served_calls", after.served_calls - before.served_calls},
                  {"active_plans", after.active_plans},
                  {"tokens_same_every_run", same_as_first},
+                 {"first_run_to_served_ms", to_first_served_ms},
+                 {"first_run_max_step_ms", first_run_max_step_ms},
                  {"runs", runs},
                  {"tokens", r.tokens}};
   if (!a.out.empty()) {
