@@ -458,11 +458,11 @@ def print_table(results):
             first, worst, eager = (on.get("first_run_to_served_ms"), on.get("first_run_max_step_ms"),
                                    off.get("median_ms"))
             ratio = worst / eager if worst and eager else None
-            served = "never" if first is None or first < 0 else f"{first:.0f} ms"
+            served = ("no serving in the first run" if first is None or first < 0
+                      else f"plans serving after {first:.0f} ms of the first run")
             slowest = "-" if not worst else f"{worst:.3f} ms"
             vs = f" = {ratio:.2f}x lf off's median" if ratio else ""
-            log(f"  warm-up {r['model']} {r['dtype']} {c}: plans serving after {served} of the first "
-                f"run; its slowest token {slowest}{vs}")
+            log(f"  warm-up {r['model']} {r['dtype']} {c}: {served}; its slowest token {slowest}{vs}")
 
 
 def main():
