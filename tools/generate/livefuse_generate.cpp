@@ -78,11 +78,25 @@ int run(const lfd::GenerateArgs& a) {
   json runs = json::array();
   lfd::GenerateResult r, first;
   lfd::PlanUse before = lfd::plan_use(), after = before;
+  // Warm-up: the time from the first run's prefill until plans first served (the decode steps
+  // up to the probe that saw it, kServedProbeEvery steps apart; earlier runs whole), and the
+  // slowest token until then.
+  double to_served_ms = 0, warmup_max_step_ms = 0;
+  bool served_yet = false;
   for (int i = 0; i < a.runs; ++i) {
     before = lfd::plan_use();
     r = lfd::generate(model, prompt, a.steps, kind, a.sample, keep_logits && i + 1 == a.runs);
     after = lfd::plan_use();
     if (i == 0) first = r;
+    if (!served_yet) {
+      to_served_ms += r.prefill_ms;
+      const size_t upto = r.first_served_step >= 0 ? static_cast<size_t>(r.first_served_step) + 1 : r.step_ms.size();
+      for (size_t k = 0; k < upto; ++k) {
+        to_served_ms += r.step_ms[k];
+        warmup_max_step_ms = std::max(warmup_max_step_ms, r.step_ms[k]);
+      }
+      served_yet = r.first_served_step >= 0;
+    }
     runs.push_back({{"prefill_ms", r.prefill_ms},
                     {"step_median_ms", percentile(r.step_ms, 0.5)},
                     {"served_calls", after.served_calls - before.served_calls}});
@@ -94,14 +108,6 @@ int run(const lfd::GenerateArgs& a) {
   const double tokens_per_s =
       decode_ms > 0 ? static_cast<double>(B) * r.step_ms.size() / decode_ms * 1e3 : 0;
   const bool same_as_first = first.tokens == r.tokens;
-  // Warm-up, from the first run: how long until plans served (prefill and decode steps up to
-  // the probe that saw it, kServedProbeEvery steps apart) and its slowest token.
-  double to_first_served_ms = -1, first_run_max_step_ms = 0;
-  if (first.first_served_step >= 0) {
-    to_first_served_ms = first.prefill_ms;
-    for (int64_t s = 0; s <= first.first_served_step; ++s) to_first_served_ms += first.step_ms[static_cast<size_t>(s)];
-  }
-  for (double x : first.step_ms) first_run_max_step_ms = std::max(first_run_max_step_ms, x);
 
   json report = {{"tool", "livefuse-generate"},
                  {"mode", std::string(mode_name(config().mode))},
@@ -126,8 +132,8 @@ int run(const lfd::GenerateArgs& a) {
                  {"served_calls", after.served_calls - before.served_calls},
                  {"active_plans", after.active_plans},
                  {"tokens_same_every_run", same_as_first},
-                 {"first_run_to_served_ms", to_first_served_ms},
-                 {"first_run_max_step_ms", first_run_max_step_ms},
+                 {"warmup_to_served_ms", served_yet ? to_served_ms : -1.0},
+                 {"warmup_max_step_ms", warmup_max_step_ms},
                  {"runs", runs},
                  {"tokens", r.tokens}};
   if (!a.out.empty()) {
