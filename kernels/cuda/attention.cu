@@ -142,11 +142,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 void launch_attention(const AttentionArgs& a, void* stream) {
-  // Few rows per head against many keys: split over the keys. Below kDecodeMinKeys (one split)
-  // the general kernel is faster (H200: sk 128, GPT-2 f16 7.2 against 10.9 us, Llama bf16 7.1
-  // against 14.0; at sk 1024 13.3 against 27.7; the crossover in between is not measured yet).
-  constexpr int64_t kDecodeMinKeys = 256;
-  if (a.sk >= kDecodeMinKeys && launch_attention_decode(a, stream)) return;
+  // Few rows per head against many keys: split over the keys, from where that is faster than
+  // one block per head (H200, session 12, GPT-2 decode, cold us: f16 at sk 256 11.9 against 10.3,
+  // at 512 12.1 against 16.1; f32 at 256 14.9 against 130.5 -- the general kernel's f32 path is
+  // plain FMA, the decode kernel's split is worth it at once).
+  const int64_t min_keys = a.dtype == DType::f32 ? 256 : 512;
+  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return;
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) return launch_attention_mma(a, stream);
   launch_attention_general(a, stream);
