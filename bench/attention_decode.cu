@@ -242,10 +242,16 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
   livefuse::cpu::run_attention(make_args(c, l, q.data(), kv.data(), kv.data() + l.kv_elems * es,
                                          mask.empty() ? nullptr : mask.data(), want_bits.data()));
   const std::vector<float> want = decode(want_bits, c.dt);
+  // The decode column is the decode kernel wherever it applies (launch_attention takes it only
+  // from its crossover on); the general column is launch_attention with it switched off.
+  bool decode_on = true;
+  auto launch = [&](const livefuse::AttentionArgs& x) {
+    if (!decode_on || !livefuse::cuda::launch_attention_decode(x, s)) livefuse::cuda::launch_attention(x, s);
+  };
   auto check = [&] {
     std::vector<unsigned char> got(l.out_elems * es);
     CHECK_CUDA(cudaMemsetAsync(dout, 0xff, got.size(), s));  // NaN in every dtype
-    livefuse::cuda::launch_attention(args(0), s);
+    launch(args(0));
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK_CUDA(cudaMemcpy(got.data(), dout, got.size(), cudaMemcpyDeviceToHost));
     return compare(decode(got, c.dt), want, tolerance(c.dt));
@@ -253,13 +259,13 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
 
   Result r;
   r.kv_bytes = 2.0 * c.batch * c.kv_heads * c.sk * c.d * es;
-  for (bool decode_on : {true, false}) {
+  for (bool on : {true, false}) {
+    decode_on = on;
     livefuse::cuda::set_attention_decode_enabled(decode_on);
     const Diff e = check();
     const double cold =
-        time_us([&](int i) { livefuse::cuda::launch_attention(args(i % copies), s); }, iters, s);
-    const double hot =
-        time_us([&](int) { livefuse::cuda::launch_attention(args(0), s); }, iters, s);
+        time_us([&](int i) { launch(args(i % copies)); }, iters, s);
+    const double hot = time_us([&](int) { launch(args(0)); }, iters, s);
     (decode_on ? r.decode_err : r.general_err) = e;
     (decode_on ? r.decode_cold : r.general_cold) = cold;
     (decode_on ? r.decode_hot : r.general_hot) = hot;
