@@ -218,9 +218,12 @@ inline std::vector<AttentionShape> attention_numeric_cases() {
   out.push_back({3, 2, 13, 29, 128, DType::f32, MaskForm::plain2d, true, true, false});
   out.push_back({1, 1, 33, 65, 8, DType::f16, MaskForm::none, true, false, true});
   out.push_back({2, 5, 40, 40, 64, DType::bf16, MaskForm::none, false, false, false});
-  // The CUDA decode kernel with two lanes a key (d = 16: one 16-byte load a lane), 7 rows.
+  // The CUDA decode kernel (launch_attention takes it from 512 keys in f16/bf16, 256 in f32) with
+  // two lanes a key (d = 16: one 16-byte load a lane), 7 rows; and below its crossover.
   out.push_back({1, 2, 7, 7, 16, DType::f16, MaskForm::none, true, false, false});
-  out.push_back({2, 3, 5, 300, 16, DType::bf16, MaskForm::per_key, false, true, false});
+  out.push_back({1, 2, 7, 520, 16, DType::f16, MaskForm::none, true, false, false});
+  out.push_back({2, 3, 5, 600, 16, DType::bf16, MaskForm::per_key, false, true, false});
+  out.push_back({2, 3, 1, 300, 64, DType::f32, MaskForm::per_key, false, true, false});
   for (DType dt : {DType::f32, DType::f16}) {
     AttentionShape enc{2, 3, 13, 29, 32, dt, MaskForm::per_key, true, true, false};
     enc.reshape_copy = true;
