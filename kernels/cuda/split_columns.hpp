@@ -2,7 +2,8 @@
 // Column split: a dense row-major [M, Ntot] matrix into dense [M, N_i] matrices, the columns
 // [c_i, c_i + N_i) of each row going to part i, in one launch. A merged sibling GEMM (Q/K/V over
 // one input, planner/pass_gemm_siblings.cpp) writes the product once and this hands every
-// sibling its dense output, as eager gives it. Elements are copied as bits (2 or 4 bytes).
+// sibling its dense output, as eager gives it. Elements are copied as bits, in the widest word
+// the widths and addresses allow (split_columns.cu).
 #include <cstdint>
 
 namespace livefuse::cuda {
