@@ -217,7 +217,11 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
     if (early && cache_fills() != fills) w.cold_run = true;
     return true;
   }
-  return run_cuda(values, w);
+  try {
+    return run_cuda(values, w);
+  } catch (const KernelNotReady&) {
+    return false;  // a kernel for these shapes is compiling: this window runs eagerly
+  }
 }
 
 // The n this run binds: the dim of the value that tuple entry `family.param` is.

@@ -200,17 +200,34 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     std::optional<jit::Variant> missing;
     std::string err = jit::launch_spec_cuda(*spec, *kernel, b, stream, &missing);
     if (!err.empty() && missing) {
-      // Rare (shapes far from the ones planned for): compile the sibling once, on the arena.
-      auto sibling = std::make_shared<jit::KernelSpec>(*spec);
-      sibling->variants |= jit::variant_bit(*missing);
-      const jit::CompileResult r = jit::KernelCompiler::global().compile(sibling, jit::default_compile_options());
+      // Rare (shapes far from the ones planned for): the sibling with that variant is compiled
+      // on the arena, once, while the windows run eagerly -- a compile here would stall the
+      // program's thread for tens of milliseconds (a decode token, 50x its time).
+      std::shared_future<jit::CompileResult> f;
+      std::shared_ptr<const jit::KernelSpec> want;
+      {
+        std::lock_guard<std::mutex> lock(*fk.mu);
+        if (!fk.sibling.valid()) {
+          auto sibling = std::make_shared<jit::KernelSpec>(*spec);
+          sibling->variants |= jit::variant_bit(*missing);
+          fk.sibling_spec = sibling;
+          fk.sibling = jit::KernelCompiler::global().submit(sibling, jit::default_compile_options());
+        }
+        f = fk.sibling;
+        want = fk.sibling_spec;
+      }
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready)
+        throw KernelNotReady("[plan] " + s.label + ": " + err + "; its kernel is compiling");
+      const jit::CompileResult& r = f.get();
       LF_CHECK(r.ok(), "plan", s.label, ": ", err, "; compiling it failed: ", r.error);
       {
         std::lock_guard<std::mutex> lock(*fk.mu);
-        fk.spec = sibling;
+        fk.spec = want;
         fk.compiled = r.kernel;
+        fk.sibling = {};
+        fk.sibling_spec = nullptr;
       }
-      err = jit::launch_spec_cuda(*sibling, *r.kernel, b, stream);
+      err = jit::launch_spec_cuda(*want, *r.kernel, b, stream);
     }
     LF_CHECK(err.empty(), "plan", s.label, ": ", err);
   };

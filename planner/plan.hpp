@@ -25,6 +25,7 @@
 //   Opaque       a user kernel
 //   Attention    softmax(q kᵀ * scale + mask) v as one kernel (kernels/attention_args.hpp):
 //                scores and probabilities are never written
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -33,7 +34,9 @@
 #include <vector>
 
 #include "kernels/jit/kernel_cache.hpp"
+#include "kernels/jit/kernel_compiler.hpp"
 #include "kernels/jit/kernel_spec.hpp"
+#include "livefuse/error.hpp"
 #include "planner/fusion_graph.hpp"
 
 namespace livefuse::planner {
@@ -50,11 +53,20 @@ struct FusedKernelStep {
   std::vector<int> nodes;  // segment nodes it computes
   std::string compile_error;
   // The spec and its compiled kernel (CUDA: set by compile_plan). A launch that needs a variant
-  // the planner did not ask for (say 64-bit indexing after the shapes grew) compiles a sibling
-  // once and swaps both, under `mu`.
+  // the planner did not ask for (say 64-bit indexing after the shapes grew) submits a sibling
+  // to the compiler (`sibling`) and throws KernelNotReady: those windows run eagerly until it is
+  // compiled, then the launch swaps both, under `mu`. Never a compile on the program's thread.
   mutable std::shared_ptr<const jit::KernelSpec> spec;
   mutable std::shared_ptr<jit::CompiledKernel> compiled;
+  mutable std::shared_ptr<const jit::KernelSpec> sibling_spec;
+  mutable std::shared_future<jit::CompileResult> sibling;
   std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+};
+
+// A step's kernel is being compiled for these shapes (FusedKernelStep::sibling): the plan
+// declines the window, which runs eagerly; the plan is not at fault and keeps serving.
+struct KernelNotReady : Error {
+  using Error::Error;
 };
 
 class MergedWeights;  // planner/merged_weights.hpp
