@@ -2,6 +2,7 @@
 #include "graphs/cuda_graph.hpp"
 
 #include "runtime/cuda_check.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/memory_pool.hpp"
 
 namespace livefuse::graphs {
@@ -97,6 +98,8 @@ const CudaGraphExec& GraphCache::get_or_build(uint64_t key, uint32_t owner, cuda
     return it->second->exec;
   }
   ++ctr_.misses;
+  // On the stream's own thread (a capture takes what that thread enqueues): what it costs there.
+  const trace::Scope span("graph", "capture_instantiate");
   CudaGraph g = capture(stream, enqueue);
   const size_t n = g.node_count();
   if (map_.size() >= cap_) {

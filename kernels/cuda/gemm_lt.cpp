@@ -46,6 +46,7 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gpu_delay.hpp"
 #include "livefuse/config.hpp"
+#include "runtime/inspect_registry.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -460,6 +461,7 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle, void* w
   }
   if (plans.size() >= kMaxPlans) plans.clear();
 
+  const trace::Scope span("gemm", "new_shape");  // descriptors and the heuristic, once a shape
   std::unique_ptr<GemmPlan> p = make_plan(c);
   if (t_tuning) {
     tune_plan(key, c, p.get(), handle, ws, s);

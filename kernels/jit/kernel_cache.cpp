@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "livefuse/error.hpp"
+#include "runtime/inspect_registry.hpp"
 
 namespace livefuse::jit {
 
@@ -87,6 +88,7 @@ void* CompiledProgram::module(std::string* error) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<size_t>(dev) < modules_.size() && modules_[dev]) return modules_[dev];
+  const trace::Scope span("jit", "module_load");  // on whichever thread launches first
   void* m = load_cubin(cubin_, error);
   if (!m) return nullptr;
   if (modules_.size() <= static_cast<size_t>(dev)) modules_.resize(dev + 1);
