@@ -141,6 +141,7 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("skipped", c.skipped);
       sink.add("failed", c.failed);
       sink.add("retired", c.retired);
+      sink.add("revived", c.revived);
       sink.add("rounds", c.rounds);
     });
     // Plans not yet in the PlanTable: hot candidates waiting (candidate) and the one being
@@ -237,6 +238,7 @@ class Service final : public monitor::CandidateConsumer {
   void reset() {
     std::lock_guard<std::mutex> g(mu_);
     planned_.clear();
+    dormant_.clear();
   }
 
  private:
@@ -283,7 +285,47 @@ class Service final : public monitor::CandidateConsumer {
       planned_.erase(it);
       ++ctr_.retired;
     }
-    if (id) PlanTable::get().retire(id, "retired: the sequence is no longer hot");
+    if (!id) return;
+    // A plan that was serving stays in reach: a sequence that comes back (the prefill of the
+    // next generation, a model called again after a pause) revives it instead of paying for a
+    // new plan, its compile and its sampling (prepare()).
+    std::vector<uint64_t> tuples;
+    bool family = false, was_active = false;
+    for (const auto& p : PlanTable::get().snapshot()->plans)
+      if (p->id == id) {
+        was_active = p->state.load() == PlanState::active;
+        tuples = p->shape_tuples;
+        family = p->family.defined();
+      }
+    PlanTable::get().retire(id, "retired: the sequence is no longer hot");
+    if (!was_active) return;
+    std::lock_guard<std::mutex> g(mu_);
+    if (dormant_.size() >= kMaxDormant) dormant_.erase(dormant_.begin());
+    dormant_[{sig, stream}] = Dormant{id, std::move(tuples), family};
+  }
+
+  // The dormant plan for `c`'s structure, revived when it was made for every shape `c` has
+  // seen; 0 when there is none (the caller plans anew). Not under mu_: reviving records a
+  // decision, and the inspection that reads decisions also asks this service for its plans.
+  uint64_t revive(const monitor::Candidate& c) {
+    Dormant was;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto d = dormant_.find({c.signature, c.stream});
+      if (d == dormant_.end()) return 0;
+      was = std::move(d->second);
+      dormant_.erase(d);
+    }
+    if (was.family != c.shapes.family.defined()) return 0;
+    for (const monitor::ShapeTuple& t : c.shapes.tuples)
+      if (std::find(was.tuples.begin(), was.tuples.end(), ShapeTupleKey::of(t.dims)) == was.tuples.end())
+        return 0;
+    if (!PlanTable::get().revive(was.plan_id, "active again: the sequence is hot again, with the shapes it was planned for"))
+      return 0;
+    std::lock_guard<std::mutex> g(mu_);
+    ++ctr_.revived;
+    planned_[{c.signature, c.stream}] = Planned::of(c, was.plan_id);
+    return was.plan_id;
   }
 
   static const char* unservable(const PlannedSegment& p) {
@@ -364,6 +406,7 @@ class Service final : public monitor::CandidateConsumer {
         p.old_plan = it->second.plan_id;
       }
     }
+    if (!p.old_plan && revive(c)) return std::nullopt;
     trace::Scope ts("compile", "plan_segment");
     p.subject = monitor::describe(c).substr(0, 120);
     try {
@@ -468,6 +511,14 @@ class Service final : public monitor::CandidateConsumer {
   std::deque<monitor::Candidate> queue_;
   std::vector<std::pair<uint64_t, uint32_t>> cold_;
   std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
+  // Plans retired while active because their sequence went cold (retire()), by structure.
+  struct Dormant {
+    uint64_t plan_id = 0;
+    std::vector<uint64_t> tuples;  // the plan's shape tuples (ShapeTupleKey)
+    bool family = false;
+  };
+  std::map<std::pair<uint64_t, uint32_t>, Dormant> dormant_;
+  static constexpr size_t kMaxDormant = 64;
   ServiceCounters ctr_;
   std::string last_error_;
   bool started_ = false, busy_ = false, stopping_ = false, paused_ = false, held_ = false;

@@ -9,6 +9,7 @@ namespace livefuse::planner {
 
 struct ServiceCounters {
   uint64_t candidates = 0, planned = 0, published = 0, skipped = 0, failed = 0, retired = 0;
+  uint64_t revived = 0;  // plans retired cold, active again when their sequence came back
   uint64_t rounds = 0;  // planning rounds: the candidates queued at a round's start go together
 };
 

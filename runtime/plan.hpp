@@ -203,6 +203,12 @@ class PlanTable {
   static PlanTable& get();
   void publish(std::shared_ptr<Plan> p);  // adds; evicts the oldest inactive beyond the cap
   void retire(uint64_t plan_id, const std::string& reason);
+  // A plan retired because its sequence went cold, active again when the sequence is hot again
+  // with the same shapes (a prefill between generations): no re-plan, no compile, no new id.
+  // False when the table has evicted it meanwhile, or it is not retired.
+  bool revive(uint64_t plan_id, const std::string& reason);
+  // The plan's state, or nullopt when the table holds no plan of that id.
+  std::optional<PlanState> state_of(uint64_t plan_id) const;
   std::shared_ptr<const Snapshot> snapshot() const;
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void clear_for_testing();

@@ -64,6 +64,26 @@ void PlanTable::retire(uint64_t plan_id, const std::string& reason) {
   version_.fetch_add(1, std::memory_order_release);
 }
 
+bool PlanTable::revive(uint64_t plan_id, const std::string& reason) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& p : snap_->plans)
+    if (p->id == plan_id && p->state.load() == PlanState::retired) {
+      record_transition(*p, PlanState::active, reason);
+      // A new snapshot: the matchers' cached ones skip plans that were not usable.
+      snap_ = std::make_shared<Snapshot>(*snap_);
+      version_.fetch_add(1, std::memory_order_release);
+      return true;
+    }
+  return false;
+}
+
+std::optional<PlanState> PlanTable::state_of(uint64_t plan_id) const {
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& p : snap_->plans)
+    if (p->id == plan_id) return p->state.load();
+  return std::nullopt;
+}
+
 std::shared_ptr<const PlanTable::Snapshot> PlanTable::snapshot() const {
   std::lock_guard<std::mutex> g(mu_);
   return snap_;

@@ -106,7 +106,7 @@ TEST_CASE("served windows: one event each; the plan that serves stays active, va
   CHECK(Served::serving() == plan);
 }
 
-TEST_CASE("served windows: a phase change still retires the plan that no longer matches") {
+TEST_CASE("served windows: a phase change retires the plan that no longer matches; its return revives it") {
   Served s;
   const lf::Tensor x = lf::rand_uniform({256}, 8, -1, 1, lf::DType::f32, cpu);
   const std::shared_ptr<lf::Plan> plan = s.until_served(x);
@@ -128,6 +128,31 @@ TEST_CASE("served windows: a phase change still retires the plan that no longer 
     }
   }
   CHECK(retired);
+  // Phase 3: the chain comes back with its shapes: the same plan serves again (revived), with
+  // no new plan, compile or sampling.
+  const lf::planner::ServiceCounters before = lf::planner::service_counters();
+  const std::shared_ptr<lf::Plan> again = s.until_served(x);
+  REQUIRE(again);
+  CHECK(again == plan);
+  CHECK(plan->state == lf::PlanState::active);
+  const lf::planner::ServiceCounters after = lf::planner::service_counters();
+  CHECK(after.published == before.published);
+  CHECK(after.revived == before.revived + 1);
+  // Other shapes are not what it was planned for: a new plan, not a revival.
+  const lf::Tensor z = lf::rand_uniform({96}, 18, -1, 1, lf::DType::f32, cpu);
+  for (int it = 0; it < 3000 && plan->state != lf::PlanState::retired; ++it) {
+    lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
+    lf::synchronize(cpu);
+    if (it % 100 == 99) {
+      REQUIRE(Monitor::instance().drain());
+      REQUIRE(lf::planner::wait_service_idle());
+    }
+  }
+  REQUIRE(plan->state == lf::PlanState::retired);
+  const std::shared_ptr<lf::Plan> other = s.until_served(z);
+  REQUIRE(other);
+  CHECK(other != plan);
+  CHECK(lf::planner::service_counters().revived == after.revived);
 }
 
 TEST_CASE("served windows: a shape the plan was not made with is reported call by call") {
