@@ -239,6 +239,7 @@ class Service final : public monitor::CandidateConsumer {
     std::lock_guard<std::mutex> g(mu_);
     planned_.clear();
     dormant_.clear();
+    superseded_.clear();
   }
 
  private:
@@ -250,7 +251,10 @@ class Service final : public monitor::CandidateConsumer {
         std::unique_lock<std::mutex> g(mu_);
         busy_ = false;
         idle_cv_.notify_all();
-        cv_.wait(g, [&] { return stopping_ || (!held_ && !queue_.empty()) || !cold_.empty(); });
+        const auto work = [&] { return stopping_ || (!held_ && !queue_.empty()) || !cold_.empty(); };
+        // Superseding plans still sampling are looked at again every 50 ms (restore_superseded).
+        if (superseded_.empty()) cv_.wait(g, work);
+        else cv_.wait_for(g, std::chrono::milliseconds(50), work);
         if (stopping_) return;
         busy_ = true;
         cold.swap(cold_);
@@ -264,6 +268,7 @@ class Service final : public monitor::CandidateConsumer {
         current_ = batch;
       }
       for (auto [sig, stream] : cold) retire(sig, stream);
+      restore_superseded();
       if (!batch.empty()) handle(batch);
       // Statics first built by planning (op attributes, strategy tables, ...) are destroyed
       // before atexit handlers registered earlier run: register the stop once more after the
@@ -302,6 +307,60 @@ class Service final : public monitor::CandidateConsumer {
     std::lock_guard<std::mutex> g(mu_);
     if (dormant_.size() >= kMaxDormant) dormant_.erase(dormant_.begin());
     dormant_[{sig, stream}] = Dormant{id, std::move(tuples), family};
+  }
+
+  // Plans that `longer` starts with step aside for it: the matcher completes the shortest plan
+  // a window matches, so a layer's first piece, planned while the detector still cut the layer
+  // (its first passes), kept every window from the whole layer's plan, which then sampled
+  // nothing (0 hits) for the rest of the run. They go dormant, revived if their sequence comes
+  // back hot (the longer plan rejected, say).
+  void supersede_prefixes(const Plan& longer) {
+    std::vector<std::shared_ptr<Plan>> prefixes;
+    for (const auto& q : PlanTable::get().snapshot()->plans) {
+      const PlanState st = q->state.load();
+      if (q.get() == &longer || q->stream != longer.stream || q->device_kind != longer.device_kind ||
+          (st != PlanState::active && st != PlanState::sampling) || !starts_with_ops(longer.ops, q->ops))
+        continue;
+      prefixes.push_back(q);
+    }
+    for (const auto& q : prefixes) {
+      const bool was_active = q->state.load() == PlanState::active;
+      PlanTable::get().retire(q->id, "superseded by plan " + std::to_string(longer.id) +
+                                         ", which starts with its ops");
+      std::lock_guard<std::mutex> g(mu_);
+      planned_.erase({q->signature, q->stream});
+      if (was_active) superseded_.push_back({longer.id, q});
+    }
+  }
+
+  // A superseding plan that sampling rejected (or that failed) gives its prefixes back: they
+  // served before it, and the detector, which now sees whole windows run eagerly, would not
+  // cut them out again. Checked every round; plans that became active drop their entries.
+  void restore_superseded() {
+    std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> todo;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      todo.swap(superseded_);
+    }
+    std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> keep;
+    for (auto& [longer, prefix] : todo) {
+      const std::optional<PlanState> st = PlanTable::get().state_of(longer);
+      if (st == PlanState::sampling) {
+        keep.push_back({longer, prefix});
+        continue;
+      }
+      if (st == PlanState::active) continue;  // it won: the prefix stays retired
+      if (PlanTable::get().revive(prefix->id, "active again: plan " + std::to_string(longer) +
+                                                  ", which superseded it, does not serve")) {
+        std::lock_guard<std::mutex> g(mu_);
+        ++ctr_.revived;
+        Planned back;
+        back.plan_id = prefix->id;
+        planned_[{prefix->signature, prefix->stream}] = back;
+      }
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    superseded_.insert(superseded_.end(), keep.begin(), keep.end());
   }
 
   // The dormant plan for `c`'s structure, revived when it was made for every shape `c` has
@@ -483,8 +542,10 @@ class Service final : public monitor::CandidateConsumer {
           std::to_string(plan->planned().summary.eager_launches) + ")";
       const uint64_t id = plan->id;
       record_decision("planner", p.subject, "publish plan " + std::to_string(id), plan->last_reason);
+      const std::shared_ptr<const Plan> published = plan;
       PlanTable::get().publish(std::move(plan));
       if (p.old_plan) PlanTable::get().retire(p.old_plan, "replaced: the shape mix changed");
+      supersede_prefixes(*published);
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.planned;
       ++ctr_.published;
@@ -519,6 +580,8 @@ class Service final : public monitor::CandidateConsumer {
   };
   std::map<std::pair<uint64_t, uint32_t>, Dormant> dormant_;
   static constexpr size_t kMaxDormant = 64;
+  // (superseding plan id, the prefix plan it retired while that one was active)
+  std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> superseded_;
   ServiceCounters ctr_;
   std::string last_error_;
   bool started_ = false, busy_ = false, stopping_ = false, paused_ = false, held_ = false;

@@ -40,6 +40,11 @@ struct PlanOp {
   boost::container::small_vector<PlanInput, 4> inputs;
 };
 
+// Whether `longer` begins with every op of `shorter` (same op, attributes, dtypes, ranks and
+// wiring) and has more: the matcher completes the shortest plan a window matches, so while
+// `shorter` serves, `longer` never gets a window.
+bool starts_with_ops(const std::vector<PlanOp>& longer, const std::vector<PlanOp>& shorter);
+
 // A plan's graph launched at the first call of its window (Plan::launch_early): which of the
 // plan's binding sets it writes and which graph it replayed, with the key of the shapes that
 // graph was made for (checked again at completion). set < 0: nothing launched.

@@ -64,6 +64,22 @@ void PlanTable::retire(uint64_t plan_id, const std::string& reason) {
   version_.fetch_add(1, std::memory_order_release);
 }
 
+bool starts_with_ops(const std::vector<PlanOp>& longer, const std::vector<PlanOp>& shorter) {
+  if (shorter.empty() || longer.size() <= shorter.size()) return false;
+  for (size_t k = 0; k < shorter.size(); ++k) {
+    const PlanOp& a = longer[k];
+    const PlanOp& b = shorter[k];
+    if (a.op != b.op || a.attrs_hash != b.attrs_hash || a.in_dtypes != b.in_dtypes ||
+        a.in_ranks != b.in_ranks || a.inputs.size() != b.inputs.size())
+      return false;
+    for (size_t m = 0; m < a.inputs.size(); ++m)
+      if (a.inputs[m].op != b.inputs[m].op || a.inputs[m].out != b.inputs[m].out ||
+          a.inputs[m].slot != b.inputs[m].slot)
+        return false;
+  }
+  return true;
+}
+
 bool PlanTable::revive(uint64_t plan_id, const std::string& reason) {
   std::lock_guard<std::mutex> g(mu_);
   for (const auto& p : snap_->plans)

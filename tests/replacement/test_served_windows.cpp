@@ -155,6 +155,33 @@ TEST_CASE("served windows: a phase change retires the plan that no longer matche
   CHECK(lf::planner::service_counters().revived == after.revived);
 }
 
+TEST_CASE("plans: starts_with_ops compares ops, attributes and wiring") {
+  auto op = [](lf::OpId id, uint64_t attrs, std::vector<lf::PlanInput> in) {
+    lf::PlanOp o;
+    o.op = id;
+    o.attrs_hash = attrs;
+    for (const lf::PlanInput& i : in) {
+      o.inputs.push_back(i);
+      o.in_dtypes.push_back(lf::DType::f32);
+      o.in_ranks.push_back(1);
+    }
+    return o;
+  };
+  const lf::PlanInput ext0{-1, 0, 0}, ext1{-1, 0, 1}, op0{0, 0, -1};
+  const std::vector<lf::PlanOp> a = {op(lf::OpId::exp, 1, {ext0}), op(lf::OpId::add, 2, {op0, ext1})};
+  std::vector<lf::PlanOp> b = a;
+  b.push_back(op(lf::OpId::relu, 3, {lf::PlanInput{1, 0, -1}}));
+  CHECK(lf::starts_with_ops(b, a));
+  CHECK(!lf::starts_with_ops(a, b));
+  CHECK(!lf::starts_with_ops(a, a));  // not longer
+  std::vector<lf::PlanOp> c = b;
+  c[1].inputs[1] = ext0;  // other wiring
+  CHECK(!lf::starts_with_ops(c, a));
+  c = b;
+  c[0].attrs_hash = 9;
+  CHECK(!lf::starts_with_ops(c, a));
+}
+
 TEST_CASE("served windows: a shape the plan was not made with is reported call by call") {
   Served s;
   const lf::Tensor a = lf::rand_uniform({256}, 9, -1, 1, lf::DType::f32, cpu);
