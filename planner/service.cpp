@@ -335,7 +335,7 @@ class Service final : public monitor::CandidateConsumer {
 
   // A superseding plan that sampling rejected (or that failed) gives its prefixes back: they
   // served before it, and the detector, which now sees whole windows run eagerly, would not
-  // cut them out again. Checked every round; plans that became active drop their entries.
+  // cut them out again. Checked every round while it samples; then the entry goes.
   void restore_superseded() {
     std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> todo;
     {
@@ -349,7 +349,9 @@ class Service final : public monitor::CandidateConsumer {
         keep.push_back({longer, prefix});
         continue;
       }
-      if (st == PlanState::active) continue;  // it won: the prefix stays retired
+      // Active: it won. Retired: replaced by a newer plan of its structure (which starts with
+      // the same ops), or cold. Either way the prefix stays retired.
+      if (st != PlanState::rejected && st != PlanState::failed) continue;
       if (PlanTable::get().revive(prefix->id, "active again: plan " + std::to_string(longer) +
                                                   ", which superseded it, does not serve")) {
         std::lock_guard<std::mutex> g(mu_);
