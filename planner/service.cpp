@@ -312,8 +312,8 @@ class Service final : public monitor::CandidateConsumer {
   // Plans that `longer` starts with step aside for it: the matcher completes the shortest plan
   // a window matches, so a layer's first piece, planned while the detector still cut the layer
   // (its first passes), kept every window from the whole layer's plan, which then sampled
-  // nothing (0 hits) for the rest of the run. They go dormant, revived if their sequence comes
-  // back hot (the longer plan rejected, say).
+  // nothing (0 hits) for the rest of the run. Retired; an active one comes back if the longer
+  // plan is rejected or fails (restore_superseded).
   void supersede_prefixes(const Plan& longer) {
     std::vector<std::shared_ptr<Plan>> prefixes;
     for (const auto& q : PlanTable::get().snapshot()->plans) {
@@ -329,7 +329,9 @@ class Service final : public monitor::CandidateConsumer {
                                          ", which starts with its ops");
       std::lock_guard<std::mutex> g(mu_);
       planned_.erase({q->signature, q->stream});
-      if (was_active) superseded_.push_back({longer.id, q});
+      if (!was_active) continue;
+      if (superseded_.size() >= kMaxDormant) superseded_.erase(superseded_.begin());
+      superseded_.push_back({longer.id, q});
     }
   }
 
@@ -356,8 +358,10 @@ class Service final : public monitor::CandidateConsumer {
                                                   ", which superseded it, does not serve")) {
         std::lock_guard<std::mutex> g(mu_);
         ++ctr_.revived;
-        Planned back;
+        Planned back;  // its shape mix as planned: the same candidate again is not re-planned
         back.plan_id = prefix->id;
+        back.shape_tuples = prefix->shape_tuples.size();
+        back.family = prefix->family.defined();
         planned_[{prefix->signature, prefix->stream}] = back;
       }
     }
