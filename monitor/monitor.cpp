@@ -11,6 +11,7 @@
 
 #include "livefuse/config.hpp"
 #include "monitor/detector.hpp"
+#include "monitor/hashing.hpp"
 #include "monitor/trace_event.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
@@ -40,9 +41,9 @@ constexpr int kNapUs = 50;      // the shortest nap between rounds ...
 constexpr int kMaxNapUs = 4000;  // ... and the longest
 constexpr size_t kFewEvents = 256;  // a nap that let in fewer: the next one doubles
 constexpr int kNaps = 20;       // empty rounds before the 1 ms idle poll
-// Quiet recording (Monitor::records): after kSettleEvents events that made no sequence hot or
-// cold, each thread records one stretch of 2^kProbeLog2 events in kProbeEvery.
-constexpr uint64_t kSettleEvents = uint64_t{1} << 17;
+// Quiet recording (Monitor::records): after kSettleEvents events that made no new sequence hot,
+// each thread records one stretch of 2^kProbeLog2 events in kProbeEvery.
+constexpr uint64_t kSettleEvents = uint64_t{1} << 14;
 constexpr int kProbeLog2 = 12;
 constexpr uint64_t kProbeEvery = 8;
 
@@ -157,17 +158,35 @@ inline Producer* Monitor::producer() {
 }
 
 // [ Note -- quiet recording ]
-// A program in its steady state -- every hot sequence planned and decided, nothing turning hot
-// or cold for kSettleEvents events -- teaches the monitor nothing new, yet recording every call
-// costs its thread a fill and a push, and the monitor thread the detection work, which on a
-// small machine competes with the program itself (on 2 cores the CPU decoder loop ran 20%
-// slower under LIVEFUSE=trace than off). So the monitor then goes quiet: each thread records
+// A program in its steady state -- every hot sequence planned and decided, nothing new turning
+// hot for kSettleEvents events (learns_something) -- teaches the monitor nothing new, yet
+// recording every call costs its thread a fill and a push, and the monitor thread the detection
+// work, which on a small machine competes with the program itself (on 2 cores the CPU decoder
+// loop ran 20% slower under LIVEFUSE=trace than off). So the monitor then goes quiet: each thread records
 // one stretch of 4096 events in eight -- probes, contiguous, so a new loop still shows its
-// repeats within one -- and the first probe that makes a sequence hot or cold ends the quiet.
+// repeats within one -- and the first probe that makes a new sequence hot ends the quiet.
 // What a probe cuts at its edges is what a full queue drops: the detector copes; a value whose
 // release falls outside the probes looks alive to it, which errs on the side of keeping it in
 // memory. Plans are not touched: they keep serving, and their structures, whose counts decay by
 // the stream's own recorded events, stay hot.
+//
+// What ends the settling (and the quiet): a sequence turning hot that was never hot before with
+// these shapes. A known one coming back -- the prefill of every generation, the phases of a
+// program that alternates between models -- and any sequence turning cold is the steady state
+// of a periodic program, not news: it once kept a decode loop from ever going quiet.
+bool Monitor::learns_something(const std::vector<Candidate>& emitted) {
+  bool news = false;
+  for (const Candidate& c : emitted) {
+    uint64_t k = hash_combine(c.signature, c.stream);
+    uint64_t tuples = 0;  // order-independent: the same shapes in another order are the same mix
+    for (const ShapeTuple& t : c.shapes.tuples) tuples += ShapeTupleKey::of(t.dims) * 0x9e3779b97f4a7c15ull;
+    k = hash_combine(hash_combine(k, tuples), c.shapes.family.defined());
+    if (known_.size() >= kMaxKnown) known_.clear();  // bounded: forgetting only costs a reset
+    news |= known_.insert(k).second;
+  }
+  return news;
+}
+
 bool Monitor::records(Producer* p) {
   if (!quiet_.load(std::memory_order_relaxed)) return true;
   if ((p->quiet_tick++ >> kProbeLog2) % kProbeEvery == 0) return true;
@@ -297,8 +316,9 @@ size_t Monitor::consume_once() {
     cooled = detector_->take_cooled();
   }
   if (total) batches_.fetch_add(1, std::memory_order_relaxed);
-  if (settle_reset_.exchange(false, std::memory_order_relaxed) || !emitted.empty() ||
-      !cooled.empty()) {
+  const bool was_reset = settle_reset_.exchange(false, std::memory_order_relaxed);
+  if (was_reset) known_.clear();  // reset(): a new detector, nothing known
+  if (learns_something(emitted) || was_reset) {
     settled_events_ = 0;
     quiet_.store(false, std::memory_order_relaxed);
   } else if ((settled_events_ += total) >= kSettleEvents && !quiet_.load(std::memory_order_relaxed)) {

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "monitor/candidate.hpp"
@@ -126,7 +127,11 @@ class Monitor final : public TraceSink {
   std::atomic<bool> quiet_{false};           // steady state: record probes only
   std::atomic<uint64_t> quiet_periods_{0};   // times the monitor went quiet
   std::atomic<bool> settle_reset_{false};    // reset(): the monitor thread restarts its count
-  uint64_t settled_events_ = 0;              // monitor thread: events since a hot/cold change
+  uint64_t settled_events_ = 0;              // monitor thread: events since something new got hot
+  // Monitor thread: the (structure, shape mix) pairs that turned hot so far (learns_something).
+  std::unordered_set<uint64_t> known_;
+  static constexpr size_t kMaxKnown = 4096;
+  bool learns_something(const std::vector<Candidate>& emitted);
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> paused_{false};
