@@ -48,6 +48,12 @@ struct StreamWindow {
   // calls read instead (snapshot_reachable); one copy per input per window, so a value read by
   // two calls stays one external.
   std::vector<std::pair<Tensor, Tensor>> snapshots;
+  // CPU, while one of the window's candidates samples: the host time its calls spent being
+  // deferred (matched, given pending outputs). A plan's side of a sample pays it on top of its
+  // run -- the alternative to keeping the plan is eager execution at each call, which defers
+  // nothing -- so a plan that saves less than its deferral costs is not kept.
+  bool timing_defer = false;
+  double defer_us = 0;
   // CUDA samples whose end event the GPU has not reached yet (SampleClock): read later, in
   // stream order, so sampling never waits on the GPU.
   struct PendingSample {
@@ -85,8 +91,9 @@ class SampleClock {
  public:
   explicit SampleClock(StreamWindow& sw);
   bool started() const { return slot_ >= 0 || !cuda_; }
-  // Records the sample now (CPU) or once the GPU is past it (CUDA).
-  void finish(Plan& plan, bool via_plan);
+  // Records the sample now (CPU) or once the GPU is past it (CUDA); `extra_host_us` is host time
+  // the sample's side paid before the completion (StreamWindow::defer_us).
+  void finish(Plan& plan, bool via_plan, double extra_host_us = 0);
 
  private:
   StreamWindow& sw_;

@@ -265,7 +265,8 @@ void complete(StreamWindow& sw) {
       clear(sw);
     }
   }
-  if (sampling && clock->started() && !(via_plan && cold_run)) clock->finish(plan, via_plan);
+  if (sampling && clock->started() && !(via_plan && cold_run))
+    clock->finish(plan, via_plan, via_plan && sw.timing_defer ? sw.defer_us : 0.0);
 }
 
 bool usable(const Plan& p, DeviceKind kind) {
@@ -377,6 +378,11 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   if (TraceSink* sink = trace_sink()) sink->on_window_open(sw.stream.id());
   sw.keep = t_state.snap;
+  sw.defer_us = 0;
+  sw.timing_defer = false;
+  if (sw.stream.device().is_cpu())
+    for (const Candidate& c : sw.candidates)
+      sw.timing_defer |= c.plan->state.load(std::memory_order_relaxed) == PlanState::sampling;
   sw.w.stream_id = sw.stream.id();
   sw.w.stream_handle = sw.stream.handle();
   sw.w.device = sw.stream.device();
@@ -408,6 +414,10 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
   std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
+  // The deferral's host time, while a candidate samples (StreamWindow::defer_us); a window's
+  // first call is timed in case it starts one.
+  const bool time_it = sw.timing_defer || !sw.active;
+  const auto t_defer = time_it ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // A wrapped kernel of the program's own runs at its call, never deferred nor captured: an
   // error its launch raises comes out of this call, and its launch function runs once per call
   // (the monitor never puts one into a sequence: monitor/detector.cpp).
@@ -439,6 +449,8 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
       break;
     }
   }
+  if (time_it && sw.timing_defer)
+    sw.defer_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_defer).count();
   return outs;
 }
 
@@ -482,6 +494,10 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
 void settle(StreamWindow& sw) {
   std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
+  // The deferral's host time, while a candidate samples (StreamWindow::defer_us); a window's
+  // first call is timed in case it starts one.
+  const bool time_it = sw.timing_defer || !sw.active;
+  const auto t_defer = time_it ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (sw.active) flush(sw, matcher_counters().flush_sync);
 }
 

@@ -39,9 +39,10 @@ SampleClock::SampleClock(StreamWindow& sw)
 #endif
 }
 
-void SampleClock::finish(Plan& plan, bool via_plan) {
+void SampleClock::finish(Plan& plan, bool via_plan, double extra_host_us) {
   const double host =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count();
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count() +
+      extra_host_us;
   if (!cuda_) return record_sample(plan, via_plan, host);
 #if LIVEFUSE_HAS_CUDA
   if (slot_ < 0) return;
