@@ -294,19 +294,22 @@ class Service final : public monitor::CandidateConsumer {
     // A plan that was serving stays in reach: a sequence that comes back (the prefill of the
     // next generation, a model called again after a pause) revives it instead of paying for a
     // new plan, its compile and its sampling (prepare()).
+    // A rejected one is remembered too: the same sequence back with the same shapes would be
+    // planned, compiled and sampled again only to lose again (on the CPU, at every prefill).
     std::vector<uint64_t> tuples;
-    bool family = false, was_active = false;
+    bool family = false, was_active = false, was_rejected = false;
     for (const auto& p : PlanTable::get().snapshot()->plans)
       if (p->id == id) {
         was_active = p->state.load() == PlanState::active;
+        was_rejected = p->state.load() == PlanState::rejected;
         tuples = p->shape_tuples;
         family = p->family.defined();
       }
-    PlanTable::get().retire(id, "retired: the sequence is no longer hot");
-    if (!was_active) return;
+    if (!was_rejected) PlanTable::get().retire(id, "retired: the sequence is no longer hot");
+    if (!was_active && !was_rejected) return;
     std::lock_guard<std::mutex> g(mu_);
     if (dormant_.size() >= kMaxDormant) dormant_.erase(dormant_.begin());
-    dormant_[{sig, stream}] = Dormant{id, std::move(tuples), family};
+    dormant_[{sig, stream}] = Dormant{id, std::move(tuples), family, was_rejected};
   }
 
   // Plans that `longer` starts with step aside for it: the matcher completes the shortest plan
@@ -370,7 +373,8 @@ class Service final : public monitor::CandidateConsumer {
   }
 
   // The dormant plan for `c`'s structure, revived when it was made for every shape `c` has
-  // seen; 0 when there is none (the caller plans anew). Not under mu_: reviving records a
+  // seen (or, rejected, kept from being planned again for those shapes); 0 when there is none
+  // (the caller plans anew). Not under mu_: reviving records a
   // decision, and the inspection that reads decisions also asks this service for its plans.
   uint64_t revive(const monitor::Candidate& c) {
     Dormant was;
@@ -385,6 +389,13 @@ class Service final : public monitor::CandidateConsumer {
     for (const monitor::ShapeTuple& t : c.shapes.tuples)
       if (std::find(was.tuples.begin(), was.tuples.end(), ShapeTupleKey::of(t.dims)) == was.tuples.end())
         return 0;
+    if (was.rejected) {
+      // Still the shapes it lost with: not planned again (a new shape mix is).
+      std::lock_guard<std::mutex> g(mu_);
+      ++ctr_.skipped;
+      planned_[{c.signature, c.stream}] = Planned::of(c, was.plan_id);
+      return was.plan_id;
+    }
     if (!PlanTable::get().revive(was.plan_id, "active again: the sequence is hot again, with the shapes it was planned for"))
       return 0;
     std::lock_guard<std::mutex> g(mu_);
@@ -578,11 +589,13 @@ class Service final : public monitor::CandidateConsumer {
   std::deque<monitor::Candidate> queue_;
   std::vector<std::pair<uint64_t, uint32_t>> cold_;
   std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
-  // Plans retired while active because their sequence went cold (retire()), by structure.
+  // Plans whose sequence went cold while active (retired, revivable) or rejected (remembered),
+  // by structure (retire()).
   struct Dormant {
     uint64_t plan_id = 0;
     std::vector<uint64_t> tuples;  // the plan's shape tuples (ShapeTupleKey)
     bool family = false;
+    bool rejected = false;  // sampled slower than eager: remembered, not revived
   };
   std::map<std::pair<uint64_t, uint32_t>, Dormant> dormant_;
   static constexpr size_t kMaxDormant = 64;

@@ -4,6 +4,7 @@
 #include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 #include "test_plan_util.hpp"
 
@@ -153,6 +154,40 @@ TEST_CASE("served windows: a phase change retires the plan that no longer matche
   REQUIRE(other);
   CHECK(other != plan);
   CHECK(lf::planner::service_counters().revived == after.revived);
+}
+
+TEST_CASE("served windows: a rejected plan's sequence coming back with its shapes is not planned again") {
+  Served s;
+  const lf::Tensor x = lf::rand_uniform({256}, 23, -1, 1, lf::DType::f32, cpu);
+  const std::shared_ptr<lf::Plan> plan = s.until_served(x);
+  REQUIRE(plan);
+  // As if sampling had found it slower than eager.
+  lf::record_transition(*plan, lf::PlanState::rejected, "sampled: slower (test)");
+  bool cooled = false;
+  const uint64_t cooled0 = Monitor::instance().counters().candidates_cooled;
+  for (int it = 0; it < 3000 && !cooled; ++it) {
+    lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
+    lf::synchronize(cpu);
+    if (it % 100 == 99) {
+      REQUIRE(Monitor::instance().drain());
+      REQUIRE(lf::planner::wait_service_idle());
+      cooled = Monitor::instance().counters().candidates_cooled > cooled0;
+    }
+  }
+  REQUIRE(cooled);
+  const uint64_t published = lf::planner::service_counters().published;
+  const uint64_t served0 = lf::matcher_counters().served;
+  for (int it = 0; it < 600; ++it) {
+    lf::Tensor y = chain(x);
+    lf::synchronize(cpu);
+    if (it % 100 == 99) {
+      REQUIRE(Monitor::instance().drain());
+      REQUIRE(lf::planner::wait_service_idle());
+    }
+  }
+  CHECK(lf::planner::service_counters().published == published);  // planned anew would publish
+  CHECK(plan->state == lf::PlanState::rejected);
+  CHECK(lf::matcher_counters().served == served0);
 }
 
 TEST_CASE("plans: starts_with_ops compares ops, attributes and wiring") {
