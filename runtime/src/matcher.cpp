@@ -494,10 +494,6 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
 void settle(StreamWindow& sw) {
   std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
-  // The deferral's host time, while a candidate samples (StreamWindow::defer_us); a window's
-  // first call is timed in case it starts one.
-  const bool time_it = sw.timing_defer || !sw.active;
-  const auto t_defer = time_it ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (sw.active) flush(sw, matcher_counters().flush_sync);
 }
 
