@@ -52,6 +52,22 @@ struct Served {
     FAIL("the chain was never served");
     return nullptr;
   }
+  // A phase change: other ops (none of them the chain's first, so nothing is deferred and the
+  // chain's count decays on the stream's clock) until `done()`, looked at once the monitor and
+  // the planner caught up; whether it came.
+  template <class Done>
+  static bool other_ops_until(const lf::Tensor& x, Done done) {
+    for (int it = 0; it < 3000; ++it) {
+      lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
+      lf::synchronize(cpu);
+      if (it % 100 == 99) {
+        REQUIRE(Monitor::instance().drain());
+        REQUIRE(lf::planner::wait_service_idle());
+        if (done()) return true;
+      }
+    }
+    return false;
+  }
   static std::shared_ptr<lf::Plan> serving() {
     std::shared_ptr<lf::Plan> best;
     for (const auto& p : lf::PlanTable::get().snapshot()->plans)
@@ -116,19 +132,8 @@ TEST_CASE("served windows: a phase change retires the plan that no longer matche
     lf::Tensor y = chain(x);
     lf::synchronize(cpu);
   }
-  // Phase 2: other ops (none of them the chain's first), so nothing is deferred and the
-  // chain's count decays on the stream's clock.
-  bool retired = false;
-  for (int it = 0; it < 3000 && !retired; ++it) {
-    lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
-    lf::synchronize(cpu);
-    if (it % 100 == 99) {
-      REQUIRE(Monitor::instance().drain());
-      REQUIRE(lf::planner::wait_service_idle());
-      retired = plan->state == lf::PlanState::retired;
-    }
-  }
-  CHECK(retired);
+  // Phase 2: other ops.
+  CHECK(Served::other_ops_until(x, [&] { return plan->state == lf::PlanState::retired; }));
   // Phase 3: the chain comes back with its shapes: the same plan serves again (revived), with
   // no new plan, compile or sampling.
   const lf::planner::ServiceCounters before = lf::planner::service_counters();
@@ -141,15 +146,7 @@ TEST_CASE("served windows: a phase change retires the plan that no longer matche
   CHECK(after.revived == before.revived + 1);
   // Other shapes are not what it was planned for: a new plan, not a revival.
   const lf::Tensor z = lf::rand_uniform({96}, 18, -1, 1, lf::DType::f32, cpu);
-  for (int it = 0; it < 3000 && plan->state != lf::PlanState::retired; ++it) {
-    lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
-    lf::synchronize(cpu);
-    if (it % 100 == 99) {
-      REQUIRE(Monitor::instance().drain());
-      REQUIRE(lf::planner::wait_service_idle());
-    }
-  }
-  REQUIRE(plan->state == lf::PlanState::retired);
+  REQUIRE(Served::other_ops_until(x, [&] { return plan->state == lf::PlanState::retired; }));
   const std::shared_ptr<lf::Plan> other = s.until_served(z);
   REQUIRE(other);
   CHECK(other != plan);
@@ -163,18 +160,8 @@ TEST_CASE("served windows: a rejected plan's sequence coming back with its shape
   REQUIRE(plan);
   // As if sampling had found it slower than eager.
   lf::record_transition(*plan, lf::PlanState::rejected, "sampled: slower (test)");
-  bool cooled = false;
   const uint64_t cooled0 = Monitor::instance().counters().candidates_cooled;
-  for (int it = 0; it < 3000 && !cooled; ++it) {
-    lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
-    lf::synchronize(cpu);
-    if (it % 100 == 99) {
-      REQUIRE(Monitor::instance().drain());
-      REQUIRE(lf::planner::wait_service_idle());
-      cooled = Monitor::instance().counters().candidates_cooled > cooled0;
-    }
-  }
-  REQUIRE(cooled);
+  REQUIRE(Served::other_ops_until(x, [&] { return Monitor::instance().counters().candidates_cooled > cooled0; }));
   const uint64_t published = lf::planner::service_counters().published;
   const uint64_t served0 = lf::matcher_counters().served;
   for (int it = 0; it < 600; ++it) {

@@ -35,21 +35,20 @@ namespace users {
 // in ten in session 11). Test tooling, not a user's habit: off unless asked for.
 inline pthread_t g_main_thread;
 inline void say(const char* text) { (void)!write(STDERR_FILENO, text, std::strlen(text)); }
-// The main thread's stack, printed from its own context when another thread crashed: where the
-// program was (running, or in exit's handlers and which) when the crash came.
-inline void on_stack_request(int) {
+// The calling thread's raw stack under `head`, written with write(2) (no stdio, no malloc).
+inline void print_stack(const char* head) {
   void* frames[64];
   const int n = backtrace(frames, 64);
-  say("\n*** main thread's stack at the crash:\n");
+  say(head);
   backtrace_symbols_fd(frames, n, STDERR_FILENO);
 }
+// The main thread's stack, printed from its own context when another thread crashed: where the
+// program was (running, or in exit's handlers and which) when the crash came.
+inline void on_stack_request(int) { print_stack("\n*** main thread's stack at the crash:\n"); }
 inline void on_crash(int sig) {
-  void* frames[64];
-  const int n = backtrace(frames, 64);
   char head[64];
   const int len = std::snprintf(head, sizeof head, "\n*** signal %d; stack:\n", sig);
-  if (len > 0) (void)!write(STDERR_FILENO, head, static_cast<size_t>(len));
-  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  print_stack(len > 0 ? head : "\n*** signal; stack:\n");
   if (!pthread_equal(pthread_self(), g_main_thread)) {
     std::signal(SIGUSR2, on_stack_request);
     pthread_kill(g_main_thread, SIGUSR2);
