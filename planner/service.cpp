@@ -20,6 +20,7 @@
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
 #include "planner/gemm_tuning.hpp"
+#include "planner/plan_returns.hpp"
 #include "planner/planner.hpp"
 #include "runtime/exit_hooks.hpp"
 #include "runtime/faults.hpp"
@@ -238,8 +239,7 @@ class Service final : public monitor::CandidateConsumer {
   void reset() {
     std::lock_guard<std::mutex> g(mu_);
     planned_.clear();
-    dormant_.clear();
-    superseded_.clear();
+    returns_.clear();
   }
 
  private:
@@ -253,7 +253,7 @@ class Service final : public monitor::CandidateConsumer {
         idle_cv_.notify_all();
         const auto work = [&] { return stopping_ || (!held_ && !queue_.empty()) || !cold_.empty(); };
         // Superseding plans still sampling are looked at again every 50 ms (restore_superseded).
-        if (superseded_.empty()) cv_.wait(g, work);
+        if (!returns_.watching()) cv_.wait(g, work);
         else cv_.wait_for(g, std::chrono::milliseconds(50), work);
         if (stopping_) return;
         busy_ = true;
@@ -291,25 +291,12 @@ class Service final : public monitor::CandidateConsumer {
       ++ctr_.retired;
     }
     if (!id) return;
-    // A plan that was serving stays in reach: a sequence that comes back (the prefill of the
-    // next generation, a model called again after a pause) revives it instead of paying for a
-    // new plan, its compile and its sampling (prepare()).
-    // A rejected one is remembered too: the same sequence back with the same shapes would be
-    // planned, compiled and sampled again only to lose again (on the CPU, at every prefill).
-    std::vector<uint64_t> tuples;
-    bool family = false, was_active = false, was_rejected = false;
-    for (const auto& p : PlanTable::get().snapshot()->plans)
-      if (p->id == id) {
-        was_active = p->state.load() == PlanState::active;
-        was_rejected = p->state.load() == PlanState::rejected;
-        tuples = p->shape_tuples;
-        family = p->family.defined();
-      }
-    if (!was_rejected) PlanTable::get().retire(id, "retired: the sequence is no longer hot");
-    if (!was_active && !was_rejected) return;
-    std::lock_guard<std::mutex> g(mu_);
-    if (dormant_.size() >= kMaxDormant) dormant_.erase(dormant_.begin());
-    dormant_[{sig, stream}] = Dormant{id, std::move(tuples), family, was_rejected};
+    // A plan that served or lost stays in reach (plan_returns.hpp): its sequence coming back
+    // revives it, or keeps it from being planned and sampled again only to lose again.
+    const std::shared_ptr<Plan> plan = PlanTable::get().find(id);
+    if (plan) returns_.went_cold({sig, stream}, *plan);
+    if (plan && plan->state.load() != PlanState::rejected)
+      PlanTable::get().retire(id, "retired: the sequence is no longer hot");
   }
 
   // Plans that `longer` starts with step aside for it: the matcher completes the shortest plan
@@ -330,78 +317,43 @@ class Service final : public monitor::CandidateConsumer {
       const bool was_active = q->state.load() == PlanState::active;
       PlanTable::get().retire(q->id, "superseded by plan " + std::to_string(longer.id) +
                                          ", which starts with its ops");
-      std::lock_guard<std::mutex> g(mu_);
-      planned_.erase({q->signature, q->stream});
-      if (!was_active) continue;
-      if (superseded_.size() >= kMaxDormant) superseded_.erase(superseded_.begin());
-      superseded_.push_back({longer.id, q});
-    }
-  }
-
-  // A superseding plan that sampling rejected (or that failed) gives its prefixes back: they
-  // served before it, and the detector, which now sees whole windows run eagerly, would not
-  // cut them out again. Checked every round while it samples; then the entry goes.
-  void restore_superseded() {
-    std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> todo;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      todo.swap(superseded_);
-    }
-    std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> keep;
-    for (auto& [longer, prefix] : todo) {
-      const std::optional<PlanState> st = PlanTable::get().state_of(longer);
-      if (st == PlanState::sampling) {
-        keep.push_back({longer, prefix});
-        continue;
-      }
-      // Active: it won. Retired: replaced by a newer plan of its structure (which starts with
-      // the same ops), or cold. Either way the prefix stays retired.
-      if (st != PlanState::rejected && st != PlanState::failed) continue;
-      if (PlanTable::get().revive(prefix->id, "active again: plan " + std::to_string(longer) +
-                                                  ", which superseded it, does not serve")) {
+      {
         std::lock_guard<std::mutex> g(mu_);
-        ++ctr_.revived;
-        Planned back;  // its shape mix as planned: the same candidate again is not re-planned
-        back.plan_id = prefix->id;
-        back.shape_tuples = prefix->shape_tuples.size();
-        back.family = prefix->family.defined();
-        planned_[{prefix->signature, prefix->stream}] = back;
+        planned_.erase({q->signature, q->stream});
       }
+      if (was_active) returns_.superseded(longer.id, q);
     }
-    std::lock_guard<std::mutex> g(mu_);
-    superseded_.insert(superseded_.end(), keep.begin(), keep.end());
   }
 
-  // The dormant plan for `c`'s structure, revived when it was made for every shape `c` has
-  // seen (or, rejected, kept from being planned again for those shapes); 0 when there is none
-  // (the caller plans anew). Not under mu_: reviving records a
-  // decision, and the inspection that reads decisions also asks this service for its plans.
-  uint64_t revive(const monitor::Candidate& c) {
-    Dormant was;
-    {
+  // Superseded prefixes whose longer plan was rejected or failed serve again (plan_returns.hpp):
+  // they served before it, and the detector, which now sees whole windows run eagerly, would not
+  // cut them out again.
+  void restore_superseded() {
+    for (const std::shared_ptr<Plan>& prefix : returns_.restore()) {
       std::lock_guard<std::mutex> g(mu_);
-      auto d = dormant_.find({c.signature, c.stream});
-      if (d == dormant_.end()) return 0;
-      was = std::move(d->second);
-      dormant_.erase(d);
+      ++ctr_.revived;
+      Planned back;  // its shape mix as planned: the same candidate again is not re-planned
+      back.plan_id = prefix->id;
+      back.shape_tuples = prefix->shape_tuples.size();
+      back.family = prefix->family.defined();
+      planned_[{prefix->signature, prefix->stream}] = back;
     }
-    if (was.family != c.shapes.family.defined()) return 0;
-    for (const monitor::ShapeTuple& t : c.shapes.tuples)
-      if (std::find(was.tuples.begin(), was.tuples.end(), ShapeTupleKey::of(t.dims)) == was.tuples.end())
-        return 0;
-    if (was.rejected) {
-      // Still the shapes it lost with: not planned again (a new shape mix is).
-      std::lock_guard<std::mutex> g(mu_);
-      ++ctr_.skipped;
-      planned_[{c.signature, c.stream}] = Planned::of(c, was.plan_id);
-      return was.plan_id;
-    }
-    if (!PlanTable::get().revive(was.plan_id, "active again: the sequence is hot again, with the shapes it was planned for"))
-      return 0;
+  }
+
+  // `c`'s structure had a plan that went cold: revived, or still rejected for these shapes --
+  // either way nothing to plan (true). Not under mu_: reviving records a decision, and the
+  // inspection that reads decisions also asks this service for its plans.
+  bool returned(const monitor::Candidate& c) {
+    uint64_t id = 0;
+    const PlanReturns::Back b = returns_.returns(c, &id);
+    if (b == PlanReturns::Back::none) return false;
     std::lock_guard<std::mutex> g(mu_);
-    ++ctr_.revived;
-    planned_[{c.signature, c.stream}] = Planned::of(c, was.plan_id);
-    return was.plan_id;
+    if (b == PlanReturns::Back::revived)
+      ++ctr_.revived;
+    else
+      ++ctr_.skipped;
+    planned_[{c.signature, c.stream}] = Planned::of(c, id);
+    return true;
   }
 
   static const char* unservable(const PlannedSegment& p) {
@@ -482,7 +434,7 @@ class Service final : public monitor::CandidateConsumer {
         p.old_plan = it->second.plan_id;
       }
     }
-    if (!p.old_plan && revive(c)) return std::nullopt;
+    if (!p.old_plan && returned(c)) return std::nullopt;
     trace::Scope ts("compile", "plan_segment");
     p.subject = monitor::describe(c).substr(0, 120);
     try {
@@ -589,18 +541,7 @@ class Service final : public monitor::CandidateConsumer {
   std::deque<monitor::Candidate> queue_;
   std::vector<std::pair<uint64_t, uint32_t>> cold_;
   std::map<std::pair<uint64_t, uint32_t>, Planned> planned_;
-  // Plans whose sequence went cold while active (retired, revivable) or rejected (remembered),
-  // by structure (retire()).
-  struct Dormant {
-    uint64_t plan_id = 0;
-    std::vector<uint64_t> tuples;  // the plan's shape tuples (ShapeTupleKey)
-    bool family = false;
-    bool rejected = false;  // sampled slower than eager: remembered, not revived
-  };
-  std::map<std::pair<uint64_t, uint32_t>, Dormant> dormant_;
-  static constexpr size_t kMaxDormant = 64;
-  // (superseding plan id, the prefix plan it retired while that one was active)
-  std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> superseded_;
+  PlanReturns returns_;  // plans gone cold or superseded that may serve again
   ServiceCounters ctr_;
   std::string last_error_;
   bool started_ = false, busy_ = false, stopping_ = false, paused_ = false, held_ = false;

@@ -212,8 +212,8 @@ class PlanTable {
   // with the same shapes (a prefill between generations): no re-plan, no compile, no new id.
   // False when the table has evicted it meanwhile, or it is not retired.
   bool revive(uint64_t plan_id, const std::string& reason);
-  // The plan's state, or nullopt when the table holds no plan of that id.
-  std::optional<PlanState> state_of(uint64_t plan_id) const;
+  // The plan of that id, or null when the table holds none (never had it, or evicted it).
+  std::shared_ptr<Plan> find(uint64_t plan_id) const;
   std::shared_ptr<const Snapshot> snapshot() const;
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void clear_for_testing();

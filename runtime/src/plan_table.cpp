@@ -93,11 +93,11 @@ bool PlanTable::revive(uint64_t plan_id, const std::string& reason) {
   return false;
 }
 
-std::optional<PlanState> PlanTable::state_of(uint64_t plan_id) const {
+std::shared_ptr<Plan> PlanTable::find(uint64_t plan_id) const {
   std::lock_guard<std::mutex> g(mu_);
   for (const auto& p : snap_->plans)
-    if (p->id == plan_id) return p->state.load();
-  return std::nullopt;
+    if (p->id == plan_id) return p;
+  return nullptr;
 }
 
 std::shared_ptr<const PlanTable::Snapshot> PlanTable::snapshot() const {

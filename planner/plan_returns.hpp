@@ -1,0 +1,57 @@
+#pragma once
+// What the planning service keeps of plans that stopped serving but may be wanted again
+// (planner/service.cpp): a plan whose sequence went cold while active is revived when the
+// sequence comes back with the shapes it was made for (the prefill of the next generation: no
+// new plan, compile or sampling); one that had been rejected is not planned again for those
+// shapes; a plan superseded by a longer one that starts with its ops comes back if the longer
+// one is rejected or fails. Bounded: kMax entries of each kind, the oldest dropped first.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "monitor/candidate.hpp"
+#include "runtime/plan.hpp"
+
+namespace livefuse::planner {
+
+class PlanReturns {
+ public:
+  using Key = std::pair<uint64_t, uint32_t>;  // (signature, stream) of a structure
+
+  // `p` (of structure `k`) leaves because its sequence went cold; call before retiring it, so
+  // that its state tells whether it served (kept, revivable) or lost (kept, not re-planned).
+  void went_cold(const Key& k, const Plan& p);
+
+  enum class Back { none, revived, still_rejected };
+  // `c` is hot again: its dormant plan, if it was made for every shape `c` has seen, is active
+  // again (revived) or stays rejected; none: plan anew. Records a decision when it revives, so
+  // the caller must not hold a lock that inspection takes.
+  Back returns(const monitor::Candidate& c, uint64_t* plan_id);
+
+  // `prefix`, serving until now, was retired for `longer`.
+  void superseded(uint64_t longer, std::shared_ptr<Plan> prefix);
+  // Whether superseded prefixes wait for their longer plan's verdict (look again soon).
+  bool watching() const;
+  // The prefixes given back now -- their longer plan was rejected or failed -- active again.
+  // Entries whose longer plan won, or was replaced or retired, are dropped.
+  std::vector<std::shared_ptr<Plan>> restore();
+
+  void clear();
+
+ private:
+  struct Dormant {
+    uint64_t plan_id = 0;
+    std::vector<uint64_t> tuples;  // the plan's shape tuples (ShapeTupleKey)
+    bool family = false;
+    bool rejected = false;  // sampled slower than eager: remembered, not revived
+  };
+  static constexpr size_t kMax = 64;
+  mutable std::mutex mu_;
+  std::map<Key, Dormant> dormant_;
+  std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> superseded_;  // (longer id, prefix)
+};
+
+}  // namespace livefuse::planner
