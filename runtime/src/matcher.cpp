@@ -414,10 +414,10 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
   std::lock_guard<std::recursive_mutex> lock(sw.mu);
   if (sw.ready) complete(sw);
-  // The deferral's host time, while a candidate samples (StreamWindow::defer_us); a window's
-  // first call is timed in case it starts one.
-  const bool time_it = sw.timing_defer || !sw.active;
-  const auto t_defer = time_it ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  // The deferral's host time, while a candidate samples (StreamWindow::defer_us): from here, or
+  // from the start of the window this call opens. No clock read otherwise.
+  std::chrono::steady_clock::time_point t_defer{};
+  if (sw.active && sw.timing_defer) t_defer = std::chrono::steady_clock::now();
   // A wrapped kernel of the program's own runs at its call, never deferred nor captured: an
   // error its launch raises comes out of this call, and its launch function runs once per call
   // (the monitor never puts one into a sequence: monitor/detector.cpp).
@@ -436,6 +436,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
       ctr.calls.fetch_add(1, std::memory_order_relaxed);  // runs eagerly; deferred ones: clear()
       return std::nullopt;
     }
+    if (sw.timing_defer) t_defer = std::chrono::steady_clock::now();
     protect_reachable(sw, call);
   }
   TensorList outs = Executor::make_outputs(call, infos, stream.device(), &sw, &sw.w);
@@ -449,7 +450,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
       break;
     }
   }
-  if (time_it && sw.timing_defer)
+  if (sw.active && sw.timing_defer)
     sw.defer_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_defer).count();
   return outs;
 }
