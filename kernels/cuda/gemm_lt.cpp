@@ -294,6 +294,17 @@ void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
   if (best < 0) return;  // nothing ran: keep the top-1 already in `p`, record nothing
   rec.chosen = best;
   rec.chosen_us = best_us;
+  int32_t splits = 1;
+  uint32_t scheme = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                           &splits, sizeof(splits), &written) ==
+      CUBLAS_STATUS_SUCCESS)
+    rec.split_k = static_cast<uint32_t>(std::max(1, splits));
+  if (cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo,
+                                           CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                           sizeof(scheme), &written) == CUBLAS_STATUS_SUCCESS)
+    rec.reduction = rec.split_k > 1 ? scheme : 0;
   p->algo = results[best].algo;
   p->workspace = results[best].workspaceSize;
   p->tuned = true;
@@ -388,8 +399,12 @@ std::unique_ptr<GemmPlan> make_plan(const LtCall& c) {
 }
 
 // The heuristic's best `want` algorithms for `p` (best first); returns how many it gave.
+// `tuning`: candidates for timing. For f16/bf16 outputs they exclude split-K schemes that add
+// the K parts up in the output type (in place in D, or in a workspace of the output type): each
+// part rounded to 8 or 11 bits before the sum, a result the top-1 (what eager runs) never gives
+// -- a cancelling bf16 dot product came out 11% off (fuzz seed 100059).
 int heuristic(const LtCall& c, const GemmPlan* p, cublasLtHandle_t handle, int want,
-              cublasLtMatmulHeuristicResult_t* results) {
+              cublasLtMatmulHeuristicResult_t* results, bool tuning = false) {
   cublasLtMatmulPreference_t pref = nullptr;
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceCreate(&pref));
   struct PrefGuard {
@@ -411,6 +426,11 @@ int heuristic(const LtCall& c, const GemmPlan* p, cublasLtHandle_t handle, int w
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+  if (tuning && c.dtype != DType::f32) {
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   int found = 0;
   LF_CUBLAS_CALL(cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->a, p->b, p->d, p->d, pref,
                                                 want, results, &found));
@@ -427,7 +447,7 @@ void tune_plan(const GemmKey& key, const LtCall& c, GemmPlan* p, cublasLtHandle_
   refresh_from_table(key, p);
   if (p->tuned) return;
   cublasLtMatmulHeuristicResult_t results[kGemmTuneCandidates]{};
-  const int found = heuristic(c, p, handle, kGemmTuneCandidates, results);
+  const int found = heuristic(c, p, handle, kGemmTuneCandidates, results, /*tuning=*/true);
   p->algo = results[0].algo;
   p->workspace = results[0].workspaceSize;
   if (capturing(s)) {

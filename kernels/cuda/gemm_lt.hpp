@@ -74,6 +74,9 @@ struct GemmTuneRecord {
   int chosen = 0;       // index of the chosen one in the heuristic's order (0: its top-1)
   double top1_us = -1;  // GPU time per run of the top-1 (-1: it could not run)
   double chosen_us = -1;
+  // The chosen algorithm's K splits and how it adds them (cublasLtReductionScheme_t; 0: one
+  // pass). f16/bf16 never add them in the output type (gemm_lt.cpp, heuristic()).
+  uint32_t split_k = 1, reduction = 0;
 };
 inline constexpr size_t kGemmTuneRecords = 256;  // most recent kept
 
