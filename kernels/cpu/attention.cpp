@@ -66,9 +66,66 @@ struct Scratch {
 constexpr int64_t kLanes = 16;  // one AVX-512 register of floats (two AVX2 ones)
 int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
+// s[0, 16 NB) = q · kᵀ for 16 NB keys from kt (row stride skp). NB independent accumulators:
+// one chain of FMAs waits on its previous one (4 cycles), so a single 16-key block at a time ran
+// at a quarter of the FMA rate; NB of them interleave.
+template <int NB>
+void scores_block(const float* q, const float* kt, int64_t skp, int64_t d, float* s) {
+  float part[NB][kLanes] = {};
+  for (int64_t c = 0; c < d; ++c) {
+    const float qc = q[c];
+    const float* kc = kt + c * skp;
+    for (int b = 0; b < NB; ++b)
+      for (int64_t l = 0; l < kLanes; ++l) part[b][l] += qc * kc[b * kLanes + l];
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int64_t l = 0; l < kLanes; ++l) s[b * kLanes + l] = part[b][l];
+}
+
+// acc[0, 16 NC) = acc * alpha + Σ_j p[j] v[j] over nj keys (v: row stride dvp), the NC column
+// blocks as independent accumulators (scores_block says why).
+template <int NC>
+void pv_block(const float* p, const float* v, int64_t dvp, int64_t nj, float alpha, float* acc) {
+  float part[NC][kLanes];
+  for (int b = 0; b < NC; ++b)
+    for (int64_t c = 0; c < kLanes; ++c) part[b][c] = acc[b * kLanes + c] * alpha;
+  for (int64_t j = 0; j < nj; ++j) {
+    const float pj = p[j];
+    const float* vr = v + j * dvp;
+    for (int b = 0; b < NC; ++b)
+      for (int64_t c = 0; c < kLanes; ++c) part[b][c] += pj * vr[b * kLanes + c];
+  }
+  for (int b = 0; b < NC; ++b)
+    for (int64_t c = 0; c < kLanes; ++c) acc[b * kLanes + c] = part[b][c];
+}
+
+// s[0, padded(nj)) for the keys at kt[0, nj): in blocks of up to 4 x 16 keys.
+void scores_tile(const float* q, const float* kt, int64_t skp, int64_t d, int64_t nj, float* s) {
+  for (int64_t jb = 0; jb < nj; jb += 4 * kLanes) {
+    switch ((std::min<int64_t>(nj - jb, 4 * kLanes) + kLanes - 1) / kLanes) {
+      case 1: scores_block<1>(q, kt + jb, skp, d, s + jb); break;
+      case 2: scores_block<2>(q, kt + jb, skp, d, s + jb); break;
+      case 3: scores_block<3>(q, kt + jb, skp, d, s + jb); break;
+      default: scores_block<4>(q, kt + jb, skp, d, s + jb); break;
+    }
+  }
+}
+
+// acc[0, dvp) = acc * alpha + p · v over nj keys: in blocks of up to 4 x 16 columns.
+void pv_tile(const float* p, const float* v, int64_t dvp, int64_t nj, float alpha, float* acc) {
+  for (int64_t cb = 0; cb < dvp; cb += 4 * kLanes) {
+    switch (std::min<int64_t>(dvp - cb, 4 * kLanes) / kLanes) {
+      case 1: pv_block<1>(p, v + cb, dvp, nj, alpha, acc + cb); break;
+      case 2: pv_block<2>(p, v + cb, dvp, nj, alpha, acc + cb); break;
+      case 3: pv_block<3>(p, v + cb, dvp, nj, alpha, acc + cb); break;
+      default: pv_block<4>(p, v + cb, dvp, nj, alpha, acc + cb); break;
+    }
+  }
+}
+
 // One query row against the head's keys (kt: f32 kᵀ [d, padded(sk)]; v: f32 [sk, padded(dv)];
-// padding zero). Both products run kLanes outputs at a time with the reduction outermost, so
-// the lanes stay in a register (a dot product per key would be a serial reduction).
+// padding zero). Both products run 16 outputs a lane group with the reduction outermost, so the
+// lanes stay in registers (a dot product per key would be a serial reduction).
 void attend_row(const AttentionArgs& a, const float* kt, const float* v, const float* q,
                 const float* mask_row, float* acc, float* s, float* out) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -77,15 +134,7 @@ void attend_row(const AttentionArgs& a, const float* kt, const float* v, const f
   for (int64_t c = 0; c < dvp; ++c) acc[c] = 0.0f;
   for (int64_t j0 = 0; j0 < a.sk; j0 += kKeyTile) {
     const int64_t nj = std::min(kKeyTile, a.sk - j0);
-    for (int64_t jb = 0; jb < nj; jb += kLanes) {
-      float part[kLanes] = {};
-      for (int64_t c = 0; c < a.d; ++c) {
-        const float qc = q[c];
-        const float* kc = kt + c * skp + j0 + jb;
-        for (int64_t l = 0; l < kLanes; ++l) part[l] += qc * kc[l];
-      }
-      for (int64_t l = 0; l < kLanes; ++l) s[jb + l] = part[l];
-    }
+    scores_tile(q, kt + j0, skp, a.d, nj, s);
     round_to(a.dtype, s, nj);
     float tile_max = neg_inf;
     for (int64_t j = 0; j < nj; ++j) {
@@ -105,16 +154,7 @@ void attend_row(const AttentionArgs& a, const float* kt, const float* v, const f
     l *= alpha;
     for (int64_t j = 0; j < nj; ++j) s[j] = lf_exp2((s[j] - m_new) * kLog2e);
     for (int64_t j = 0; j < nj; ++j) l += s[j];
-    for (int64_t cb = 0; cb < dvp; cb += kLanes) {
-      float part[kLanes];
-      for (int64_t c = 0; c < kLanes; ++c) part[c] = acc[cb + c] * alpha;
-      for (int64_t j = 0; j < nj; ++j) {
-        const float p = s[j];
-        const float* vr = v + (j0 + j) * dvp + cb;
-        for (int64_t c = 0; c < kLanes; ++c) part[c] += p * vr[c];
-      }
-      for (int64_t c = 0; c < kLanes; ++c) acc[cb + c] = part[c];
-    }
+    pv_tile(s, v + j0 * dvp, dvp, nj, alpha, acc);
     m = m_new;
   }
   // Eager's softmax gives NaN for a row of all -inf (-inf - -inf), and a NaN or +inf score
