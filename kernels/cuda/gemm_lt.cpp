@@ -165,6 +165,7 @@ TuneState& tune_state() {
 std::atomic<uint64_t> g_tuned_gen{1};
 
 thread_local bool t_tuning = false;
+std::atomic<int> g_tune_candidates{kGemmTuneCandidates};
 
 using PlanMap = std::unordered_map<GemmKey, std::unique_ptr<GemmPlan>, GemmKeyHash>;
 PlanMap& thread_plans() {
@@ -447,7 +448,8 @@ void tune_plan(const GemmKey& key, const LtCall& c, GemmPlan* p, cublasLtHandle_
   refresh_from_table(key, p);
   if (p->tuned) return;
   cublasLtMatmulHeuristicResult_t results[kGemmTuneCandidates]{};
-  const int found = heuristic(c, p, handle, kGemmTuneCandidates, results, /*tuning=*/true);
+  const int want = std::clamp(g_tune_candidates.load(std::memory_order_relaxed), 1, kGemmTuneCandidates);
+  const int found = heuristic(c, p, handle, want, results, /*tuning=*/true);
   p->algo = results[0].algo;
   p->workspace = results[0].workspaceSize;
   if (capturing(s)) {
@@ -561,6 +563,10 @@ void reset_gemm_tuning() {
     st.ctr = {};
   }
   g_tuned_gen.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void set_gemm_tune_candidates_for_testing(int n) {
+  g_tune_candidates.store(n, std::memory_order_relaxed);
 }
 
 }  // namespace livefuse::cuda

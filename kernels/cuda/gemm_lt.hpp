@@ -95,5 +95,8 @@ GemmTuneCounters gemm_tune_counters();
 // Tests and benchmarks: forgets every tuned algorithm and record, and the calling thread's
 // plans (its next GEMM of any shape asks the heuristic, or tunes, again).
 void reset_gemm_tuning();
+// Tests: how many of the heuristic's candidates a tuning times (1..kGemmTuneCandidates; 1 keeps
+// the heuristic's top-1, so a difference that stays is not the algorithm's).
+void set_gemm_tune_candidates_for_testing(int n);
 
 }  // namespace livefuse::cuda
