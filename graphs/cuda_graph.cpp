@@ -1,6 +1,8 @@
 #if LIVEFUSE_HAS_CUDA
 #include "graphs/cuda_graph.hpp"
 
+#include "graphs/patchable_graph.hpp"
+
 #include "runtime/cuda_check.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/memory_pool.hpp"
@@ -69,6 +71,35 @@ CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
   return CudaGraph(g);
 }
 
+GraphCache::GraphCache(size_t cap) : cap_(cap) {}
+GraphCache::~GraphCache() = default;
+
+PatchableGraph* GraphCache::find_patchable(uint64_t key) {
+  for (PatchableEntry& e : patchable_)
+    if (e.key == key) {
+      ++ctr_.hits;
+      return e.graph.get();
+    }
+  return nullptr;
+}
+
+PatchableGraph* GraphCache::put_patchable(uint64_t key, uint32_t owner,
+                                          std::unique_ptr<PatchableGraph> g) {
+  drop_patchable(key);
+  if (patchable_.size() >= cap_) {
+    patchable_.pop_back();
+    ++ctr_.evictions;
+  }
+  ++ctr_.misses;
+  ++ctr_.instantiations;
+  patchable_.push_front(PatchableEntry{key, owner, std::move(g)});
+  return patchable_.front().graph.get();
+}
+
+void GraphCache::drop_patchable(uint64_t key) {
+  patchable_.remove_if([&](const PatchableEntry& e) { return e.key == key; });
+}
+
 const CudaGraphExec* GraphCache::find(uint64_t key) {
   auto it = map_.find(key);
   if (it == map_.end()) return nullptr;
@@ -78,6 +109,14 @@ const CudaGraphExec* GraphCache::find(uint64_t key) {
 }
 
 void GraphCache::drop_owned(uint32_t owner) {
+  for (auto it = patchable_.begin(); it != patchable_.end();) {
+    if (it->owner != owner) {
+      ++it;
+      continue;
+    }
+    it = patchable_.erase(it);
+    ++ctr_.dropped;
+  }
   for (auto it = lru_.begin(); it != lru_.end();) {
     if (it->owner != owner) {
       ++it;

@@ -12,6 +12,8 @@
 
 namespace livefuse::graphs {
 
+class PatchableGraph;  // patchable_graph.hpp
+
 class CudaGraph {
  public:
   CudaGraph() = default;
@@ -63,7 +65,10 @@ struct GraphCacheCounters {
 // cache is full (cheaper than instantiating), else instantiates.
 class GraphCache {
  public:
-  explicit GraphCache(size_t cap = 16) : cap_(cap) {}
+  explicit GraphCache(size_t cap = 16);
+  ~GraphCache();
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
   // The exec for `key`, building it (capture via `enqueue`, then update or instantiate) on a miss.
   // `owner` names what the graph writes (a plan's binding set), for drop_owned().
   const CudaGraphExec& get_or_build(uint64_t key, uint32_t owner, cudaStream_t capture_stream,
@@ -76,6 +81,12 @@ class GraphCache {
   const GraphCacheCounters& counters() const { return ctr_; }
   bool contains(uint64_t key) const { return map_.count(key) != 0; }
   size_t size() const { return map_.size(); }
+  // Patchable graphs (patchable_graph.hpp), keyed and owned as the others, at most `cap` of them
+  // (the oldest goes first). find_patchable counts a hit; put_patchable returns what it keeps.
+  PatchableGraph* find_patchable(uint64_t key);
+  PatchableGraph* put_patchable(uint64_t key, uint32_t owner, std::unique_ptr<PatchableGraph> g);
+  void drop_patchable(uint64_t key);
+  size_t patchable_size() const { return patchable_.size(); }
 
  private:
   struct Entry {
@@ -84,8 +95,14 @@ class GraphCache {
     CudaGraphExec exec;
     size_t nodes;
   };
+  struct PatchableEntry {
+    uint64_t key;
+    uint32_t owner;
+    std::unique_ptr<PatchableGraph> graph;
+  };
   size_t cap_;
   std::list<Entry> lru_;  // front = most recent
+  std::list<PatchableEntry> patchable_;  // front = newest
   std::unordered_map<uint64_t, std::list<Entry>::iterator> map_;
   GraphCacheCounters ctr_;
 };

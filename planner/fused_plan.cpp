@@ -114,6 +114,12 @@ void FusedPlan::details(PlanDetails& d) const {
            std::to_string(f.begin) + ".." + std::to_string(f.end - 1);
     d.notes.emplace_back("family stretches", s + "; stretches replayed " + std::to_string(family_replays_) +
                                                  ", launched directly " + std::to_string(family_direct_));
+    if (device_kind == DeviceKind::cuda)
+      d.notes.emplace_back("family graph",
+                           "runs as one graph with the varying kernels patched " +
+                               std::to_string(patched_replays_) + ", captured " +
+                               std::to_string(patched_captures_) +
+                               (patchable_ ? std::string() : "; off: " + patch_off_));
   }
   int g = 0;
   auto kernel_info = [&](const FusedKernelStep& f) {

@@ -70,6 +70,13 @@ class FusedPlan final : public Plan {
   };
   std::vector<FixedStretch> stretches_;
   uint64_t family_replays_ = 0, family_direct_ = 0;  // stretches replayed / launched directly
+  // The whole run as one graph whose varying steps' kernel nodes take each run's parameters
+  // (fused_plan_family.cpp). False: nothing was launched, the stretches run one by one.
+  bool run_family_patched(std::vector<Tensor>& values, Window& w, uint64_t base, int set,
+                          void* stream, bool* cold);
+  bool patchable_ = true;     // cleared once a run's varying steps were not a kernel chain
+  std::string patch_off_;     // why it was cleared
+  uint64_t patched_replays_ = 0, patched_captures_ = 0;
   std::string describe_family() const;
   int64_t n_last_ = -1, n_seen_lo_ = -1, n_seen_hi_ = -1;
   // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.

@@ -11,12 +11,23 @@
 // every length -- and the varying steps launch directly between them, into fresh storage from
 // the pool. A GPT-2 layer is then two graph launches and three direct ones (two concats and the
 // attention) instead of nine direct launches.
+//
+// Better still, the whole run is one graph (graphs/patchable_graph.hpp, [ Note -- one graph for
+// a step whose extents move ]): captured once with the varying steps' kernel nodes marked, then
+// at each run the varying steps alone are captured -- nothing runs -- and their parameters copied
+// into the marked nodes, and one launch runs the layer. That needs the varying steps to launch
+// kernels only (no copies, memsets or allocations inside them); a plan whose do not goes back to
+// the stretches above for good (patch_off_ says why). LIVEFUSE_FAMILY_GRAPH=0 keeps the stretches.
 #include "planner/fused_plan.hpp"
 
+#include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/plan.hpp"
 #include "runtime/memory_pool.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "graphs/patchable_graph.hpp"
+#endif
 
 namespace livefuse::planner {
 using detail::mix_key;
@@ -67,6 +78,11 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
   // thread captures; without a set (every one still held) the addresses never repeat.
   const bool may_capture = set >= 0 && Stream::current(w.device).handle() == w.stream_handle;
   bool cold = runs_ <= 2;
+  if (may_capture && patchable_ && config().family_graph &&
+      run_family_patched(values, w, base, set, st, &cold)) {
+    if (cold) w.cold_run = true;
+    return true;
+  }
   for (size_t k = 0; k < stretches_.size(); ++k) {
     const FixedStretch& f = stretches_[k];
     auto launch = [&] {
@@ -91,6 +107,66 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
   (void)values;
   (void)w;
   throw Error("[plan] CUDA plan on a build without CUDA");
+#endif
+}
+
+bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint64_t base, int set,
+                                   void* stream, bool* cold) {
+#if LIVEFUSE_HAS_CUDA
+  auto st = static_cast<cudaStream_t>(stream);
+  auto launch = [&](const FixedStretch& f) {
+    if (!f.varying || !launch_concats_cuda(planned_, f.begin, f.end, values, st))
+      for (size_t s = f.begin; s < f.end; ++s) launch_step_cuda(planned_, planned_.steps[s], values, st);
+  };
+  bool any_varying = false;
+  for (const FixedStretch& f : stretches_) any_varying = any_varying || f.varying;
+  if (!any_varying) return false;
+  // The views the varying steps read that fixed steps make: those steps do not run on the host
+  // now (their kernels are in the graph).
+  bind_written_views(values, w);
+  const graphs::KernelChain chain = graphs::KernelChain::capture(st, [&] {
+    for (const FixedStretch& f : stretches_)
+      if (f.varying) launch(f);
+  });
+  if (!chain.ok()) {
+    patchable_ = false;
+    patch_off_ = "the varying steps launch more than kernels (a copy, a memset, an allocation)";
+    return false;
+  }
+  const uint64_t key = mix_key(mix_key(base, 0x9a7c4), chain.shape());
+  if (graphs::PatchableGraph* g = graphs_->find_patchable(key)) {
+    if (!g->patch(chain)) {
+      graphs_->drop_patchable(key);
+      patchable_ = false;
+      patch_off_ = "CUDA refused the varying kernels' parameters";
+      return false;
+    }
+    ++patched_replays_;
+    g->launch(st);
+    return true;
+  }
+  if (runs_directly(key, true)) return false;  // first sight: stretch by stretch, as before
+  std::unique_ptr<graphs::PatchableGraph> built =
+      graphs::PatchableGraph::capture(st, [&](graphs::RegionMarks& marks) {
+        for (const FixedStretch& f : stretches_) {
+          if (f.varying) marks.begin();
+          launch(f);
+          if (f.varying) marks.end();
+        }
+      });
+  ++patched_captures_;
+  *cold = true;
+  built->launch(st);  // this run's work, patchable or not
+  if (!built->ok() || built->shape() != chain.shape()) {
+    patchable_ = false;
+    patch_off_ = "the varying steps' kernel nodes in the whole graph are not the chain captured alone";
+    return true;
+  }
+  graphs_->put_patchable(key, static_cast<uint32_t>(set), std::move(built));
+  return true;
+#else
+  (void)values, (void)w, (void)base, (void)set, (void)stream, (void)cold;
+  return false;
 #endif
 }
 

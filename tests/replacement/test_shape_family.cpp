@@ -135,3 +135,44 @@ TEST_CASE("shape family: a loop whose first step takes another path is served wh
   lftest::reset_pipeline();
   lf::set_config_for_testing(saved);
 }
+
+// On CUDA the whole decode step replays as one graph at every length: the concat and the
+// attention over the cache are patched into it each run (graphs/patchable_graph.hpp). Results
+// equal eager's, with the patched graph and with the stretches (LIVEFUSE_FAMILY_GRAPH=0).
+LF_CUDA_TEST_CASE("shape family: on CUDA one graph a run serves every length, patched, eager-equal") {
+  const lf::Config saved = lf::config();
+  const lf::Device gpu = lf::Device::cuda(0);
+  lf::Config c = lftest::fresh_unsampled(lf::Mode::off);
+  c.attention = 1;  // the fused attention at every length (a kernel of ours: patchable)
+  lf::set_config_for_testing(c);
+  const Run want = decode(gpu);
+  for (const bool family_graph : {true, false}) {
+    CAPTURE(family_graph);
+    lftest::reset_pipeline();
+    c.mode = lf::Mode::on;
+    c.family_graph = family_graph;
+    lf::set_config_for_testing(c);
+    const Run got = decode(gpu);
+    REQUIRE(got.outputs.size() == want.outputs.size());
+    for (size_t k = 0; k < got.outputs.size(); ++k) {
+      INFO("step " << 20 * k + 19);
+      CHECK(lftest::allclose(got.outputs[k], want.outputs[k], 1e-4, 1e-5));
+    }
+    CHECK(static_cast<double>(got.served_late) >= 0.9 * static_cast<double>(got.calls_late));
+    uint64_t patched = 0;
+    bool noted = false;
+    for (const lf::PlanInfo& p : lf::inspect().plans)
+      for (const auto& [k, v] : p.details.notes)
+        if (k == "family graph") {
+          MESSAGE("plan ", p.id, " (", p.state, "): ", v);
+          noted = true;
+          const size_t at = v.find("patched ");
+          if (at != std::string::npos) patched += std::stoull(v.substr(at + 8));
+        }
+    CHECK(noted);
+    if (family_graph) CHECK(patched >= 100);  // the last 60 steps alone are 60 runs
+    else CHECK(patched == 0);
+  }
+  lftest::reset_pipeline();
+  lf::set_config_for_testing(saved);
+}

@@ -51,6 +51,10 @@ struct Config {
   int attention = -1;
   bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
   bool pack_cache = true;     // LIVEFUSE_PACK_CACHE: the CPU GEMM keeps weights packed
+  // LIVEFUSE_FAMILY_GRAPH: a CUDA plan with a shape family (a decode step) replays one graph a
+  // run, its varying steps' kernel nodes patched (graphs/patchable_graph.hpp); 0: its fixed
+  // stretches replay as graphs and the varying steps launch directly between them.
+  bool family_graph = true;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms), one tuned algorithm

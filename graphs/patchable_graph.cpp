@@ -1,0 +1,207 @@
+#if LIVEFUSE_HAS_CUDA
+#include "graphs/patchable_graph.hpp"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace livefuse::graphs {
+namespace {
+
+// Kernel nodes of generated kernels hold driver functions (CUfunction), which the runtime API's
+// node-parameter calls refuse: the driver's calls, reached without linking libcuda (as
+// kernels/jit/cuda_driver.cpp reaches its own).
+struct NodeApi {
+  PFN_cuGraphKernelNodeGetParams_v12000 get = nullptr;
+  PFN_cuGraphExecKernelNodeSetParams_v12000 set = nullptr;
+  PFN_cuGraphKernelNodeGetAttribute_v11000 attribute = nullptr;
+  bool ok() const { return get && set && attribute; }
+};
+
+template <class F>
+void entry(const char* name, F* out) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    fn = nullptr;
+  }
+  *out = reinterpret_cast<F>(fn);
+}
+
+const NodeApi& api() {
+  static const NodeApi a = [] {
+    NodeApi n;
+    entry("cuGraphKernelNodeGetParams", &n.get);
+    entry("cuGraphExecKernelNodeSetParams", &n.set);
+    entry("cuGraphKernelNodeGetAttribute", &n.attribute);
+    return n;
+  }();
+  return a;
+}
+
+uint64_t mix(uint64_t h, uint64_t v) { return (h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))) * 0x100000001b3ull; }
+
+std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t g, bool* ok) {
+  size_t n = 0;
+  std::vector<cudaGraphNode_t> nodes;
+  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ok = false;
+    return nodes;
+  }
+  nodes.resize(n);
+  if (n && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *ok = false;
+    nodes.clear();
+  }
+  nodes.resize(n);
+  return nodes;
+}
+
+}  // namespace
+
+bool order_kernel_chain(std::vector<cudaGraphNode_t>& nodes) {
+  if (nodes.empty()) return true;
+  const std::unordered_set<cudaGraphNode_t> in(nodes.begin(), nodes.end());
+  std::unordered_map<cudaGraphNode_t, cudaGraphNode_t> next;  // a node -> the one after it
+  cudaGraphNode_t head = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    size_t n = 0;
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
+        cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    deps.resize(n);
+    if (n && cudaGraphNodeGetDependencies(node, deps.data(), nullptr, &n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    cudaGraphNode_t prev = nullptr;
+    int inside = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (in.count(deps[i])) prev = deps[i], ++inside;
+    if (inside > 1) return false;  // a join: not a chain
+    if (inside == 0) {
+      if (head) return false;  // two starts: a fork
+      head = node;
+    } else if (!next.emplace(prev, node).second) {
+      return false;  // two nodes after one: a fork
+    }
+  }
+  std::vector<cudaGraphNode_t> ordered;
+  for (cudaGraphNode_t cur = head; cur && ordered.size() <= nodes.size();) {
+    ordered.push_back(cur);
+    const auto it = next.find(cur);
+    cur = it == next.end() ? nullptr : it->second;
+  }
+  if (ordered.size() != nodes.size()) return false;
+  nodes = std::move(ordered);
+  return true;
+}
+
+uint64_t chain_shape(const std::vector<cudaGraphNode_t>& nodes, bool* ok) {
+  uint64_t h = mix(0x5a7c, nodes.size());
+  if (!api().ok()) {
+    *ok = false;
+    return h;
+  }
+  for (cudaGraphNode_t node : nodes) {
+    CUDA_KERNEL_NODE_PARAMS kp{};
+    if (api().get(reinterpret_cast<CUgraphNode>(node), &kp) != CUDA_SUCCESS) {
+      *ok = false;
+      return h;
+    }
+    h = mix(h, reinterpret_cast<uintptr_t>(kp.func));
+    h = mix(mix(mix(h, kp.blockDimX), kp.blockDimY), kp.blockDimZ);
+    CUkernelNodeAttrValue v{};
+    if (api().attribute(reinterpret_cast<CUgraphNode>(node), CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                        &v) == CUDA_SUCCESS)
+      h = mix(mix(mix(h, v.clusterDim.x), v.clusterDim.y), v.clusterDim.z);
+  }
+  return h;
+}
+
+KernelChain KernelChain::capture(cudaStream_t stream, const std::function<void()>& enqueue) {
+  KernelChain c;
+  c.graph_ = graphs::capture(stream, enqueue);
+  bool ok = true;
+  c.nodes_ = nodes_of(c.graph_.get(), &ok);
+  ok = ok && order_kernel_chain(c.nodes_);
+  if (ok) c.shape_ = chain_shape(c.nodes_, &ok);
+  c.ok_ = ok;
+  return c;
+}
+
+void RegionMarks::begin() {
+  open_ = true;
+  before_.clear();
+  cudaStreamCaptureStatus status{};
+  cudaGraph_t graph = nullptr;
+  bool ok = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, nullptr, nullptr,
+                                     nullptr) == cudaSuccess &&
+            status == cudaStreamCaptureStatusActive && graph;
+  if (ok) before_ = nodes_of(graph, &ok);
+  if (!ok) {
+    (void)cudaGetLastError();
+    g_->ok_ = false;
+    open_ = false;
+  }
+  std::sort(before_.begin(), before_.end());
+}
+
+void RegionMarks::end() {
+  if (!open_) return;
+  open_ = false;
+  cudaStreamCaptureStatus status{};
+  cudaGraph_t graph = nullptr;
+  bool ok = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, nullptr, nullptr,
+                                     nullptr) == cudaSuccess &&
+            status == cudaStreamCaptureStatusActive && graph;
+  std::vector<cudaGraphNode_t> now;
+  if (ok) now = nodes_of(graph, &ok);
+  std::vector<cudaGraphNode_t> made;
+  for (cudaGraphNode_t n : now)
+    if (!std::binary_search(before_.begin(), before_.end(), n)) made.push_back(n);
+  if (!ok || !order_kernel_chain(made)) {
+    (void)cudaGetLastError();
+    g_->ok_ = false;
+    return;
+  }
+  g_->nodes_.insert(g_->nodes_.end(), made.begin(), made.end());
+}
+
+std::unique_ptr<PatchableGraph> PatchableGraph::capture(
+    cudaStream_t stream, const std::function<void(RegionMarks&)>& enqueue) {
+  std::unique_ptr<PatchableGraph> g(new PatchableGraph);
+  RegionMarks marks(stream, g.get());
+  g->graph_ = graphs::capture(stream, [&] { enqueue(marks); });
+  if (g->ok_) g->shape_ = chain_shape(g->nodes_, &g->ok_);
+  g->exec_ = CudaGraphExec(g->graph_);  // usable for this run even when it cannot be patched
+  return g;
+}
+
+bool PatchableGraph::patch(const KernelChain& c) {
+  if (!ok_ || !c.ok_ || c.shape_ != shape_ || c.nodes_.size() != nodes_.size()) return false;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    CUDA_KERNEL_NODE_PARAMS kp{};
+    if (api().get(reinterpret_cast<CUgraphNode>(c.nodes_[i]), &kp) != CUDA_SUCCESS ||
+        api().set(reinterpret_cast<CUgraphExec>(exec_.get()), reinterpret_cast<CUgraphNode>(nodes_[i]),
+                  &kp) != CUDA_SUCCESS) {
+      (void)cudaGetLastError();
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace livefuse::graphs
+#endif
