@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# A/B of livefuse-generate on the GPU machine, run THERE after bench/gpt/compare.py built its
+# random weights in /tmp/lf-gpt: alternating processes, each variant's env in AB_A / AB_B, the
+# median ms/token of each process printed (same model, dtype, cache, steps). Usage:
+#   AB_A="LIVEFUSE_FAMILY_GRAPH=1" AB_B="LIVEFUSE_FAMILY_GRAPH=0" MODEL=gpt2 DTYPE=f16 \
+#     CACHE=concat STEPS=256 ROUNDS=3 bash tools/gpu/ab_generate.sh
+set -u
+cd "$(dirname "$0")/../.."
+B=.gpu/build
+. tools/gpu/env.sh
+W=/tmp/lf-gpt
+M=${MODEL:-gpt2}
+for r in $(seq 1 "${ROUNDS:-3}"); do
+  for v in A B; do
+    envs=AB_$v
+    env ${!envs} LIVEFUSE=on timeout -k 5 120 "$B/tools/generate/livefuse-generate" --weights "$W/$M.safetensors" \
+      --config "$W/$M-config/config.json" --dtype "${DTYPE:-f16}" --device cuda --ids "$W/prompt_${M}_b1_t32.npy" \
+      --steps "${STEPS:-256}" --cache "${CACHE:-concat}" --runs "${RUNS:-4}" --out /tmp/ab_ids.npy --json /tmp/ab.json --quiet \
+      > /tmp/ab.log 2>&1
+    rc=$?
+    python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \
+      "$v(${!envs})" "$r" 2>/dev/null || { echo "$v round $r rc=$rc"; tail -5 /tmp/ab.log; }
+  done
+done
