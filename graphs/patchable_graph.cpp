@@ -75,7 +75,8 @@ bool order_kernel_chain(std::vector<cudaGraphNode_t>& nodes) {
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
     size_t n = 0;
-    if (cudaGraphNodeGetType(node, &type) != cudaSuccess || type != cudaGraphNodeTypeKernel ||
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess ||
+        (type != cudaGraphNodeTypeKernel && type != cudaGraphNodeTypeMemcpy) ||
         cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
@@ -115,6 +116,14 @@ uint64_t chain_shape(const std::vector<cudaGraphNode_t>& nodes, bool* ok) {
     return h;
   }
   for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) {
+      (void)cudaGetLastError();
+      *ok = false;
+      return h;
+    }
+    h = mix(h, static_cast<uint64_t>(type));
+    if (type == cudaGraphNodeTypeMemcpy) continue;  // a copy's operands and size may change
     CUDA_KERNEL_NODE_PARAMS kp{};
     if (api().get(reinterpret_cast<CUgraphNode>(node), &kp) != CUDA_SUCCESS) {
       *ok = false;
@@ -192,6 +201,22 @@ std::unique_ptr<PatchableGraph> PatchableGraph::capture(
 bool PatchableGraph::patch(const KernelChain& c) {
   if (!ok_ || !c.ok_ || c.shape_ != shape_ || c.nodes_.size() != nodes_.size()) return false;
   for (size_t i = 0; i < nodes_.size(); ++i) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(c.nodes_[i], &type) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (type == cudaGraphNodeTypeMemcpy) {
+      // A captured cudaMemcpyAsync of contiguous bytes: one-dimensional, which is what an
+      // instantiated memcpy node can be updated to (a different size included).
+      cudaMemcpy3DParms mp{};
+      if (cudaGraphMemcpyNodeGetParams(c.nodes_[i], &mp) != cudaSuccess ||
+          cudaGraphExecMemcpyNodeSetParams(exec_.get(), nodes_[i], &mp) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      continue;
+    }
     CUDA_KERNEL_NODE_PARAMS kp{};
     if (api().get(reinterpret_cast<CUgraphNode>(c.nodes_[i]), &kp) != CUDA_SUCCESS ||
         api().set(reinterpret_cast<CUgraphExec>(exec_.get()), reinterpret_cast<CUgraphNode>(nodes_[i]),

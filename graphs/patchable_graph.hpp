@@ -1,6 +1,6 @@
 #pragma once
-// A graph whose marked regions -- chains of kernel nodes -- take new kernel parameters at every
-// replay, and the captures those parameters come from.
+// A graph whose marked regions -- chains of kernel nodes (and one-dimensional copies) -- take new
+// parameters at every replay, and the captures those parameters come from.
 //
 // [ Note -- one graph for a step whose extents move ]
 // A decode step's varying steps (the cache's concat, the attention over it) launch kernels whose
@@ -31,7 +31,7 @@ namespace livefuse::graphs {
 class KernelChain {
  public:
   // Captures what `enqueue` puts on `stream` (capture(): nothing runs). ok() is false when that
-  // is anything but a chain of kernel nodes (a memcpy, a memset, an allocation, a fork).
+  // is anything but a chain of kernel and memcpy nodes (a memset, an allocation, a fork).
   static KernelChain capture(cudaStream_t stream, const std::function<void()>& enqueue);
   bool ok() const { return ok_; }
   size_t size() const { return nodes_.size(); }
@@ -89,9 +89,9 @@ class PatchableGraph {
 };
 
 // Orders `nodes` (of one graph) as a chain: each depends on the one before it and no other node
-// of the set depends on it. False when they are not kernel nodes in one chain.
+// of the set depends on it. False when they are not kernel or memcpy nodes in one chain.
 bool order_kernel_chain(std::vector<cudaGraphNode_t>& nodes);
-// The shape of a chain: every node's function, block and cluster dims, and their count.
+// The shape of a chain: every node's type, a kernel's function, block and cluster dims, the count.
 uint64_t chain_shape(const std::vector<cudaGraphNode_t>& nodes, bool* ok);
 
 }  // namespace livefuse::graphs

@@ -16,8 +16,9 @@
 // a step whose extents move ]): captured once with the varying steps' kernel nodes marked, then
 // at each run the varying steps alone are captured -- nothing runs -- and their parameters copied
 // into the marked nodes, and one launch runs the layer. That needs the varying steps to launch
-// kernels only (no copies, memsets or allocations inside them); a plan whose do not goes back to
-// the stretches above for good (patch_off_ says why). LIVEFUSE_FAMILY_GRAPH=0 keeps the stretches.
+// kernels and plain copies only (no memsets or allocations inside them); a plan whose do not
+// goes back to the stretches above for good (patch_off_ says why). LIVEFUSE_FAMILY_GRAPH=0 keeps
+// the stretches.
 #include "planner/fused_plan.hpp"
 
 #include "livefuse/config.hpp"
@@ -130,7 +131,7 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
   });
   if (!chain.ok()) {
     patchable_ = false;
-    patch_off_ = "the varying steps launch more than kernels (a copy, a memset, an allocation)";
+    patch_off_ = "the varying steps launch more than kernels and copies (a memset, an allocation)";
     return false;
   }
   const uint64_t key = mix_key(mix_key(base, 0x9a7c4), chain.shape());

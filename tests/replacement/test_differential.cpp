@@ -142,5 +142,11 @@ TEST_CASE("differential: the program of LIVEFUSE_FUZZ_SEED alone") {
   // fuzz() takes a program's dtype from its index (p % 5): start where this one's index matches.
   const FuzzResult r = fuzz(dev, static_cast<int>(seed % 5) + 1, 16, seed - seed % 5);
   lf::set_config_for_testing(saved);
+#if LIVEFUSE_HAS_CUDA
+  for (const lf::cuda::GemmTuneRecord& t : lf::cuda::gemm_tune_records())
+    MESSAGE("tuned GEMM m ", t.m, " n ", t.n, " k ", t.k, " batch ", t.batch, " ", lf::dtype_name(t.dtype),
+            ": chosen ", t.chosen, " of ", t.offered, " (", t.chosen_us, " us, top-1 ", t.top1_us,
+            "), split_k ", t.split_k, ", reduction ", t.reduction);
+#endif
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
 }

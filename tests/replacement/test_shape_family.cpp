@@ -163,7 +163,8 @@ LF_CUDA_TEST_CASE("shape family: on CUDA one graph a run serves every length, pa
     bool noted = false;
     for (const lf::PlanInfo& p : lf::inspect().plans)
       for (const auto& [k, v] : p.details.notes)
-        if (k == "family graph") {
+        if (k == "family stretches") MESSAGE("plan ", p.id, " (", p.state, "): ", v);
+        else if (k == "family graph") {
           MESSAGE("plan ", p.id, " (", p.state, "): ", v);
           noted = true;
           const size_t at = v.find("patched ");

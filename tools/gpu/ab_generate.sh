@@ -13,12 +13,19 @@ M=${MODEL:-gpt2}
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in A B; do
     envs=AB_$v
-    env ${!envs} LIVEFUSE=on timeout -k 5 120 "$B/tools/generate/livefuse-generate" --weights "$W/$M.safetensors" \
+    env ${!envs} LIVEFUSE=on LIVEFUSE_REPORT=/tmp/ab_report.json timeout -k 5 120 "$B/tools/generate/livefuse-generate" --weights "$W/$M.safetensors" \
       --config "$W/$M-config/config.json" --dtype "${DTYPE:-f16}" --device cuda --ids "$W/prompt_${M}_b1_t32.npy" \
       --steps "${STEPS:-256}" --cache "${CACHE:-concat}" --runs "${RUNS:-4}" --out /tmp/ab_ids.npy --json /tmp/ab.json --quiet \
       > /tmp/ab.log 2>&1
     rc=$?
     python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \
       "$v(${!envs})" "$r" 2>/dev/null || { echo "$v round $r rc=$rc"; tail -5 /tmp/ab.log; }
+    [ "$r" = 1 ] && python3 -c "
+import json
+for p in json.load(open('/tmp/ab_report.json'))['plans']:
+    if p['state'] != 'active': continue
+    for k, v in p.get('notes', []) if isinstance(p.get('notes'), list) else p.get('notes', {}).items():
+        if k.startswith('family'): print('  plan', p['id'], k + ':', v[:300])
+" 2>&1 | head -12
   done
 done
