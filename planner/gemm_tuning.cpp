@@ -50,8 +50,9 @@ bool is_view(OpId op) {
   return op == OpId::reshape || op == OpId::permute || op == OpId::slice || op == OpId::expand;
 }
 
-// Scratch values of one segment, made on demand (zeros: a GEMM's speed does not depend on
-// the values, and zeros are cheap to make and never NaN).
+// Scratch values of one segment, made on demand: uniform in [-1, 1) for floating values (a
+// GEMM's speed does not depend on them, but the tuning checks each candidate's result against
+// the top-1's, which zeros would not tell apart), zeros otherwise.
 class Scratch {
  public:
   Scratch(const PlannedSegment& p, Device d, const Stream& st)
@@ -74,7 +75,7 @@ class Scratch {
       for (size_t k = 0; k < outs.size(); ++k)
         values_[seg_.value_id(ValueRef::of(r.node, static_cast<int>(k)))] = outs[k];
     } else {
-      values_[v] = zeros(seg_.shape(r), seg_.dtype(r), d_);
+      values_[v] = filled(seg_.shape(r), seg_.dtype(r));
     }
     return values_[v];
   }
@@ -92,6 +93,11 @@ class Scratch {
     return seg_.call_of(node, values_);
   }
 
+  Tensor filled(const Shape& s, DType t) {
+    if (!is_floating(t)) return zeros(s, t, d_);
+    return rand_uniform(s, 0x7e57 + seed_++, -1.0, 1.0, t, d_);
+  }
+
  private:
   // An external with its representative strides when they are usable (non-negative), over a
   // fresh block just large enough; dense otherwise.
@@ -102,8 +108,8 @@ class Scratch {
       if (e.strides[i] < 0) strided = false;
       else if (e.shape[i] > 0) extent += (e.shape[i] - 1) * e.strides[i];
     }
-    if (!strided || e.shape.numel() == 0) return zeros(e.shape, e.dtype, d_);
-    const Tensor base = zeros(Shape{extent}, e.dtype, d_);
+    if (!strided || e.shape.numel() == 0) return filled(e.shape, e.dtype);
+    const Tensor base = filled(Shape{extent}, e.dtype);
     return Tensor(std::make_shared<TensorImpl>(base.impl()->storage, 0, e.shape, e.strides,
                                                e.dtype, d_));
   }
@@ -112,6 +118,7 @@ class Scratch {
   Device d_;
   Stream st_;
   std::vector<Tensor> values_;
+  uint64_t seed_ = 0;
 };
 
 cuda::LtAct act_of(GemmEpilogue e) {
@@ -147,9 +154,8 @@ void run_merged(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const S
   const SegmentNode& lead = seg.nodes[gs.node];
   OpCall c = s.call_of(gs.node);
   const Shape& w = seg.shape(lead.inputs[1]);
-  c.inputs[1] = zeros(Shape{cols, w[1]}, seg.dtype(lead.inputs[1]), c.inputs[1].device());
-  if (lead.attrs.i[0] != 0)
-    c.inputs[2] = zeros(Shape{cols}, seg.dtype(lead.inputs[2]), c.inputs[2].device());
+  c.inputs[1] = s.filled(Shape{cols, w[1]}, seg.dtype(lead.inputs[1]));
+  if (lead.attrs.i[0] != 0) c.inputs[2] = s.filled(Shape{cols}, seg.dtype(lead.inputs[2]));
   Shape ps = seg.shape(ValueRef::of(gs.siblings[0]));
   ps.v[ps.rank - 1] = cols;
   const Tensor product = zeros(ps, seg.dtype(ValueRef::of(gs.node)), c.inputs[0].device());
@@ -230,6 +236,7 @@ void register_gemm_tuning_counters() {
       sink.add("tuned", c.tuned);
       sink.add("candidates_timed", c.candidates_timed);
       sink.add("candidates_failed", c.candidates_failed);
+      sink.add("candidates_wrong", c.candidates_wrong);
       sink.add("improved", c.improved);
       sink.add("skipped_capturing", c.skipped_capturing);
       sink.add("table_hits", c.table_hits);

@@ -33,6 +33,7 @@
 #include "kernels/cuda/gemm_lt.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -41,6 +42,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm.hpp"
@@ -223,6 +225,7 @@ void store_tuned(const GemmKey& key, const Tuned& t, const GemmTuneRecord& rec, 
     ++st.ctr.tuned;
     st.ctr.candidates_timed += static_cast<uint64_t>(timed);
     st.ctr.candidates_failed += static_cast<uint64_t>(failed);
+    st.ctr.candidates_wrong += static_cast<uint64_t>(rec.wrong);
     if (rec.chosen != 0) ++st.ctr.improved;
   }
   g_tuned_gen.fetch_add(1, std::memory_order_acq_rel);
@@ -277,6 +280,40 @@ double time_algo(const LtCall& c, const GemmPlan* p, const cublasLtMatmulAlgo_t&
   return 1000.0 * ms / reps;
 }
 
+// D of `c` (column-major m x n, ldd, `batch` of them stride_d apart) as floats, after the
+// stream's work: the stream is synchronized.
+std::vector<float> read_d(const LtCall& c, cudaStream_t s) {
+  if (c.batch * c.n * c.m == 0) return {};
+  const int64_t span = (c.batch - 1) * c.stride_d + (c.n - 1) * c.ldd + c.m;
+  std::vector<std::byte> raw(static_cast<size_t>(span) * dtype_size(c.dtype));
+  LF_CUDA_CALL(cudaMemcpyAsync(raw.data(), c.d, raw.size(), cudaMemcpyDeviceToHost, s));
+  LF_CUDA_CALL(cudaStreamSynchronize(s));
+  std::vector<float> out(static_cast<size_t>(c.batch * c.n * c.m));
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t j = 0; j < c.n; ++j)
+      cpu::load_floats(raw.data(), c.dtype, b * c.stride_d + j * c.ldd, c.m, 1,
+                       out.data() + (b * c.n + j) * c.m);
+  return out;
+}
+
+// Whether a candidate's D equals the reference's up to rounding: the dtype's (both sum in f32
+// and round once; 2 units in the last place allow for a sum near a rounding boundary) and the
+// f32 sums' own order (relative to the largest value).
+bool same_result(const std::vector<float>& got, const std::vector<float>& ref, const LtCall& c) {
+  double r = 1e-5, a = 1e-5;
+  if (c.dtype == DType::bf16) r = 1.0 / 128, a = 1e-3;
+  else if (c.dtype == DType::f16) r = 1.0 / 512, a = 2e-4;
+  else if (c.tf32) r = 2e-3, a = 2e-3;
+  double largest = 0;
+  for (float v : ref) largest = std::max(largest, std::abs(static_cast<double>(v)));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double g = got[i], w = ref[i];
+    if (std::isnan(w) != std::isnan(g)) return false;
+    if (!std::isnan(w) && std::abs(g - w) > r * std::abs(w) + a * largest) return false;
+  }
+  return true;
+}
+
 // Times the heuristic's candidates (`results`, best first by its estimate) and takes the
 // fastest into `p` and the table. `p`'s desc already carries this call's bias pointer.
 void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
@@ -290,6 +327,7 @@ void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
   rec.offered = found;
   int best = -1, failed = 0, reps = kTuneReps;
   double best_us = 0;
+  std::vector<float> ref;  // D of the first candidate that ran
   for (int i = 0; i < found; ++i) {
     const cublasLtMatmulHeuristicResult_t& r = results[i];
     double us = -1;
@@ -306,6 +344,13 @@ void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
       continue;
     }
     ++rec.timed;
+    std::vector<float> d = read_d(c, s);
+    if (ref.empty()) {
+      ref = std::move(d);
+    } else if (!same_result(d, ref, c)) {
+      ++rec.wrong;
+      continue;
+    }
     if (i == 0) rec.top1_us = us;
     if (best < 0 || us < best_us) best = i, best_us = us;
   }

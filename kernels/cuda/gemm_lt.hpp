@@ -50,6 +50,9 @@ void lt_matmul(const LtCall& c, cudaStream_t s);
 // fastest is kept for that key in a process-wide table every thread's later plans use. Only
 // for scratch operands (each candidate runs several times; D is overwritten, C only read) and
 // never on the program's thread: the timing synchronizes. Skipped while `s` is capturing.
+// A candidate whose D differs from the reference's (the first that ran: the top-1, which eager
+// runs) by more than rounding is never chosen: an algorithm cuBLASLt offers for a layout can
+// still be wrong for it (a bf16 [7, 67] x [67, 67] GEMM came out 11% off in places).
 class GemmTuning {
  public:
   GemmTuning();
@@ -71,6 +74,7 @@ struct GemmTuneRecord {
   bool bias = false, c = false;
   int offered = 0;      // algorithms the heuristic returned
   int timed = 0;        // of them, timed (the others failed or need too much workspace)
+  int wrong = 0;        // of the timed, results other than the reference's: never chosen
   int chosen = 0;       // index of the chosen one in the heuristic's order (0: its top-1)
   double top1_us = -1;  // GPU time per run of the top-1 (-1: it could not run)
   double chosen_us = -1;
@@ -84,6 +88,7 @@ struct GemmTuneCounters {
   uint64_t tuned = 0;             // GEMM shapes tuned
   uint64_t candidates_timed = 0;  // algorithms timed, over all of them
   uint64_t candidates_failed = 0; // algorithms that would not run (or need too much workspace)
+  uint64_t candidates_wrong = 0;  // algorithms whose result was not the reference's (never chosen)
   uint64_t improved = 0;          // shapes where another algorithm beat the top-1
   uint64_t skipped_capturing = 0; // tuning asked for on a capturing stream: not done
   uint64_t table_hits = 0;        // plans built from the tuned table (any thread)

@@ -145,7 +145,7 @@ TEST_CASE("differential: the program of LIVEFUSE_FUZZ_SEED alone") {
 #if LIVEFUSE_HAS_CUDA
   for (const lf::cuda::GemmTuneRecord& t : lf::cuda::gemm_tune_records())
     MESSAGE("tuned GEMM m ", t.m, " n ", t.n, " k ", t.k, " batch ", t.batch, " ", lf::dtype_name(t.dtype),
-            ": chosen ", t.chosen, " of ", t.offered, " (", t.chosen_us, " us, top-1 ", t.top1_us,
+            ": chosen ", t.chosen, " of ", t.offered, ", ", t.wrong, " wrong (", t.chosen_us, " us, top-1 ", t.top1_us,
             "), split_k ", t.split_k, ", reduction ", t.reduction);
 #endif
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
