@@ -171,7 +171,9 @@ LF_CUDA_TEST_CASE("shape family: on CUDA one graph a run serves every length, pa
           if (at != std::string::npos) patched += std::stoull(v.substr(at + 8));
         }
     CHECK(noted);
-    if (family_graph) CHECK(patched >= 100);  // the last 60 steps alone are 60 runs
+    // The last 60 steps are served, each a run of the step's plan: all patched but a binding
+    // set's first sights (run directly, then captured).
+    if (family_graph) CHECK(patched >= 50);
     else CHECK(patched == 0);
   }
   lftest::reset_pipeline();

@@ -20,12 +20,16 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
     rc=$?
     python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \
       "$v(${!envs})" "$r" 2>/dev/null || { echo "$v round $r rc=$rc"; tail -5 /tmp/ab.log; }
-    [ "$r" = 1 ] && python3 -c "
-import json
-for p in json.load(open('/tmp/ab_report.json'))['plans']:
-    if p['state'] != 'active': continue
-    for k, v in p.get('notes', []) if isinstance(p.get('notes'), list) else p.get('notes', {}).items():
-        if k.startswith('family'): print('  plan', p['id'], k + ':', v[:300])
-" 2>&1 | head -12
+    python3 -c "
+import json, collections
+plans = json.load(open('/tmp/ab_report.json'))['plans']
+print('  plans by state:', dict(collections.Counter(p['state'] for p in plans)))
+for p in plans:
+    if p['state'] == 'active':
+        for k, v in p.get('notes', {}).items():
+            if k.startswith('family'): print('  plan', p['id'], len(p['ops']), 'ops', k + ':', v[:240])
+    elif p['state'] in ('rejected', 'failed'):
+        print('  plan', p['id'], len(p['ops']), 'ops', p['state'] + ':', p['last_reason'][:200])
+" 2>&1 | head -14
   done
 done
