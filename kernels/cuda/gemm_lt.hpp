@@ -81,6 +81,8 @@ struct GemmTuneRecord {
   // The chosen algorithm's K splits and how it adds them (cublasLtReductionScheme_t; 0: one
   // pass). f16/bf16 never add them in the output type (gemm_lt.cpp, heuristic()).
   uint32_t split_k = 1, reduction = 0;
+  size_t workspace = 0, top1_workspace = 0;  // bytes the chosen / the top-1 algorithm asks for
+  int algo_id = -1, tile = -1;                // the chosen one's cuBLASLt ids (diagnostics)
 };
 inline constexpr size_t kGemmTuneRecords = 256;  // most recent kept
 

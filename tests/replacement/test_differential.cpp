@@ -146,7 +146,8 @@ TEST_CASE("differential: the program of LIVEFUSE_FUZZ_SEED alone") {
   for (const lf::cuda::GemmTuneRecord& t : lf::cuda::gemm_tune_records())
     MESSAGE("tuned GEMM m ", t.m, " n ", t.n, " k ", t.k, " batch ", t.batch, " ", lf::dtype_name(t.dtype),
             ": chosen ", t.chosen, " of ", t.offered, ", ", t.wrong, " wrong (", t.chosen_us, " us, top-1 ", t.top1_us,
-            "), split_k ", t.split_k, ", reduction ", t.reduction);
+            "), split_k ", t.split_k, ", reduction ", t.reduction, ", workspace ", t.workspace,
+            " (top-1 ", t.top1_workspace, "), algo ", t.algo_id, " tile ", t.tile);
 #endif
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
 }
