@@ -57,9 +57,8 @@ struct Config {
   bool family_graph = true;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
-  // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms), one tuned algorithm
-  // moved a bf16 result of the GPU fuzz by 11% (eager's is the heuristic's), and a process
-  // exiting while the planner thread tuned crashed in 5 of 6 runs (0 of 6 without tuning).
+  // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose
+  // result is not the top-1's up to rounding is never chosen (gemm_lt.hpp).
   bool gemm_tune = false;
   std::string device;      // "", "cpu" or "cuda"
 
