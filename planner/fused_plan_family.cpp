@@ -122,13 +122,28 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
   bool any_varying = false;
   for (const FixedStretch& f : stretches_) any_varying = any_varying || f.varying;
   if (!any_varying) return false;
+  // A capture the steps' host code breaks (a call a capture forbids) ends this way for the plan,
+  // not its runs: the stretches, launched directly, do not capture the varying steps. A kernel
+  // still compiling is the run's matter, as everywhere (FusedPlan::run).
+  const auto give_up = [&](const std::exception& e) {
+    patchable_ = false;
+    patch_off_ = std::string("capturing the steps failed: ") + e.what();
+    return false;
+  };
   // The views the varying steps read that fixed steps make: those steps do not run on the host
   // now (their kernels are in the graph).
   bind_written_views(values, w);
-  const graphs::KernelChain chain = graphs::KernelChain::capture(st, [&] {
-    for (const FixedStretch& f : stretches_)
-      if (f.varying) launch(f);
-  });
+  graphs::KernelChain chain;
+  try {
+    chain = graphs::KernelChain::capture(st, [&] {
+      for (const FixedStretch& f : stretches_)
+        if (f.varying) launch(f);
+    });
+  } catch (const KernelNotReady&) {
+    throw;
+  } catch (const std::exception& e) {
+    return give_up(e);
+  }
   if (!chain.ok()) {
     patchable_ = false;
     patch_off_ = "the varying steps launch more than kernels and copies (a memset, an allocation)";
@@ -147,14 +162,20 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
     return true;
   }
   if (runs_directly(key, true)) return false;  // first sight: stretch by stretch, as before
-  std::unique_ptr<graphs::PatchableGraph> built =
-      graphs::PatchableGraph::capture(st, [&](graphs::RegionMarks& marks) {
-        for (const FixedStretch& f : stretches_) {
-          if (f.varying) marks.begin();
-          launch(f);
-          if (f.varying) marks.end();
-        }
-      });
+  std::unique_ptr<graphs::PatchableGraph> built;
+  try {
+    built = graphs::PatchableGraph::capture(st, [&](graphs::RegionMarks& marks) {
+      for (const FixedStretch& f : stretches_) {
+        if (f.varying) marks.begin();
+        launch(f);
+        if (f.varying) marks.end();
+      }
+    });
+  } catch (const KernelNotReady&) {
+    throw;
+  } catch (const std::exception& e) {
+    return give_up(e);
+  }
   ++patched_captures_;
   *cold = true;
   built->launch(st);  // this run's work, patchable or not
