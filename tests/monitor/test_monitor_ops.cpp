@@ -273,14 +273,16 @@ TEST_CASE("monitor: known sequences turning hot and cold again do not keep it fr
   auto B = [&](const lf::Tensor& v) { return lf::sigmoid(lf::relu(lf::add(lf::neg(v), 0.25))); };
   lf::Tensor y = x;
   bool quiet = false;
-  uint64_t cooled0 = 0;
-  for (int phase = 0; phase < 60 && !quiet; ++phase) {
+  const uint64_t cooled0 = Monitor::instance().counters().candidates_cooled;
+  int phases = 0;
+  for (int phase = 0; phase < 60 && !quiet; ++phase, ++phases) {
     for (int it = 0; it < 1500; ++it) y = phase % 2 ? B(x) : A(x);
     catch_up();
-    const auto c = Monitor::instance().counters();
-    if (phase == 3) cooled0 = c.candidates_cooled;
-    quiet = c.quiet == 1;
+    quiet = Monitor::instance().counters().quiet == 1;
   }
+  INFO("quiet after " << phases << " phases");
   CHECK(quiet);
-  CHECK(Monitor::instance().counters().candidates_cooled > cooled0);  // they did come and go
+  // They did come and go (how many times before it went quiet depends on the machine's speed:
+  // a count taken a few phases in could already be the last).
+  CHECK(Monitor::instance().counters().candidates_cooled > cooled0);
 }
