@@ -36,14 +36,25 @@ Segment layer(int64_t m) {
   return sb.build();
 }
 
+// LIVEFUSE_GEMM_TUNE=1 for a case (off by default: config.hpp says why); the tuned table is
+// forgotten and the configuration restored at its end.
+struct TuningOn {
+  const Config saved = config();
+  TuningOn() {
+    Config on = saved;
+    on.gemm_tune = true;
+    set_config_for_testing(on);
+  }
+  ~TuningOn() {
+    cuda::reset_gemm_tuning();
+    set_config_for_testing(saved);
+  }
+};
+
 }  // namespace
 
 LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its launches use them") {
-  // LIVEFUSE_GEMM_TUNE=1 for this case (off by default: config.hpp says why).
-  const Config saved = config();
-  Config on = saved;
-  on.gemm_tune = true;
-  set_config_for_testing(on);
+  const TuningOn tuning;
   const Device gpu = Device::cuda(0);
   const Segment seg = layer(128);
   PlannedSegment p = plan_segment(seg, default_planner_options(gpu));
@@ -85,8 +96,6 @@ LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its 
     INFO("output " << v);
     CHECK(lftest::allclose(got[v].to_doubles(), want[v].to_doubles(), 2e-2, 2e-2));
   }
-  cuda::reset_gemm_tuning();
-  set_config_for_testing(saved);
 }
 
 // Long dot products over few rows are where cuBLASLt offers split-K algorithms, some of which add
@@ -94,10 +103,7 @@ LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its 
 // result is 0, and a GEMM that sums in f32 and rounds once gives ~0, while bf16 parts (each a
 // sum of ~1,000 products, rounded to 8 bits) leave an error near 0.1. Fuzz seed 100059 found it.
 LF_CUDA_TEST_CASE("gemm tuning: a tuned bf16 GEMM over a long K still sums in f32") {
-  const Config saved = config();
-  Config on = saved;
-  on.gemm_tune = true;
-  set_config_for_testing(on);
+  const TuningOn tuning;
   const Device gpu = Device::cuda(0);
   for (const int64_t m : {1, 4, 16}) {
     CAPTURE(m);
@@ -140,8 +146,6 @@ LF_CUDA_TEST_CASE("gemm tuning: a tuned bf16 GEMM over a long K still sums in f3
     INFO("largest |result| " << worst << " (exact: 0)");
     CHECK(worst < 1e-2);
   }
-  cuda::reset_gemm_tuning();
-  set_config_for_testing(saved);
 }
 
 LF_CUDA_TEST_CASE("gemm tuning: LIVEFUSE_GEMM_TUNE=0 tunes nothing") {
