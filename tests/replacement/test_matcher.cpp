@@ -1,7 +1,11 @@
 // Matcher mechanics with a hand-made plan (fusion itself is tested elsewhere).
+#include <cmath>
+
 #include "monitor/monitor.hpp"
 #include "planner/planner.hpp"
 #include "runtime/plan.hpp"
+#include "livefuse/detail/median.hpp"
+#include "runtime/trace_sink.hpp"
 #include "test_plan_util.hpp"
 
 namespace lf = livefuse;
@@ -151,6 +155,49 @@ TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one w
   CHECK(plan->last_reason.find("sampled: plan") != std::string::npos);
   CHECK(plan->sampled_plan_us.size() >= 5);
   CHECK(plan->sampled_eager_us.size() >= 5);
+}
+
+namespace {
+// A trace sink as slow as a monitor that has not gone quiet can be, taken to the extreme: each
+// report waits 300 us.
+struct SlowSink : lf::TraceSink {
+  static void wait() {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  void on_call(const lf::OpCall&, std::span<const lf::Tensor>, uint32_t) override { wait(); }
+  void on_served(const lf::Plan&, const lf::Window&) override { wait(); }
+  void on_release(lf::ValueId) override {}
+  void on_sync(uint32_t) override {}
+};
+}  // namespace
+
+TEST_CASE("matcher: a CPU sample leaves out the monitor's reports, which a flushed window pays per call") {
+  // The recording plan does eager's work (and its window's deferral): with the reports counted,
+  // the eager side paid three of them and the plan one, and the plan looked 3x faster.
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({256}, 17, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({256}, 18, -1, 1, lf::DType::f32, cpu);
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = lf::PlanState::sampling;
+  lf::PlanTable::get().publish(plan);
+  SlowSink slow;
+  lf::TraceSink* prev = lf::trace_sink();
+  lf::set_trace_sink(&slow);
+  for (int i = 0; i < 12 && plan->state == lf::PlanState::sampling; ++i) (void)block(x, w).to_doubles();
+  lf::set_trace_sink(prev);
+  INFO(plan->last_reason);
+  REQUIRE(plan->sampled_plan_us.size() >= 5);
+  REQUIRE(plan->sampled_eager_us.size() >= 5);
+  // Without the reports each side is the three ops' work (microseconds here), not 900 us
+  // against 300: the verdict, whichever it is, is not the reports' (a few microseconds of
+  // bookkeeping either way can still decide it, so the state is not asserted).
+  const double eager = lf::detail::median(plan->sampled_eager_us);
+  const double fused = lf::detail::median(plan->sampled_plan_us);
+  CHECK(eager < 300);
+  CHECK(std::abs(eager - fused) < 300);
+  CHECK(plan->state != lf::PlanState::sampling);
 }
 
 TEST_CASE("matcher: LIVEFUSE=off never defers") {
