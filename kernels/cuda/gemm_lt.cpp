@@ -476,8 +476,8 @@ std::unique_ptr<GemmPlan> make_plan(const LtCall& c) {
 // The heuristic's best `want` algorithms for `p` (best first); returns how many it gave.
 // `tuning`: candidates for timing. For f16/bf16 outputs they exclude split-K schemes that add
 // the K parts up in the output type (in place in D, or in a workspace of the output type): each
-// part rounded to 8 or 11 bits before the sum, a result the top-1 (what eager runs) never gives
-// -- a cancelling bf16 dot product came out 11% off (fuzz seed 100059).
+// part rounded to 8 or 11 bits before the sum, less exact than the top-1 (what eager runs).
+// (Not what fuzz seed 100059 met: that algorithm split nothing; tune()'s result check caught it.)
 int heuristic(const LtCall& c, const GemmPlan* p, cublasLtHandle_t handle, int want,
               cublasLtMatmulHeuristicResult_t* results, bool tuning = false) {
   cublasLtMatmulPreference_t pref = nullptr;

@@ -52,7 +52,8 @@ void lt_matmul(const LtCall& c, cudaStream_t s);
 // never on the program's thread: the timing synchronizes. Skipped while `s` is capturing.
 // A candidate whose D differs from the reference's (the first that ran: the top-1, which eager
 // runs) by more than rounding is never chosen: an algorithm cuBLASLt offers for a layout can
-// still be wrong for it (a bf16 [7, 67] x [67, 67] GEMM came out 11% off in places).
+// still be less exact than rounding allows (one for a bf16 [7, 67] x [67, 67] GEMM moved a fuzz
+// program's output by 11%).
 class GemmTuning {
  public:
   GemmTuning();
