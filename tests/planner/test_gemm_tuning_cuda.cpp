@@ -101,8 +101,8 @@ LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its 
 // Long dot products over few rows are where cuBLASLt offers split-K algorithms, some of which add
 // the K parts in the output type. Each row of x is [u, -u] and each row of w is [v, v]: the exact
 // result is 0, and a GEMM that sums in f32 and rounds once gives ~0, while bf16 parts (each a
-// sum of ~1,000 products, rounded to 8 bits) leave an error near 0.1. (Fuzz seed 100059 met another inexact
-// algorithm: the result check in gemm_lt.cpp tune() is what rejects that one.)
+// sum of ~1,000 products, rounded to 8 bits) leave an error near 0.1. (Fuzz seed 100059 met
+// another inexact algorithm: the result check in gemm_lt.cpp tune() is what rejects that one.)
 LF_CUDA_TEST_CASE("gemm tuning: a tuned bf16 GEMM over a long K still sums in f32") {
   const TuningOn tuning;
   const Device gpu = Device::cuda(0);
