@@ -252,127 +252,6 @@ uint64_t FusedPlan::cache_fills() const {
   return n;
 }
 
-// Values a run writes into fresh storage: materialized ones, and views that copy (a reshape
-// of a non-contiguous source). Both must be bound before a capture.
-bool FusedPlan::needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const {
-  const TensorImpl& t = *values[v].impl();
-  if (t.storage) return false;
-  if (planned_.values[v] == ValueKind::Materialized) return true;
-  if (planned_.values[v] != ValueKind::View || !written_[v]) return false;
-  const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
-  return Executor::is_copying_view(w.calls[r.node]);
-}
-
-bool FusedPlan::BindingSet::free() const {
-  if (bufs.empty()) return false;  // a freed slot
-  for (const auto& b : bufs)
-    if (b && b.use_count() != 1) return false;
-  return !reserved;
-}
-
-namespace {
-// Runs of every CUDA plan, in order: the clock that idle sets of plans no longer running are
-// measured by. Sweeps every kSweepEvery runs; a set unused for kIdleClock runs of any plan goes.
-std::atomic<uint64_t> g_run_clock{0};
-constexpr uint64_t kSweepEvery = 256, kIdleClock = 4096;
-}  // namespace
-
-int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
-                            const std::vector<bool>* skip) {
-  int chosen = -1, empty = -1, lru = -1;
-  for (size_t s = 0; s < sets_.size(); ++s) {
-    BindingSet& set = sets_[s];
-    if (set.bufs.empty()) {
-      if (empty < 0) empty = static_cast<int>(s);
-      continue;
-    }
-    if (!set.free()) continue;
-    if (chosen < 0 && set.shape_key == shape_key && set.stream == w.stream_id) {
-      chosen = static_cast<int>(s);
-    } else if (lru < 0 || set.last_run < sets_[lru].last_run) {
-      lru = static_cast<int>(s);
-    }
-  }
-  if (chosen < 0) {
-    if (empty < 0 && sets_.size() < kMaxSets) {
-      empty = static_cast<int>(sets_.size());
-      sets_.emplace_back();
-    }
-    // Full: the least recently used free set changes shapes, unless it is still in rotation
-    // (bound within the last kMaxSets runs): a steady loop that needs more sets than the cap
-    // would otherwise trade sets, and their graphs, at every run; it takes one-off storage.
-    if (empty < 0 && lru >= 0 && runs_ - sets_[lru].last_run >= kMaxSets) {
-      evict_set(static_cast<size_t>(lru));
-      empty = lru;
-    }
-    if (empty < 0) return -1;  // every set still held: the caller allocates
-    BindingSet& set = sets_[empty];
-    set.shape_key = shape_key;
-    set.stream = w.stream_id;
-    set.bufs.resize(values.size());
-    for (size_t v = 0; v < values.size(); ++v) {
-      const TensorImpl& t = *values[v].impl();
-      if (needs_buffer(values, w, v) && !(skip && (*skip)[v]))
-        set.bufs[v] = allocate_storage(t.device, t.nbytes(), w.stream_handle);
-    }
-    chosen = empty;
-  }
-  sets_[chosen].last_run = runs_;
-  sets_[chosen].last_clock = g_run_clock.load(std::memory_order_relaxed);
-  // A free set is held by no tensor of the program's: an address it took with data_ptr() from an
-  // earlier output is as dead as any freed tensor's, so the buffers are the plan's alone again
-  // (else every later window reading them would copy them: runtime/src/reachable.cpp).
-  for (const std::shared_ptr<Storage>& b : sets_[chosen].bufs)
-    if (b) b->exposed.store(false, std::memory_order_relaxed);
-  use_set(values, chosen);
-  return chosen;
-}
-
-void FusedPlan::release_idle_sets(uint64_t now) {
-  std::unique_lock<std::mutex> lock(run_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  // A plan that no longer serves (retired, rejected, failed) never binds a set again: all of
-  // its free sets go now, not after kIdleClock (under churn, the plans the monitor replaced
-  // would otherwise hold their sets for thousands of runs).
-  const PlanState st = state.load(std::memory_order_relaxed);
-  const bool serving = st == PlanState::active || st == PlanState::sampling;
-  for (size_t s = 0; s < sets_.size(); ++s)
-    if (!sets_[s].bufs.empty() && sets_[s].free() &&
-        (!serving || now - sets_[s].last_clock > kIdleClock))
-      evict_set(s);
-}
-
-void FusedPlan::sweep_other_plans(uint64_t now) {
-  const auto snap = PlanTable::get().snapshot();
-  if (!snap) return;
-  for (const auto& p : snap->plans)
-    if (p.get() != this)
-      if (auto* f = dynamic_cast<FusedPlan*>(p.get())) f->release_idle_sets(now);
-}
-
-void FusedPlan::free_idle_sets() {
-  for (size_t s = 0; s < sets_.size(); ++s)
-    if (sets_[s].free() && runs_ - sets_[s].last_run > kIdleRuns) evict_set(s);
-}
-
-void FusedPlan::evict_set(size_t s) {
-  ++set_evictions_;
-  sets_[s].bufs.clear();
-#if LIVEFUSE_HAS_CUDA
-  // The graphs bake in the set's addresses, which the pool may hand to someone else now.
-  if (graphs_) graphs_->drop_owned(static_cast<uint32_t>(s));
-  for (auto it = early_.begin(); it != early_.end();) {
-    std::erase_if(it->second, [&](const EarlyLaunch& e) { return e.set == static_cast<int>(s); });
-    it = it->second.empty() ? early_.erase(it) : std::next(it);
-  }
-#endif
-}
-
-void FusedPlan::use_set(std::vector<Tensor>& values, int set) const {
-  for (size_t v = 0; v < values.size(); ++v)
-    if (sets_[set].bufs[v]) values[v].impl()->storage = sets_[set].bufs[v];
-}
-
 // A replay skips the steps, so views must still be bound to their sources (copying views were
 // bound to the set's buffers, which the graph wrote). Host work only.
 void FusedPlan::bind_written_views(const std::vector<Tensor>& values, const Window& w) const {
@@ -432,10 +311,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   for (const Tensor& t : values)
     for (int d = 0; d < t.impl()->shape.rank; ++d)
       shape_key = mix_key(shape_key, static_cast<uint64_t>(t.impl()->shape.v[d]));
-  // Every few runs, not per run: a replay costs about a microsecond of host time.
-  if (runs_ % 32 == 0) free_idle_sets();
-  if (const uint64_t now = g_run_clock.fetch_add(1, std::memory_order_relaxed) + 1; now % kSweepEvery == 0)
-    sweep_other_plans(now);
+  tick_sets();
   if (family.defined() && use_graphs_ && !config().profile) return run_cuda_family(values, w);
   if (const EarlyLaunch e = w.early; e.launched()) {
     // Launched at the window's first call: hand its set's buffers to the outputs. (Shapes
@@ -443,8 +319,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
     // everything, ordered after the early work on this stream.)
     w.early = {};
     sets_[e.set].reserved = false;
-    sets_[e.set].last_run = runs_;
-    sets_[e.set].last_clock = g_run_clock.load(std::memory_order_relaxed);
+    mark_used(e.set);
     if (e.shapes == shape_key) {
       use_set(values, e.set);
       bind_written_views(values, w);

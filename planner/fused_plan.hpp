@@ -110,6 +110,10 @@ class FusedPlan final : public Plan {
   int bind_outputs(std::vector<Tensor>& values, const Window& w, uint64_t shape_key,
                    const std::vector<bool>* skip = nullptr);
   void free_idle_sets();
+  // A CUDA run's upkeep of the sets: this plan's idle ones every few runs, other plans' on the
+  // shared run clock (fused_plan_sets.cpp).
+  void tick_sets();
+  void mark_used(size_t s);  // set `s` served this run (the idle clocks start again)
   // Frees the free sets no run of any CUDA plan has used for a long while: a plan that stopped
   // running (its shapes went away, another plan serves them) never reaches free_idle_sets.
   // Called by other plans' runs now and then; skips a plan that is running (try_lock).
