@@ -69,6 +69,7 @@ class FusedPlan final : public Plan {
     bool varying = false;       // true: steps that launch directly
   };
   std::vector<FixedStretch> stretches_;
+  void launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream);
   uint64_t family_replays_ = 0, family_direct_ = 0;  // stretches replayed / launched directly
   // The whole run as one graph whose varying steps' kernel nodes take each run's parameters
   // (fused_plan_family.cpp). False: nothing was launched, the stretches run one by one.

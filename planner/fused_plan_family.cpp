@@ -52,6 +52,12 @@ void FusedPlan::plan_family_segments() {
   }
 }
 
+// A stretch's steps on `stream`; a varying stretch of concats as one copy launch.
+void FusedPlan::launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream) {
+  if (f.varying && launch_concats_cuda(planned_, f.begin, f.end, values, stream)) return;
+  for (size_t s = f.begin; s < f.end; ++s) launch_step_cuda(planned_, planned_.steps[s], values, stream);
+}
+
 bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
 #if LIVEFUSE_HAS_CUDA
   auto st = static_cast<cudaStream_t>(w.stream_handle);
@@ -86,20 +92,18 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
   }
   for (size_t k = 0; k < stretches_.size(); ++k) {
     const FixedStretch& f = stretches_[k];
-    auto launch = [&] {
-      for (size_t s = f.begin; s < f.end; ++s) launch_step_cuda(planned_, planned_.steps[s], values, st);
-    };
     int kernels = 0;
     for (size_t s = f.begin; s < f.end; ++s) kernels += planned_.steps[s].launches();
     const uint64_t key = mix_key(base, k + 1);
     if (f.varying || kernels == 0 || !may_capture || runs_directly(key, true)) {
-      if (!f.varying || !launch_concats_cuda(planned_, f.begin, f.end, values, st)) launch();
+      launch_stretch(f, values, st);
       ++family_direct_;
       continue;
     }
     // A replay binds the views its steps would have bound: the steps after it read them.
     size_t nodes = 0;
-    if (!replay(key, set, st, launch, values, w, &nodes)) cold = true;  // a capture
+    if (!replay(key, set, st, [&] { launch_stretch(f, values, st); }, values, w, &nodes))
+      cold = true;  // a capture
     ++family_replays_;
   }
   if (cold) w.cold_run = true;
@@ -115,10 +119,6 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
                                    void* stream, bool* cold) {
 #if LIVEFUSE_HAS_CUDA
   auto st = static_cast<cudaStream_t>(stream);
-  auto launch = [&](const FixedStretch& f) {
-    if (!f.varying || !launch_concats_cuda(planned_, f.begin, f.end, values, st))
-      for (size_t s = f.begin; s < f.end; ++s) launch_step_cuda(planned_, planned_.steps[s], values, st);
-  };
   bool any_varying = false;
   for (const FixedStretch& f : stretches_) any_varying = any_varying || f.varying;
   if (!any_varying) return false;
@@ -137,7 +137,7 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
   try {
     chain = graphs::KernelChain::capture(st, [&] {
       for (const FixedStretch& f : stretches_)
-        if (f.varying) launch(f);
+        if (f.varying) launch_stretch(f, values, st);
     });
   } catch (const KernelNotReady&) {
     throw;
@@ -167,7 +167,7 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
     built = graphs::PatchableGraph::capture(st, [&](graphs::RegionMarks& marks) {
       for (const FixedStretch& f : stretches_) {
         if (f.varying) marks.begin();
-        launch(f);
+        launch_stretch(f, values, st);
         if (f.varying) marks.end();
       }
     });
