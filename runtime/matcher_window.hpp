@@ -21,6 +21,11 @@ namespace livefuse::matcher::detail {
 // for a median that ignores the first, cold run, short enough that a slower plan costs little).
 inline size_t sample_pairs() { return static_cast<size_t>(config().sample); }
 
+// The samples' clock: microseconds since `t0`.
+inline double us_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
 struct Candidate {
   Plan* plan;
   std::vector<Tensor> externals;  // bound slots (undefined = not yet bound)

@@ -182,7 +182,7 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us = nu
                   std::span<const Tensor>(sw.w.outputs[j].data(), sw.w.outputs[j].size()),
                   sw.stream.id());
       if (sink_us)
-        *sink_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        *sink_us += detail::us_since(t0);
     }
   } catch (...) {
     clear(sw);
@@ -276,7 +276,7 @@ void complete(StreamWindow& sw) {
       const auto t0 = timing_sink ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       sink->on_served(plan, sw.w);
       if (timing_sink)
-        sink_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        sink_us = detail::us_since(t0);
     }
     if (plan.verified_runs.fetch_add(1) < config().verify) {
       verify_against_eager(sw, needed, plan);
@@ -470,7 +470,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     }
   }
   if (sw.active && sw.timing_defer)
-    sw.defer_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t_defer).count();
+    sw.defer_us += detail::us_since(t_defer);
   return outs;
 }
 

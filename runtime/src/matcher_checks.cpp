@@ -40,9 +40,7 @@ SampleClock::SampleClock(StreamWindow& sw)
 }
 
 void SampleClock::finish(Plan& plan, bool via_plan, double extra_host_us) {
-  const double host = std::max(
-      0.0, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0_).count() +
-               extra_host_us);
+  const double host = std::max(0.0, us_since(t0_) + extra_host_us);
   if (!cuda_) return record_sample(plan, via_plan, host);
 #if LIVEFUSE_HAS_CUDA
   if (slot_ < 0) return;
