@@ -8,12 +8,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kernels/jit/cuda_driver.hpp"
+
 namespace livefuse::graphs {
 namespace {
 
 // Kernel nodes of generated kernels hold driver functions (CUfunction), which the runtime API's
-// node-parameter calls refuse: the driver's calls, reached without linking libcuda (as
-// kernels/jit/cuda_driver.cpp reaches its own).
+// node-parameter calls refuse: the driver's calls, reached without linking libcuda
+// (jit::driver_entry_point).
 struct NodeApi {
   PFN_cuGraphKernelNodeGetParams_v12000 get = nullptr;
   PFN_cuGraphExecKernelNodeSetParams_v12000 set = nullptr;
@@ -23,14 +25,7 @@ struct NodeApi {
 
 template <class F>
 void entry(const char* name, F* out) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    fn = nullptr;
-  }
-  *out = reinterpret_cast<F>(fn);
+  *out = reinterpret_cast<F>(jit::driver_entry_point(name));
 }
 
 const NodeApi& api() {
@@ -62,6 +57,18 @@ std::vector<cudaGraphNode_t> nodes_of(cudaGraph_t g, bool* ok) {
   }
   nodes.resize(n);
   return nodes;
+}
+
+// The graph `stream` is capturing into, or nullptr.
+cudaGraph_t capturing_graph(cudaStream_t stream) {
+  cudaStreamCaptureStatus status{};
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, nullptr, nullptr, nullptr) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  return status == cudaStreamCaptureStatusActive ? graph : nullptr;
 }
 
 }  // namespace
@@ -153,14 +160,10 @@ KernelChain KernelChain::capture(cudaStream_t stream, const std::function<void()
 void RegionMarks::begin() {
   open_ = true;
   before_.clear();
-  cudaStreamCaptureStatus status{};
-  cudaGraph_t graph = nullptr;
-  bool ok = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, nullptr, nullptr,
-                                     nullptr) == cudaSuccess &&
-            status == cudaStreamCaptureStatusActive && graph;
+  const cudaGraph_t graph = capturing_graph(stream_);
+  bool ok = graph != nullptr;
   if (ok) before_ = nodes_of(graph, &ok);
   if (!ok) {
-    (void)cudaGetLastError();
     g_->ok_ = false;
     open_ = false;
   }
@@ -170,18 +173,14 @@ void RegionMarks::begin() {
 void RegionMarks::end() {
   if (!open_) return;
   open_ = false;
-  cudaStreamCaptureStatus status{};
-  cudaGraph_t graph = nullptr;
-  bool ok = cudaStreamGetCaptureInfo(stream_, &status, nullptr, &graph, nullptr, nullptr,
-                                     nullptr) == cudaSuccess &&
-            status == cudaStreamCaptureStatusActive && graph;
+  const cudaGraph_t graph = capturing_graph(stream_);
+  bool ok = graph != nullptr;
   std::vector<cudaGraphNode_t> now;
   if (ok) now = nodes_of(graph, &ok);
   std::vector<cudaGraphNode_t> made;
   for (cudaGraphNode_t n : now)
     if (!std::binary_search(before_.begin(), before_.end(), n)) made.push_back(n);
   if (!ok || !order_kernel_chain(made)) {
-    (void)cudaGetLastError();
     g_->ok_ = false;
     return;
   }

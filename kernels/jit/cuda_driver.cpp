@@ -27,17 +27,9 @@ struct DriverApi {
 
 template <class F>
 bool entry(const char* name, F* out, std::string& why) {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr) {
-    if (why.empty())
-      why = std::string("[jit] no CUDA driver entry point ") + name + ": " + cudaGetErrorString(e);
-    cudaGetLastError();  // the failed query must not poison later runtime calls
-    return false;
-  }
+  void* fn = driver_entry_point(name, why.empty() ? &why : nullptr);
   *out = reinterpret_cast<F>(fn);
-  return true;
+  return fn != nullptr;
 }
 
 const DriverApi& api() {
@@ -68,6 +60,18 @@ std::string cu_error(CUresult r) {
 }
 
 }  // namespace
+
+void* driver_entry_point(const char* name, std::string* why) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  const cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr) {
+    if (why) *why = std::string("[jit] no CUDA driver entry point ") + name + ": " + cudaGetErrorString(e);
+    cudaGetLastError();  // the failed query must not poison later runtime calls
+    return nullptr;
+  }
+  return fn;
+}
 
 bool driver_available(std::string* why) {
   const DriverApi& a = api();
@@ -246,6 +250,10 @@ int current_device_smem_optin() {
 
 #else  // CPU-only build
 
+void* driver_entry_point(const char*, std::string* why) {
+  if (why) *why = "[jit] built without CUDA";
+  return nullptr;
+}
 bool driver_available(std::string* why) {
   if (why) *why = "[jit] built without CUDA";
   return false;

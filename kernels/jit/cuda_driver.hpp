@@ -27,6 +27,8 @@ struct LoadedModule {
 };
 
 bool driver_available(std::string* why = nullptr);
+// The driver function `name` (its CUDA 12 form), or nullptr with *why set when given.
+void* driver_entry_point(const char* name, std::string* why = nullptr);
 // Loads `cubin` on the current device: the CUmodule, or nullptr + *error.
 void* load_cubin(const std::string& cubin, std::string* error);
 // Looks up `entries` in `module` (loaded on the current device). nullptr + *error on failure.
