@@ -33,7 +33,6 @@
 #include "kernels/cuda/gemm_lt.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -42,10 +41,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "kernels/cpu/cpu_common.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemm_lt_check.hpp"
 #include "kernels/cuda/gpu_delay.hpp"
 #include "livefuse/config.hpp"
 #include "runtime/inspect_registry.hpp"
@@ -280,42 +279,6 @@ double time_algo(const LtCall& c, const GemmPlan* p, const cublasLtMatmulAlgo_t&
   return 1000.0 * ms / reps;
 }
 
-// D of `c` (column-major m x n, ldd, `batch` of them stride_d apart) as floats, after the
-// stream's work: the stream is synchronized.
-std::vector<float> read_d(const LtCall& c, cudaStream_t s) {
-  if (c.batch * c.n * c.m == 0) return {};
-  const int64_t span = (c.batch - 1) * c.stride_d + (c.n - 1) * c.ldd + c.m;
-  std::vector<std::byte> raw(static_cast<size_t>(span) * dtype_size(c.dtype));
-  LF_CUDA_CALL(cudaMemcpyAsync(raw.data(), c.d, raw.size(), cudaMemcpyDeviceToHost, s));
-  LF_CUDA_CALL(cudaStreamSynchronize(s));
-  std::vector<float> out(static_cast<size_t>(c.batch * c.n * c.m));
-  for (int64_t b = 0; b < c.batch; ++b)
-    for (int64_t j = 0; j < c.n; ++j)
-      cpu::load_floats(raw.data(), c.dtype, b * c.stride_d + j * c.ldd, c.m, 1,
-                       out.data() + (b * c.n + j) * c.m);
-  return out;
-}
-
-// Whether a candidate's D equals the reference's up to rounding: both sum in f32 and round once,
-// so they may differ by one unit in the last place of the dtype (a sum near a rounding boundary:
-// at most 2^-7 of the value in bf16, 2^-10 in f16) and by the f32 sums' order (relative to the
-// largest value). A looser bound (1e-3 of the largest) let through a bf16 algorithm that moved
-// a value of fuzz seed 100059's output by 11%.
-bool same_result(const std::vector<float>& got, const std::vector<float>& ref, const LtCall& c) {
-  double r = 1e-5, a = 1e-5;
-  if (c.dtype == DType::bf16) r = 1.0 / 128;
-  else if (c.dtype == DType::f16) r = 1.0 / 512;
-  else if (c.tf32) r = 2e-3, a = 2e-3;
-  double largest = 0;
-  for (float v : ref) largest = std::max(largest, std::abs(static_cast<double>(v)));
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double g = got[i], w = ref[i];
-    if (std::isnan(w) != std::isnan(g)) return false;
-    if (!std::isnan(w) && std::abs(g - w) > r * std::abs(w) + a * largest) return false;
-  }
-  return true;
-}
-
 // Times the heuristic's candidates (`results`, best first by its estimate) and takes the
 // fastest into `p` and the table. `p`'s desc already carries this call's bias pointer.
 void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
@@ -346,10 +309,10 @@ void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
       continue;
     }
     ++rec.timed;
-    std::vector<float> d = read_d(c, s);
+    std::vector<float> d = detail::read_d(c, s);
     if (ref.empty()) {
       ref = std::move(d);
-    } else if (!same_result(d, ref, c)) {
+    } else if (!detail::same_result(d, ref, c)) {
       ++rec.wrong;
       continue;
     }
@@ -359,27 +322,9 @@ void tune(const GemmKey& key, const LtCall& c, GemmPlan* p,
   if (best < 0) return;  // nothing ran: keep the top-1 already in `p`, record nothing
   rec.chosen = best;
   rec.chosen_us = best_us;
-  int32_t splits = 1;
-  uint32_t scheme = 0;
-  size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                           &splits, sizeof(splits), &written) ==
-      CUBLAS_STATUS_SUCCESS)
-    rec.split_k = static_cast<uint32_t>(std::max(1, splits));
-  if (cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo,
-                                           CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                           sizeof(scheme), &written) == CUBLAS_STATUS_SUCCESS)
-    rec.reduction = rec.split_k > 1 ? scheme : 0;
+  detail::describe_algo(results[best].algo, &rec);
   rec.workspace = results[best].workspaceSize;
   rec.top1_workspace = results[0].workspaceSize;
-  int32_t id = -1;
-  uint32_t tile = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo, CUBLASLT_ALGO_CONFIG_ID, &id,
-                                           sizeof(id), &written) == CUBLAS_STATUS_SUCCESS)
-    rec.algo_id = id;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                           sizeof(tile), &written) == CUBLAS_STATUS_SUCCESS)
-    rec.tile = static_cast<int>(tile);
   p->algo = results[best].algo;
   p->workspace = results[best].workspaceSize;
   p->tuned = true;
