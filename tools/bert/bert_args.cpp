@@ -41,7 +41,7 @@ const char* bert_usage() {
                      [--batch N] [--seq N] [--dtype f32|f16|bf16] [--device cpu|cuda]
                      [--ids FILE.npy] [--mask FILE.npy] [--input-seed N] [--out FILE.npy]
                      [--iters N] [--warmup N] [--warmup-ms MS] [--max-warmup-ms MS] [--json PATH] [--quiet]
-                     [--weights-memory owned|wrapped|wrapped-immutable]
+                     [--weights-memory owned|wrapped|wrapped-immutable] [--profile-final]
 
 Runs a BERT encoder (Hugging Face BertModel, last_hidden_state) with livefuse.
   --weights, --config   Hugging Face weights (.safetensors, keys with or without "bert.") and config.json
@@ -55,6 +55,9 @@ Runs a BERT encoder (Hugging Face BertModel, last_hidden_state) with livefuse.
   --iters N             times N steady-state forward passes (each followed by a synchronize),
                         after --warmup passes / --warmup-ms and until latency stops improving
   --json PATH           writes the run's settings and timings as JSON
+  --profile-final       on CUDA, the forward after timing (the fused state) runs between
+                        cuProfilerStart and cuProfilerStop: `ncu --profile-from-start off`
+                        then times that forward's kernels alone (tools/gpu/kernels.sh)
   LIVEFUSE=off runs plain eager; see the livefuse README for the other LIVEFUSE_* variables.
 )";
 }
@@ -128,6 +131,10 @@ BertArgs parse_bert_args(const std::vector<std::string>& argv) {
     }
     if (flag == "--quiet") {
       a.quiet = true;
+      continue;
+    }
+    if (flag == "--profile-final") {
+      a.profile_final = true;
       continue;
     }
     const auto it = with_value.find(flag);

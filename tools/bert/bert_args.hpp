@@ -34,6 +34,7 @@ struct BertArgs {
   // runtime, or the program (wrapped over pointers it holds), declared immutable or not.
   std::string weights_memory = "owned";
   bool quiet = false;
+  bool profile_final = false;  // --profile-final: the forward after timing in a profiler range
   bool help = false;
 };
 
