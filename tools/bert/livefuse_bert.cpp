@@ -1,7 +1,5 @@
 // livefuse-bert: run (and time) a BERT encoder from Hugging Face weights or a random seed.
 // Exit status: 0 done, 2 bad command line, 1 anything else (bad file, bad input, runtime error).
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +13,7 @@
 #include "examples/bert/npy.hpp"
 #include "examples/bert/run.hpp"
 #include "tools/bert/bert_args.hpp"
+#include "tools/profiler_range.hpp"
 
 namespace lfb = livefuse::bert;
 using nlohmann::json;
@@ -23,17 +22,6 @@ namespace {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// cuProfilerStart / cuProfilerStop from the driver every CUDA process has loaded, looked up at
-// run time: the tool links only livefuse. `start` false stops. Silent where there is no driver.
-void profiler_range(bool start) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!lib) return;
-  using Fn = int (*)();
-  if (auto fn = reinterpret_cast<Fn>(dlsym(lib, start ? "cuProfilerStart" : "cuProfilerStop")))
-    (void)fn();
-  dlclose(lib);
 }
 
 // An integer .npy of shape [batch, seq] as i64 values, checked against the expected shape.
@@ -155,9 +143,9 @@ int run(const lfb::BertArgs& args) {
     report["timing"] = timing_json(t);
     // The output after timing comes from the steady (fused) state: compare it with the
     // first, eager one so a fused-vs-eager difference shows up in every benchmark run.
-    if (args.profile_final) profiler_range(true);
+    if (args.profile_final) livefuse::tools::profiler_range(true);
     last = model.forward(ids, mask).to_floats();
-    if (args.profile_final) profiler_range(false);
+    if (args.profile_final) livefuse::tools::profiler_range(false);
     double max_abs = 0;
     for (size_t i = 0; i < last.size(); ++i)
       max_abs = std::max(max_abs, static_cast<double>(std::abs(last[i] - first[i])));

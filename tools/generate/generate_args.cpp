@@ -41,12 +41,14 @@ const char* generate_usage() {
          "                         [--steps N] [--dtype f32|f16|bf16] [--device cpu|cuda]\n"
          "                         [--cache concat|static] [--temperature X --top-k K --top-p P\n"
          "                         --seed S] [--runs N] [--out ids.npy] [--logits logits.npy]\n"
-         "                         [--json timings.json] [--quiet]\n"
+         "                         [--json timings.json] [--quiet] [--profile-final N]\n"
          "Generates N new tokens per prompt row (greedy unless --temperature > 0). --runs repeats\n"
          "the whole generation (so livefuse's plans form); the timings are the last run's.\n"
          "--out: the new tokens [batch, N] (int64); --logits: the logits each token was chosen\n"
          "from, [N, batch, vocab] (float32); --json: prefill time, per-token median / p99,\n"
-         "tokens/s and the calls livefuse's plans served.\n";
+         "tokens/s and the calls livefuse's plans served. --profile-final N: on CUDA, one more\n"
+         "generation of N tokens after them between cuProfilerStart and cuProfilerStop, for\n"
+         "`ncu --profile-from-start off` (tools/gpu/kernels.sh); it changes no timing.\n";
 }
 
 GenerateArgs parse_generate_args(const std::vector<std::string>& argv) {
@@ -102,6 +104,8 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& argv) {
       a.logits = value();
     else if (f == "--json")
       a.json = value();
+    else if (f == "--profile-final")
+      a.profile_final = to_int(f, value(), 1);
     else
       throw UsageError("unknown argument '" + f + "'");
   }

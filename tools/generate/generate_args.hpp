@@ -28,6 +28,8 @@ struct GenerateArgs {
   SampleOptions sample;
   int runs = 1;                   // --runs N: generations; timings are the last one's
   std::string out, logits, json;  // --out ids.npy --logits logits.npy --json timings.json
+  // --profile-final N: after the timed runs, one more generation of N tokens in a profiler range
+  int64_t profile_final = 0;
   bool quiet = false, help = false;
 };
 

@@ -11,6 +11,7 @@
 #include "examples/bert/npy.hpp"
 #include "examples/decoder/generate.hpp"
 #include "tools/generate/generate_args.hpp"
+#include "tools/profiler_range.hpp"
 
 namespace lfd = livefuse::decoder;
 using nlohmann::json;
@@ -100,6 +101,11 @@ int run(const lfd::GenerateArgs& a) {
     runs.push_back({{"prefill_ms", r.prefill_ms},
                     {"step_median_ms", percentile(r.step_ms, 0.5)},
                     {"served_calls", after.served_calls - before.served_calls}});
+  }
+  if (a.profile_final > 0) {
+    livefuse::tools::profiler_range(true);
+    (void)lfd::generate(model, prompt, a.profile_final, kind, a.sample, false);
+    livefuse::tools::profiler_range(false);
   }
   const int64_t B = prompt.dim(0);
   double decode_ms = 0;

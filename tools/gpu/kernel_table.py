@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The per-kernel table of an `ncu --csv --metrics gpu__time_duration.sum` run (kernels.sh):
-each kernel in launch order with its time, then the same kernels grouped by name."""
+each kernel in launch order with its time, then the same kernels grouped by name.
+Usage: kernel_table.py FILE.csv [--last N]   (--last: only the last N kernels, e.g. one decode step)"""
 import csv
 import sys
 from collections import OrderedDict
@@ -11,7 +12,7 @@ def short(name, width=70):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def main(path):
+def main(path, last=0):
     rows = []
     with open(path, newline="") as f:
         lines = [l for l in f if l.startswith('"')]  # ncu's own messages start with ==PROF==
@@ -20,6 +21,8 @@ def main(path):
             continue
         ns = float(r["Metric Value"].replace(",", ""))
         rows.append((r.get("Kernel Name", "?"), r.get("Grid Size", ""), r.get("Block Size", ""), ns / 1e3))
+    if last > 0:
+        rows = rows[-last:]
     if not rows:
         print("no kernels in", path)
         return
@@ -39,4 +42,5 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    last = int(sys.argv[sys.argv.index("--last") + 1]) if "--last" in sys.argv else 0
+    main(sys.argv[1], last)

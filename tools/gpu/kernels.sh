@@ -4,7 +4,10 @@
 # the forward after its timing loop (plans serving, graphs replayed) in a profiler range, so
 # the warm-up is not profiled. Prints the kernels in launch order and their sum; the raw CSV
 # and the table land in $OUT/kernels.tgz.
-# Usage (device tool): bash tools/gpu/kernels.sh   [KERNEL_RUNS="f16:1:128 f16:8:128"]
+# Also a decoder's kernels: one more generation of 2 tokens after its timed runs (prefill
+# included; DECODE_LAST=N shows only the last N kernels).
+# Usage (device tool): bash tools/gpu/kernels.sh   [KERNEL_RUNS="bert:f16:1:128 bert:f16:8:128
+#   gpt2:f16:concat llama-1b:bf16:static" KERNEL_LINES=60 DECODE_LAST=0]
 set -u
 cd "$(dirname "$0")/../.."
 REAL_OUT=${OUT:-$PWD/gpu-out}
@@ -15,14 +18,23 @@ B=.gpu/build
 export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "kernels.sh: no ncu on this machine"; exit 0; }
-for run in ${KERNEL_RUNS-f16:1:128}; do
-  IFS=: read -r dtype batch seq <<< "$run"
-  name="bert_${dtype}_b${batch}_s${seq}"
+for run in ${KERNEL_RUNS-bert:f16:1:128 gpt2:f16:concat}; do
+  IFS=: read -r model dtype a b <<< "$run"
+  name="${model}_${dtype}_${a}_${b:-}"
+  if [ "$model" = bert ]; then
+    cmd=("$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype "$dtype" --batch "$a" --seq "$b"
+         --device cuda --iters 50 --warmup-ms 3000 --quiet --profile-final)
+    last=0
+  else  # a decoder preset (gpt2, llama-1b); a = the cache; the last step's kernels: DECODE_LAST
+    cmd=("$B/tools/generate/livefuse-generate" --random 1 --preset "$model" --dtype "$dtype" --device cuda
+         --cache "$a" --prompt-len 32 --steps 128 --runs 3 --quiet --profile-final 2)
+    last=${DECODE_LAST:-0}
+  fi
   timeout -k 5 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
-    --csv --print-units base "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype "$dtype" \
-    --batch "$batch" --seq "$seq" --device cuda --iters 50 --warmup-ms 3000 --quiet --profile-final \
-    > "$D/$name.csv" 2> "$D/$name.log"
+    --csv --print-units base "${cmd[@]}" > "$D/$name.csv" 2> "$D/$name.log"
   echo "== $name rc=$?"
-  python3 tools/gpu/kernel_table.py "$D/$name.csv" | tee "$D/$name.table" | head -${KERNEL_LINES:-60}
+  python3 tools/gpu/kernel_table.py "$D/$name.csv" > "$D/$name.table"
+  python3 tools/gpu/kernel_table.py "$D/$name.csv" --last "$last" | head -${KERNEL_LINES:-60}
+  sed -n '/^count/,$p' "$D/$name.table" | head -25
 done
 tar -czf "$REAL_OUT/kernels.tgz" -C "$D" . 2>/dev/null
