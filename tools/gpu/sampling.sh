@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# How often the GPT-2 decode layer plan is kept, run THERE after tools/gpu/pack.sh: N processes
+# of livefuse-generate (random GPT-2 small, f16, concat cache, 256 tokens x 4 runs), each
+# printing its median ms/token, its plans by state and the sampling verdict of its largest plans.
+# Usage (device tool): bash tools/gpu/sampling.sh   [SAMPLING_PROCS=5 SAMPLING_CACHE=concat]
+set -u
+cd "$(dirname "$0")/../.."
+B=.gpu/build
+. tools/gpu/env.sh
+export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+for i in $(seq 1 "${SAMPLING_PROCS:-5}"); do
+  LIVEFUSE_REPORT=/tmp/sampling_report.json timeout -k 5 120 "$B/tools/generate/livefuse-generate" --random 1 \
+    --preset gpt2 --dtype f16 --device cuda --cache "${SAMPLING_CACHE:-concat}" --prompt-len 32 --steps 256 \
+    --runs 4 --json /tmp/sampling.json --quiet > /tmp/sampling.log 2>&1
+  echo "process $i rc=$?"
+  python3 - <<'PY'
+import collections, json
+d = json.load(open('/tmp/sampling.json'))
+plans = json.load(open('/tmp/sampling_report.json'))['plans']
+print('  ms/token', round(d.get('step_median_ms', -1), 4), 'served_calls', d.get('served_calls'),
+      'plans by state', dict(collections.Counter(p['state'] for p in plans)))
+for p in sorted(plans, key=lambda p: -len(p['ops']))[:3]:
+    why = [t.get('reason', '') for t in p.get('history', []) if 'sampled' in t.get('reason', '')]
+    print('  plan', p['id'], len(p['ops']), 'ops', p['state'], (why[-1] if why else p.get('last_reason', ''))[:150])
+PY
+done
