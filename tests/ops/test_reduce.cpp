@@ -98,7 +98,8 @@ void check_reduction(Red r, const Tensor& x, int64_t dim, bool keep, Device dev,
 }  // namespace
 
 TEST_CASE("reductions: every dim, keepdim, dtypes, odd shapes") {
-  const std::vector<Shape> shapes = {{1}, {7}, {4097}, {3, 1023}, {5, 7, 9}, {257, 255}};
+  // {2, 50257}: a decoder's logits -- on CUDA, long rows with few outputs take their own kernel.
+  const std::vector<Shape> shapes = {{1}, {7}, {4097}, {3, 1023}, {5, 7, 9}, {257, 255}, {2, 50257}};
   for (Device dev : lftest::devices())
     for (Red r : {Red::sum, Red::mean, Red::max, Red::argmax}) {
       std::vector<DType> dts = float_dtypes();
@@ -144,5 +145,26 @@ TEST_CASE("argmax returns the first of tied maxima") {
       const Tensor y = floats({2, 1, 7, 2, 4, 7}, {2, 3}, t, dev);
       check_equal(lf::argmax(y, 0), {0, 1, 0}, {3}, DType::i64,
                   case_name("argmax", t, dev, "dim 0"));
+    }
+}
+
+TEST_CASE("argmax over long rows: the first of tied maxima, the first NaN") {
+  // Long enough for the CUDA long-row kernel (several rounds of 8 x 1024 loads and a tail);
+  // the ties sit in one thread's round (j, j + 1024), across threads and across rounds.
+  const int64_t n = 50257;
+  for (Device dev : lftest::devices())
+    for (DType t : float_dtypes()) {
+      std::vector<float> v(static_cast<size_t>(3 * n));
+      for (int64_t i = 0; i < 3 * n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101) / 128.0f;
+      auto at = [&](int64_t row, int64_t i) -> float& { return v[static_cast<size_t>(row * n + i)]; };
+      at(0, 41000) = at(0, 7 + 1024) = at(0, 7) = 2.0f;          // row 0: 7
+      at(1, 50256) = at(1, 30001) = 3.0f;                          // row 1: 30001
+      at(1, 9) = 1.5f;
+      at(2, 44444) = std::numeric_limits<float>::quiet_NaN();      // row 2: the first NaN
+      at(2, 48000) = std::numeric_limits<float>::quiet_NaN();
+      at(2, 3) = 4.0f;
+      const Tensor x = floats(v, {3, n}, t, dev);
+      check_equal(lf::argmax(x, 1), {7, 30001, 44444}, {3}, DType::i64,
+                  case_name("argmax", t, dev, "long rows"));
     }
 }
