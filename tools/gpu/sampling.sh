@@ -9,7 +9,7 @@ B=.gpu/build
 . tools/gpu/env.sh
 export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
 for i in $(seq 1 "${SAMPLING_PROCS:-5}"); do
-  LIVEFUSE_REPORT=/tmp/sampling_report.json timeout -k 5 120 "$B/tools/generate/livefuse-generate" --random 1 \
+  LIVEFUSE_REPORT=/tmp/sampling_report.json timeout -s KILL "${SAMPLING_TIMEOUT:-90}" "$B/tools/generate/livefuse-generate" --random 1 \
     --preset gpt2 --dtype f16 --device cuda --cache "${SAMPLING_CACHE:-concat}" --prompt-len 32 --steps 256 \
     --runs 4 --json /tmp/sampling.json --quiet > /tmp/sampling.log 2>&1
   echo "process $i rc=$?"
