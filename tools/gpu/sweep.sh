@@ -4,7 +4,7 @@
 # fusion on with either cache style and off, next to the KV bytes each step reads. Results in
 # $OUT/sweep.tgz; the table is printed.
 # Usage (device tool): bash tools/gpu/sweep.sh   [SWEEP_LENS="128 1024 4096" SWEEP_STEPS=64
-#   SWEEP_PRESET=llama-1b SWEEP_DTYPE=bf16 SWEEP_MODES="on:static on:concat off:static"]
+#   SWEEP_PRESET=llama-1b SWEEP_DTYPE=bf16 SWEEP_MODES="on:static on:concat off:static" SWEEP_TIMEOUT=150]
 set -u
 cd "$(dirname "$0")/../.."
 REAL_OUT=${OUT:-$PWD/gpu-out}
@@ -16,7 +16,7 @@ export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
 for len in ${SWEEP_LENS:-128 1024 4096}; do
   for mode in ${SWEEP_MODES:-on:static on:concat off:static}; do
     name="${len}_${mode/:/_}"
-    LIVEFUSE=${mode%%:*} LIVEFUSE_REPORT="$D/$name.report.json" timeout -k 5 150 "$B/tools/generate/livefuse-generate" \
+    LIVEFUSE=${mode%%:*} LIVEFUSE_REPORT="$D/$name.report.json" timeout -s KILL "${SWEEP_TIMEOUT:-150}" "$B/tools/generate/livefuse-generate" \
       --random 1 --preset "${SWEEP_PRESET:-llama-1b}" --dtype "${SWEEP_DTYPE:-bf16}" --device cuda \
       --cache "${mode##*:}" --prompt-len "$len" --steps "${SWEEP_STEPS:-64}" --runs 3 \
       --json "$D/$name.json" --quiet > "$D/$name.log" 2>&1
