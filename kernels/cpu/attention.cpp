@@ -1,8 +1,9 @@
 // Fused attention on the CPU: out = softmax(q kᵀ * scale + mask) v without writing the scores.
 // Tasks are (batch * head, block of query rows): enough of them for the TBB threads even with
 // few heads, as few as that allows, since a task converts its head's K (transposed) and V to
-// f32. Each query row walks the keys in tiles with an online softmax (a running max and sum;
-// the accumulator is rescaled when the max grows), all in f32.
+// f32 (fewer than kMinRows query rows a head -- decode -- read K and V in place instead). Each
+// query row walks the keys in tiles with an online softmax (a running max and sum; the
+// accumulator is rescaled when the max grows), all in f32.
 //
 // Semantics are eager's (kernels/cpu/norm.cpp run_softmax, then the GEMM): scores are scaled,
 // then the mask added; a row whose scores are all -inf, or that holds a NaN or +inf, is NaN
@@ -123,18 +124,20 @@ void pv_tile(const float* p, const float* v, int64_t dvp, int64_t nj, float alph
   }
 }
 
-// One query row against the head's keys (kt: f32 kᵀ [d, padded(sk)]; v: f32 [sk, padded(dv)];
-// padding zero). Both products run 16 outputs a lane group with the reduction outermost, so the
-// lanes stay in registers (a dot product per key would be a serial reduction).
-void attend_row(const AttentionArgs& a, const float* kt, const float* v, const float* q,
-                const float* mask_row, float* acc, float* s, float* out) {
+// One query row against the head's keys, in tiles of kKeyTile with an online softmax.
+// `scores(j0, nj, s)` writes q · kᵀ for keys [j0, j0 + nj) to s; `pv(p, j0, nj, alpha, acc)`
+// sets acc = acc * alpha + p · v over them. The two ways of reaching K and V (below) share
+// everything else, so their semantics cannot drift apart.
+template <class Scores, class PV>
+void attend_row(const AttentionArgs& a, const float* mask_row, float* acc, float* s, float* out,
+                Scores&& scores, PV&& pv) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   float m = neg_inf, l = 0.0f;
-  const int64_t skp = padded(a.sk), dvp = padded(a.dv);
+  const int64_t dvp = padded(a.dv);
   for (int64_t c = 0; c < dvp; ++c) acc[c] = 0.0f;
   for (int64_t j0 = 0; j0 < a.sk; j0 += kKeyTile) {
     const int64_t nj = std::min(kKeyTile, a.sk - j0);
-    scores_tile(q, kt + j0, skp, a.d, nj, s);
+    scores(j0, nj, s);
     round_to(a.dtype, s, nj);
     float tile_max = neg_inf;
     for (int64_t j = 0; j < nj; ++j) {
@@ -154,7 +157,7 @@ void attend_row(const AttentionArgs& a, const float* kt, const float* v, const f
     l *= alpha;
     for (int64_t j = 0; j < nj; ++j) s[j] = lf_exp2((s[j] - m_new) * kLog2e);
     for (int64_t j = 0; j < nj; ++j) l += s[j];
-    pv_tile(s, v + j0 * dvp, dvp, nj, alpha, acc);
+    pv(s, j0, nj, alpha, acc);
     m = m_new;
   }
   // Eager's softmax gives NaN for a row of all -inf (-inf - -inf), and a NaN or +inf score
@@ -163,6 +166,67 @@ void attend_row(const AttentionArgs& a, const float* kt, const float* v, const f
   const float inv = 1.0f / l;
   for (int64_t c = 0; c < a.dv; ++c)
     out[c] = finite ? acc[c] * inv : std::numeric_limits<float>::quiet_NaN();
+}
+
+// Per head, K transposed and V in f32 (kt: [d, padded(sk)]; v: [sk, padded(dv)]; padding
+// zero), converted once for all the head's query rows. Both products run 16 outputs a lane
+// group with the reduction outermost, so the lanes stay in registers.
+void attend_row_converted(const AttentionArgs& a, const float* kt, const float* v, const float* q,
+                          const float* mask_row, float* acc, float* s, float* out) {
+  const int64_t skp = padded(a.sk), dvp = padded(a.dv);
+  attend_row(
+      a, mask_row, acc, s, out,
+      [&](int64_t j0, int64_t nj, float* sc) { scores_tile(q, kt + j0, skp, a.d, nj, sc); },
+      [&](const float* p, int64_t j0, int64_t nj, float alpha, float* ac) {
+        pv_tile(p, v + j0 * dvp, dvp, nj, alpha, ac);
+      });
+}
+
+// q · k over d, 16 lanes of partial sums.
+float dot(const float* q, const float* k, int64_t d) {
+  float part[kLanes] = {};
+  int64_t c = 0;
+  for (; c + kLanes <= d; c += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) part[l] += q[c + l] * k[c + l];
+  float sum = 0.0f;
+  for (int64_t l = 0; l < kLanes; ++l) sum += part[l];
+  for (; c < d; ++c) sum += q[c] * k[c];
+  return sum;
+}
+
+// A few query rows (decode: one): the keys and values read where they are, one row at a time
+// -- f32 rows with unit stride in place, others converted into a row buffer. Converting and
+// transposing the whole head first cost more than the row's products (a GPT-style decode step
+// spent 9% of its time there, more than eager's matmul + softmax + matmul).
+void attend_row_direct(const AttentionArgs& a, const std::byte* kb, const std::byte* vb,
+                       int64_t b, int64_t h, const float* q, const float* mask_row, float* krow,
+                       float* vrow, float* acc, float* s, float* out) {
+  const bool k_in_place = a.dtype == DType::f32 && a.k_st[3] == 1;
+  const bool v_in_place = a.dtype == DType::f32 && a.v_st[3] == 1;
+  const int64_t k0 = b * a.k_st[0] + h * a.k_st[1], v0 = b * a.v_st[0] + h * a.v_st[1];
+  auto key = [&](int64_t j) -> const float* {
+    if (k_in_place) return reinterpret_cast<const float*>(kb) + k0 + j * a.k_st[2];
+    load_strided(kb, a.dtype, k0 + j * a.k_st[2], a.d, a.k_st[3], krow);
+    return krow;
+  };
+  auto value = [&](int64_t j) -> const float* {
+    if (v_in_place) return reinterpret_cast<const float*>(vb) + v0 + j * a.v_st[2];
+    load_strided(vb, a.dtype, v0 + j * a.v_st[2], a.dv, a.v_st[3], vrow);
+    return vrow;
+  };
+  attend_row(
+      a, mask_row, acc, s, out,
+      [&](int64_t j0, int64_t nj, float* sc) {
+        for (int64_t j = 0; j < nj; ++j) sc[j] = dot(q, key(j0 + j), a.d);
+      },
+      [&](const float* p, int64_t j0, int64_t nj, float alpha, float* ac) {
+        for (int64_t c = 0; c < a.dv; ++c) ac[c] *= alpha;
+        for (int64_t j = 0; j < nj; ++j) {
+          const float pj = p[j];
+          const float* vr = value(j0 + j);
+          for (int64_t c = 0; c < a.dv; ++c) ac[c] += pj * vr[c];
+        }
+      });
 }
 
 }  // namespace
@@ -183,12 +247,19 @@ void run_attention(const AttentionArgs& a) {
   const int64_t blocks = (a.sq + row_block - 1) / row_block;
   const int64_t tasks = a.batch * a.heads * blocks;
   const int64_t work = a.batch * a.heads * a.sq * std::max<int64_t>(1, a.sk) * (a.d + a.dv);
+  // Fewer query rows a head than kMinRows: converting the head's K and V would cost more than
+  // the rows' products (attend_row_direct).
+  const bool direct = a.sq < kMinRows;
   parallel_range(tasks, work, [&](int64_t begin, int64_t end) {
     thread_local Scratch t;
-    t.k.resize(static_cast<size_t>(a.d));
+    t.k.resize(static_cast<size_t>(std::max(a.d, a.dv)));
     const int64_t skp = padded(a.sk), dvp = padded(a.dv);
-    t.kt.assign(static_cast<size_t>(skp * a.d), 0.0f);  // padding stays 0
-    t.v.assign(static_cast<size_t>(a.sk * dvp), 0.0f);
+    if (!direct) {
+      t.kt.assign(static_cast<size_t>(skp * a.d), 0.0f);  // padding stays 0
+      t.v.assign(static_cast<size_t>(a.sk * dvp), 0.0f);
+    } else {
+      t.v.resize(static_cast<size_t>(dvp));  // one value row
+    }
     t.q.resize(static_cast<size_t>(a.d));
     t.acc.resize(static_cast<size_t>(dvp) * 2);
     t.s.resize(static_cast<size_t>(kKeyTile));
@@ -197,7 +268,7 @@ void run_attention(const AttentionArgs& a) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / blocks, blk = task % blocks;
       const int64_t b = bh / a.heads, h = bh % a.heads;
-      if (bh != loaded) {
+      if (!direct && bh != loaded) {
         for (int64_t j = 0; j < a.sk; ++j) {
           load_strided(kb, a.dtype, b * a.k_st[0] + h * a.k_st[1] + j * a.k_st[2], a.d, a.k_st[3],
                        t.k.data());
@@ -227,7 +298,12 @@ void run_attention(const AttentionArgs& a) {
                        a.sk, a.mask_st[3], t.m.data());
           mask_row = t.m.data();
         }
-        attend_row(a, t.kt.data(), t.v.data(), t.q.data(), mask_row, t.acc.data(), t.s.data(), out);
+        if (direct)
+          attend_row_direct(a, kb, vb, b, h, t.q.data(), mask_row, t.k.data(), t.v.data(),
+                            t.acc.data(), t.s.data(), out);
+        else
+          attend_row_converted(a, t.kt.data(), t.v.data(), t.q.data(), mask_row, t.acc.data(),
+                               t.s.data(), out);
         store_strided(ob, a.dtype, o_off, a.dv, a.out_st[3], out);
       }
     }

@@ -224,6 +224,9 @@ inline std::vector<AttentionShape> attention_numeric_cases() {
   out.push_back({1, 2, 7, 520, 16, DType::f16, MaskForm::none, true, false, false});
   out.push_back({2, 3, 5, 600, 16, DType::bf16, MaskForm::per_key, false, true, false});
   out.push_back({2, 3, 1, 300, 64, DType::f32, MaskForm::per_key, false, true, false});
+  // Three query rows, a head dim that is no multiple of 16, f16: the CPU kernel's in-place
+  // path (fewer than 4 rows a head) converting each key row.
+  out.push_back({2, 3, 3, 70, 40, DType::f16, MaskForm::per_key, true, true, false});
   for (DType dt : {DType::f32, DType::f16}) {
     AttentionShape enc{2, 3, 13, 29, 32, dt, MaskForm::per_key, true, true, false};
     enc.reshape_copy = true;

@@ -190,3 +190,28 @@ TEST_CASE(
   CHECK(std::isfinite(w[1 * row]));
   CHECK(std::isfinite(w[2 * row]));
 }
+
+TEST_CASE("attention: with fewer than four query rows (read in place) -inf and NaN rows are eager's") {
+  // The CPU kernel reads K and V in place below four query rows a head: the same semantics.
+  AttentionShape s{1, 2, 2, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+  const AttentionSegment a = attention_segment(s);
+  const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
+  REQUIRE(attention_step_of(p) != nullptr);
+  std::vector<Tensor> xs = random_externals(a.seg, 23);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
+  for (int64_t j = 0; j < 66; ++j) m[j] = -inf;  // row 0: finite from key 66 (the second tile)
+  m[s.sk + 5] = std::numeric_limits<float>::quiet_NaN();  // row 1: NaN
+  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
+  const std::vector<Tensor> want = eager_values(a.seg, xs);
+  const std::vector<Tensor> got = poisoned_values(p, xs);
+  run_plan(p, got);
+  const int v = a.seg.value_id(a.seg.outputs[0]);
+  const auto g = got[v].to_doubles(), w = want[v].to_doubles();
+  size_t bad = 0;
+  CHECK_MESSAGE(lftest::allclose(g, w, 2e-5, 2e-5, &bad),
+                "at " << bad << ": got " << g[bad] << " want " << w[bad]);
+  const int64_t row = s.h * s.d;
+  CHECK(std::isfinite(w[0]));
+  CHECK(std::isnan(w[1 * row]));
+}
