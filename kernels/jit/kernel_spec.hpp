@@ -49,6 +49,7 @@ struct Instr {
   int32_t io = -1;                    // Load: input index; Store: output index
 
   bool has_value() const { return kind != InstrKind::Store; }
+  bool operator==(const Instr&) const = default;
   bool is_reduction() const { return kind == InstrKind::ReduceSum || kind == InstrKind::ReduceMax; }
 };
 
