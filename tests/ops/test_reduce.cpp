@@ -99,7 +99,8 @@ void check_reduction(Red r, const Tensor& x, int64_t dim, bool keep, Device dev,
 
 TEST_CASE("reductions: every dim, keepdim, dtypes, odd shapes") {
   // {2, 50257}: a decoder's logits -- on CUDA, long rows with few outputs take their own kernel.
-  const std::vector<Shape> shapes = {{1}, {7}, {4097}, {3, 1023}, {5, 7, 9}, {257, 255}, {2, 50257}};
+  const std::vector<Shape> shapes = {{1},       {7},        {4097},    {3, 1023},
+                                     {5, 7, 9}, {257, 255}, {2, 50257}};
   for (Device dev : lftest::devices())
     for (Red r : {Red::sum, Red::mean, Red::max, Red::argmax}) {
       std::vector<DType> dts = float_dtypes();
@@ -155,8 +156,11 @@ TEST_CASE("argmax over long rows: the first of tied maxima, the first NaN") {
   for (Device dev : lftest::devices())
     for (DType t : float_dtypes()) {
       std::vector<float> v(static_cast<size_t>(3 * n));
-      for (int64_t i = 0; i < 3 * n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101) / 128.0f;
-      auto at = [&](int64_t row, int64_t i) -> float& { return v[static_cast<size_t>(row * n + i)]; };
+      for (int64_t i = 0; i < 3 * n; ++i)
+        v[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101) / 128.0f;
+      auto at = [&](int64_t row, int64_t i) -> float& {
+        return v[static_cast<size_t>(row * n + i)];
+      };
       at(0, 41000) = at(0, 7 + 1024) = at(0, 7) = 2.0f;          // row 0: 7
       at(1, 50256) = at(1, 30001) = 3.0f;                          // row 1: 30001
       at(1, 9) = 1.5f;

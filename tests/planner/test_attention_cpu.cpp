@@ -157,23 +157,18 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "attention: rows of all -inf and NaN scores give eager's NaN rows; partly masked rows stay "
-    "finite") {
-  AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+namespace {
+// The plan's attention output and eager's for shape `s` (a per-batch f32 mask, the segment's
+// last external) whose rows `fill_mask` sets; they must agree, NaN rows included.
+std::vector<double> masked_rows_eager_checked(const AttentionShape& s, uint64_t seed,
+                                              void (*fill_mask)(const AttentionShape&,
+                                                                std::vector<float>&)) {
   const AttentionSegment a = attention_segment(s);
   const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
   REQUIRE(attention_step_of(p) != nullptr);
-  std::vector<Tensor> xs = random_externals(a.seg, 21);
-  // The mask is the last external: row 0 all -inf, row 1 -inf but for its last key, row 2 -inf
-  // for its first 66 keys (past the first key tile: the later tile's scores must not be lost),
-  // row 3 a NaN.
-  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<Tensor> xs = random_externals(a.seg, seed);
   std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
-  for (int64_t j = 0; j < s.sk; ++j) m[j] = -inf;
-  for (int64_t j = 0; j + 1 < s.sk; ++j) m[s.sk + j] = -inf;
-  for (int64_t j = 0; j < 66; ++j) m[2 * s.sk + j] = -inf;
-  m[3 * s.sk + 2] = std::numeric_limits<float>::quiet_NaN();
+  fill_mask(s, m);
   xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
   const std::vector<Tensor> want = eager_values(a.seg, xs);
   const std::vector<Tensor> got = poisoned_values(p, xs);
@@ -183,6 +178,24 @@ TEST_CASE(
   size_t bad = 0;
   CHECK_MESSAGE(lftest::allclose(g, w, 2e-5, 2e-5, &bad),
                 "at " << bad << ": got " << g[bad] << " want " << w[bad]);
+  return w;
+}
+constexpr float kInf = std::numeric_limits<float>::infinity();
+}  // namespace
+
+TEST_CASE(
+    "attention: rows of all -inf and NaN scores give eager's NaN rows; partly masked rows stay "
+    "finite") {
+  // Row 0 all -inf, row 1 -inf but for its last key, row 2 -inf for its first 66 keys (past the
+  // first key tile: the later tile's scores must not be lost), row 3 a NaN.
+  const AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+  const std::vector<double> w =
+      masked_rows_eager_checked(s, 21, [](const AttentionShape& s, std::vector<float>& m) {
+        for (int64_t j = 0; j < s.sk; ++j) m[j] = -kInf;
+        for (int64_t j = 0; j + 1 < s.sk; ++j) m[s.sk + j] = -kInf;
+        for (int64_t j = 0; j < 66; ++j) m[2 * s.sk + j] = -kInf;
+        m[3 * s.sk + 2] = std::numeric_limits<float>::quiet_NaN();
+      });
   // Output [b, sq, h*d]: row 0 and row 3 are NaN in eager; row 1 and 2 are numbers.
   const int64_t row = s.h * s.d;
   CHECK(std::isnan(w[0]));
@@ -191,26 +204,16 @@ TEST_CASE(
   CHECK(std::isfinite(w[2 * row]));
 }
 
-TEST_CASE("attention: with fewer than four query rows (read in place) -inf and NaN rows are eager's") {
+TEST_CASE(
+    "attention: with fewer than four query rows (read in place) -inf and NaN rows are eager's") {
   // The CPU kernel reads K and V in place below four query rows a head: the same semantics.
-  AttentionShape s{1, 2, 2, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
-  const AttentionSegment a = attention_segment(s);
-  const PlannedSegment p = plan_segment(a.seg, default_planner_options(Device::cpu()));
-  REQUIRE(attention_step_of(p) != nullptr);
-  std::vector<Tensor> xs = random_externals(a.seg, 23);
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
-  for (int64_t j = 0; j < 66; ++j) m[j] = -inf;  // row 0: finite from key 66 (the second tile)
-  m[s.sk + 5] = std::numeric_limits<float>::quiet_NaN();  // row 1: NaN
-  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
-  const std::vector<Tensor> want = eager_values(a.seg, xs);
-  const std::vector<Tensor> got = poisoned_values(p, xs);
-  run_plan(p, got);
-  const int v = a.seg.value_id(a.seg.outputs[0]);
-  const auto g = got[v].to_doubles(), w = want[v].to_doubles();
-  size_t bad = 0;
-  CHECK_MESSAGE(lftest::allclose(g, w, 2e-5, 2e-5, &bad),
-                "at " << bad << ": got " << g[bad] << " want " << w[bad]);
+  // Row 0 finite from key 66 (the second tile), row 1 a NaN.
+  const AttentionShape s{1, 2, 2, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+  const std::vector<double> w =
+      masked_rows_eager_checked(s, 23, [](const AttentionShape& s, std::vector<float>& m) {
+        for (int64_t j = 0; j < 66; ++j) m[j] = -kInf;
+        m[s.sk + 5] = std::numeric_limits<float>::quiet_NaN();
+      });
   const int64_t row = s.h * s.d;
   CHECK(std::isfinite(w[0]));
   CHECK(std::isnan(w[1 * row]));

@@ -227,7 +227,8 @@ TEST_CASE("matcher: a CPU sample leaves out the monitor's reports, which a flush
   SlowSink slow;
   lf::TraceSink* prev = lf::trace_sink();
   lf::set_trace_sink(&slow);
-  for (int i = 0; i < 60 && plan->state == lf::PlanState::sampling; ++i) (void)block(x, w).to_doubles();
+  for (int i = 0; i < 60 && plan->state == lf::PlanState::sampling; ++i)
+    (void)block(x, w).to_doubles();
   lf::set_trace_sink(prev);
   INFO(plan->last_reason);
   REQUIRE(plan->sampled_plan_us.size() >= 5);
