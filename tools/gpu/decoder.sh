@@ -4,14 +4,7 @@
 # random-weight GPT-2 small and a Llama-3.2-1B-shaped model). Results in $OUT/decoder.tgz.
 # Usage (device tool): bash tools/gpu/decoder.sh   [GPT_MODELS=gpt2,llama GPT_STEPS=64 GPT_BUDGET_S=420
 #   GPT_ARGS="--skip ..." DECODER_TESTS="test_decoder"]
-set -u
-cd "$(dirname "$0")/../.."
-REAL_OUT=${OUT:-$PWD/gpu-out}
-D=/tmp/lf-decoder-out
-rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
-B=.gpu/build
-. tools/gpu/env.sh
-export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache PYTHONUNBUFFERED=1
+. "$(dirname "$0")/prelude.sh" lf-decoder-out
 pack_out() { tar -czf "$REAL_OUT/decoder.tgz" -C "$D" . 2>/dev/null; }
 for t in ${DECODER_TESTS-test_decoder test_ops}; do
   timeout -k 5 150 "$B/tests/$t" > "$D/$t.log" 2>&1

@@ -8,14 +8,7 @@
 # included; DECODE_LAST=N shows only the last N kernels).
 # Usage (device tool): bash tools/gpu/kernels.sh   [KERNEL_RUNS="bert:f16:1:128 bert:f16:8:128
 #   gpt2:f16:concat llama-1b:bf16:static" KERNEL_LINES=60 DECODE_LAST=0]
-set -u
-cd "$(dirname "$0")/../.."
-REAL_OUT=${OUT:-$PWD/gpu-out}
-D=/tmp/lf-kernels-out
-rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
-B=.gpu/build
-. tools/gpu/env.sh
-export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+. "$(dirname "$0")/prelude.sh" lf-kernels-out
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "kernels.sh: no ncu on this machine"; exit 0; }
 for run in ${KERNEL_RUNS-bert:f16:1:128 gpt2:f16:concat}; do

@@ -6,14 +6,7 @@
 # Usage (device tool): bash tools/gpu/profile.sh   [PROFILE_RUNS="gpt2:static gpt2:concat bert"
 #   PROFILE=0 (plain runs: the report shows each plan's state and hits as they are without the
 #   per-step events, which slow the sampled plan runs down) STEPS=64]
-set -u
-cd "$(dirname "$0")/../.."
-REAL_OUT=${OUT:-$PWD/gpu-out}
-D=/tmp/lf-profile-out
-rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
-B=.gpu/build
-. tools/gpu/env.sh
-export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+. "$(dirname "$0")/prelude.sh" lf-profile-out
 for run in ${PROFILE_RUNS-gpt2:static gpt2:concat bert}; do
   name=$(echo "$run" | tr ':' '_')
   case "$run" in

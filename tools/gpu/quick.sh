@@ -5,14 +5,8 @@
 # BERT comparison against PyTorch for one dtype and batch. Results in $OUT/quick.tgz.
 # Usage (device tool): bash tools/gpu/quick.sh   [SUITES="test_planner test_replacement"
 #   RUNS=20 BERT_DTYPE=f16 BERT_BATCH=1 BERT_SEQ=128 COMPARE=1 SWITCHES=1 BENCH_ATTN=1 BENCH_GEMM_TUNE=1]
-set -u
-cd "$(dirname "$0")/../.."
-REAL_OUT=${OUT:-$PWD/gpu-out}
-D=/tmp/lf-quick-out
-rm -rf "$D"; mkdir -p "$D/bench" "$REAL_OUT"
-B=.gpu/build
-. tools/gpu/env.sh
-export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache PYTHONUNBUFFERED=1
+. "$(dirname "$0")/prelude.sh" lf-quick-out
+mkdir -p "$D/bench"
 START=$(date +%s)
 pack_out() { tar -czf "$REAL_OUT/quick.tgz" -C "$D" . 2>/dev/null; }
 

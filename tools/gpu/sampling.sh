@@ -3,11 +3,7 @@
 # of livefuse-generate (random GPT-2 small, f16, concat cache, 256 tokens x 4 runs), each
 # printing its median ms/token, its plans by state and the sampling verdict of its largest plans.
 # Usage (device tool): bash tools/gpu/sampling.sh   [SAMPLING_PROCS=5 SAMPLING_CACHE=concat]
-set -u
-cd "$(dirname "$0")/../.."
-B=.gpu/build
-. tools/gpu/env.sh
-export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+. "$(dirname "$0")/prelude.sh"
 for i in $(seq 1 "${SAMPLING_PROCS:-5}"); do
   LIVEFUSE_REPORT=/tmp/sampling_report.json timeout -s KILL "${SAMPLING_TIMEOUT:-90}" "$B/tools/generate/livefuse-generate" --random 1 \
     --preset gpt2 --dtype f16 --device cuda --cache "${SAMPLING_CACHE:-concat}" --prompt-len 32 --steps 256 \

@@ -5,14 +5,7 @@
 # $OUT/sweep.tgz; the table is printed.
 # Usage (device tool): bash tools/gpu/sweep.sh   [SWEEP_LENS="128 1024 4096" SWEEP_STEPS=64
 #   SWEEP_PRESET=llama-1b SWEEP_DTYPE=bf16 SWEEP_MODES="on:static on:concat off:static" SWEEP_TIMEOUT=150]
-set -u
-cd "$(dirname "$0")/../.."
-REAL_OUT=${OUT:-$PWD/gpu-out}
-D=/tmp/lf-sweep-out
-rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
-B=.gpu/build
-. tools/gpu/env.sh
-export LIVEFUSE_CACHE_DIR=/tmp/lf-kcache
+. "$(dirname "$0")/prelude.sh" lf-sweep-out
 for len in ${SWEEP_LENS:-128 1024 4096}; do
   for mode in ${SWEEP_MODES:-on:static on:concat off:static}; do
     name="${len}_${mode/:/_}"
