@@ -96,6 +96,14 @@ std::vector<int64_t> pick_tokens(const Tensor& logits, const SampleOptions& o,
   return out;
 }
 
+uint64_t served_calls() {
+  for (const CounterGroup& g : counters())
+    if (g.name == "matcher")
+      for (const auto& [k, v] : g.values)
+        if (k == "served") return v;
+  return 0;
+}
+
 PlanUse plan_use() {
   PlanUse u;
   const Snapshot snap = inspect();
@@ -127,7 +135,7 @@ GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t
       r.tokens[static_cast<size_t>(b)].push_back(t[static_cast<size_t>(b)]);
     return t;
   };
-  const uint64_t served_before = plan_use().served_calls;
+  const uint64_t served_before = served_calls();
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> next = take(model.forward(prompt.to(model.device()), cache));
   r.prefill_ms = ms_since(t0);
@@ -137,7 +145,7 @@ GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t
     next = take(model.forward(ids, cache));
     r.step_ms.push_back(ms_since(t0));
     if (r.first_served_step < 0 && (s % kServedProbeEvery == 0 || s + 1 == steps) &&
-        plan_use().served_calls > served_before)
+        served_calls() > served_before)
       r.first_served_step = s - 1;
   }
   return r;

@@ -51,6 +51,8 @@ struct PlanUse {
   int active_plans = 0;
 };
 PlanUse plan_use();
+// The served calls alone, from livefuse::counters(): cheap enough to poll during a run.
+uint64_t served_calls();
 
 // The host-side sampler on one row of probabilities' logits (exposed for tests).
 int64_t sample_row(const float* logits, int64_t vocab, const SampleOptions& o, uint64_t& state);

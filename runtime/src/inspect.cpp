@@ -132,6 +132,32 @@ std::optional<uint64_t> Snapshot::counter(std::string_view group, std::string_vi
   return std::nullopt;
 }
 
+namespace {
+
+// The runtime's own groups: the matcher's, and the memory of each device.
+std::vector<CounterGroup> runtime_counters() {
+  std::vector<CounterGroup> out;
+  out.push_back(matcher_group());
+  out.push_back(memory_group(Device::cpu()));
+  if (cuda_available()) {
+    // At exit the CUDA runtime may already be unloading: its figures are then left out
+    // rather than costing the final report.
+    try {
+      out.push_back(memory_group(Device::cuda(0)));
+    } catch (const std::exception&) {
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<CounterGroup> counters() {
+  std::vector<CounterGroup> out = runtime_counters();
+  inspect_detail::collect_counters(out);
+  return out;
+}
+
 Snapshot inspect() {
   trace::Scope scope("inspect", "snapshot");
   Snapshot s;
@@ -163,16 +189,7 @@ Snapshot inspect() {
   }
   inspect_detail::prune_histories(live);
 
-  s.counters.push_back(matcher_group());
-  s.counters.push_back(memory_group(Device::cpu()));
-  if (cuda_available()) {
-    // At exit the CUDA runtime may already be unloading: its figures are then left out
-    // rather than costing the final report.
-    try {
-      s.counters.push_back(memory_group(Device::cuda(0)));
-    } catch (const std::exception&) {
-    }
-  }
+  s.counters = runtime_counters();
   s.counters.push_back(plans_group(s.plans));
   inspect_detail::copy_decisions(s.decisions, &s.decisions_dropped);
   // Providers run before the "inspect" group is made, so it counts their failures of now.

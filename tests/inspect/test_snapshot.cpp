@@ -215,6 +215,35 @@ TEST_CASE("inspect: counter providers plug in, are replaced, fail safely and unr
   CHECK(*s.counter("inspect", "provider_errors") == errors0 + 1);
 }
 
+TEST_CASE("inspect: counters() gives the snapshot's counter groups without the plans") {
+  lf::register_counter_source("test_component", [](lf::CounterSink& s) { s.add("events", 7); });
+  TableGuard g;
+  lf::PlanTable::get().publish(make_plan(610));
+  const std::vector<lf::CounterGroup> c = lf::counters();
+  const lf::Snapshot s = lf::inspect();
+  lf::unregister_counter_source("test_component");
+  auto names = [](const std::vector<lf::CounterGroup>& gs) {
+    std::vector<std::string> n;
+    for (const auto& grp : gs) n.push_back(grp.name);
+    return n;
+  };
+  // Every group of the snapshot but the two that summarise its plans and decisions, in order.
+  std::vector<std::string> want;
+  for (const std::string& n : names(s.counters))
+    if (n != "plans" && n != "inspect") want.push_back(n);
+  CHECK(names(c) == want);
+  REQUIRE(!c.empty());
+  CHECK(c[0].name == "matcher");
+  bool found = false;
+  for (const auto& grp : c)
+    if (grp.name == "test_component") {
+      found = true;
+      REQUIRE(grp.values.size() == 1);
+      CHECK(grp.values[0].second == 7u);
+    }
+  CHECK(found);
+}
+
 TEST_CASE("inspect: plan providers list candidates; a published plan with the same id wins") {
   TableGuard g;
   lf::PlanTable::get().publish(make_plan(600));

@@ -155,6 +155,11 @@ struct Snapshot {
 // each plan's sample lock, the registry's) and never blocks op calls for long.
 Snapshot inspect();
 
+// The counter groups alone, as in inspect() but for "plans" and "inspect" (which summarise the
+// plans and the decisions): a few microseconds, where inspect() describes every plan -- for a
+// program that polls, e.g. how many calls plans served so far ("matcher", "served").
+std::vector<CounterGroup> counters();
+
 // The report: JSON text (indent < 0: one line) and back. snapshot_from_json throws
 // livefuse::Error naming what is wrong: not JSON (e.g. a partial file), a newer schema
 // version, a missing or mistyped field.
