@@ -1,6 +1,9 @@
 // Tensor handles, views and creation.
 #include "livefuse/tensor.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <atomic>
 #include <cstring>
 
@@ -328,7 +331,13 @@ Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType
   LF_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "from_host", v.size(),
            " values given for shape ", shape.str(), " (", shape.numel(), " expected)");
   std::vector<unsigned char> raw(v.size() * dtype_size(dtype));
-  store_values(v.data(), static_cast<int64_t>(v.size()), dtype, raw.data());
+  // In chunks over the TBB threads: a model's random weights are billions of values.
+  const size_t es = dtype_size(dtype);
+  tbb::parallel_for(tbb::blocked_range<size_t>(0, v.size(), size_t{1} << 16),
+                    [&](const tbb::blocked_range<size_t>& r) {
+                      store_values(v.data() + r.begin(), static_cast<int64_t>(r.size()), dtype,
+                                   raw.data() + r.begin() * es);
+                    });
   return from_host(raw.data(), shape, dtype, device);
 }
 

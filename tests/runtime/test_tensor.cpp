@@ -1,5 +1,6 @@
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "livefuse/dlpack.hpp"
@@ -44,6 +45,20 @@ TEST_CASE("f16 and bf16 conversions round to nearest even and keep specials") {
   CHECK(bb[0] == 3.140625f);
   CHECK(std::isnan(bb[1]));
   CHECK(bb[2] == 1.0f);
+}
+
+TEST_CASE("random tensors: each value is a function of its index, however the work is split") {
+  // Values are made in parallel chunks (of 65536): a tensor's prefix is a shorter tensor of the
+  // same seed, to the bit, across chunk boundaries and for both distributions and dtypes.
+  const lf::Device cpu = lf::Device::cpu();
+  for (lf::DType t : {lf::DType::f32, lf::DType::bf16}) {
+    const std::vector<float> u = lf::rand_uniform({200003}, 9, -1, 1, t, cpu).to_floats();
+    const std::vector<float> v = lf::rand_uniform({131073}, 9, -1, 1, t, cpu).to_floats();
+    CHECK(std::equal(v.begin(), v.end(), u.begin()));
+    const std::vector<float> n = lf::rand_normal({140000}, 5, 0, 1, t, cpu).to_floats();
+    const std::vector<float> m = lf::rand_normal({65537}, 5, 0, 1, t, cpu).to_floats();
+    CHECK(std::equal(m.begin(), m.end(), n.begin()));
+  }
 }
 
 TEST_CASE("random tensors are seeded, device independent and not constant") {
