@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/tensor.hpp"
 #include "runtime/host_values.hpp"
@@ -23,9 +24,11 @@ inline uint64_t splitmix64(uint64_t x) {
 inline double unit(uint64_t seed, uint64_t i) {  // in [0, 1)
   return static_cast<double>(splitmix64(seed * 0x2545f4914f6cdd1dull + i) >> 11) * 0x1.0p-53;
 }
-// v[k] = f(k) for every k, in chunks over the TBB threads.
+// v[k] = f(k) for every k, in chunks over the TBB threads (as many as LIVEFUSE_CPU_THREADS
+// allows: config() is read first, which sets that limit).
 template <class F>
 void fill_by_index(std::vector<double>& v, F&& f) {
+  (void)config();
   tbb::parallel_for(tbb::blocked_range<size_t>(0, v.size(), size_t{1} << 16),
                     [&](const tbb::blocked_range<size_t>& r) {
                       for (size_t k = r.begin(); k < r.end(); ++k) v[k] = f(k);

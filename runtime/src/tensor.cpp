@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/device/lf_math.cuh"
+#include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/ops.hpp"
 #include "livefuse/stream.hpp"
@@ -332,6 +333,8 @@ Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType
            " values given for shape ", shape.str(), " (", shape.numel(), " expected)");
   std::vector<unsigned char> raw(v.size() * dtype_size(dtype));
   // In chunks over the TBB threads: a model's random weights are billions of values.
+  // config() first: it sets the threads' limit (LIVEFUSE_CPU_THREADS).
+  (void)config();
   const size_t es = dtype_size(dtype);
   tbb::parallel_for(tbb::blocked_range<size_t>(0, v.size(), size_t{1} << 16),
                     [&](const tbb::blocked_range<size_t>& r) {
