@@ -35,9 +35,18 @@ struct Model {
 
 uint64_t matcher(const char* name) { return lf::inspect().counter("matcher", name).value_or(0); }
 
+// Host memory the runtime holds, in use or cached for reuse.
+int64_t held_bytes(lf::Device d) {
+  const lf::Snapshot s = lf::inspect();
+  const std::string g = "memory." + d.str();
+  return static_cast<int64_t>(s.counter(g, "bytes_in_use").value_or(0) +
+                              s.counter(g, "bytes_cached").value_or(0));
+}
+
 struct Run {
   std::vector<std::vector<double>> outputs;  // every 20th step
   uint64_t served_late = 0, calls_late = 0;  // the last 60 steps of the loop
+  int64_t held_growth = 0;                   // held_bytes over the last 60 steps
 };
 
 // `sequences` sequences of kSteps / sequences steps, each from an empty cache: the first step
@@ -54,12 +63,14 @@ Run decode(lf::Device d, int sequences = 1) {
       lf::monitor::Monitor::instance().drain();
       lf::planner::wait_service_idle();
       served0 = matcher("served"), calls0 = matcher("calls");
+      r.held_growth = -held_bytes(d);
     }
     x = m.step(x, cache);
     if (s % 20 == 19) r.outputs.push_back(x.to_doubles());
   }
   r.served_late = matcher("served") - served0;
   r.calls_late = matcher("calls") - calls0;
+  r.held_growth += held_bytes(d);
   return r;
 }
 }  // namespace
@@ -97,6 +108,10 @@ TEST_CASE("shape family: one plan serves a concat-cache decode loop at 240 lengt
         shown = shown || v.find("last 239:") != std::string::npos;  // n: the cache before the step
       }
   CHECK(shown);
+  // Bounded memory: over the last 60 lengths the runtime holds no more than eager does (the
+  // cache's growth) plus a fixed slack -- nothing is kept per length.
+  MESSAGE("held bytes grew by ", got.held_growth, " fused, ", want.held_growth, " eager");
+  CHECK(got.held_growth <= want.held_growth + (int64_t{16} << 10));
   lftest::reset_pipeline();
   lf::set_config_for_testing(saved);
 }
