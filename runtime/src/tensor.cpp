@@ -5,6 +5,7 @@
 #include <tbb/parallel_for.h>
 
 #include <atomic>
+#include <functional>
 #include <cstring>
 
 #include "kernels/device/lf_math.cuh"
@@ -331,17 +332,32 @@ Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType
                          Device device) {
   LF_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "from_host", v.size(),
            " values given for shape ", shape.str(), " (", shape.numel(), " expected)");
-  std::vector<unsigned char> raw(v.size() * dtype_size(dtype));
-  // In chunks over the TBB threads: a model's random weights are billions of values.
-  // config() first: it sets the threads' limit (LIVEFUSE_CPU_THREADS).
+  return from_index_fn(shape, dtype, device,
+                       [&](int64_t k) { return v[static_cast<size_t>(k)]; });
+}
+
+Tensor from_index_fn(const Shape& shape, DType dtype, Device device,
+                     const std::function<double(int64_t)>& value) {
+  // Written where the tensor lives on the CPU, else staged on the host; in chunks over the TBB
+  // threads (a model's random weights are billions of values), each chunk through a buffer of
+  // doubles of its own. config() first: it sets the threads' limit (LIVEFUSE_CPU_THREADS).
   (void)config();
+  const int64_t n = shape.numel();
   const size_t es = dtype_size(dtype);
-  tbb::parallel_for(tbb::blocked_range<size_t>(0, v.size(), size_t{1} << 16),
-                    [&](const tbb::blocked_range<size_t>& r) {
-                      store_values(v.data() + r.begin(), static_cast<int64_t>(r.size()), dtype,
-                                   raw.data() + r.begin() * es);
+  Tensor t = device.is_cpu() ? empty(shape, dtype, device) : Tensor();
+  std::vector<unsigned char> staged(device.is_cpu() ? 0 : static_cast<size_t>(n) * es);
+  unsigned char* out =
+      device.is_cpu() ? static_cast<unsigned char*>(t.impl()->data()) : staged.data();
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kChunk),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      std::vector<double> buf(static_cast<size_t>(r.size()));
+                      for (int64_t k = r.begin(); k < r.end(); ++k)
+                        buf[static_cast<size_t>(k - r.begin())] = value(k);
+                      store_values(buf.data(), static_cast<int64_t>(r.size()), dtype,
+                                   out + static_cast<size_t>(r.begin()) * es);
                     });
-  return from_host(raw.data(), shape, dtype, device);
+  return device.is_cpu() ? t : from_host(staged.data(), shape, dtype, device);
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
