@@ -18,7 +18,8 @@ namespace livefuse::matcher::detail {
 
 // Completions of a new plan run alternately eagerly and through the plan, timed, before the
 // plan is kept (active) or rejected: config().sample pairs (LIVEFUSE_SAMPLE, default 5: enough
-// for a median that ignores the first, cold run, short enough that a slower plan costs little).
+// for a median that ignores the first, cold run, short enough that a slower plan costs little;
+// a close verdict samples on, record_sample in matcher_checks.cpp).
 inline size_t sample_pairs() { return static_cast<size_t>(config().sample); }
 
 // The samples' clock: microseconds since `t0`.
