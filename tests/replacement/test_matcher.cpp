@@ -19,6 +19,23 @@ lf::Tensor block(const lf::Tensor& x, const lf::Tensor& w) {
   return lf::add(lf::tanh(lf::mul(x, w)), x);
 }
 
+// The recorded plan of block(x, w), in `state`, published.
+std::shared_ptr<lftest::RecordingPlan> published_block_plan(const lf::Tensor& x,
+                                                            const lf::Tensor& w,
+                                                            lf::PlanState state) {
+  auto plan = lftest::record_plan([&] { (void)block(x, w); });
+  plan->state = state;
+  lf::PlanTable::get().publish(plan);
+  return plan;
+}
+
+// Completes block(x, w) until `plan` has its verdict: a close one samples on (up to 4 x 5 pairs),
+// so 60 completions reach one whatever the timing.
+void sample_until_decided(const lf::Plan& plan, const lf::Tensor& x, const lf::Tensor& w) {
+  for (int i = 0; i < 60 && plan.state == lf::PlanState::sampling; ++i)
+    (void)block(x, w).to_doubles();
+}
+
 std::vector<double> eager_block(const lf::Tensor& x, const lf::Tensor& w) {
   std::vector<double> xs = x.to_doubles(), ws = w.to_doubles(), out(xs.size());
   for (size_t i = 0; i < xs.size(); ++i)
@@ -51,9 +68,7 @@ TEST_CASE("matcher: divergence and sync points flush deferred calls eagerly, in 
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({16}, 3, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({16}, 4, -1, 1, lf::DType::f32, cpu);
-  auto plan = lftest::record_plan([&] { (void)block(x, w); });
-  plan->state = lf::PlanState::active;
-  lf::PlanTable::get().publish(plan);
+  auto plan = published_block_plan(x, w, lf::PlanState::active);
 
   // Diverges after two ops: mul, tanh, then sub instead of add.
   const uint64_t div0 = lf::matcher_counters().flush_divergent;
@@ -127,9 +142,7 @@ TEST_CASE("matcher: an error in the middle of a deferred window loses nothing") 
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({8}, 9, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 10, -1, 1, lf::DType::f32, cpu);
-  auto plan = lftest::record_plan([&] { (void)block(x, w); });
-  plan->state = lf::PlanState::active;
-  lf::PlanTable::get().publish(plan);
+  auto plan = published_block_plan(x, w, lf::PlanState::active);
   lf::Tensor a = lf::mul(x, w);
   lf::Tensor b = lf::tanh(a);
   CHECK_THROWS_AS((void)lf::add(b, lf::rand_uniform({3}, 1, -1, 1, lf::DType::f32, cpu)),
@@ -146,12 +159,8 @@ TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one w
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({64}, 11, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({64}, 12, -1, 1, lf::DType::f32, cpu);
-  auto plan = lftest::record_plan([&] { (void)block(x, w); });
-  plan->state = lf::PlanState::sampling;
-  lf::PlanTable::get().publish(plan);
-  // A close verdict samples on (up to 4 x 5 pairs): 60 completions reach one whatever the timing.
-  for (int i = 0; i < 60 && plan->state == lf::PlanState::sampling; ++i)
-    (void)block(x, w).to_doubles();
+  auto plan = published_block_plan(x, w, lf::PlanState::sampling);
+  sample_until_decided(*plan, x, w);
   // The recording plan does the same work as eager, so either verdict is possible, but one
   // must have been reached with the timings in the reason.
   CHECK(plan->state != lf::PlanState::sampling);
@@ -221,14 +230,11 @@ TEST_CASE("matcher: a CPU sample leaves out the monitor's reports, which a flush
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({256}, 17, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({256}, 18, -1, 1, lf::DType::f32, cpu);
-  auto plan = lftest::record_plan([&] { (void)block(x, w); });
-  plan->state = lf::PlanState::sampling;
-  lf::PlanTable::get().publish(plan);
+  auto plan = published_block_plan(x, w, lf::PlanState::sampling);
   SlowSink slow;
   lf::TraceSink* prev = lf::trace_sink();
   lf::set_trace_sink(&slow);
-  for (int i = 0; i < 60 && plan->state == lf::PlanState::sampling; ++i)
-    (void)block(x, w).to_doubles();
+  sample_until_decided(*plan, x, w);
   lf::set_trace_sink(prev);
   INFO(plan->last_reason);
   REQUIRE(plan->sampled_plan_us.size() >= 5);
@@ -247,9 +253,7 @@ TEST_CASE("matcher: LIVEFUSE=off never defers") {
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({8}, 13, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 14, -1, 1, lf::DType::f32, cpu);
-  auto plan = lftest::record_plan([&] { (void)block(x, w); });
-  plan->state = lf::PlanState::active;
-  lf::PlanTable::get().publish(plan);
+  auto plan = published_block_plan(x, w, lf::PlanState::active);
   lf::Config c = lf::config();
   c.mode = lf::Mode::off;
   lf::set_config_for_testing(c);
@@ -265,9 +269,7 @@ TEST_CASE("matcher: a deferred value handed to the planner's bind_values is flus
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({4, 8}, 15, -1, 1, lf::DType::f32, cpu);
   lf::Tensor w = lf::rand_uniform({8}, 16, -1, 1, lf::DType::f32, cpu);
-  auto plan = lftest::record_plan([&] { (void)block(x, w); });
-  plan->state = lf::PlanState::active;
-  lf::PlanTable::get().publish(plan);
+  auto plan = published_block_plan(x, w, lf::PlanState::active);
   lf::Tensor a = lf::mul(x, w);
   REQUIRE(a.impl()->pending != nullptr);
   lf::planner::SegmentBuilder b;
