@@ -5,8 +5,8 @@
 #include <tbb/parallel_for.h>
 
 #include <atomic>
-#include <functional>
 #include <cstring>
+#include <functional>
 
 #include "kernels/device/lf_math.cuh"
 #include "livefuse/config.hpp"
@@ -326,21 +326,13 @@ void store_values(const double* v, int64_t n, DType dtype, unsigned char* out) {
     }
   }
 }
-}  // namespace
 
-Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType dtype,
-                         Device device) {
-  LF_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "from_host", v.size(),
-           " values given for shape ", shape.str(), " (", shape.numel(), " expected)");
-  return from_index_fn(shape, dtype, device,
-                       [&](int64_t k) { return v[static_cast<size_t>(k)]; });
-}
-
-Tensor from_index_fn(const Shape& shape, DType dtype, Device device,
-                     const std::function<double(int64_t)>& value) {
-  // Written where the tensor lives on the CPU, else staged on the host; in chunks over the TBB
-  // threads (a model's random weights are billions of values), each chunk through a buffer of
-  // doubles of its own. config() first: it sets the threads' limit (LIVEFUSE_CPU_THREADS).
+// A dense tensor of `dtype` on `device` whose bytes `write(begin, end, out)` stores for the
+// elements [begin, end) at `out`: written where the tensor lives on the CPU, else staged on the
+// host; in chunks over the TBB threads (a model's random weights are billions of values).
+// config() first: it sets the threads' limit (LIVEFUSE_CPU_THREADS).
+template <class Write>
+Tensor write_on_host(const Shape& shape, DType dtype, Device device, Write&& write) {
   (void)config();
   const int64_t n = shape.numel();
   const size_t es = dtype_size(dtype);
@@ -351,13 +343,30 @@ Tensor from_index_fn(const Shape& shape, DType dtype, Device device,
   constexpr int64_t kChunk = int64_t{1} << 16;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kChunk),
                     [&](const tbb::blocked_range<int64_t>& r) {
-                      std::vector<double> buf(static_cast<size_t>(r.size()));
-                      for (int64_t k = r.begin(); k < r.end(); ++k)
-                        buf[static_cast<size_t>(k - r.begin())] = value(k);
-                      store_values(buf.data(), static_cast<int64_t>(r.size()), dtype,
-                                   out + static_cast<size_t>(r.begin()) * es);
+                      write(r.begin(), r.end(), out + static_cast<size_t>(r.begin()) * es);
                     });
   return device.is_cpu() ? t : from_host(staged.data(), shape, dtype, device);
+}
+
+}  // namespace
+
+Tensor from_doubles_impl(const std::vector<double>& v, const Shape& shape, DType dtype,
+                         Device device) {
+  LF_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "from_host", v.size(),
+           " values given for shape ", shape.str(), " (", shape.numel(), " expected)");
+  return write_on_host(shape, dtype, device, [&](int64_t begin, int64_t end, unsigned char* out) {
+    store_values(v.data() + begin, end - begin, dtype, out);
+  });
+}
+
+Tensor from_index_fn(const Shape& shape, DType dtype, Device device,
+                     const std::function<double(int64_t)>& value) {
+  // Each chunk's values go through a buffer of doubles of its own.
+  return write_on_host(shape, dtype, device, [&](int64_t begin, int64_t end, unsigned char* out) {
+    std::vector<double> buf(static_cast<size_t>(end - begin));
+    for (int64_t k = begin; k < end; ++k) buf[static_cast<size_t>(k - begin)] = value(k);
+    store_values(buf.data(), end - begin, dtype, out);
+  });
 }
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
