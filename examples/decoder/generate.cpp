@@ -96,21 +96,12 @@ std::vector<int64_t> pick_tokens(const Tensor& logits, const SampleOptions& o,
   return out;
 }
 
-uint64_t served_calls() {
-  for (const CounterGroup& g : counters())
-    if (g.name == "matcher")
-      for (const auto& [k, v] : g.values)
-        if (k == "served") return v;
-  return 0;
-}
+uint64_t served_calls() { return find_counter(counters(), "matcher", "served").value_or(0); }
 
 PlanUse plan_use() {
   PlanUse u;
   const Snapshot snap = inspect();
-  for (const CounterGroup& g : snap.counters)
-    if (g.name == "matcher")
-      for (const auto& [k, v] : g.values)
-        if (k == "served") u.served_calls = v;
+  u.served_calls = snap.counter("matcher", "served").value_or(0);
   for (const PlanInfo& p : snap.plans) u.active_plans += p.state == "active";
   return u;
 }

@@ -123,13 +123,18 @@ const PlanInfo* Snapshot::find_plan(uint64_t id) const {
   return nullptr;
 }
 
-std::optional<uint64_t> Snapshot::counter(std::string_view group, std::string_view name) const {
-  for (const CounterGroup& g : counters) {
+std::optional<uint64_t> find_counter(const std::vector<CounterGroup>& groups,
+                                     std::string_view group, std::string_view name) {
+  for (const CounterGroup& g : groups) {
     if (g.name != group) continue;
     for (const auto& [n, v] : g.values)
       if (n == name) return v;
   }
   return std::nullopt;
+}
+
+std::optional<uint64_t> Snapshot::counter(std::string_view group, std::string_view name) const {
+  return find_counter(counters, group, name);
 }
 
 namespace {

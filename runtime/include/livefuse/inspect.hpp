@@ -159,6 +159,10 @@ Snapshot inspect();
 // plans and the decisions): a few microseconds, where inspect() describes every plan -- for a
 // program that polls, e.g. how many calls plans served so far ("matcher", "served").
 std::vector<CounterGroup> counters();
+// One counter of `groups` (counters() or a snapshot's); nullopt when the group or the counter
+// is absent.
+std::optional<uint64_t> find_counter(const std::vector<CounterGroup>& groups,
+                                     std::string_view group, std::string_view name);
 
 // The report: JSON text (indent < 0: one line) and back. snapshot_from_json throws
 // livefuse::Error naming what is wrong: not JSON (e.g. a partial file), a newer schema
