@@ -27,8 +27,12 @@ for run in ${KERNEL_RUNS-bert:f16:1:128 gpt2:f16:concat}; do
     --csv --print-units base "${cmd[@]}" > "$D/$name.csv" 2> "$D/$name.log"
   echo "== $name rc=$?"
   python3 tools/gpu/kernel_table.py "$D/$name.csv" > "$D/$name.table"
-  python3 tools/gpu/kernel_table.py "$D/$name.csv" --last "$last" > "$D/$name.last"
-  head -${KERNEL_LINES:-60} "$D/$name.last"
-  sed -n '/^count/,$p' "$D/$name.table" | head -25
+  if [ "$last" -gt 0 ]; then  # the last kernels, then the whole range grouped by kernel
+    python3 tools/gpu/kernel_table.py "$D/$name.csv" --last "$last" > "$D/$name.last"
+    head -${KERNEL_LINES:-60} "$D/$name.last"
+    sed -n '/^count/,$p' "$D/$name.table" | head -25
+  else
+    head -${KERNEL_LINES:-60} "$D/$name.table"
+  fi
 done
 tar -czf "$REAL_OUT/kernels.tgz" -C "$D" . 2>/dev/null
