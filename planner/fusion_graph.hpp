@@ -30,6 +30,10 @@ enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque, Atte
 // as cuBLASLt's C input (beta = 1), after the bias if there is one (a layer's output projection
 // and its residual add).
 enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, BiasResidual };
+// Products of at most this many rows run as the CUDA GEMV (kernels/cuda/gemv.hpp,
+// kGemvMaxRows), whose epilogue rounds as eager's ops do: there a half-precision residual can be
+// fused (pass_gemm_epilogue.cpp, residual_of).
+inline constexpr int64_t kExactEpilogueRows = 8;
 
 struct Group {
   int id = 0;

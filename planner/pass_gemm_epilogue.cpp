@@ -18,12 +18,15 @@ int residual_of(const FusionGraph& g, const Group& tail, const SegmentNode& a, c
   if (other == cur || g.producer_group(other) == tail.id) return -1;
   if (!(g.seg.shape(other) == g.seg.shape(cur))) return -1;
   if (g.seg.dtype(other) != g.seg.dtype(cur)) return -1;
-  // f32 only. cuBLASLt adds C before its one rounding; eager rounds the product first, then the
-  // sum. In f16/bf16 a residual that cancels the product (x + y ~ 0) turns eager's rounding of y
-  // into a large relative difference of the result (one ulp of y against a small sum), so there
-  // the add stays in the tail kernel, which rounds as eager does. (Not measured to matter yet:
-  // the GPU fuzz failure that first looked like this came from the GEMM tuning.)
-  if (g.seg.dtype(cur) != DType::f32) return -1;
+  // cuBLASLt adds C before its one rounding; eager rounds the product first, then the sum. In
+  // f16/bf16 a residual that cancels the product (x + y ~ 0) turns eager's rounding of y into a
+  // large relative difference of the result (one ulp of y against a small sum), so there the add
+  // is only taken for products of at most kExactEpilogueRows rows: those run as the CUDA GEMV,
+  // which rounds y before adding as eager does (kernels/cuda/gemv.hpp). Elsewhere it stays in
+  // the tail kernel, which is also what runs when the GEMV cannot take the call at run time.
+  const Shape& ys = g.seg.shape(cur);
+  const int64_t rows = ys.rank == 0 || ys.v[ys.rank - 1] == 0 ? 0 : ys.numel() / ys.v[ys.rank - 1];
+  if (g.seg.dtype(cur) != DType::f32 && rows > kExactEpilogueRows) return -1;
   return g.seg.value_id(other);
 }
 

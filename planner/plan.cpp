@@ -18,6 +18,7 @@
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/ops_host.hpp"
 #include "runtime/memory_pool.hpp"
 #endif
@@ -26,6 +27,7 @@ namespace livefuse::planner {
 namespace {
 
 #if LIVEFUSE_HAS_CUDA
+static_assert(kExactEpilogueRows == cuda::kGemvMaxRows);
 // The CUDA backend's cuBLASLt epilogues (BIAS, RELU_BIAS, GELU_BIAS; C for a residual).
 bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias,
                        const Tensor* residual, const Tensor& out, void* stream) {

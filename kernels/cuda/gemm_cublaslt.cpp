@@ -11,8 +11,10 @@
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/strided.hpp"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -43,6 +45,37 @@ struct OutView {
   Device device;
 };
 
+static_assert(static_cast<int>(GemvAct::relu) == static_cast<int>(LtAct::relu) &&
+              static_cast<int>(GemvAct::gelu_tanh) == static_cast<int>(LtAct::gelu_tanh));
+
+// The product as a few-row GEMV (gemv.hpp) when a's rows [..., M] fold to at most
+// kGemvMaxRows evenly spaced rows read along K, b is one [K, N] matrix whose columns are read
+// along K (a linear's weight, W[N, K]^T) and the output is dense: *g then holds everything but
+// the epilogue. False leaves the product to cuBLASLt.
+bool gemv_args_for(const MatView& a, const MatView& b, const OutView& out, GemvArgs* g) {
+  const int ra = a.shape.rank, rb = b.shape.rank;
+  if (!config().gemv || rb != 2 || ra < 2 || a.strides[ra - 1] != 1 || b.strides[0] != 1) return false;
+  int64_t rows = 1, row_stride = 0;
+  for (int d = ra - 2; d >= 0; --d) {  // innermost first: each dim must continue the last
+    if (a.shape[d] == 1) continue;
+    if (rows == 1) row_stride = a.strides[d];
+    else if (a.strides[d] != row_stride * rows) return false;
+    rows *= a.shape[d];
+  }
+  if (rows > kGemvMaxRows || rows * b.shape[1] != out.shape.numel()) return false;
+  g->dtype = out.dtype;
+  g->rows = static_cast<int>(rows);
+  g->n = b.shape[1];
+  g->k = a.shape[ra - 1];
+  g->x = a.ptr;
+  g->ldx = row_stride;
+  g->w = b.ptr;
+  g->ldw = b.strides[1];
+  g->out = out.ptr;
+  g->ldo = g->n;
+  return gemv_supported(*g);
+}
+
 // out[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias[N]) (+ residual, dense like out); batch
 // dims broadcast.
 void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf32,
@@ -54,6 +87,13 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
   if (K == 0) {  // empty inner dim: the product is zeros (the caller adds any bias)
     LF_CUDA_CALL(
         cudaMemsetAsync(out.ptr, 0, static_cast<size_t>(out.shape.numel()) * dtype_size(dt), s));
+    return;
+  }
+  if (GemvArgs g; gemv_args_for(a, b, out, &g)) {  // f32 here is exact, never tf32
+    g.bias = bias;
+    g.residual = residual;
+    g.act = static_cast<GemvAct>(act);
+    launch_gemv(g, s);
     return;
   }
   LtCall c;
@@ -221,6 +261,10 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
   if (a.shape[a.shape.rank - 1] == 0) return false;  // K == 0: gemm_nd writes zeros only
   OutView o{out.impl()->data(), out.shape(), out.dtype(), out.device()};
   if (o.shape.rank == 1) o.shape = Shape{1, out.shape()[0]};
+  // A half-precision residual only where the GEMV adds it: it rounds the product before the add,
+  // as eager does; cuBLASLt's C is added before its one rounding (gemv.hpp).
+  if (GemvArgs g; residual && out.dtype() != DType::f32 && !gemv_args_for(a, b, o, &g))
+    return false;
   gemm_nd(a, b, o, bias_ptr, tf32, static_cast<cudaStream_t>(stream), static_cast<LtAct>(act),
           residual ? residual->impl()->data() : nullptr);
   return true;

@@ -151,6 +151,7 @@ TEST_CASE("linear: bias or not, leading dims, views, a BERT-sized projection") {
                   case_name("linear", t, dev, "permuted rows"));
     }
   // One BERT-base sized projection (f32), checked on a sample of rows to keep the suite fast.
+  // (Few-row products: the next case.)
   for (Device dev : lftest::devices()) {
     const Tensor x = rand_tensor({128, 768}, DType::f32, dev, ++g_seed, -1, 1);
     const Tensor w = rand_tensor({3072, 768}, DType::f32, dev, ++g_seed, -0.05, 0.05);
@@ -165,4 +166,47 @@ TEST_CASE("linear: bias or not, leading dims, views, a BERT-sized projection") {
     INFO("linear 128x768x3072 on " << dev.str() << " mismatch at " << bad);
     CHECK(ok);
   }
+}
+
+// On CUDA, products of at most 8 rows whose weight is read along K run as the GEMV kernel
+// (kernels/cuda/gemv.hpp): every row count, a weight row split over 1, 2 or 4 warps, chunk counts
+// that leave lanes idle, rows taken from a strided view (a decode step's last position), and
+// shapes it declines (9 rows, K not a whole number of 16-byte loads) that go to cuBLASLt.
+TEST_CASE("linear: few rows -- the decode-step product") {
+  struct Case {
+    int64_t rows, k, n;
+  };
+  const std::vector<Case> cases = {
+      {1, 768, 2304},  // GPT-2's QKV: one warp a row
+      {1, 3072, 96},   // FFN2-shaped: the row split over four warps
+      {2, 1032, 5},    // 129 chunks of 8: one lane with an extra load
+      {3, 256, 1},     // one output column
+      {4, 24, 33},     // K below one warp's run (f32: 6 chunks, f16: 3)
+      {8, 512, 300},   // every lane of the epilogue's row loop busy
+      {5, 64, 9000},   // tall: 2250 blocks
+      {9, 64, 40},     // 9 rows: cuBLASLt
+      {2, 36, 16},     // f16/bf16: K not a whole number of 16-byte loads
+  };
+  for (Device dev : lftest::devices())
+    for (DType t : float_dtypes()) {
+      const double tol = lftest::tolerance(t);
+      for (const Case& c : cases) {
+        const Tensor x = rand_tensor({c.rows, c.k}, t, dev, ++g_seed, -1, 1);
+        const Tensor w = rand_tensor({c.n, c.k}, t, dev, ++g_seed, -0.5, 0.5);
+        const Tensor b = rand_tensor({c.n}, t, dev, ++g_seed, -1, 1);
+        const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.k) + "x" + std::to_string(c.n);
+        for (const Tensor& bias : {b, Tensor()}) {
+          poison(static_cast<size_t>(c.rows * c.n) * lf::dtype_size(t), t, dev);
+          check_close(lf::linear(x, w, bias), linear_ref(x, w, bias), {c.rows, c.n}, t, tol,
+                      atol_for(t, c.k), case_name("linear", t, dev, what + (bias.defined() ? " bias" : "")));
+        }
+      }
+      // The last position of [2, 5, 64] as [2, 1, 64]: two rows 320 elements apart.
+      const Tensor seq = rand_tensor({2, 5, 64}, t, dev, ++g_seed, -1, 1);
+      const Tensor last = seq.slice(1, 4, 5, 1);
+      const Tensor w = rand_tensor({48, 64}, t, dev, ++g_seed, -0.5, 0.5);
+      const Tensor b = rand_tensor({48}, t, dev, ++g_seed, -1, 1);
+      check_close(lf::linear(last, w, b), linear_ref(last.contiguous(), w, b), {2, 1, 48}, t, tol,
+                  atol_for(t, 64), case_name("linear", t, dev, "last position of a sequence"));
+    }
 }

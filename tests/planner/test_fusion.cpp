@@ -94,17 +94,22 @@ TEST_CASE("fusion: linear + bias + residual add takes BIAS + C; with an activati
   REQUIRE(p3.steps.size() == 1);
   CHECK(std::get<GemmStep>(p3.steps[0].body).epilogue == GemmEpilogue::Residual);
 
-  // In f16/bf16 the residual stays in the tail: eager rounds the product before the add, and a
-  // residual that cancels it would turn cuBLASLt's single rounding into a large error.
-  for (DType dt : {DType::f16, DType::bf16}) {
-    SegmentBuilder b4;
-    const ValueRef x4 = b4.input({8, 32}, dt), w4 = b4.input({16, 32}, dt), bias4 = b4.input({16}, dt);
-    const ValueRef r4 = b4.input({8, 16}, dt);
-    b4.output(b4.add(OpId::add, {r4, b4.add(OpId::linear, {x4, w4, bias4}, linear_attrs(true))}));
-    const PlannedSegment p4 = plan_segment(b4.build(), default_planner_options(Device::cpu()));
-    REQUIRE(p4.steps.size() == 1);
-    CHECK(std::get<GemmStep>(p4.steps[0].body).epilogue == GemmEpilogue::None);
-  }
+  // In f16/bf16 the residual stays in the tail past kExactEpilogueRows rows: eager rounds the
+  // product before the add, and a residual that cancels it would turn cuBLASLt's single
+  // rounding into a large error. Up to that many rows the CUDA GEMV adds it, rounding as eager.
+  for (DType dt : {DType::f16, DType::bf16})
+    for (int64_t rows : {kExactEpilogueRows + 1, kExactEpilogueRows}) {
+      SegmentBuilder b4;
+      const ValueRef x4 = b4.input({rows, 32}, dt), w4 = b4.input({16, 32}, dt), bias4 = b4.input({16}, dt);
+      const ValueRef r4 = b4.input({rows, 16}, dt);
+      b4.output(b4.add(OpId::add, {r4, b4.add(OpId::linear, {x4, w4, bias4}, linear_attrs(true))}));
+      const PlannedSegment p4 = plan_segment(b4.build(), default_planner_options(Device::cpu()));
+      REQUIRE(p4.steps.size() == 1);
+      const auto& gs4 = std::get<GemmStep>(p4.steps[0].body);
+      INFO(dtype_name(dt) << " rows " << rows);
+      CHECK(gs4.epilogue == (rows > kExactEpilogueRows ? GemmEpilogue::None : GemmEpilogue::BiasResidual));
+      CHECK(gs4.tail != nullptr);
+    }
 }
 
 TEST_CASE("fusion: matmul + add(bias) + relu is RELU_BIAS; erf gelu is a fused tail") {

@@ -55,6 +55,9 @@ struct Config {
   // run, its varying steps' kernel nodes patched (graphs/patchable_graph.hpp); 0: its fixed
   // stretches replay as graphs and the varying steps launch directly between them.
   bool family_graph = true;
+  // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
+  // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
+  bool gemv = true;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose

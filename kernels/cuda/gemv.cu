@@ -1,0 +1,178 @@
+// Few-row products (gemv.hpp). A block is four warps; `kSplit` warps (1, 2 or 4) share one
+// weight row, each taking every kSplit-th run of 32 16-byte chunks, each lane keeping kUnroll
+// loads in flight. The split is chosen on the host so that short-and-wide weights (GPT-2's
+// FFN2: 768 rows of 3072) still have enough loads in flight per SM, while tall ones (a
+// vocabulary head) use one warp a row. Sums are float, in a fixed order: the same call gives
+// the same bits every time.
+#include <cstdint>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/warp.cuh"
+
+namespace livefuse::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kUnroll = 4;
+
+// 16 bytes of the weight: read once per call, so kept out of L1 (x, re-read by every warp,
+// stays there).
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <class S>
+__device__ __forceinline__ void widen(const uint4& v, float* f) {
+  using Bits = typename S::Bits;
+  constexpr int kN = 16 / sizeof(Bits);
+  Bits b[kN];
+  static_assert(sizeof(b) == sizeof(uint4));
+  __builtin_memcpy(b, &v, sizeof(v));
+#pragma unroll
+  for (int j = 0; j < kN; ++j) f[j] = S::to(b[j]);
+}
+
+template <class S>
+__device__ __forceinline__ float rounded(float v) {
+  return S::to(S::from(v));
+}
+
+template <class S, int kRows, int kSplit>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
+  using Bits = typename S::Bits;
+  constexpr int kPer = 16 / sizeof(Bits);  // elements in one 16-byte chunk
+  constexpr int kRowsPerBlock = kWarps / kSplit;
+  __shared__ float partial[kWarps][kRows];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int part = warp % kSplit;
+  const int64_t n = int64_t{blockIdx.x} * kRowsPerBlock + warp / kSplit;
+  float acc[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
+
+  if (n < a.n) {
+    const char* wrow = static_cast<const char*>(a.w) + n * a.ldw * int64_t{sizeof(Bits)};
+    const char* x = static_cast<const char*>(a.x);
+    const int64_t xstride = a.ldx * int64_t{sizeof(Bits)};
+    const int64_t chunks = a.k / kPer;
+    constexpr int64_t kStep = int64_t{32} * kSplit;
+    for (int64_t c0 = int64_t{part} * 32 + lane; c0 < chunks; c0 += kStep * kUnroll) {
+      uint4 wv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * kStep;
+        if (c < chunks) wv[u] = load_stream(wrow + c * 16);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * kStep;
+        if (c >= chunks) break;
+        float wf[kPer];
+        widen<S>(wv[u], wf);
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) {
+          float xf[kPer];
+          widen<S>(__ldg(reinterpret_cast<const uint4*>(x + m * xstride + c * 16)), xf);
+#pragma unroll
+          for (int j = 0; j < kPer; ++j) acc[m] = fmaf(wf[j], xf[j], acc[m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
+  if constexpr (kSplit > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) partial[warp][m] = acc[m];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) {
+      float s = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kSplit; ++p) s += partial[warp + p][m];
+      acc[m] = s;
+    }
+  }
+  if (n >= a.n) return;
+  // Lane m writes row m: the epilogue, rounding as eager's ops do one after another.
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    if (lane != m) continue;
+    float y = acc[m];
+    if (a.bias) y += S::to(static_cast<const Bits*>(a.bias)[n]);
+    y = rounded<S>(y);
+    if (a.act == GemvAct::relu) y = lf_relu(y);
+    else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
+    const int64_t o = m * a.ldo + n;
+    if (a.residual) y = y + S::to(static_cast<const Bits*>(a.residual)[o]);
+    static_cast<Bits*>(a.out)[o] = S::from(y);
+  }
+}
+
+template <class S, int kRows>
+void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
+  const auto grid = [&](int k) {
+    return static_cast<unsigned>((a.n + kWarps / k - 1) / (kWarps / k));
+  };
+  switch (split) {
+    case 1:
+      gemv_kernel<S, kRows, 1><<<grid(1), kWarps * 32, 0, s>>>(a);
+      break;
+    case 2:
+      gemv_kernel<S, kRows, 2><<<grid(2), kWarps * 32, 0, s>>>(a);
+      break;
+    default:
+      gemv_kernel<S, kRows, 4><<<grid(4), kWarps * 32, 0, s>>>(a);
+      break;
+  }
+  LF_CUDA_LAUNCH_CHECK("gemv_kernel");
+}
+
+template <class S>
+void launch_typed(const GemvArgs& a, int split, cudaStream_t s) {
+  switch (a.rows) {
+    case 1: return launch_rows<S, 1>(a, split, s);
+    case 2: return launch_rows<S, 2>(a, split, s);
+    case 3: return launch_rows<S, 3>(a, split, s);
+    case 4: return launch_rows<S, 4>(a, split, s);
+    case 5: return launch_rows<S, 5>(a, split, s);
+    case 6: return launch_rows<S, 6>(a, split, s);
+    case 7: return launch_rows<S, 7>(a, split, s);
+    default: return launch_rows<S, 8>(a, split, s);
+  }
+}
+
+}  // namespace
+
+bool gemv_supported(const GemvArgs& a) {
+  if (a.dtype != DType::f32 && a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
+  if (a.rows < 1 || a.rows > kGemvMaxRows || a.n < 1 || a.k < 1) return false;
+  if (a.n > int64_t{1} << 31 || (a.residual && a.act != GemvAct::none)) return false;
+  const int64_t per = 16 / static_cast<int64_t>(dtype_size(a.dtype));
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return a.k % per == 0 && a.ldw % per == 0 && (a.rows == 1 || a.ldx % per == 0) &&
+         aligned(a.x) && aligned(a.w) && a.ldo >= a.n;
+}
+
+void launch_gemv(const GemvArgs& a, cudaStream_t s) {
+  // Warps a weight row: more while the grid would leave loads per SM short and each lane would
+  // otherwise wait on more than one round of kUnroll loads.
+  const int64_t runs = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype))) / 32;
+  int split = 1;
+  while (split < kWarps && a.n * split < 8192 && runs > int64_t{kUnroll} * split) split *= 2;
+  with_float_storage(a.dtype, [&](auto storage) {
+    launch_typed<decltype(storage)>(a, split, s);
+  });
+}
+
+}  // namespace livefuse::cuda

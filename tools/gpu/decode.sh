@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One GPU call for a change on the decode path, run THERE after tools/gpu/pack.sh: the suites that
+# cover it, GPT-2 small f16 ms/token (processes alternating between the default and each
+# DECODE_AB setting), the decode layer kernel by kernel (ncu), then bench/gpt/compare.py with
+# its PyTorch peers. Each part has its own limit and prints as it goes; logs in $OUT/decode.tgz.
+# Usage (device tool): bash tools/gpu/decode.sh   [DECODE_SUITES="test_ops:linear* ..."
+#   DECODE_PAIRS=2 DECODE_AB="LIVEFUSE_GEMV=0" DECODE_KERNELS=1 DECODE_COMPARE="gpt2" COMPARE_S=240]
+. "$(dirname "$0")/prelude.sh" lf-decode-out
+START=$(date +%s)
+pack_out() { tar -czf "$REAL_OUT/decode.tgz" -C "$D" . 2>/dev/null; }
+at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+
+at "suites"
+for s in ${DECODE_SUITES-test_ops:linear* test_planner:gpu* test_decoder}; do
+  IFS=: read -r t filter <<< "$s"
+  timeout -s KILL 150 "$B/tests/$t" ${filter:+-tc="$filter"} > "$D/$t.log" 2>&1
+  echo "$t ${filter:-} rc=$? $(grep 'test cases' "$D/$t.log")"
+  grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
+done
+pack_out
+
+at "GPT-2 small f16 concat, 32 + 256 tokens x 4 runs, one process each"
+for i in $(seq 1 "${DECODE_PAIRS:-2}"); do
+  for mode in default ${DECODE_AB-LIVEFUSE_GEMV=0}; do
+    envs=(); [ "$mode" != default ] && envs=("$mode")
+    env "${envs[@]}" LIVEFUSE_REPORT="$D/report_${i}_${mode%%=*}.json" timeout -s KILL 90 \
+      "$B/tools/generate/livefuse-generate" --random 1 --preset gpt2 --dtype f16 --device cuda \
+      --cache concat --prompt-len 32 --steps 256 --runs 4 --json "$D/gen_${i}_$mode.json" --quiet \
+      > "$D/gen_${i}_$mode.log" 2>&1
+    rc=$?
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'  {sys.argv[2]:24} rc={sys.argv[3]} ms/token', round(d.get('step_median_ms', -1), 4), 'served', d.get('served_calls'))" \
+      "$D/gen_${i}_$mode.json" "$mode" "$rc" 2>/dev/null || echo "  $mode rc=$rc (no json)"
+  done
+done
+pack_out
+
+if [ "${DECODE_KERNELS:-1}" = 1 ]; then
+  at "kernels"
+  KERNEL_RUNS="gpt2:f16:concat" DECODE_LAST=${DECODE_LAST:-40} KERNEL_LINES=45 timeout -s KILL 200 bash tools/gpu/kernels.sh
+  cp "$REAL_OUT/kernels.tgz" "$D/" 2>/dev/null
+  pack_out
+fi
+
+if [ -n "${DECODE_COMPARE-gpt2}" ]; then
+  at "compare.py ${DECODE_COMPARE-gpt2}"
+  timeout -s KILL "${COMPARE_S:-240}" python3 bench/gpt/compare.py "$B/tools/generate/livefuse-generate" \
+    --models "${DECODE_COMPARE-gpt2}" --dtype gpt2:f16,llama:bf16 --skip "${COMPARE_SKIP-hf_generate}" --prompt 32 --steps 256 --timeout 120 --hf-iters 1 --livefuse-runs 4 \
+    --workdir /tmp/lf-gpt --json "$D/gpt_compare.json" > "$D/gpt_compare.log" 2>&1
+  echo "compare.py rc=$?"
+  tail -30 "$D/gpt_compare.log"
+  pack_out
+fi
+at "done"
