@@ -22,6 +22,7 @@
 #include "planner/gemm_tuning.hpp"
 #include "planner/plan_returns.hpp"
 #include "planner/planner.hpp"
+#include "runtime/background.hpp"
 #include "runtime/exit_hooks.hpp"
 #include "runtime/faults.hpp"
 #include "livefuse/inspect.hpp"
@@ -269,7 +270,10 @@ class Service final : public monitor::CandidateConsumer {
       }
       for (auto [sig, stream] : cold) retire(sig, stream);
       restore_superseded();
-      if (!batch.empty()) handle(batch);
+      if (!batch.empty()) {
+        const BackgroundWork busy;
+        handle(batch);
+      }
       // Statics first built by planning (op attributes, strategy tables, ...) are destroyed
       // before atexit handlers registered earlier run: register the stop once more after the
       // first job, so it runs before those destructors.

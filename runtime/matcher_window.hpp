@@ -114,7 +114,12 @@ void poll_samples(StreamWindow& sw);
 
 // Live sampling: whether this completion should run through the plan (else eagerly).
 bool sample_choice(Plan& p);
-// Adds a sample; after sample_pairs() of each, the plan becomes active or rejected.
+// Whether a sampling plan's completion now goes unsampled (through the plan): while
+// livefuse's own threads work (runtime/background.hpp), for at most kSamplePutOffMs a plan.
+inline constexpr int64_t kSamplePutOffMs = 500;
+bool put_sample_off(Plan& p);
+// Adds a sample; after sample_pairs() of each, a verdict: the plan becomes active, or is
+// sampled once more before it is rejected.
 void record_sample(Plan& p, bool via_plan, double us);
 // LIVEFUSE_VERIFY (see matcher_checks.cpp). Ends the window.
 void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan);

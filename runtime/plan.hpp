@@ -194,6 +194,10 @@ class Plan {
   // Live sampling: alternate plan and eager on the first completions, keep the faster.
   std::mutex sample_mu;
   std::vector<double> sampled_plan_us, sampled_eager_us;
+  int sample_rounds = 0;  // verdicts reached so far (a rejection is sampled once more)
+  // Steady-clock ns of the first window that found livefuse's threads busy and put its sample
+  // off (runtime/background.hpp); 0: none yet.
+  std::atomic<int64_t> sample_put_off_since{0};
   std::string last_reason;
 };
 

@@ -16,6 +16,7 @@
 #include "kernels/jit/lto_render.hpp"
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
+#include "runtime/background.hpp"
 #include "runtime/exit_hooks.hpp"
 
 namespace livefuse::jit {
@@ -224,6 +225,7 @@ std::vector<std::shared_future<CompileResult>> KernelCompiler::submit_batch(
   }
   if (jobs->empty()) return futures;
   impl_->arena.enqueue([this, jobs, opts] {
+    const BackgroundWork busy;
     try {
       if (!exiting_.load()) run_batch(*jobs, opts);
     } catch (const std::exception& e) {
@@ -263,6 +265,7 @@ std::shared_future<CompileResult> KernelCompiler::warm_up(const CompileOptions& 
     inflight_[key] = f;  // drain_for_exit waits for it like any job
   }
   impl_->arena.enqueue([this, opts, promise, key] {
+    const BackgroundWork busy;
     CompileResult r;
     try {
       CompileOptions nvrtc = opts;

@@ -233,7 +233,7 @@ void complete(StreamWindow& sw) {
   sw.w.held = outside_mask;
   if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
     record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
-  const bool sampling = plan.state.load() == PlanState::sampling;
+  const bool sampling = plan.state.load() == PlanState::sampling && !detail::put_sample_off(plan);
   const bool via_plan = !sampling || sample_choice(plan);
   std::optional<SampleClock> clock;
   if (sampling) clock.emplace(sw);

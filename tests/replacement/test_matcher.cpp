@@ -1,8 +1,11 @@
 // Matcher mechanics with a hand-made plan (fusion itself is tested elsewhere).
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "monitor/monitor.hpp"
 #include "planner/planner.hpp"
+#include "runtime/background.hpp"
 #include "runtime/matcher_window.hpp"
 #include "runtime/plan.hpp"
 #include "livefuse/detail/median.hpp"
@@ -30,9 +33,11 @@ std::shared_ptr<lftest::RecordingPlan> published_block_plan(const lf::Tensor& x,
 }
 
 // Completes block(x, w) until `plan` has its verdict: a close one samples on (up to 4 x 5 pairs),
-// so 60 completions reach one whatever the timing.
+// a rejection once more, so 160 completions reach one whatever the timing -- once no sample is
+// put off for livefuse's own threads (at most kSamplePutOffMs): hence a time bound too.
 void sample_until_decided(const lf::Plan& plan, const lf::Tensor& x, const lf::Tensor& w) {
-  for (int i = 0; i < 60 && plan.state == lf::PlanState::sampling; ++i)
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int i = 0; plan.state == lf::PlanState::sampling && (i < 200 || std::chrono::steady_clock::now() < until); ++i)
     (void)block(x, w).to_doubles();
 }
 
@@ -169,7 +174,7 @@ TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one w
   CHECK(plan->sampled_eager_us.size() >= 5);
 }
 
-TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at five pairs") {
+TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at five pairs, a rejection after a second round") {
   namespace md = lf::matcher::detail;
   struct Timed : lf::Plan {  // only its samples matter here
     bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
@@ -189,7 +194,22 @@ TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at 
   CHECK(fast->state == lf::PlanState::active);
   CHECK(fast->last_reason.find("median of 5)") != std::string::npos);
   auto slow = sampled(120, 100, 5);
+  CHECK(slow->state == lf::PlanState::sampling);  // a first rejection samples once more
+  CHECK(slow->last_reason.find("sampling once more") != std::string::npos);
+  CHECK(slow->sampled_plan_us.empty());
+  for (int i = 0; i < 5; ++i) {
+    md::record_sample(*slow, true, 120);
+    md::record_sample(*slow, false, 100);
+  }
   CHECK(slow->state == lf::PlanState::rejected);
+  CHECK(slow->last_reason.find("median of 5)") != std::string::npos);
+  // Slow in its first round (a passing state of the process), fast in its second: kept.
+  auto second = sampled(103.3, 87.3, 5);
+  for (int i = 0; i < 5; ++i) {
+    md::record_sample(*second, true, 58.7);
+    md::record_sample(*second, false, 74.7);
+  }
+  CHECK(second->state == lf::PlanState::active);
   // 101.6 against 106.5 (a GPT-2 layer's sample that once decided a process): not yet.
   auto close = sampled(101.6, 106.5, 5);
   CHECK(close->state == lf::PlanState::sampling);
@@ -202,10 +222,40 @@ TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at 
   INFO(close->last_reason);
   CHECK(close->state == lf::PlanState::active);
   CHECK(close->last_reason.find("median of 11, sampled on: close") != std::string::npos);
-  // Close all the way: decided at twenty pairs by the margin, never sampled forever.
+  // Close all the way: decided at twenty pairs by the margin (twice), never sampled forever.
   auto tie = sampled(100, 100, 100);
   CHECK(tie->state == lf::PlanState::rejected);
   CHECK(tie->sampled_plan_us.size() == 20);
+}
+
+TEST_CASE("matcher: samples wait while livefuse's threads work, for at most kSamplePutOffMs") {
+  namespace md = lf::matcher::detail;
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({64}, 21, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({64}, 22, -1, 1, lf::DType::f32, cpu);
+  auto plan = published_block_plan(x, w, lf::PlanState::sampling);
+  // Nothing else at work in this fixture: no sample is put off.
+  REQUIRE(!lf::BackgroundWork::busy());
+  CHECK(!md::put_sample_off(*plan));
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const lf::BackgroundWork compiling;  // a planning round or a compile, as far as sampling sees
+    const uint64_t hits = plan->hits;
+    for (int i = 0; i < 20; ++i) (void)block(x, w).to_doubles();
+    if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(md::kSamplePutOffMs)) {
+      // Served through the plan, unsampled.
+      CHECK(plan->hits == hits + 20);
+      CHECK(plan->sampled_plan_us.empty());
+      CHECK(plan->sampled_eager_us.empty());
+      CHECK(plan->state == lf::PlanState::sampling);
+    }
+    // The wait is bounded: past kSamplePutOffMs the plan samples although the work goes on.
+    std::this_thread::sleep_until(start + std::chrono::milliseconds(md::kSamplePutOffMs + 20));
+    CHECK(!md::put_sample_off(*plan));
+    sample_until_decided(*plan, x, w);
+  }
+  CHECK(plan->state != lf::PlanState::sampling);
+  CHECK(plan->sampled_plan_us.size() >= 5);
 }
 
 namespace {
