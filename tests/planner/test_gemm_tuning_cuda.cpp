@@ -11,6 +11,7 @@
 #include "runtime/inspect_registry.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/cuda/gemv.hpp"
 #endif
 
 using namespace plantest;
@@ -40,9 +41,10 @@ Segment layer(int64_t m) {
 // forgotten and the configuration restored at its end.
 struct TuningOn {
   const Config saved = config();
-  TuningOn() {
+  explicit TuningOn(bool gemv = true) {
     Config on = saved;
     on.gemm_tune = true;
+    on.gemv = gemv;  // products of <= 8 rows: livefuse's GEMV (nothing to tune) unless off
     set_config_for_testing(on);
   }
   ~TuningOn() {
@@ -104,9 +106,12 @@ LF_CUDA_TEST_CASE("gemm tuning: a plan's GEMMs are tuned off its thread and its 
 // sum of ~1,000 products, rounded to 8 bits) leave an error near 0.1. (Fuzz seed 100059 met
 // another inexact algorithm: the result check in gemm_lt.cpp tune() is what rejects that one.)
 LF_CUDA_TEST_CASE("gemm tuning: a tuned bf16 GEMM over a long K still sums in f32") {
-  const TuningOn tuning;
   const Device gpu = Device::cuda(0);
+  // cuBLASLt at every row count (LIVEFUSE_GEMV=0), then the default: the GEMV for 1 and 4 rows.
+  for (const bool gemv : {false, true})
   for (const int64_t m : {1, 4, 16}) {
+    const TuningOn tuning(gemv);
+    CAPTURE(gemv);
     CAPTURE(m);
     const int64_t k = 16384, half = k / 2, n = 64;
     SegmentBuilder sb;
@@ -130,7 +135,8 @@ LF_CUDA_TEST_CASE("gemm tuning: a tuned bf16 GEMM over a long K still sums in f3
       xs.push_back(from_floats(vals[i], xs_cpu[i].shape(), DType::bf16, gpu));
     cuda::reset_gemm_tuning();
     tune_plan_gemms(p, gpu);
-    REQUIRE(cuda::gemm_tune_counters().tuned >= 1);
+    if (gemv && m <= cuda::kGemvMaxRows) CHECK(cuda::gemm_tune_counters().tuned == 0);
+    else REQUIRE(cuda::gemm_tune_counters().tuned >= 1);
     const std::vector<cuda::GemmTuneRecord> recs = cuda::gemm_tune_records();
     for (const cuda::GemmTuneRecord& r : recs) {
       INFO("chosen " << r.chosen << " of " << r.offered << ", split_k " << r.split_k
