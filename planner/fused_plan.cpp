@@ -149,6 +149,7 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.kernel = kernel_info(*f);
     } else if (const auto* m = std::get_if<GemmStep>(&s.body)) {
       gi.kind = !m->siblings.empty() ? "gemm_siblings" : m->tail ? "gemm_epilogue" : "gemm";
+      if (m->prologue >= 0) gi.ops.push_back(m->prologue);
       if (m->siblings.empty()) gi.ops.push_back(m->node);
       else gi.ops = m->siblings;
       if (m->merged) {

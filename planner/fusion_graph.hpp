@@ -84,6 +84,9 @@ struct PlannerOptions {
   bool attention_fast_only = false;
   bool gemm_siblings = true;  // linears over one input as one GEMM (pass_gemm_siblings)
   bool cuda = false;          // planning for a CUDA device (what a step launches differs)
+  // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
+  // (planner.cpp, fold_norm_prologues).
+  bool gemv_prologue = false;
   // Called with (pass name, dump) after every pass; LIVEFUSE_LOG=debug prints to stderr.
   std::function<void(const std::string&, const std::string&)> dump;
 };

@@ -35,6 +35,35 @@ int new_group(FusionGraph& g, int j) {
 
 bool fusible(const Group& gr) { return gr.alive && (gr.kind == GroupKind::Pointwise || gr.kind == GroupKind::Row); }
 
+// Whether `v`'s one reader is node `reader` (-1: any node of op `op`, reading it as input 0).
+bool one_reader(const FusionGraph& g, const ValueRef& v, OpId op, int reader = -1) {
+  const auto& users = g.users[g.seg.value_id(v)];
+  if (users.size() != 1 || g.seg.is_output(v)) return false;
+  return reader >= 0 ? users[0].first == reader
+                     : users[0].second == 0 && g.seg.nodes[users[0].first].op == op;
+}
+
+// On CUDA, a few-row residual add before a norm that only a linear reads is better left apart
+// from it: the add rides on the GEMV epilogue of the linear that produced one of its operands
+// (pass_gemm_epilogue), the norm on the prologue of the linear that reads it (planner.cpp,
+// fold_norm_prologues) -- no launch for either, where one row kernel for both is one launch.
+bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
+  const SegmentNode& nn = g.seg.nodes[norm];
+  if (!g.opts.gemv_prologue || (nn.op != OpId::layer_norm && nn.op != OpId::rms_norm)) return false;
+  const Shape& s = nn.outputs[0].shape;
+  if (s.rank == 0 || s.v[s.rank - 1] == 0 || s.numel() / s.v[s.rank - 1] > kExactEpilogueRows) return false;
+  if (producer.kind != GroupKind::Pointwise || producer.nodes.size() != 1) return false;
+  const SegmentNode& add = g.seg.nodes[producer.nodes[0]];
+  if (add.op != OpId::add || add.inputs.size() != 2 || !(nn.inputs[0] == ValueRef::of(producer.nodes[0])))
+    return false;
+  const auto from_linear = [&](const ValueRef& r) {
+    return !r.is_external() && g.seg.nodes[r.node].op == OpId::linear &&
+           one_reader(g, r, OpId::add, producer.nodes[0]);
+  };
+  return (from_linear(add.inputs[0]) || from_linear(add.inputs[1])) &&
+         one_reader(g, ValueRef::of(norm), OpId::linear);
+}
+
 }  // namespace
 
 void pass_vertical(FusionGraph& g) {
@@ -65,6 +94,11 @@ void pass_vertical(FusionGraph& g) {
     for (int p : producers) {
       p = g.group_of[g.groups[p].nodes.empty() ? j : g.groups[p].nodes.front()];
       if (p == target) continue;
+      if (g.groups[target].nodes.size() == 1 && leave_for_gemv(g, j, g.groups[p])) {
+        g.decide("keep " + g.nodes_str(g.groups[p].nodes) + " apart from #" + std::to_string(j),
+                 "a few-row GEMV takes the add as its epilogue and the norm as the next one's prologue");
+        continue;
+      }
       FusionGraph trial = g;
       Group& t = trial.groups[target];
       const Group& pg = trial.groups[p];

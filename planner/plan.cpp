@@ -28,27 +28,20 @@ namespace {
 
 #if LIVEFUSE_HAS_CUDA
 static_assert(kExactEpilogueRows == cuda::kGemvMaxRows);
+cuda::LtAct lt_act(GemmEpilogue e) {
+  return e == GemmEpilogue::ReluBias ? cuda::LtAct::relu
+         : e == GemmEpilogue::GeluBias ? cuda::LtAct::gelu_tanh
+                                       : cuda::LtAct::none;
+}
+bool wants_residual(GemmEpilogue e) {
+  return e == GemmEpilogue::Residual || e == GemmEpilogue::BiasResidual;
+}
+
 // The CUDA backend's cuBLASLt epilogues (BIAS, RELU_BIAS, GELU_BIAS; C for a residual).
 bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias,
                        const Tensor* residual, const Tensor& out, void* stream) {
-  cuda::LtAct act = cuda::LtAct::none;
-  switch (e) {
-    case GemmEpilogue::None:
-      return false;
-    case GemmEpilogue::Bias:
-      break;
-    case GemmEpilogue::ReluBias:
-      act = cuda::LtAct::relu;
-      break;
-    case GemmEpilogue::GeluBias:
-      act = cuda::LtAct::gelu_tanh;
-      break;
-    case GemmEpilogue::Residual:
-    case GemmEpilogue::BiasResidual:
-      if (!residual) return false;
-      break;
-  }
-  return cuda::run_gemm_epilogue(gemm, static_cast<uint8_t>(act), bias, residual, out, stream);
+  if (e == GemmEpilogue::None || (wants_residual(e) && !residual)) return false;
+  return cuda::run_gemm_epilogue(gemm, static_cast<uint8_t>(lt_act(e)), bias, residual, out, stream);
 }
 constexpr GemmEpilogueRunner kDefaultEpilogueRunner = cublaslt_epilogue;
 #else
@@ -148,6 +141,30 @@ bool run_gemm_tail_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<co
   return cpu::run_gemm_with_tail(c, gs.tail->spec->parts[0], product_input, inputs, out);
 }
 
+// A GEMM step with a norm prologue as one GEMV (cuda::run_gemv_norm): the norm's input through
+// the norm into the product, then the epilogue when there is one; a tail without an epilogue
+// is the caller's to launch after. False: nothing launched.
+bool launch_gemv_prologue(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
+                          void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  const bool epilogue = gs.epilogue != GemmEpilogue::None && gs.final_value >= 0;
+  TensorList outs, norm_outs;
+  const OpCall c = node_call(p, gs.node, values, &outs);
+  const OpCall nc = node_call(p, gs.prologue, values, &norm_outs);
+  const Tensor& out = epilogue ? value(values, gs.final_value) : outs[0];
+  ensure_storage(out);
+  const Tensor* bias = epilogue && gs.bias_value >= 0 ? &value(values, gs.bias_value) : nullptr;
+  const Tensor* residual = epilogue && gs.residual_value >= 0 ? &value(values, gs.residual_value) : nullptr;
+  if (residual && residual->impl()->storage == out.impl()->storage) residual = nullptr;
+  if (epilogue && wants_residual(gs.epilogue) && !residual) return false;
+  return cuda::run_gemv_norm(nc, c, static_cast<uint8_t>(epilogue ? lt_act(gs.epilogue) : cuda::LtAct::none),
+                             bias, residual, out, stream);
+#else
+  (void)p, (void)gs, (void)values, (void)stream;
+  return false;
+#endif
+}
+
 AttentionArgs bind_attention(const AttentionStep& a, std::span<const Tensor> values) {
   const AttentionOperands& o = a.operands;
   const Tensor& out = value(values, o.out);
@@ -170,10 +187,12 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
     jit::run_spec_cpu(*fk->spec, b);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
     if (!gs->siblings.empty()) {
+      if (gs->prologue >= 0) run_node(p, gs->prologue, values, nullptr);  // (CUDA plans only)
       if (detail::run_merged_gemm_cpu(p, *gs, values)) return;
       for (int j : gs->siblings) run_node(p, j, values, nullptr);
       return;
     }
+    if (gs->prologue >= 0) run_node(p, gs->prologue, values, nullptr);  // (CUDA plans only)
     if (gs->tail && run_gemm_tail_cpu(p, *gs, values)) return;
     run_node(p, gs->node, values, nullptr);
     if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));
@@ -237,9 +256,22 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     launch(*fk);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
     if (!gs->siblings.empty()) {
+      if (gs->prologue >= 0) {
+        TensorList norm_outs;
+        const OpCall nc = node_call(p, gs->prologue, values, &norm_outs);
+        if (detail::launch_merged_gemv_cuda(p, *gs, values, nc, stream)) return;
+        run_node(p, gs->prologue, values, stream);
+      }
       if (detail::launch_merged_gemm_cuda(p, *gs, values, stream)) return;
       for (int j : gs->siblings) run_node(p, j, values, stream);
       return;
+    }
+    if (gs->prologue >= 0) {
+      if (launch_gemv_prologue(p, *gs, values, stream)) {
+        if (gs->tail && gs->epilogue == GemmEpilogue::None) launch(*gs->tail);
+        return;
+      }
+      run_node(p, gs->prologue, values, stream);
     }
     if (gs->epilogue != GemmEpilogue::None && gs->final_value >= 0) {
       if (GemmEpilogueRunner r = g_epilogue_runner.load()) {

@@ -84,6 +84,10 @@ struct GemmStep {
   std::vector<int> siblings;
   std::shared_ptr<MergedWeights> merged;
   bool split_kernel = false;  // CUDA: one more launch splits the merged product (plan_siblings.cpp)
+  // CUDA, few rows: the layer_norm / rms_norm node whose output only this linear reads, run
+  // inside the GEMV (kernels/cuda/gemv.hpp, its prologue; planner.cpp, fold_norm_prologues).
+  // A call the GEMV cannot take runs that node eagerly first, then the GEMM as without it.
+  int prologue = -1;
 };
 
 struct AttentionStep {

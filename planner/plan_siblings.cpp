@@ -16,6 +16,7 @@
 #include "planner/merged_weights.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/split_columns.hpp"
 #endif
 
@@ -104,6 +105,8 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
     if (!t.is_contiguous()) return false;
   }
   if (o.outs[0].numel() == 0) return true;
+  // Few rows: one GEMV writes every sibling's output (no product, no split).
+  if (cuda::run_gemv_split(nullptr, merged_call(p, gs, values, c), o.outs, st.handle())) return true;
   Executor::run_eager_into(merged_call(p, gs, values, c), TensorList{product}, st);
   cuda::SplitColumnsArgs a;
   a.src = product.impl()->data();
@@ -119,6 +122,21 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
   return true;
 #else
   (void)p, (void)gs, (void)values, (void)stream;
+  return false;
+#endif
+}
+
+bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
+                             const OpCall& norm, void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  Operands o = operands(p, gs, values);
+  const Stream st = stream_on(o.outs[0].device(), stream);
+  const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
+  if (!c.defined()) return false;
+  for (const Tensor& t : o.outs) ensure_storage(t);
+  return cuda::run_gemv_split(&norm, merged_call(p, gs, values, c), o.outs, st.handle());
+#else
+  (void)p, (void)gs, (void)values, (void)norm, (void)stream;
   return false;
 #endif
 }

@@ -12,6 +12,11 @@ bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
                          std::span<const Tensor> values);
 bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
                              std::span<const Tensor> values, void* stream);
+// The merged GEMM with its norm prologue (GemmStep::prologue, `norm` that node's call) as one
+// few-row GEMV writing every sibling's output. False: nothing launched; the caller runs the norm,
+// then the merged GEMM.
+bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
+                             const OpCall& norm, void* stream);
 // plan.cpp: a pending Materialized value gets dense storage.
 void ensure_storage(const Tensor& t);
 

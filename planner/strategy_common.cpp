@@ -112,6 +112,7 @@ std::vector<int> Step::nodes() const {
   if (const auto* a = std::get_if<AttentionStep>(&body)) return a->nodes;
   if (const auto* g = std::get_if<GemmStep>(&body)) {
     std::vector<int> n = g->siblings.empty() ? std::vector<int>{g->node} : g->siblings;
+    if (g->prologue >= 0) n.insert(n.begin(), g->prologue);
     if (g->tail) n.insert(n.end(), g->tail->nodes.begin(), g->tail->nodes.end());
     return n;
   }

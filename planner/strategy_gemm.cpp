@@ -69,7 +69,7 @@ class GemmStrategy final : public Strategy {
     const int x = g.seg.value_id(g.seg.nodes[gr.nodes[0]].inputs[0]);
     for (int j : gr.nodes) p.bytes += eager_node_bytes(g.seg, j) - value_bytes(g.seg, x);
     p.bytes += value_bytes(g.seg, x);
-    if (g.opts.cuda) {
+    if (splits(g, gr)) {
       for (int j : gr.nodes) p.bytes += 2 * value_bytes(g.seg, g.seg.value_id(ValueRef::of(j)));
       p.launches = 2;
     }
@@ -77,12 +77,21 @@ class GemmStrategy final : public Strategy {
     return p;
   }
 
+  // CUDA: the merged product is split by a kernel of its own -- but for few rows, where the GEMV
+  // writes every sibling's output itself (kernels/cuda/gemv.hpp).
+  static bool splits(const FusionGraph& g, const Group& gr) {
+    if (!g.opts.cuda) return false;
+    const Shape& ys = g.seg.shape(ValueRef::of(gr.nodes[0]));
+    const int64_t cols = ys.rank == 0 ? 0 : ys.v[ys.rank - 1];
+    return !g.opts.gemv_prologue || cols == 0 || ys.numel() / cols > kExactEpilogueRows;
+  }
+
   static Step emit_merged(const FusionGraph& g, const Group& gr) {
     GemmStep gs;
     gs.node = gr.nodes[0];
     gs.siblings = gr.nodes;
     gs.merged = std::make_shared<MergedWeights>();
-    gs.split_kernel = g.opts.cuda;
+    gs.split_kernel = splits(g, gr);
     Step s;
     s.label = "linear " + g.nodes_str(gr.nodes) + " as one GEMM";
     s.body = std::move(gs);

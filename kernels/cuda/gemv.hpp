@@ -22,6 +22,13 @@ inline constexpr int kGemvMaxRows = 8;
 
 // The activation applied after the bias (values as LtAct's: none, relu, gelu_tanh).
 enum class GemvAct : uint8_t { none, relu, gelu_tanh };
+// A normalization of x's rows applied first, inside the kernel: a decode layer's layer_norm /
+// rms_norm before its QKV or FFN1 product is then no launch of its own. Each warp takes the
+// rows' mean and rstd itself, then normalizes every element as it multiplies it, rounded to
+// the dtype as eager's norm output is (gemv.cu says why so).
+enum class GemvNorm : uint8_t { none, layer, rms };
+// Column ranges of the product written to outputs of their own (a merged sibling GEMM).
+inline constexpr int kGemvMaxParts = 8;
 
 struct GemvArgs {
   DType dtype = DType::f32;  // of x, w, bias, residual and out alike (f32, f16, bf16)
@@ -36,10 +43,21 @@ struct GemvArgs {
   void* out = nullptr;             // [rows, n], row stride ldo
   int64_t ldo = 0;
   GemvAct act = GemvAct::none;
+  GemvNorm norm = GemvNorm::none;  // applied to x first
+  const void* norm_w = nullptr;    // [k] dense, 16-byte aligned, or null (no scale)
+  const void* norm_b = nullptr;    // [k] dense, 16-byte aligned, or null (layer only)
+  float eps = 0;
+  // parts > 0: out is unused, and column n of the product, begin[p] <= n < begin[p + 1], goes to
+  // part_out[p] at [m, n - begin[p]] (dense rows of the part's width): each sibling of a merged
+  // GEMM gets its output as eager gives it, without a split kernel. Never with a residual.
+  int parts = 0;
+  void* part_out[kGemvMaxParts] = {};
+  int64_t begin[kGemvMaxParts + 1] = {};
 };
 
 // Whether launch_gemv takes `a`: dtype, rows, k a whole number of 16-byte loads, x and w
-// 16-byte aligned (pointers and row strides), no activation together with a residual.
+// 16-byte aligned (pointers and row strides), no activation together with a residual; a norm's
+// vectors 16-byte aligned, and no shift for rms_norm.
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.
 void launch_gemv(const GemvArgs& a, cudaStream_t s);

@@ -264,3 +264,89 @@ TEST_CASE("fusion: from_candidate -- wiring, the most frequent shape tuple, live
   const PlannedSegment p = check_against_eager(s, 5);
   CHECK(p.num_kernels() == 1);
 }
+
+namespace {
+// A GPT-2 layer's MLP half at decode (one row): x = h + out(a); y = x + fc2(gelu_tanh(fc1(ln2(x)))),
+// then the next layer's ln1(y) into its QKV. Planned for CUDA: no GPU needed to plan.
+Segment decode_mlp_segment(int64_t rows, DType dt) {
+  SegmentBuilder b;
+  const int64_t C = 64, F = 256;
+  const ValueRef h = b.input({rows, 1, C}, dt), a = b.input({rows, 1, C}, dt);
+  const ValueRef ow = b.input({C, C}, dt), ob = b.input({C}, dt);
+  const ValueRef l2w = b.input({C}, dt), l2b = b.input({C}, dt), l1w = b.input({C}, dt), l1b = b.input({C}, dt);
+  const ValueRef fw = b.input({F, C}, dt), fb = b.input({F}, dt), pw = b.input({C, F}, dt), pb = b.input({C}, dt);
+  const ValueRef qw = b.input({3 * C, C}, dt), qb = b.input({3 * C}, dt);
+  const ValueRef x = b.add(OpId::add, {h, b.add(OpId::linear, {a, ow, ob}, linear_attrs(true))});
+  const ValueRef n2 = b.add(OpId::layer_norm, {x, l2w, l2b}, norm_attrs(1e-5, true, true));
+  const ValueRef g = b.add(OpId::gelu_tanh, {b.add(OpId::linear, {n2, fw, fb}, linear_attrs(true))});
+  const ValueRef y = b.add(OpId::add, {x, b.add(OpId::linear, {g, pw, pb}, linear_attrs(true))});
+  const ValueRef n1 = b.add(OpId::layer_norm, {y, l1w, l1b}, norm_attrs(1e-5, true, true));
+  b.output(y);
+  b.output(b.add(OpId::linear, {n1, qw, qb}, linear_attrs(true)));
+  return b.build();
+}
+int prologues(const PlannedSegment& p) {
+  int n = 0;
+  for (const Step& s : p.steps)
+    if (const auto* gs = std::get_if<GemmStep>(&s.body)) n += gs->prologue >= 0;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GEMV") {
+  for (DType dt : {DType::f32, DType::f16}) {
+    const PlannedSegment p = plan_segment(decode_mlp_segment(1, dt), default_planner_options(Device::cuda(0)));
+    INFO(dtype_name(dt) << "\n" << p.describe());
+    // out + residual, fc1 + gelu_tanh with ln2 inside, fc2 + residual, qkv with ln1 inside.
+    CHECK(p.num_kernels() == 4);
+    CHECK(prologues(p) == 2);
+    CHECK(has_decision(p, "(its prologue)"));
+    // Past kExactEpilogueRows rows the norms are kernels of their own (and, in f16, the adds).
+    const PlannedSegment wide =
+        plan_segment(decode_mlp_segment(kExactEpilogueRows + 1, dt), default_planner_options(Device::cuda(0)));
+    CHECK(prologues(wide) == 0);
+    // Not on the CPU: its GEMM has no such prologue.
+    CHECK(prologues(plan_segment(decode_mlp_segment(1, dt), default_planner_options(Device::cpu()))) == 0);
+  }
+  // A norm whose output is observable, or read twice, stays a kernel of its own.
+  for (bool observable : {true, false}) {
+    SegmentBuilder b;
+    const ValueRef x = b.input({1, 64}), w = b.input({32, 64}), lw = b.input({64});
+    const ValueRef n = b.add(OpId::rms_norm, {x, lw}, norm_attrs(1e-6, true, false));
+    b.output(b.add(OpId::linear, {n, w}, linear_attrs(false)));
+    if (observable) b.output(n);
+    else b.output(b.add(OpId::exp, {n}));
+    const PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
+    INFO(p.describe());
+    CHECK(prologues(p) == 0);
+  }
+  SegmentBuilder b;
+  const ValueRef x = b.input({1, 64}), w = b.input({32, 64}), lw = b.input({64});
+  b.output(b.add(OpId::linear, {b.add(OpId::rms_norm, {x, lw}, norm_attrs(1e-6, true, false)), w},
+                 linear_attrs(false)));
+  const PlannedSegment p = plan_segment(b.build(), default_planner_options(Device::cuda(0)));
+  CHECK(prologues(p) == 1);
+  CHECK(p.num_kernels() == 1);
+  // A vocabulary head (more than 8 outputs per input column) keeps its norm kernel: each of its
+  // outputs would normalize the row again.
+  for (int64_t vocab : {8 * 64, 8 * 64 + 1}) {
+    SegmentBuilder s;
+    const ValueRef x = s.input({1, 64}), lw = s.input({64}), lb = s.input({64});
+    s.output(s.add(OpId::linear, {s.add(OpId::layer_norm, {x, lw, lb}, norm_attrs(1e-5, true, true)), s.input({vocab, 64})},
+                   linear_attrs(false)));
+    CHECK(prologues(plan_segment(s.build(), default_planner_options(Device::cuda(0)))) == (vocab <= 8 * 64 ? 1 : 0));
+  }
+  // A Llama layer's rms_norm before Q/K/V (merged siblings): one GEMV writes all three outputs,
+  // normalizing its input itself -- one launch; at 16 rows the norm, the GEMM and its split.
+  for (int64_t rows : {int64_t{1}, int64_t{16}}) {
+    SegmentBuilder s;
+    const ValueRef x = s.input({rows, 64}, DType::bf16), lw = s.input({64}, DType::bf16);
+    const ValueRef n = s.add(OpId::rms_norm, {x, lw}, norm_attrs(1e-6, true, false));
+    for (int64_t cols : {64, 16, 16})
+      s.output(s.add(OpId::linear, {n, s.input({cols, 64}, DType::bf16)}, linear_attrs(false)));
+    const PlannedSegment q = plan_segment(s.build(), default_planner_options(Device::cuda(0)));
+    INFO("rows " << rows << "\n" << q.describe());
+    CHECK(prologues(q) == (rows == 1 ? 1 : 0));
+    CHECK(q.num_kernels() == (rows == 1 ? 1 : 3));
+  }
+}

@@ -124,6 +124,47 @@ std::vector<Case> cases(DType dt) {
     b.output(b.add(OpId::add, {r, b.add(OpId::linear, {x, w, bias}, linear_attrs(true))}));
     out.push_back({"few-row linear + bias + residual (GEMV)", b.build(), 1});
   }
+  {
+    // A decode layer's MLP half, two rows: the residual adds on the GEMVs' epilogues, each
+    // layer_norm in the prologue of the GEMV that reads it -- four launches for nine ops.
+    SegmentBuilder b;
+    const int64_t C = 64, F = 256;
+    const ValueRef h = b.input({2, 1, C}, dt), a = b.input({2, 1, C}, dt);
+    const ValueRef ow = b.input({C, C}, dt), ob = b.input({C}, dt), l2w = b.input({C}, dt), l2b = b.input({C}, dt);
+    const ValueRef fw = b.input({F, C}, dt), fb = b.input({F}, dt), pw = b.input({C, F}, dt), pb = b.input({C}, dt);
+    const ValueRef l1w = b.input({C}, dt), l1b = b.input({C}, dt), qw = b.input({3 * C, C}, dt), qb = b.input({3 * C}, dt);
+    const ValueRef x = b.add(OpId::add, {h, b.add(OpId::linear, {a, ow, ob}, linear_attrs(true))});
+    const ValueRef n2 = b.add(OpId::layer_norm, {x, l2w, l2b}, norm_attrs(1e-5, true, true));
+    const ValueRef g = b.add(OpId::gelu_tanh, {b.add(OpId::linear, {n2, fw, fb}, linear_attrs(true))});
+    const ValueRef y = b.add(OpId::add, {x, b.add(OpId::linear, {g, pw, pb}, linear_attrs(true))});
+    b.output(y);
+    b.output(b.add(OpId::linear, {b.add(OpId::layer_norm, {y, l1w, l1b}, norm_attrs(1e-5, true, true)), qw, qb},
+                   linear_attrs(true)));
+    out.push_back({"decode MLP half: GEMV prologues and epilogues", b.build(), 4});
+    // rms_norm -> linear over 36 columns: planned with the norm in the GEMV; in f16/bf16 the GEMV
+    // declines (36 is not a whole number of 16-byte loads) and the norm runs first.
+    SegmentBuilder b2;
+    const ValueRef x2 = b2.input({1, 36}, dt), w2 = b2.input({20, 36}, dt), lw2 = b2.input({36}, dt);
+    b2.output(b2.add(OpId::linear, {b2.add(OpId::rms_norm, {x2, lw2}, norm_attrs(1e-6, true, false)), w2},
+                     linear_attrs(false)));
+    out.push_back({"rms_norm in a GEMV's prologue, or before it", b2.build(), 1});
+  }
+  // A norm inside the GEMV over row counts and widths that split a weight row over 1, 2 and 4
+  // warps (the norm's sums then meet in shared memory).
+  for (int64_t rows : {1, 5})
+    for (int64_t k : {64, 768, 2048, 4096}) {
+      for (bool rms : {false, true}) {
+        SegmentBuilder b;
+        const ValueRef x = b.input({rows, k}, dt), w = b.input({72, k}, dt), bias = b.input({72}, dt);
+        const ValueRef g = b.input({k}, dt), sh = b.input({k}, dt);
+        const ValueRef n = rms ? b.add(OpId::rms_norm, {x, g}, norm_attrs(1e-6, true, false))
+                               : b.add(OpId::layer_norm, {x, g, sh}, norm_attrs(1e-5, true, true));
+        b.output(b.add(OpId::linear, {n, w, bias}, linear_attrs(true)));
+        out.push_back({std::string(rms ? "rms_norm" : "layer_norm") + " -> linear " + std::to_string(rows) +
+                           "x" + std::to_string(k),
+                       b.build(), 1});
+      }
+    }
   return out;
 }
 

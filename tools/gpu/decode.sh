@@ -4,7 +4,8 @@
 # DECODE_AB setting), the decode layer kernel by kernel (ncu), then bench/gpt/compare.py with
 # its PyTorch peers. Each part has its own limit and prints as it goes; logs in $OUT/decode.tgz.
 # Usage (device tool): bash tools/gpu/decode.sh   [DECODE_SUITES="test_ops:linear* ..."
-#   DECODE_PAIRS=2 DECODE_AB="LIVEFUSE_GEMV=0" DECODE_KERNELS=1 DECODE_COMPARE="gpt2" COMPARE_S=240]
+#   DECODE_PAIRS=2 DECODE_AB="LIVEFUSE_GEMV=0" DECODE_USERS=0 DECODE_KERNELS=1 DECODE_COMPARE="gpt2"
+#   COMPARE_S=240 COMPARE_SKIP=hf_generate]
 . "$(dirname "$0")/prelude.sh" lf-decode-out
 START=$(date +%s)
 pack_out() { tar -czf "$REAL_OUT/decode.tgz" -C "$D" . 2>/dev/null; }
@@ -18,6 +19,15 @@ for s in ${DECODE_SUITES-test_ops:linear* test_planner:gpu* test_decoder}; do
   grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
 done
 pack_out
+
+if [ "${DECODE_USERS:-0}" = 1 ]; then
+  at "user programs, fusion on / off / unsampled"
+  RUNS=1 EXIT_RUNS=2 timeout -s KILL 150 bash tools/gpu/users.sh "$B" "$D"
+  echo "  $(grep -c ' rc=0 0 failures' "$D/users.log") of $(grep -c ' run ' "$D/users.log") runs passed"
+  grep ' run ' "$D/users.log" | grep -v ' rc=0 0 failures' | head
+  grep -v ' run ' "$D/users.log" | head
+  pack_out
+fi
 
 at "GPT-2 small f16 concat, 32 + 256 tokens x 4 runs, one process each"
 for i in $(seq 1 "${DECODE_PAIRS:-2}"); do
