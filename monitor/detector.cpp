@@ -180,9 +180,14 @@ void Detector::on_sync_event(const TraceEvent& ev) {
 }
 
 // A served window is replayed: its calls, as the program made them, from the structure the
-// plan was made from (ops, attrs, wiring, dtypes), the shape tuple and the event's ids; then
-// the releases of the outputs that went with the window. The detector sees what it would have
-// seen op by op. When it cannot (the structure or the tuple is no longer tracked), the window
+// plan was made from (ops, attrs, wiring, dtypes), the shape tuple and the event's ids; and
+// the releases of the outputs that went with the window, each right after the value's last
+// use inside the window (after its producer when nothing inside reads it) -- where a program's
+// temporaries die. (Placed after the window's last call, they made every released value look
+// alive at the end of any shorter sequence inside the window: a GPT-2 decode layer planned from
+// the served windows of a layer + vocabulary-head plan kept its attention scores as an output,
+// which ruled out the fused attention -- 12 launches instead of 7 -- and the plan lost its
+// samples, H200.) The detector sees what it would have seen op by op. When it cannot (the structure or the tuple is no longer tracked), the window
 // takes one position, a barrier -- what runs before and after it is never one sequence with
 // it, and the ops around it are adjacent only through it -- and counts for the structure.
 //
@@ -256,6 +261,21 @@ bool Detector::replay_served(const TraceEvent& ev) {
     if (static_cast<size_t>(off) != tuple->size()) return false;
   }
   auto out_at = [&](size_t flat) { return at[n_ext + 1 + flat]; };
+  // After which call each released output goes (-1: not released with the window).
+  const uint64_t released = ev.in_ids[4];
+  std::vector<int>& release_after = release_after_;
+  release_after.assign(out_base.back(), -1);
+  for (size_t k = 0; k < c->ops.size(); ++k) {
+    for (size_t o = 0; o < c->ops[k].out_dtypes.size(); ++o) {
+      const size_t flat = out_base[k] + o;
+      if (flat < 64 && (released >> flat & 1)) release_after[flat] = static_cast<int>(k);
+    }
+    for (const WireRef& wr : c->ops[k].inputs) {
+      if (wr.kind != WireRef::Kind::internal) continue;
+      const size_t flat = out_base[wr.index] + wr.output;
+      if (release_after[flat] >= 0) release_after[flat] = static_cast<int>(k);
+    }
+  }
   replay_.assign(c->ops.size(), TraceEvent{});
   for (size_t k = 0; k < c->ops.size(); ++k) {
     const CandidateOp& co = c->ops[k];
@@ -305,13 +325,12 @@ bool Detector::replay_served(const TraceEvent& ev) {
     r.flags = truncated ? kEventTruncated : 0;
   }
   // `c` and `tuple` point into the structure table, which consuming an event may change.
-  for (const TraceEvent& r : replay_) {
+  for (size_t k = 0; k < replay_.size(); ++k) {
     ++replayed_;
-    on_call_event(r);
+    on_call_event(replay_[k]);
+    for (size_t f = 0; f < release_after.size(); ++f)
+      if (release_after[f] == static_cast<int>(k)) on_release_event(first_out + f);
   }
-  const uint64_t released = ev.in_ids[4];
-  for (uint32_t f = 0; f < out_base.back() && f < 64; ++f)
-    if (released >> f & 1) on_release_event(first_out + f);
   return true;
 }
 

@@ -59,6 +59,7 @@ class Detector final : public SegmentSink {
   Canon canon_;
   std::vector<std::pair<uint32_t, ValueId>> served_ids_;  // (stream, id) of served_ids events
   std::vector<int> value_dims_;                           // replay_served's scratch
+  std::vector<int> release_after_;                        // replay_served's scratch
   // replay_served's events, all built before the first is consumed: consuming one may change
   // the structure table the replay reads (a new shape tuple reallocates the tuples).
   std::vector<TraceEvent> replay_;

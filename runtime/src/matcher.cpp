@@ -146,7 +146,8 @@ void detail::clear(StreamWindow& sw) {
   }
   for (auto& outs : sw.w.outputs)
     // Release: a thread that sees the tag gone sees the storage bound before it.
-    for (auto& t : outs) t.impl()->pending.store(nullptr, std::memory_order_release);
+    for (auto& t : outs)
+      if (t.defined()) t.impl()->pending.store(nullptr, std::memory_order_release);
   sw.w.calls.clear();
   sw.w.outputs.clear();
   sw.w.externals.clear();
@@ -162,9 +163,46 @@ void detail::clear(StreamWindow& sw) {
 
 namespace {
 
+// A flush's order of deaths (flush()): for output f of the window (ids_begin + f), the call
+// that reads it last -- or makes it, when none reads it -- as a list per call.
+struct LastUses {
+  std::vector<int> head, next;                // per call, the first f; per f, the next one
+  std::vector<std::pair<int, int>> where;     // per f: (call, output)
+};
+
+void last_uses(const Window& w, LastUses& u) {
+  const size_t count = w.ids_next - w.ids_begin;
+  std::vector<int> last(count, -1);
+  u.where.assign(count, {-1, -1});
+  for (size_t j = 0; j < w.calls.size(); ++j) {
+    for (const Tensor& in : w.calls[j].inputs)
+      if (const ValueId id = in.impl()->id; id >= w.ids_begin && id < w.ids_next)
+        last[id - w.ids_begin] = static_cast<int>(j);
+    for (size_t k = 0; k < w.outputs[j].size(); ++k)
+      if (const ValueId id = w.outputs[j][k].impl()->id; id >= w.ids_begin && id < w.ids_next) {
+        u.where[id - w.ids_begin] = {static_cast<int>(j), static_cast<int>(k)};
+        last[id - w.ids_begin] = std::max(last[id - w.ids_begin], static_cast<int>(j));
+      }
+  }
+  u.head.assign(w.calls.size(), -1);
+  u.next.assign(count, -1);
+  for (size_t f = 0; f < count; ++f)
+    if (last[f] >= 0 && u.where[f].first >= 0) {
+      u.next[f] = u.head[last[f]];
+      u.head[last[f]] = static_cast<int>(f);
+    }
+}
+
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
 // `sink_us`, when given, adds up the host time of reporting the calls to the trace sink (a
 // sampled eager run leaves it out: complete() says why).
+//
+// Each call's inputs are dropped once it ran, and an output the program no longer holds is
+// dropped after the call that reads it last: its release reaches the monitor where the
+// program's came, not when the flush ends. (At the end, a decode layer flushed from a longer
+// plan's diverging window looked as if its attention scores outlived the layer; the layer was
+// then planned writing them out -- no fused attention, 12 launches instead of 7 -- and lost its
+// samples, H200.)
 void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us = nullptr) {
   if (!sw.active) return;
   trace::Scope ts("matcher", "flush_eager");
@@ -173,6 +211,8 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us = nu
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
   try {
     TraceSink* sink = trace_sink();
+    thread_local LastUses uses;
+    if (sink) last_uses(sw.w, uses);
     for (size_t j = 0; j < sw.w.calls.size(); ++j) {
       Executor::run_eager_into(sw.w.calls[j], sw.w.outputs[j], sw.stream);
       // Reported now, as they run (runtime/trace_sink.hpp, the note).
@@ -183,6 +223,13 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us = nu
                   sw.stream.id());
       if (sink_us)
         *sink_us += detail::us_since(t0);
+      sw.w.calls[j].inputs.clear();
+      for (int f = uses.head[j]; f >= 0; f = uses.next[f]) {
+        Tensor& t = sw.w.outputs[uses.where[f].first][uses.where[f].second];
+        if (!t.defined() || t.impl_ptr().use_count() != 1) continue;  // the program holds it
+        t.impl()->pending.store(nullptr, std::memory_order_release);
+        t = Tensor();
+      }
     }
   } catch (...) {
     clear(sw);

@@ -87,12 +87,13 @@ TEST_CASE("detector: a served window is replayed as its calls op by op would hav
     for (int it = 0; it < 24; ++it) {
       ValueId c;
       if (!serve || it < 6) {
+        // Temporaries die after their last use, as a replayed window's releases are placed.
         const ValueId a = s.call(OpId::exp, {x}, sh);
         const ValueId b = s.call(OpId::reshape, {a}, {128}, lfmon::ints({128}));
+        s.release(a);
         const ValueId r = s.call(OpId::reshape, {b}, sh, lfmon::ints({4, 32}));
-        c = s.call(OpId::mul, {r, g}, sh);
-        s.release(a);  // released when the window completes (after its last call)
         s.release(b);
+        c = s.call(OpId::mul, {r, g}, sh);
         s.release(r);
       } else {
         if (sig == 0) {

@@ -1,4 +1,5 @@
 // Matcher mechanics with a hand-made plan (fusion itself is tested elsewhere).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -273,6 +274,69 @@ struct SlowSink : lf::TraceSink {
   void on_sync(uint32_t) override {}
 };
 }  // namespace
+
+namespace {
+// What the monitor hears, in order: "call <op> <out id>" and "release <id>".
+struct RecordingSink : lf::TraceSink {
+  std::vector<std::string> events;
+  void on_call(const lf::OpCall& c, std::span<const lf::Tensor> outs, uint32_t) override {
+    events.push_back(std::string("call ") + std::string(lf::op_name(c.op)) + " " +
+                     std::to_string(outs.empty() ? 0 : outs[0].impl()->id));
+  }
+  void on_release(lf::ValueId id) override { events.push_back("release " + std::to_string(id)); }
+  void on_sync(uint32_t) override {}
+  size_t at(const std::string& e) const {
+    return static_cast<size_t>(std::find(events.begin(), events.end(), e) - events.begin());
+  }
+};
+}  // namespace
+
+TEST_CASE("matcher: a flushed window releases each temporary after its last use, not at the flush's end") {
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({16}, 31, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({16}, 32, -1, 1, lf::DType::f32, cpu);
+  auto four = [&] { return lf::neg(lf::add(lf::tanh(lf::mul(x, w)), x)); };
+  auto plan = lftest::record_plan([&] { (void)four(); });
+  plan->state = lf::PlanState::active;
+  lf::PlanTable::get().publish(plan);
+  RecordingSink sink;
+  lf::TraceSink* prev = lf::trace_sink();
+  lf::set_trace_sink(&sink);
+  lf::ValueId a_id = 0, b_id = 0;
+  lf::Tensor c;
+  {
+    lf::Tensor b;
+    {
+      const lf::Tensor a = lf::mul(x, w);  // deferred: the window follows the plan
+      a_id = a.impl()->id;
+      b = lf::tanh(a);
+      b_id = b.impl()->id;
+    }
+    c = lf::add(b, x);  // a died in the program after tanh had it
+  }
+  const lf::Tensor d = lf::exp(c);  // not the plan's neg: the window diverges and is flushed
+  lf::set_trace_sink(prev);
+  const lf::ValueId c_id = c.impl()->id;
+  INFO([&] {
+    std::string s;
+    for (const std::string& e : sink.events) s += e + "\n";
+    return s;
+  }());
+  CHECK(plan->runs == 0);
+  // The flush reports mul, tanh, add in order; a (last read by tanh) is released before add's
+  // report, b (last read by add) after it; c, which the program holds, is not released.
+  const size_t tanh_at = sink.at("call tanh " + std::to_string(b_id));
+  const size_t add_at = sink.at("call add " + std::to_string(c_id));
+  REQUIRE(add_at < sink.events.size());
+  REQUIRE(tanh_at < add_at);
+  const size_t a_rel = sink.at("release " + std::to_string(a_id));
+  const size_t b_rel = sink.at("release " + std::to_string(b_id));
+  CHECK(a_rel > tanh_at);
+  CHECK(a_rel < add_at);
+  CHECK(b_rel > add_at);
+  CHECK(sink.at("release " + std::to_string(c_id)) == sink.events.size());
+  CHECK(lftest::allclose(d.to_doubles(), lf::exp(lf::add(lf::tanh(lf::mul(x, w)), x)).to_doubles(), 1e-6, 1e-6));
+}
 
 TEST_CASE("matcher: a CPU sample leaves out the monitor's reports, which a flushed window pays per call") {
   // The recording plan does eager's work (and its window's deferral): with the reports counted,
