@@ -183,13 +183,11 @@ void Detector::on_sync_event(const TraceEvent& ev) {
 // plan was made from (ops, attrs, wiring, dtypes), the shape tuple and the event's ids; and
 // the releases of the outputs that went with the window, each right after the value's last
 // use inside the window (after its producer when nothing inside reads it) -- where a program's
-// temporaries die. (Placed after the window's last call, they made every released value look
-// alive at the end of any shorter sequence inside the window: a GPT-2 decode layer planned from
-// the served windows of a layer + vocabulary-head plan kept its attention scores as an output,
-// which ruled out the fused attention -- 12 launches instead of 7 -- and the plan lost its
-// samples, H200.) The detector sees what it would have seen op by op. When it cannot (the structure or the tuple is no longer tracked), the window
-// takes one position, a barrier -- what runs before and after it is never one sequence with
-// it, and the ops around it are adjacent only through it -- and counts for the structure.
+// temporaries die, and where a flushed window now reports them (matcher.cpp, flush()). The
+// detector sees what it would have seen op by op. When it cannot (the structure or the tuple
+// is no longer tracked), the window takes one position, a barrier -- what runs before and
+// after it is never one sequence with it, and the ops around it are adjacent only through
+// it -- and counts for the structure.
 //
 // Replaying costs the monitor thread what the calls would have cost it one by one, and on a
 // small machine that thread competes with the program's own (on 2 cores the CPU decoder loop

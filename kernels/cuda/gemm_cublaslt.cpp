@@ -305,7 +305,9 @@ bool gemv_linear_args(const OpCall* norm, const OpCall& call, const OutView& out
   MatView a = view_of(x);
   if (a.shape.rank == 1) a = MatView{a.ptr, Shape{1, x.shape()[0]}, Strides{x.shape()[0], x.strides()[0]}};
   if (x.dtype() != out.dtype || w.dtype() != out.dtype || a.shape[a.shape.rank - 1] == 0) return false;
-  const GemvNorm kind = !norm ? GemvNorm::none : norm->op == OpId::layer_norm ? GemvNorm::layer : GemvNorm::rms;
+  const GemvNorm kind = !norm                          ? GemvNorm::none
+                        : norm->op == OpId::layer_norm ? GemvNorm::layer
+                                                       : GemvNorm::rms;
   if (!gemv_args_for(a, b, out, g, kind)) return false;
   if (!norm) return true;
   const auto vector_of = [&](size_t i, const void** p) {
