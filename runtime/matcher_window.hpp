@@ -69,6 +69,13 @@ struct StreamWindow {
     bool via_plan = false;
     double host_us = 0;
   };
+  // flush()'s order of deaths: for output f of the window (ids_begin + f), the call that reads
+  // it last -- or makes it, when none reads it -- as a list per call (matcher.cpp).
+  struct LastUses {
+    std::vector<int> head, next;             // per call, the first f; per f, the next one
+    std::vector<std::pair<int, int>> where;  // per f: (call, output)
+  };
+  LastUses flush_uses;
   static constexpr int kSampleSlots = 8;
   void* sample_events[kSampleSlots][2] = {};  // cudaEvent_t pairs, made at the first CUDA sample
   std::vector<PendingSample> pending_samples;  // oldest first

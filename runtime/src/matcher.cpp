@@ -163,14 +163,7 @@ void detail::clear(StreamWindow& sw) {
 
 namespace {
 
-// A flush's order of deaths (flush()): for output f of the window (ids_begin + f), the call
-// that reads it last -- or makes it, when none reads it -- as a list per call.
-struct LastUses {
-  std::vector<int> head, next;                // per call, the first f; per f, the next one
-  std::vector<std::pair<int, int>> where;     // per f: (call, output)
-};
-
-void last_uses(const Window& w, LastUses& u) {
+void last_uses(const Window& w, StreamWindow::LastUses& u) {
   const size_t count = w.ids_next - w.ids_begin;
   std::vector<int> last(count, -1);
   u.where.assign(count, {-1, -1});
@@ -211,7 +204,9 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us = nu
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
   try {
     TraceSink* sink = trace_sink();
-    thread_local LastUses uses;
+    // In the window, not thread_local: a thread's exit flushes its windows, after thread_locals
+    // defined later than its ThreadState are gone.
+    StreamWindow::LastUses& uses = sw.flush_uses;
     if (sink) last_uses(sw.w, uses);
     for (size_t j = 0; j < sw.w.calls.size(); ++j) {
       Executor::run_eager_into(sw.w.calls[j], sw.w.outputs[j], sw.stream);
