@@ -11,22 +11,52 @@
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
-#include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/gemm_views.hpp"
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/strided.hpp"
-#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
+
+namespace detail {
+
+bool epilogue_operands(const Tensor& out, uint8_t act, const Tensor* bias, const Tensor* residual,
+                       const void** bias_ptr) {
+  if (out.numel() == 0 || !out.is_contiguous()) return false;
+  *bias_ptr = nullptr;
+  if (bias) {
+    if (bias->dtype() != out.dtype() || bias->rank() != 1 ||
+        bias->shape()[0] != out.shape()[out.rank() - 1] || bias->strides()[0] != 1 ||
+        reinterpret_cast<uintptr_t>(bias->impl()->data()) % 16 != 0)
+      return false;
+    *bias_ptr = bias->impl()->data();
+  }
+  return !residual || (residual->dtype() == out.dtype() && residual->shape() == out.shape() &&
+                       residual->is_contiguous() && act == 0 &&
+                       reinterpret_cast<uintptr_t>(residual->impl()->data()) % 16 == 0);
+}
+
+OutView out_view_of(const Shape& shape, const Tensor& like) {
+  OutView o{nullptr, shape, like.dtype(), like.device()};
+  if (o.shape.rank == 1) o.shape = Shape{1, shape[0]};
+  return o;
+}
+
+OutView out_view(const Tensor& out) {
+  OutView o = out_view_of(out.shape(), out);
+  o.ptr = out.impl()->data();
+  return o;
+}
+
+}  // namespace detail
+
 namespace {
 
-// A strided matrix view [R, C] (plus batch dims) of one operand.
-struct MatView {
-  const void* ptr;
-  Shape shape;  // [..batch, R, C]
-  Strides strides;
-};
-
-MatView view_of(const Tensor& t) { return {t.impl()->data(), t.shape(), t.strides()}; }
+using detail::MatView;
+using detail::OutView;
+using detail::epilogue_operands;
+using detail::gemv_args_for;
+using detail::out_view;
+using detail::view_of;
 
 // Dense copy of a view whose last two dims have no unit stride. Allocates (rare path).
 Tensor materialise(const MatView& v, DType dtype, Device device, cudaStream_t s) {
@@ -36,46 +66,6 @@ Tensor materialise(const MatView& v, DType dtype, Device device, cudaStream_t s)
   add_operand(l, v.shape, v.strides);
   launch_copy(tmp.impl()->data(), v.ptr, dtype_size(dtype), l, s);
   return tmp;
-}
-
-struct OutView {
-  void* ptr;
-  Shape shape;  // [..batch, M, N], dense
-  DType dtype;
-  Device device;
-};
-
-static_assert(static_cast<int>(GemvAct::relu) == static_cast<int>(LtAct::relu) &&
-              static_cast<int>(GemvAct::gelu_tanh) == static_cast<int>(LtAct::gelu_tanh));
-
-// The product as a few-row GEMV (gemv.hpp) when a's rows [..., M] fold to at most
-// kGemvMaxRows evenly spaced rows read along K, b is one [K, N] matrix whose columns are read
-// along K (a linear's weight, W[N, K]^T) and the output is dense: *g then holds everything but
-// the epilogue (and, with `norm`, the norm's operands). False leaves the product to cuBLASLt.
-bool gemv_args_for(const MatView& a, const MatView& b, const OutView& out, GemvArgs* g,
-                   GemvNorm norm = GemvNorm::none) {
-  const int ra = a.shape.rank, rb = b.shape.rank;
-  if (!config().gemv || rb != 2 || ra < 2 || a.strides[ra - 1] != 1 || b.strides[0] != 1) return false;
-  int64_t rows = 1, row_stride = 0;
-  for (int d = ra - 2; d >= 0; --d) {  // innermost first: each dim must continue the last
-    if (a.shape[d] == 1) continue;
-    if (rows == 1) row_stride = a.strides[d];
-    else if (a.strides[d] != row_stride * rows) return false;
-    rows *= a.shape[d];
-  }
-  if (rows > kGemvMaxRows || rows * b.shape[1] != out.shape.numel()) return false;
-  g->dtype = out.dtype;
-  g->rows = static_cast<int>(rows);
-  g->n = b.shape[1];
-  g->k = a.shape[ra - 1];
-  g->x = a.ptr;
-  g->ldx = row_stride;
-  g->w = b.ptr;
-  g->ldw = b.strides[1];
-  g->out = out.ptr;
-  g->ldo = g->n;
-  g->norm = norm;
-  return gemv_supported(*g);
 }
 
 // out[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias[N]) (+ residual, dense like out); batch
@@ -231,38 +221,6 @@ void linear_views(const OpCall& call, MatView* a, MatView* b) {
 }
 }  // namespace
 
-namespace {
-// The epilogue's operands as gemm_nd reads them: the bias a dense, 16-byte aligned vector of the
-// output's dtype; the residual laid out as the output (dense, same shape and dtype, aligned),
-// never with an activation. False: the GEMM + tail kernel path is left to run.
-bool epilogue_operands(const Tensor& out, uint8_t act, const Tensor* bias, const Tensor* residual,
-                       const void** bias_ptr) {
-  if (out.numel() == 0 || !out.is_contiguous()) return false;
-  *bias_ptr = nullptr;
-  if (bias) {
-    if (bias->dtype() != out.dtype() || bias->rank() != 1 ||
-        bias->shape()[0] != out.shape()[out.rank() - 1] || bias->strides()[0] != 1 ||
-        reinterpret_cast<uintptr_t>(bias->impl()->data()) % 16 != 0)
-      return false;
-    *bias_ptr = bias->impl()->data();
-  }
-  return !residual || (residual->dtype() == out.dtype() && residual->shape() == out.shape() &&
-                       residual->is_contiguous() && act == 0 &&
-                       reinterpret_cast<uintptr_t>(residual->impl()->data()) % 16 == 0);
-}
-
-OutView out_view_of(const Shape& shape, const Tensor& like) {
-  OutView o{nullptr, shape, like.dtype(), like.device()};
-  if (o.shape.rank == 1) o.shape = Shape{1, shape[0]};
-  return o;
-}
-
-OutView out_view(const Tensor& out) {
-  OutView o = out_view_of(out.shape(), out);
-  o.ptr = out.impl()->data();
-  return o;
-}
-}  // namespace
 
 bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
                        const Tensor* residual, const Tensor& out, void* stream) {
@@ -287,94 +245,6 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
     return false;
   gemm_nd(a, b, o, bias_ptr, tf32, static_cast<cudaStream_t>(stream), static_cast<LtAct>(act),
           residual ? residual->impl()->data() : nullptr);
-  return true;
-}
-
-namespace {
-// The few-row GEMV of the linear `call` into `out`, over its input -- or, with `norm`, over the
-// norm's input, the norm in the GEMV's prologue (the linear's input, the norm's output, may have
-// no storage then). *g is filled but for the epilogue and a split of the outputs. False: the
-// GEMV cannot take it.
-bool gemv_linear_args(const OpCall* norm, const OpCall& call, const OutView& out, GemvArgs* g) {
-  if (call.op != OpId::linear) return false;
-  if (norm && norm->op != OpId::layer_norm && norm->op != OpId::rms_norm) return false;
-  const Tensor& x = norm ? norm->inputs[0] : call.inputs[0];
-  const Tensor& w = call.inputs[1];
-  const MatView b{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
-                  Strides{w.strides()[1], w.strides()[0]}};
-  MatView a = view_of(x);
-  if (a.shape.rank == 1) a = MatView{a.ptr, Shape{1, x.shape()[0]}, Strides{x.shape()[0], x.strides()[0]}};
-  if (x.dtype() != out.dtype || w.dtype() != out.dtype || a.shape[a.shape.rank - 1] == 0) return false;
-  const GemvNorm kind = !norm                          ? GemvNorm::none
-                        : norm->op == OpId::layer_norm ? GemvNorm::layer
-                                                       : GemvNorm::rms;
-  if (!gemv_args_for(a, b, out, g, kind)) return false;
-  if (!norm) return true;
-  const auto vector_of = [&](size_t i, const void** p) {
-    if (i >= norm->inputs.size()) return false;
-    const Tensor& t = norm->inputs[i];
-    if (t.dtype() != x.dtype() || t.rank() != 1 || t.shape()[0] != g->k ||
-        (t.strides()[0] != 1 && g->k > 1))
-      return false;
-    *p = t.impl()->data();
-    return true;
-  };
-  size_t next = 1;
-  if (norm->attrs.i[0] && !vector_of(next++, &g->norm_w)) return false;
-  if (norm->op == OpId::layer_norm && norm->attrs.i[1] && !vector_of(next++, &g->norm_b)) return false;
-  g->eps = static_cast<float>(norm->attrs.f[0]);
-  return true;
-}
-
-// The linear's own bias as the GEMV reads it (element by element: any dense vector), or null.
-bool linear_bias(const OpCall& call, DType dt, const void** p) {
-  *p = nullptr;
-  if (call.attrs.i[0] == 0) return true;
-  const Tensor& lb = call.inputs[2];
-  if (lb.dtype() != dt || lb.rank() != 1 || (lb.strides()[0] != 1 && lb.numel() > 1)) return false;
-  *p = lb.impl()->data();
-  return true;
-}
-}  // namespace
-
-bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Tensor* bias,
-                   const Tensor* residual, const Tensor& out, void* stream) {
-  const void* bias_ptr = nullptr;
-  if (!epilogue_operands(out, act, bias, residual, &bias_ptr)) return false;
-  GemvArgs g;
-  if (!gemv_linear_args(&norm, call, out_view(out), &g)) return false;
-  // An epilogue's bias is the linear's own (pass_gemm_epilogue) or one added to a linear
-  // without: without an epilogue the linear's own is added here.
-  if (!bias && !linear_bias(call, out.dtype(), &bias_ptr)) return false;
-  g.bias = bias_ptr;
-  g.residual = residual ? residual->impl()->data() : nullptr;
-  g.act = static_cast<GemvAct>(act);
-  launch_gemv(g, static_cast<cudaStream_t>(stream));
-  return true;
-}
-
-bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream) {
-  if (outs.empty() || outs.size() > static_cast<size_t>(kGemvMaxParts)) return false;
-  GemvArgs g;
-  g.parts = static_cast<int>(outs.size());
-  Shape whole = outs[0].shape();
-  whole.v[whole.rank - 1] = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const Tensor& o = outs[i];
-    if (!o.is_contiguous() || o.dtype() != outs[0].dtype() || o.rank() != outs[0].rank() || o.numel() == 0)
-      return false;
-    g.part_out[i] = o.impl()->data();
-    g.begin[i + 1] = g.begin[i] + o.shape()[o.rank() - 1];
-    whole.v[whole.rank - 1] += o.shape()[o.rank() - 1];
-  }
-  const OutView ov = out_view_of(whole, outs[0]);
-  const void* bias_ptr = nullptr;
-  if (!gemv_linear_args(norm, call, ov, &g) || g.n != g.begin[g.parts] ||
-      !linear_bias(call, outs[0].dtype(), &bias_ptr))
-    return false;
-  g.bias = bias_ptr;
-  launch_gemv(g, static_cast<cudaStream_t>(stream));
   return true;
 }
 

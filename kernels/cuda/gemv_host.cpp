@@ -1,0 +1,142 @@
+// The few-row GEMV's host side (gemv.hpp): which matmul / linear calls it takes, their operands
+// as GemvArgs, and the entry points the planner's steps call (gemm.hpp: run_gemv_norm,
+// run_gemv_split); gemm_nd (gemm_cublaslt.cpp) tries it first for every product.
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemm_lt.hpp"
+#include "kernels/cuda/gemm_views.hpp"
+#include "kernels/cuda/gemv.hpp"
+#include "livefuse/config.hpp"
+
+namespace livefuse::cuda {
+
+static_assert(static_cast<int>(GemvAct::relu) == static_cast<int>(LtAct::relu) &&
+              static_cast<int>(GemvAct::gelu_tanh) == static_cast<int>(LtAct::gelu_tanh));
+
+namespace detail {
+
+bool gemv_args_for(const MatView& a, const MatView& b, const OutView& out, GemvArgs* g,
+                   GemvNorm norm) {
+  const int ra = a.shape.rank, rb = b.shape.rank;
+  if (!config().gemv || rb != 2 || ra < 2 || a.strides[ra - 1] != 1 || b.strides[0] != 1) return false;
+  int64_t rows = 1, row_stride = 0;
+  for (int d = ra - 2; d >= 0; --d) {  // innermost first: each dim must continue the last
+    if (a.shape[d] == 1) continue;
+    if (rows == 1) row_stride = a.strides[d];
+    else if (a.strides[d] != row_stride * rows) return false;
+    rows *= a.shape[d];
+  }
+  if (rows > kGemvMaxRows || rows * b.shape[1] != out.shape.numel()) return false;
+  g->dtype = out.dtype;
+  g->rows = static_cast<int>(rows);
+  g->n = b.shape[1];
+  g->k = a.shape[ra - 1];
+  g->x = a.ptr;
+  g->ldx = row_stride;
+  g->w = b.ptr;
+  g->ldw = b.strides[1];
+  g->out = out.ptr;
+  g->ldo = g->n;
+  g->norm = norm;
+  return gemv_supported(*g);
+}
+
+
+}  // namespace detail
+
+using detail::MatView;
+using detail::OutView;
+using detail::gemv_args_for;
+using detail::epilogue_operands;
+using detail::out_view;
+using detail::out_view_of;
+using detail::view_of;
+
+namespace {
+// The few-row GEMV of the linear `call` into `out`, over its input -- or, with `norm`, over the
+// norm's input, the norm in the GEMV's prologue (the linear's input, the norm's output, may have
+// no storage then). *g is filled but for the epilogue and a split of the outputs. False: the
+// GEMV cannot take it.
+bool gemv_linear_args(const OpCall* norm, const OpCall& call, const OutView& out, GemvArgs* g) {
+  if (call.op != OpId::linear) return false;
+  if (norm && norm->op != OpId::layer_norm && norm->op != OpId::rms_norm) return false;
+  const Tensor& x = norm ? norm->inputs[0] : call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const MatView b{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
+                  Strides{w.strides()[1], w.strides()[0]}};
+  MatView a = view_of(x);
+  if (a.shape.rank == 1) a = MatView{a.ptr, Shape{1, x.shape()[0]}, Strides{x.shape()[0], x.strides()[0]}};
+  if (x.dtype() != out.dtype || w.dtype() != out.dtype || a.shape[a.shape.rank - 1] == 0) return false;
+  const GemvNorm kind = !norm                          ? GemvNorm::none
+                        : norm->op == OpId::layer_norm ? GemvNorm::layer
+                                                       : GemvNorm::rms;
+  if (!gemv_args_for(a, b, out, g, kind)) return false;
+  if (!norm) return true;
+  const auto vector_of = [&](size_t i, const void** p) {
+    if (i >= norm->inputs.size()) return false;
+    const Tensor& t = norm->inputs[i];
+    if (t.dtype() != x.dtype() || t.rank() != 1 || t.shape()[0] != g->k ||
+        (t.strides()[0] != 1 && g->k > 1))
+      return false;
+    *p = t.impl()->data();
+    return true;
+  };
+  size_t next = 1;
+  if (norm->attrs.i[0] && !vector_of(next++, &g->norm_w)) return false;
+  if (norm->op == OpId::layer_norm && norm->attrs.i[1] && !vector_of(next++, &g->norm_b)) return false;
+  g->eps = static_cast<float>(norm->attrs.f[0]);
+  return true;
+}
+
+// The linear's own bias as the GEMV reads it (element by element: any dense vector), or null.
+bool linear_bias(const OpCall& call, DType dt, const void** p) {
+  *p = nullptr;
+  if (call.attrs.i[0] == 0) return true;
+  const Tensor& lb = call.inputs[2];
+  if (lb.dtype() != dt || lb.rank() != 1 || (lb.strides()[0] != 1 && lb.numel() > 1)) return false;
+  *p = lb.impl()->data();
+  return true;
+}
+}  // namespace
+
+bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Tensor* bias,
+                   const Tensor* residual, const Tensor& out, void* stream) {
+  const void* bias_ptr = nullptr;
+  if (!epilogue_operands(out, act, bias, residual, &bias_ptr)) return false;
+  GemvArgs g;
+  if (!gemv_linear_args(&norm, call, out_view(out), &g)) return false;
+  // An epilogue's bias is the linear's own (pass_gemm_epilogue) or one added to a linear
+  // without: without an epilogue the linear's own is added here.
+  if (!bias && !linear_bias(call, out.dtype(), &bias_ptr)) return false;
+  g.bias = bias_ptr;
+  g.residual = residual ? residual->impl()->data() : nullptr;
+  g.act = static_cast<GemvAct>(act);
+  launch_gemv(g, static_cast<cudaStream_t>(stream));
+  return true;
+}
+
+bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
+                    void* stream) {
+  if (outs.empty() || outs.size() > static_cast<size_t>(kGemvMaxParts)) return false;
+  GemvArgs g;
+  g.parts = static_cast<int>(outs.size());
+  Shape whole = outs[0].shape();
+  whole.v[whole.rank - 1] = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& o = outs[i];
+    if (!o.is_contiguous() || o.dtype() != outs[0].dtype() || o.rank() != outs[0].rank() || o.numel() == 0)
+      return false;
+    g.part_out[i] = o.impl()->data();
+    g.begin[i + 1] = g.begin[i] + o.shape()[o.rank() - 1];
+    whole.v[whole.rank - 1] += o.shape()[o.rank() - 1];
+  }
+  const OutView ov = out_view_of(whole, outs[0]);
+  const void* bias_ptr = nullptr;
+  if (!gemv_linear_args(norm, call, ov, &g) || g.n != g.begin[g.parts] ||
+      !linear_bias(call, outs[0].dtype(), &bias_ptr))
+    return false;
+  g.bias = bias_ptr;
+  launch_gemv(g, static_cast<cudaStream_t>(stream));
+  return true;
+}
+
+}  // namespace livefuse::cuda
