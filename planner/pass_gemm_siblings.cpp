@@ -56,10 +56,14 @@ std::string why_not_with(const FusionGraph& g, int leader, int other) {
 // CUDA: the merged product is split into the siblings' outputs by one more kernel, which writes
 // and reads every output once more; the input is read once instead of n times and n GEMM
 // launches become two. Whether that pays depends on the sizes: the cost model decides ("" when
-// it pays). The CPU GEMM stores the columns in place: it always pays there.
+// it pays). The CPU GEMM stores the columns in place: it always pays there, and so does the
+// CUDA GEMV (few rows: kernels/cuda/gemv.hpp), which writes each sibling's output itself.
 std::string why_not_paying(const FusionGraph& g, const Group& merged) {
   if (!g.opts.cuda) return "";
   const Segment& seg = g.seg;
+  const Shape& ys = seg.shape(ValueRef::of(merged.nodes[0]));
+  const int64_t cols = ys.rank == 0 ? 0 : ys.v[ys.rank - 1];
+  if (g.opts.gemv_prologue && cols > 0 && ys.numel() / cols <= kExactEpilogueRows) return "";
   const double x = value_bytes(seg, seg.value_id(seg.nodes[merged.nodes[0]].inputs[0]));
   double apart = 0, outs = 0;
   for (int j : merged.nodes) {

@@ -35,17 +35,24 @@ int new_group(FusionGraph& g, int j) {
 
 bool fusible(const Group& gr) { return gr.alive && (gr.kind == GroupKind::Pointwise || gr.kind == GroupKind::Row); }
 
-// Whether `v`'s one reader is node `reader` (-1: any node of op `op`, reading it as input 0).
-bool one_reader(const FusionGraph& g, const ValueRef& v, OpId op, int reader = -1) {
+// Whether `v`'s one reader is node `reader`.
+bool only_reader(const FusionGraph& g, const ValueRef& v, int reader) {
   const auto& users = g.users[g.seg.value_id(v)];
-  if (users.size() != 1 || g.seg.is_output(v)) return false;
-  return reader >= 0 ? users[0].first == reader
-                     : users[0].second == 0 && g.seg.nodes[users[0].first].op == op;
+  return users.size() == 1 && !g.seg.is_output(v) && users[0].first == reader;
 }
 
-// On CUDA, a few-row residual add before a norm that only a linear reads is better left apart
+// Whether `v` is read by linears only, as their input (one linear, or siblings: Q/K/V, gate/up).
+bool read_by_linears(const FusionGraph& g, const ValueRef& v) {
+  const auto& users = g.users[g.seg.value_id(v)];
+  if (users.empty() || g.seg.is_output(v)) return false;
+  for (const auto& [node, idx] : users)
+    if (idx != 0 || g.seg.nodes[node].op != OpId::linear) return false;
+  return true;
+}
+
+// On CUDA, a few-row residual add before a norm that only linears read is better left apart
 // from it: the add rides on the GEMV epilogue of the linear that produced one of its operands
-// (pass_gemm_epilogue), the norm on the prologue of the linear that reads it (planner.cpp,
+// (pass_gemm_epilogue), the norm on the GEMV of the linears that read it (planner.cpp,
 // fold_norm_prologues) -- no launch for either, where one row kernel for both is one launch.
 bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
   const SegmentNode& nn = g.seg.nodes[norm];
@@ -58,10 +65,10 @@ bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
     return false;
   const auto from_linear = [&](const ValueRef& r) {
     return !r.is_external() && g.seg.nodes[r.node].op == OpId::linear &&
-           one_reader(g, r, OpId::add, producer.nodes[0]);
+           only_reader(g, r, producer.nodes[0]);
   };
   return (from_linear(add.inputs[0]) || from_linear(add.inputs[1])) &&
-         one_reader(g, ValueRef::of(norm), OpId::linear);
+         read_by_linears(g, ValueRef::of(norm));
 }
 
 }  // namespace

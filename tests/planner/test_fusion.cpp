@@ -336,6 +336,22 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
                    linear_attrs(false)));
     CHECK(prologues(plan_segment(s.build(), default_planner_options(Device::cuda(0)))) == (vocab <= 8 * 64 ? 1 : 0));
   }
+  // A Llama layer's second half at decode: x = h + o_proj(a); rms_norm(x) before gate/up
+  // (merged siblings). The residual rides on o_proj's GEMV, the norm on the gate/up GEMV: two
+  // launches (the down projection and the silu * up stay outside this segment).
+  {
+    SegmentBuilder s;
+    const ValueRef h = s.input({1, 1, 64}, DType::bf16), a = s.input({1, 1, 64}, DType::bf16);
+    const ValueRef x = s.add(OpId::add, {h, s.add(OpId::linear, {a, s.input({64, 64}, DType::bf16)}, linear_attrs(false))});
+    const ValueRef n = s.add(OpId::rms_norm, {x, s.input({64}, DType::bf16)}, norm_attrs(1e-6, true, false));
+    s.output(x);
+    for (int k = 0; k < 2; ++k)
+      s.output(s.add(OpId::linear, {n, s.input({128, 64}, DType::bf16)}, linear_attrs(false)));
+    const PlannedSegment q = plan_segment(s.build(), default_planner_options(Device::cuda(0)));
+    INFO(q.describe());
+    CHECK(prologues(q) == 1);
+    CHECK(q.num_kernels() == 2);
+  }
   // A Llama layer's rms_norm before Q/K/V (merged siblings): one GEMV writes all three outputs,
   // normalizing its input itself -- one launch; at 16 rows the norm, the GEMM and its split.
   for (int64_t rows : {int64_t{1}, int64_t{16}}) {
