@@ -34,6 +34,11 @@ enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, Bi
 // kGemvMaxRows), whose epilogue rounds as eager's ops do: there a half-precision residual can be
 // fused (pass_gemm_epilogue.cpp, residual_of).
 inline constexpr int64_t kExactEpilogueRows = 8;
+// Whether a product whose output has shape `s` is one of those: at most kExactEpilogueRows rows
+// of at least one column.
+inline bool gemv_rows(const Shape& s) {
+  return s.rank > 0 && s.v[s.rank - 1] > 0 && s.numel() / s.v[s.rank - 1] <= kExactEpilogueRows;
+}
 
 struct Group {
   int id = 0;

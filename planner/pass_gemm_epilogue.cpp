@@ -24,9 +24,7 @@ int residual_of(const FusionGraph& g, const Group& tail, const SegmentNode& a, c
   // is only taken for products of at most kExactEpilogueRows rows: those run as the CUDA GEMV,
   // which rounds y before adding as eager does (kernels/cuda/gemv.hpp). Elsewhere it stays in
   // the tail kernel, which is also what runs when the GEMV cannot take the call at run time.
-  const Shape& ys = g.seg.shape(cur);
-  const int64_t rows = ys.rank == 0 || ys.v[ys.rank - 1] == 0 ? 0 : ys.numel() / ys.v[ys.rank - 1];
-  if (g.seg.dtype(cur) != DType::f32 && rows > kExactEpilogueRows) return -1;
+  if (g.seg.dtype(cur) != DType::f32 && !gemv_rows(g.seg.shape(cur))) return -1;
   return g.seg.value_id(other);
 }
 

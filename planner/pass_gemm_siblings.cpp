@@ -61,9 +61,7 @@ std::string why_not_with(const FusionGraph& g, int leader, int other) {
 std::string why_not_paying(const FusionGraph& g, const Group& merged) {
   if (!g.opts.cuda) return "";
   const Segment& seg = g.seg;
-  const Shape& ys = seg.shape(ValueRef::of(merged.nodes[0]));
-  const int64_t cols = ys.rank == 0 ? 0 : ys.v[ys.rank - 1];
-  if (g.opts.gemv_prologue && cols > 0 && ys.numel() / cols <= kExactEpilogueRows) return "";
+  if (g.opts.gemv_prologue && gemv_rows(seg.shape(ValueRef::of(merged.nodes[0])))) return "";
   const double x = value_bytes(seg, seg.value_id(seg.nodes[merged.nodes[0]].inputs[0]));
   double apart = 0, outs = 0;
   for (int j : merged.nodes) {

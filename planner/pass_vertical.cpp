@@ -57,8 +57,7 @@ bool read_by_linears(const FusionGraph& g, const ValueRef& v) {
 bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
   const SegmentNode& nn = g.seg.nodes[norm];
   if (!g.opts.gemv_prologue || (nn.op != OpId::layer_norm && nn.op != OpId::rms_norm)) return false;
-  const Shape& s = nn.outputs[0].shape;
-  if (s.rank == 0 || s.v[s.rank - 1] == 0 || s.numel() / s.v[s.rank - 1] > kExactEpilogueRows) return false;
+  if (!gemv_rows(nn.outputs[0].shape)) return false;
   if (producer.kind != GroupKind::Pointwise || producer.nodes.size() != 1) return false;
   const SegmentNode& add = g.seg.nodes[producer.nodes[0]];
   if (add.op != OpId::add || add.inputs.size() != 2 || !(nn.inputs[0] == ValueRef::of(producer.nodes[0])))

@@ -60,9 +60,7 @@ void fold_norm_prologues(PlannedSegment& p) {
     const OpId op = seg.nodes[j].op;
     const ValueRef y = ValueRef::of(j);
     const Shape& ys = seg.shape(y);
-    if ((op != OpId::layer_norm && op != OpId::rms_norm) || seg.is_output(y) || ys.rank == 0 ||
-        ys.v[ys.rank - 1] == 0 || ys.numel() / ys.v[ys.rank - 1] > kExactEpilogueRows)
-      continue;
+    if ((op != OpId::layer_norm && op != OpId::rms_norm) || seg.is_output(y) || !gemv_rows(ys)) continue;
     // Its readers: linears reading it as their input (not as a weight), all of one GEMM step
     // (one linear, or merged siblings over it: Q/K/V, gate/up).
     int readers = 0, in_gemm = 0;

@@ -80,10 +80,7 @@ class GemmStrategy final : public Strategy {
   // CUDA: the merged product is split by a kernel of its own -- but for few rows, where the GEMV
   // writes every sibling's output itself (kernels/cuda/gemv.hpp).
   static bool splits(const FusionGraph& g, const Group& gr) {
-    if (!g.opts.cuda) return false;
-    const Shape& ys = g.seg.shape(ValueRef::of(gr.nodes[0]));
-    const int64_t cols = ys.rank == 0 ? 0 : ys.v[ys.rank - 1];
-    return !g.opts.gemv_prologue || cols == 0 || ys.numel() / cols > kExactEpilogueRows;
+    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(ValueRef::of(gr.nodes[0]))));
   }
 
   static Step emit_merged(const FusionGraph& g, const Group& gr) {
