@@ -55,6 +55,7 @@ using detail::MatView;
 using detail::OutView;
 using detail::epilogue_operands;
 using detail::gemv_args_for;
+using detail::linear_views;
 using detail::out_view;
 using detail::view_of;
 
@@ -205,23 +206,6 @@ void run_matmul(const OpCall& call, const Tensor& out, void* stream) {
           static_cast<cudaStream_t>(stream));
 }
 
-namespace {
-// linear's operands as matmul views: x [.., K] (a vector as [1, K]) and W[N, K]^T as a [K, N]
-// view (strides swapped, no copy).
-void linear_views(const OpCall& call, MatView* a, MatView* b) {
-  const Tensor& x = call.inputs[0];
-  const Tensor& w = call.inputs[1];
-  *a = view_of(x);
-  if (a->shape.rank == 1) {  // [K] -> [1, K]
-    a->shape = Shape{1, x.shape()[0]};
-    a->strides = Strides{x.shape()[0], x.strides()[0]};
-  }
-  *b = MatView{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
-               Strides{w.strides()[1], w.strides()[0]}};
-}
-}  // namespace
-
-
 bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
                        const Tensor* residual, const Tensor& out, void* stream) {
   if (call.op != OpId::linear && call.op != OpId::matmul) return false;
@@ -230,7 +214,7 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
   MatView a{}, b{};
   bool tf32 = false;
   if (call.op == OpId::linear) {
-    linear_views(call, &a, &b);
+    linear_views(call.inputs[0], call.inputs[1], &a, &b);
     tf32 = call.attrs.i[1] != 0;
   } else {
     a = view_of(call.inputs[0]), b = view_of(call.inputs[1]);
@@ -254,7 +238,7 @@ void run_linear(const OpCall& call, const Tensor& out, void* stream) {
   const bool has_bias = call.attrs.i[0] != 0;
   const bool tf32 = call.attrs.i[1] != 0;
   MatView a{}, b{};
-  linear_views(call, &a, &b);
+  linear_views(call.inputs[0], call.inputs[1], &a, &b);
   // The epilogue reads the bias as a dense, aligned vector; anything else is added after.
   const void* epilogue_bias = nullptr;
   if (has_bias) {

@@ -17,6 +17,18 @@ struct MatView {
 
 inline MatView view_of(const Tensor& t) { return {t.impl()->data(), t.shape(), t.strides()}; }
 
+// linear(x, w)'s operands as matmul views: x [.., K] (a vector as [1, K]) and W[N, K]^T as a
+// [K, N] view (strides swapped, no copy).
+inline void linear_views(const Tensor& x, const Tensor& w, MatView* a, MatView* b) {
+  *a = view_of(x);
+  if (a->shape.rank == 1) {  // [K] -> [1, K]
+    a->shape = Shape{1, x.shape()[0]};
+    a->strides = Strides{x.shape()[0], x.strides()[0]};
+  }
+  *b = MatView{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
+               Strides{w.strides()[1], w.strides()[0]}};
+}
+
 struct OutView {
   void* ptr;
   Shape shape;  // [..batch, M, N], dense

@@ -40,16 +40,15 @@ bool gemv_args_for(const MatView& a, const MatView& b, const OutView& out, GemvA
   return gemv_supported(*g);
 }
 
-
 }  // namespace detail
 
 using detail::MatView;
 using detail::OutView;
-using detail::gemv_args_for;
 using detail::epilogue_operands;
+using detail::gemv_args_for;
+using detail::linear_views;
 using detail::out_view;
 using detail::out_view_of;
-using detail::view_of;
 
 namespace {
 // The few-row GEMV of the linear `call` into `out`, over its input -- or, with `norm`, over the
@@ -61,10 +60,8 @@ bool gemv_linear_args(const OpCall* norm, const OpCall& call, const OutView& out
   if (norm && norm->op != OpId::layer_norm && norm->op != OpId::rms_norm) return false;
   const Tensor& x = norm ? norm->inputs[0] : call.inputs[0];
   const Tensor& w = call.inputs[1];
-  const MatView b{w.impl()->data(), Shape{w.shape()[1], w.shape()[0]},
-                  Strides{w.strides()[1], w.strides()[0]}};
-  MatView a = view_of(x);
-  if (a.shape.rank == 1) a = MatView{a.ptr, Shape{1, x.shape()[0]}, Strides{x.shape()[0], x.strides()[0]}};
+  MatView a{}, b{};
+  linear_views(x, w, &a, &b);
   if (x.dtype() != out.dtype || w.dtype() != out.dtype || a.shape[a.shape.rank - 1] == 0) return false;
   const GemvNorm kind = !norm                          ? GemvNorm::none
                         : norm->op == OpId::layer_norm ? GemvNorm::layer
@@ -119,19 +116,18 @@ bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tens
   if (outs.empty() || outs.size() > static_cast<size_t>(kGemvMaxParts)) return false;
   GemvArgs g;
   g.parts = static_cast<int>(outs.size());
-  Shape whole = outs[0].shape();
-  whole.v[whole.rank - 1] = 0;
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& o = outs[i];
     if (!o.is_contiguous() || o.dtype() != outs[0].dtype() || o.rank() != outs[0].rank() || o.numel() == 0)
       return false;
     g.part_out[i] = o.impl()->data();
     g.begin[i + 1] = g.begin[i] + o.shape()[o.rank() - 1];
-    whole.v[whole.rank - 1] += o.shape()[o.rank() - 1];
   }
-  const OutView ov = out_view_of(whole, outs[0]);
+  // The merged product's shape; gemv_supported checks the parts cover its columns.
+  Shape whole = outs[0].shape();
+  whole.v[whole.rank - 1] = g.begin[g.parts];
   const void* bias_ptr = nullptr;
-  if (!gemv_linear_args(norm, call, ov, &g) || g.n != g.begin[g.parts] ||
+  if (!gemv_linear_args(norm, call, out_view_of(whole, outs[0]), &g) ||
       !linear_bias(call, outs[0].dtype(), &bias_ptr))
     return false;
   g.bias = bias_ptr;

@@ -13,16 +13,15 @@ namespace cud = livefuse::cuda::detail;
 
 namespace {
 
-// linear(x, w)'s operands as gemm_nd sees them: x as is, w [N, K] as its [K, N] transpose.
+// linear(x, w)'s operands as gemm_nd sees them, and its dense output.
 struct Linear {
   cud::MatView a, b;
   cud::OutView out;
 };
 
 Linear linear_of(const Tensor& x, const Tensor& w) {
-  Linear l{cud::view_of(x),
-           {w.impl()->data(), Shape{w.shape()[1], w.shape()[0]}, livefuse::Strides{w.strides()[1], w.strides()[0]}},
-           {}};
+  Linear l{};
+  cud::linear_views(x, w, &l.a, &l.b);
   Shape os = x.shape();
   os[os.rank - 1] = w.shape()[0];
   l.out = cud::OutView{nullptr, os, x.dtype(), x.device()};
