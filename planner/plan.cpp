@@ -141,24 +141,41 @@ bool run_gemm_tail_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<co
   return cpu::run_gemm_with_tail(c, gs.tail->spec->parts[0], product_input, inputs, out);
 }
 
+// A GEMM step's epilogue operands, bound: what it writes (given storage) and its bias and
+// residual (none when the residual is the output's own storage: it cannot be read as C then).
+struct EpilogueValues {
+  const Tensor* out = nullptr;
+  const Tensor* bias = nullptr;
+  const Tensor* residual = nullptr;
+};
+
+EpilogueValues epilogue_values(const GemmStep& gs, std::span<const Tensor> values) {
+  EpilogueValues e;
+  e.out = &value(values, gs.final_value);
+  ensure_storage(*e.out);
+  if (gs.bias_value >= 0) e.bias = &value(values, gs.bias_value);
+  if (gs.residual_value >= 0) e.residual = &value(values, gs.residual_value);
+  if (e.residual && e.residual->impl()->storage == e.out->impl()->storage) e.residual = nullptr;
+  return e;
+}
+
 // A GEMM step with a norm prologue as one GEMV (cuda::run_gemv_norm): the norm's input through
 // the norm into the product, then the epilogue when there is one; a tail without an epilogue
 // is the caller's to launch after. False: nothing launched.
 bool launch_gemv_prologue(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
                           void* stream) {
 #if LIVEFUSE_HAS_CUDA
-  const bool epilogue = gs.epilogue != GemmEpilogue::None && gs.final_value >= 0;
   TensorList outs, norm_outs;
   const OpCall c = node_call(p, gs.node, values, &outs);
   const OpCall nc = node_call(p, gs.prologue, values, &norm_outs);
-  const Tensor& out = epilogue ? value(values, gs.final_value) : outs[0];
-  ensure_storage(out);
-  const Tensor* bias = epilogue && gs.bias_value >= 0 ? &value(values, gs.bias_value) : nullptr;
-  const Tensor* residual = epilogue && gs.residual_value >= 0 ? &value(values, gs.residual_value) : nullptr;
-  if (residual && residual->impl()->storage == out.impl()->storage) residual = nullptr;
-  if (epilogue && wants_residual(gs.epilogue) && !residual) return false;
-  return cuda::run_gemv_norm(nc, c, static_cast<uint8_t>(epilogue ? lt_act(gs.epilogue) : cuda::LtAct::none),
-                             bias, residual, out, stream);
+  if (gs.epilogue == GemmEpilogue::None || gs.final_value < 0) {
+    ensure_storage(outs[0]);
+    return cuda::run_gemv_norm(nc, c, 0, nullptr, nullptr, outs[0], stream);
+  }
+  const EpilogueValues e = epilogue_values(gs, values);
+  if (wants_residual(gs.epilogue) && !e.residual) return false;
+  return cuda::run_gemv_norm(nc, c, static_cast<uint8_t>(lt_act(gs.epilogue)), e.bias, e.residual, *e.out,
+                             stream);
 #else
   (void)p, (void)gs, (void)values, (void)stream;
   return false;
@@ -277,13 +294,8 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
       if (GemmEpilogueRunner r = g_epilogue_runner.load()) {
         TensorList outs;
         const OpCall c = node_call(p, gs->node, values, &outs);
-        const Tensor& out = value(values, gs->final_value);
-        ensure_storage(out);
-        const Tensor* bias = gs->bias_value >= 0 ? &value(values, gs->bias_value) : nullptr;
-        const Tensor* residual =
-            gs->residual_value >= 0 ? &value(values, gs->residual_value) : nullptr;
-        if (residual && residual->impl()->storage == out.impl()->storage) residual = nullptr;
-        if (r(c, gs->epilogue, bias, residual, out, stream)) return;
+        const EpilogueValues e = epilogue_values(*gs, values);
+        if (r(c, gs->epilogue, e.bias, e.residual, *e.out, stream)) return;
       }
     }
     run_node(p, gs->node, values, stream);
