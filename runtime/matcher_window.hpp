@@ -84,6 +84,16 @@ struct StreamWindow {
 // Ends the window: counts its calls, untags its outputs, drops an early launch it still holds.
 void clear(StreamWindow& sw);
 
+// How a window ends (matcher_end.cpp). complete(): sw.ready's plan runs the window (or, while it
+// samples, eager execution does), and the user's handles get their values. flush(): every
+// deferred call runs eagerly, in order, into the handles the user holds, counted under `reason`;
+// `sink_us`, when given, adds up the host time of reporting the calls to the trace sink.
+void complete(StreamWindow& sw);
+void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us = nullptr);
+// Whether output `t` of call `j` is referenced beyond the window itself (its handle in the
+// window and the later deferred calls that read it): the user can still observe it.
+bool held_outside(const StreamWindow& sw, size_t j, const Tensor& t);
+
 // A copy of `t`'s bytes as they are now (the span its view covers, same layout), made on
 // `stream` in stream order: what a deferred call reads in place of memory the program can
 // write behind livefuse's back (runtime/src/reachable.cpp).

@@ -1,0 +1,188 @@
+// How a deferred window ends (runtime/matcher_window.hpp): complete() runs it through its plan
+// when the plan's sequence is complete (sampling it against eager while the plan is new), and
+// flush() runs its calls eagerly, in order, when it diverges or meets a sync point.
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "livefuse/config.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/inspect_registry.hpp"
+#include "runtime/matcher.hpp"
+#include "runtime/matcher_window.hpp"
+#include "runtime/plan.hpp"
+#include "runtime/trace_sink.hpp"
+
+namespace livefuse::matcher::detail {
+namespace {
+
+void last_uses(const Window& w, StreamWindow::LastUses& u) {
+  const size_t count = w.ids_next - w.ids_begin;
+  std::vector<int> last(count, -1);
+  u.where.assign(count, {-1, -1});
+  for (size_t j = 0; j < w.calls.size(); ++j) {
+    for (const Tensor& in : w.calls[j].inputs)
+      if (const ValueId id = in.impl()->id; id >= w.ids_begin && id < w.ids_next)
+        last[id - w.ids_begin] = static_cast<int>(j);
+    for (size_t k = 0; k < w.outputs[j].size(); ++k)
+      if (const ValueId id = w.outputs[j][k].impl()->id; id >= w.ids_begin && id < w.ids_next) {
+        u.where[id - w.ids_begin] = {static_cast<int>(j), static_cast<int>(k)};
+        last[id - w.ids_begin] = std::max(last[id - w.ids_begin], static_cast<int>(j));
+      }
+  }
+  u.head.assign(w.calls.size(), -1);
+  u.next.assign(count, -1);
+  for (size_t f = 0; f < count; ++f)
+    if (last[f] >= 0 && u.where[f].first >= 0) {
+      u.next[f] = u.head[last[f]];
+      u.head[last[f]] = static_cast<int>(f);
+    }
+}
+
+}  // namespace
+
+bool held_outside(const StreamWindow& sw, size_t j, const Tensor& t) {
+  long window_refs = 1;
+  for (size_t q = j + 1; q < sw.w.calls.size(); ++q)
+    for (const Tensor& in : sw.w.calls[q].inputs) window_refs += in.impl() == t.impl();
+  return t.impl_ptr().use_count() > window_refs;
+}
+
+// Runs every deferred call eagerly, in order, into the handles the user already holds.
+// `sink_us`, when given, adds up the host time of reporting the calls to the trace sink (a
+// sampled eager run leaves it out: complete() says why).
+//
+// Each call's inputs are dropped once it ran, and an output the program no longer holds is
+// dropped after the call that reads it last: its release reaches the monitor where the
+// program's came, not when the flush ends. (At the end, a decode layer flushed from a longer
+// plan's diverging window looked as if its attention scores outlived the layer; the layer was
+// then planned writing them out -- no fused attention, 12 launches instead of 7 -- and lost its
+// samples, H200.)
+void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us) {
+  if (!sw.active) return;
+  trace::Scope ts("matcher", "flush_eager");
+  reason.fetch_add(1, std::memory_order_relaxed);
+  trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
+  sw.active = false;  // a sync point reached from inside the flush must not re-enter it
+  try {
+    TraceSink* sink = trace_sink();
+    // In the window, not thread_local: a thread's exit flushes its windows, after thread_locals
+    // defined later than its ThreadState are gone.
+    StreamWindow::LastUses& uses = sw.flush_uses;
+    if (sink) last_uses(sw.w, uses);
+    for (size_t j = 0; j < sw.w.calls.size(); ++j) {
+      Executor::run_eager_into(sw.w.calls[j], sw.w.outputs[j], sw.stream);
+      // Reported now, as they run (runtime/trace_sink.hpp, the note).
+      if (!sink) continue;
+      const auto t0 = sink_us ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      report_call(*sink, sw.w.calls[j],
+                  std::span<const Tensor>(sw.w.outputs[j].data(), sw.w.outputs[j].size()),
+                  sw.stream.id());
+      if (sink_us)
+        *sink_us += detail::us_since(t0);
+      sw.w.calls[j].inputs.clear();
+      for (int f = uses.head[j]; f >= 0; f = uses.next[f]) {
+        Tensor& t = sw.w.outputs[uses.where[f].first][uses.where[f].second];
+        if (!t.defined() || t.impl_ptr().use_count() != 1) continue;  // the program holds it
+        t.impl()->pending.store(nullptr, std::memory_order_release);
+        t = Tensor();
+      }
+    }
+  } catch (...) {
+    clear(sw);
+    throw;
+  }
+  clear(sw);
+}
+
+void complete(StreamWindow& sw) {
+  Candidate cand = std::move(*sw.ready);
+  sw.ready.reset();
+  Plan& plan = *cand.plan;
+  auto& ctr = matcher_counters();
+  ctr.completions.fetch_add(1, std::memory_order_relaxed);
+  if (plan.early_cooldown.load(std::memory_order_relaxed) > 0)
+    plan.early_cooldown.fetch_sub(1, std::memory_order_relaxed);
+  // Which outputs can the user still observe? Everything the user holds beyond the window's
+  // own references, and the last call's outputs (the sequence's results).
+  std::vector<std::pair<int, int>> needed;
+  const size_t n = sw.w.calls.size();
+  uint64_t outside_mask = 0;  // Window::held
+  size_t f = 0;               // flat output index
+  for (size_t j = 0; j < n; ++j) {
+    for (size_t k = 0; k < sw.w.outputs[j].size(); ++k, ++f) {
+      const Tensor& t = sw.w.outputs[j][k];
+      const bool outside = held_outside(sw, j, t);
+      if (outside && f < 64) outside_mask |= uint64_t{1} << f;
+      const bool held = j + 1 == n || outside;
+      if (!held) continue;
+      if (!plan.writes(static_cast<int>(j), static_cast<int>(k))) {
+        // An intermediate the plan keeps in registers is still reachable: serve eagerly.
+        flush(sw, ctr.flush_escaped);
+        return;
+      }
+      needed.emplace_back(static_cast<int>(j), static_cast<int>(k));
+    }
+  }
+  sw.w.externals = std::move(cand.externals);
+  sw.w.held = outside_mask;
+  if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
+    record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
+  const bool sampling = plan.state.load() == PlanState::sampling && !detail::put_sample_off(plan);
+  const bool via_plan = !sampling || sample_choice(plan);
+  std::optional<SampleClock> clock;
+  if (sampling) clock.emplace(sw);
+  else if (!sw.pending_samples.empty()) detail::poll_samples(sw);
+  bool cold_run = false;
+  // On the CPU a sample leaves out the host time of telling the monitor about the window: a
+  // flushed window reports call by call, a served one once, and before the monitor goes quiet
+  // the per-call reports made the eager side of a decode layer twice its ops' own time (83
+  // against ~40 us), so plans no faster than eager were kept and the loop paid their deferral.
+  // In the steady state the monitor is quiet and neither side pays it. (CUDA samples keep it:
+  // not yet measured there.)
+  const bool timing_sink = sampling && !sw.stream.device().is_cuda();
+  double sink_us = 0;
+  if (!via_plan) {
+    flush(sw, ctr.plan_declined, timing_sink ? &sink_us : nullptr);
+    ctr.plan_declined.fetch_sub(1);  // a sampling run, not a decline
+  } else {
+    bool ok = false;
+    sw.w.cold_run = false;
+    trace::Scope ts("plan", sampling ? "replay_sampled" : "replay");
+    try {
+      ok = plan.run(sw.w, needed);
+    } catch (const std::exception& e) {
+      // Whose fault? The window runs eagerly: if eager execution fails too, the input was bad
+      // and eager's error is the program's (the plan stays); if it succeeds, the plan is broken.
+      const std::string why = e.what();
+      flush(sw, ctr.flush_error);
+      record_transition(plan, PlanState::failed, "failed while running: " + why);
+      return;
+    }
+    cold_run = sw.w.cold_run;
+    if (!ok) {
+      plan.eager_fallbacks.fetch_add(1, std::memory_order_relaxed);
+      flush(sw, ctr.plan_declined);
+      return;
+    }
+    plan.hits.fetch_add(1, std::memory_order_relaxed);
+    ctr.served.fetch_add(n, std::memory_order_relaxed);
+    if (TraceSink* sink = trace_sink()) {
+      const auto t0 = timing_sink ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      sink->on_served(plan, sw.w);
+      if (timing_sink)
+        sink_us = detail::us_since(t0);
+    }
+    if (plan.verified_runs.fetch_add(1) < config().verify) {
+      verify_against_eager(sw, needed, plan);
+    } else {
+      clear(sw);
+    }
+  }
+  if (sampling && clock->started() && !(via_plan && cold_run))
+    clock->finish(plan, via_plan, (via_plan && sw.timing_defer ? sw.defer_us : 0.0) - sink_us);
+}
+
+}  // namespace livefuse::matcher::detail
