@@ -34,9 +34,7 @@ for i in $(seq 1 "${DECODE_PAIRS:-2}"); do
   for mode in default ${DECODE_AB-LIVEFUSE_GEMV=0}; do
     envs=(); [ "$mode" != default ] && envs=("$mode")
     env "${envs[@]}" LIVEFUSE_REPORT="$D/report_${i}_${mode%%=*}.json" timeout -s KILL 90 \
-      "$B/tools/generate/livefuse-generate" --random 1 --preset gpt2 --dtype f16 --device cuda \
-      --cache concat --prompt-len 32 --steps 256 --runs 4 --json "$D/gen_${i}_$mode.json" --quiet \
-      > "$D/gen_${i}_$mode.log" 2>&1
+      "${GPT2_DECODE[@]}" --cache concat --json "$D/gen_${i}_$mode.json" > "$D/gen_${i}_$mode.log" 2>&1
     rc=$?
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'  {sys.argv[2]:24} rc={sys.argv[3]} ms/token', round(d.get('step_median_ms', -1), 4), 'served', d.get('served_calls'))" \
       "$D/gen_${i}_$mode.json" "$mode" "$rc" 2>/dev/null || echo "  $mode rc=$rc (no json)"

@@ -5,9 +5,8 @@
 # Usage (device tool): bash tools/gpu/sampling.sh   [SAMPLING_PROCS=5 SAMPLING_CACHE=concat]
 . "$(dirname "$0")/prelude.sh"
 for i in $(seq 1 "${SAMPLING_PROCS:-5}"); do
-  LIVEFUSE_REPORT=/tmp/sampling_report.json timeout -s KILL "${SAMPLING_TIMEOUT:-90}" "$B/tools/generate/livefuse-generate" --random 1 \
-    --preset gpt2 --dtype f16 --device cuda --cache "${SAMPLING_CACHE:-concat}" --prompt-len 32 --steps 256 \
-    --runs 4 --json /tmp/sampling.json --quiet > /tmp/sampling.log 2>&1
+  LIVEFUSE_REPORT=/tmp/sampling_report.json timeout -s KILL "${SAMPLING_TIMEOUT:-90}" "${GPT2_DECODE[@]}" \
+    --cache "${SAMPLING_CACHE:-concat}" --json /tmp/sampling.json > /tmp/sampling.log 2>&1
   echo "process $i rc=$?"
   python3 - <<'PY'
 import collections, json
