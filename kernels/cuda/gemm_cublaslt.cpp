@@ -69,6 +69,19 @@ Tensor materialise(const MatView& v, DType dtype, Device device, cudaStream_t s)
   return tmp;
 }
 
+// The product (+ bias) (act) (+ residual) as the few-row GEMV, when it takes it (gemv_args_for).
+// f32 there is exact, never tf32.
+bool try_gemv(const MatView& a, const MatView& b, const OutView& out, const void* bias, LtAct act,
+              const void* residual, cudaStream_t s) {
+  GemvArgs g;
+  if (!gemv_args_for(a, b, out, &g)) return false;
+  g.bias = bias;
+  g.residual = residual;
+  g.act = static_cast<GemvAct>(act);
+  launch_gemv(g, s);
+  return true;
+}
+
 // out[..., M, N] = a[..., M, K] @ b[..., K, N] (+ bias[N]) (+ residual, dense like out); batch
 // dims broadcast.
 void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf32,
@@ -82,13 +95,7 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
         cudaMemsetAsync(out.ptr, 0, static_cast<size_t>(out.shape.numel()) * dtype_size(dt), s));
     return;
   }
-  if (GemvArgs g; gemv_args_for(a, b, out, &g)) {  // f32 here is exact, never tf32
-    g.bias = bias;
-    g.residual = residual;
-    g.act = static_cast<GemvAct>(act);
-    launch_gemv(g, s);
-    return;
-  }
+  if (try_gemv(a, b, out, bias, act, residual, s)) return;
   LtCall c;
   c.dtype = dt;
   c.tf32 = tf32;
@@ -223,12 +230,13 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
   }
   if (a.shape[a.shape.rank - 1] == 0) return false;  // K == 0: gemm_nd writes zeros only
   const OutView o = out_view(out);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const void* residual_ptr = residual ? residual->impl()->data() : nullptr;
+  if (try_gemv(a, b, o, bias_ptr, static_cast<LtAct>(act), residual_ptr, s)) return true;
   // A half-precision residual only where the GEMV adds it: it rounds the product before the add,
   // as eager does; cuBLASLt's C is added before its one rounding (gemv.hpp).
-  if (GemvArgs g; residual && out.dtype() != DType::f32 && !gemv_args_for(a, b, o, &g))
-    return false;
-  gemm_nd(a, b, o, bias_ptr, tf32, static_cast<cudaStream_t>(stream), static_cast<LtAct>(act),
-          residual ? residual->impl()->data() : nullptr);
+  if (residual && out.dtype() != DType::f32) return false;
+  gemm_nd(a, b, o, bias_ptr, tf32, s, static_cast<LtAct>(act), residual_ptr);
   return true;
 }
 
