@@ -183,7 +183,7 @@ void Detector::on_sync_event(const TraceEvent& ev) {
 // plan was made from (ops, attrs, wiring, dtypes), the shape tuple and the event's ids; and
 // the releases of the outputs that went with the window, each right after the value's last
 // use inside the window (after its producer when nothing inside reads it) -- where a program's
-// temporaries die, and where a flushed window now reports them (matcher.cpp, flush()). The
+// temporaries die, and where a flushed window now reports them (matcher_end.cpp, flush()). The
 // detector sees what it would have seen op by op. When it cannot (the structure or the tuple
 // is no longer tracked), the window takes one position, a barrier -- what runs before and
 // after it is never one sequence with it, and the ops around it are adjacent only through
