@@ -1,7 +1,7 @@
 #pragma once
-// The matcher's per-stream window of deferred calls, shared by its two files:
-// runtime/src/matcher.cpp (follow plans, defer, complete, flush) and
-// runtime/src/matcher_checks.cpp (live sampling and LIVEFUSE_VERIFY). Internal to runtime/.
+// The matcher's per-stream window of deferred calls, shared by its three files:
+// runtime/src/matcher.cpp (follow plans, defer), runtime/src/matcher_end.cpp (complete, flush)
+// and runtime/src/matcher_checks.cpp (live sampling and LIVEFUSE_VERIFY). Internal to runtime/.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -70,7 +70,7 @@ struct StreamWindow {
     double host_us = 0;
   };
   // flush()'s order of deaths: for output f of the window (ids_begin + f), the call that reads
-  // it last -- or makes it, when none reads it -- as a list per call (matcher.cpp).
+  // it last -- or makes it, when none reads it -- as a list per call (matcher_end.cpp).
   struct LastUses {
     std::vector<int> head, next;             // per call, the first f; per f, the next one
     std::vector<std::pair<int, int>> where;  // per f: (call, output)
