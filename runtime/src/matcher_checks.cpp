@@ -117,8 +117,10 @@ void record_sample(Plan& p, bool via_plan, double us) {
   // only when it wins by kKeepMargin.
   const bool keep = fused < eager * kKeepMargin;
   // A first rejection is sampled once more, from fresh samples: a verdict can come from a
-  // passing state of the process (the GPT-2 layer plan lost at 103 vs 87 us in one process of
-  // four and won at 59 vs 75 in the others, H200), and a plan lost costs the whole run.
+  // passing state of the process, and a plan lost costs the whole run. (Added when a GPT-2
+  // layer plan lost at 103 vs 87 us in one process and won at 59 vs 75 in others, H200; that
+  // plan had been made without its fused attention -- matcher_end.cpp, flush() -- and lost its
+  // second round too.)
   if (!keep && p.sample_rounds++ == 0) {
     p.sampled_plan_us.clear();
     p.sampled_eager_us.clear();
