@@ -192,7 +192,7 @@ class Service final : public monitor::CandidateConsumer {
     register_gemm_tuning_counters();
     register_counter_source("graphs", [](CounterSink& sink) {
       uint64_t sum[5] = {0, 0, 0, 0, 0};
-      for (const auto& p : PlanTable::get().snapshot()->plans) {
+      for (const auto& p : PlanTable::get().plans()) {
         if (const auto* f = dynamic_cast<const FusedPlan*>(p.get())) {
           uint64_t c[5];
           f->graph_counters(c);
@@ -310,7 +310,7 @@ class Service final : public monitor::CandidateConsumer {
   // plan is rejected or fails (restore_superseded).
   void supersede_prefixes(const Plan& longer) {
     std::vector<std::shared_ptr<Plan>> prefixes;
-    for (const auto& q : PlanTable::get().snapshot()->plans) {
+    for (const auto& q : PlanTable::get().plans()) {
       const PlanState st = q->state.load();
       if (q.get() == &longer || q->stream != longer.stream || q->device_kind != longer.device_kind ||
           (st != PlanState::active && st != PlanState::sampling) || !starts_with_ops(longer.ops, q->ops))

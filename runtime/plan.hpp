@@ -219,6 +219,11 @@ class PlanTable {
   // The plan of that id, or null when the table holds none (never had it, or evicted it).
   std::shared_ptr<Plan> find(uint64_t plan_id) const;
   std::shared_ptr<const Snapshot> snapshot() const;
+  // The plans now, by value: what a range-for iterates. `for (p : snapshot()->plans)` dangles --
+  // the temporary snapshot dies before the loop's first step (C++20 extends the life of the
+  // range expression's result only, not of temporaries inside it), and a publish on the planner
+  // thread then frees the vector being walked (TSan: users-threads-and-exits).
+  std::vector<std::shared_ptr<Plan>> plans() const { return snapshot()->plans; }
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void clear_for_testing();
   static constexpr size_t kMaxPlans = 256;

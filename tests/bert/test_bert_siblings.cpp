@@ -15,7 +15,7 @@ namespace {
 // Calls served by installed plans that run three linears as one GEMM.
 uint64_t merged_qkv_hits() {
   uint64_t hits = 0;
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans) {
+  for (const auto& p : lf::PlanTable::get().plans()) {
     const auto* f = dynamic_cast<const lf::planner::FusedPlan*>(p.get());
     if (!f) continue;
     for (const lf::planner::Step& s : f->planned().steps)

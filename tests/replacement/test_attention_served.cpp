@@ -84,7 +84,7 @@ TEST_CASE(
       const lf::Tensor y = self_attention(x, w, form);
       REQUIRE(lftest::allclose(y.to_doubles(), want, 1e-4, 1e-5));
       if (lf::matcher_counters().served > served_before) {
-        for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+        for (const auto& p : lf::PlanTable::get().plans())
           if (p->state == lf::PlanState::active && p->hits > 0 && has_attention_group(*p))
             serving = p;
       }
@@ -94,7 +94,7 @@ TEST_CASE(
       }
     }
     if (!serving)
-      for (const auto& p : lf::PlanTable::get().snapshot()->plans) MESSAGE(p->describe());
+      for (const auto& p : lf::PlanTable::get().plans()) MESSAGE(p->describe());
     REQUIRE_MESSAGE(serving != nullptr, "no plan with an attention step served the block");
     INFO(serving->describe());
     // Served again, and still eager's values.
@@ -144,7 +144,7 @@ TEST_CASE(
     }
   }
   bool refused = false;  // some plan covers the block, and says why it has no attention step
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans) {
+  for (const auto& p : lf::PlanTable::get().plans()) {
     INFO(p->describe());
     CHECK_FALSE(has_attention_group(*p));
     lf::PlanDetails d;

@@ -146,7 +146,7 @@ LF_CUDA_TEST_CASE("modes: the planner compiles with the LIVEFUSE_* options (FAST
   }
   const uint64_t served = lf::matcher_counters().served;
   int pointwise = 0, rows = 0;
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans) {
+  for (const auto& p : lf::PlanTable::get().plans()) {
     const auto* fp = dynamic_cast<const lf::planner::FusedPlan*>(p.get());
     if (!fp) continue;
     for (const lf::planner::Step& s : fp->planned().steps) {

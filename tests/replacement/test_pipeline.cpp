@@ -136,7 +136,7 @@ TEST_CASE("pipeline: a structure queued twice in one round (its shape mix grew) 
   CHECK(lf::planner::wait_service_idle());
   const auto after = lf::planner::service_counters();
   std::map<uint64_t, int> plans_per_structure;
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+  for (const auto& p : lf::PlanTable::get().plans())
     if (p->state != lf::PlanState::retired) ++plans_per_structure[p->signature];
   lf::set_config_for_testing(saved);
   REQUIRE_MESSAGE(queued >= 2, "the monitor queued " << queued << " candidates");

@@ -87,7 +87,7 @@ TEST_CASE("faults: a failure while running marks the plan failed and the window 
   lf::faults::inject(lf::faults::Point::run, 1);
   loop(X(), G());
   bool failed = false;
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+  for (const auto& p : lf::PlanTable::get().plans())
     failed |= p->state == lf::PlanState::failed &&
               p->last_reason.find("injected fault at run") != std::string::npos;
   CHECK(failed);
@@ -207,7 +207,7 @@ TEST_CASE(
   c.fusion = false;
   fresh(c);
   loop(X(), G());
-  for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+  for (const auto& p : lf::PlanTable::get().plans())
     CHECK(p->state != lf::PlanState::active);
   lf::set_config_for_testing(saved);
 }

@@ -70,7 +70,7 @@ struct Served {
   }
   static std::shared_ptr<lf::Plan> serving() {
     std::shared_ptr<lf::Plan> best;
-    for (const auto& p : lf::PlanTable::get().snapshot()->plans)
+    for (const auto& p : lf::PlanTable::get().plans())
       if (p->ops.size() == kChainOps && p->state == lf::PlanState::active &&
           (!best || p->id > best->id))
         best = p;
