@@ -1,6 +1,7 @@
 #include "planner/fused_plan.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/cpu/gemm_pack_cache.hpp"
 #include "livefuse/config.hpp"
@@ -13,7 +14,6 @@
 #include "runtime/memory_pool.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include <atomic>
-#include <chrono>
 #include <thread>
 
 #include "runtime/cuda_check.hpp"
@@ -220,7 +220,8 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
     // every run (weights the program rewrites) must still be timed.
     const bool early = runs_ <= kColdRunsAtMost;  // later runs skip the counters' locks
     const uint64_t fills = early ? cache_fills() : 0;
-    run_plan(planned_, values, nullptr);
+    if (config().profile) run_profiled_cpu(values);
+    else run_plan(planned_, values, nullptr);
     if (early && cache_fills() != fills) w.cold_run = true;
     return true;
   }
@@ -439,6 +440,19 @@ bool FusedPlan::replay(uint64_t key, int set, void* stream, const std::function<
   return hit;
 }
 #endif
+
+void FusedPlan::run_profiled_cpu(std::span<const Tensor> values) {
+  const size_t n = planned_.steps.size();
+  if (step_us_.size() != n) step_us_.assign(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_step_cpu(planned_, planned_.steps[i], values);
+    step_us_[i] += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // The first run packs weights and fills caches: not what a run costs.
+  if (runs_ == 1) step_us_.assign(n, 0.0);
+  else ++profiled_runs_;
+}
 
 void FusedPlan::run_profiled(std::span<const Tensor> values, void* stream) {
 #if LIVEFUSE_HAS_CUDA

@@ -82,6 +82,8 @@ class FusedPlan final : public Plan {
   int64_t n_last_ = -1, n_seen_lo_ = -1, n_seen_hi_ = -1;
   // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.
   void run_profiled(std::span<const Tensor> values, void* stream);
+  // LIVEFUSE_PROFILE on the CPU: each step's host time (the steps run on this thread's TBB).
+  void run_profiled_cpu(std::span<const Tensor> values);
   // Plan-owned buffers for every value the plan writes, for one tuple of shapes. The user's
   // tensors share them (zero copy); a set is reused only once every tensor sharing it is gone
   // (no overwritten outputs), so in a loop the same few sets rotate and the graphs captured
@@ -147,7 +149,7 @@ class FusedPlan final : public Plan {
   bool use_graphs_ = true;
   uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;
   uint64_t window_hits_ = 0, window_misses_ = 0;  // at the start of the probation window
-  std::vector<double> step_us_;                   // LIVEFUSE_PROFILE: GPU time per step, summed
+  std::vector<double> step_us_;                   // LIVEFUSE_PROFILE: time per step (GPU; CPU: host), summed
   uint64_t profiled_runs_ = 0;                    // ... over this many runs (the first, cold, not counted)
   std::vector<void*> step_events_;                // cudaEvent_t, steps + 1, made once
   std::vector<Tensor> values_;                    // run()'s binding of the window, empty between runs

@@ -40,7 +40,7 @@ struct Config {
   int cache_max_mb = 1024;  // LIVEFUSE_CACHE_MAX_MB: freed memory kept per device (memory.cpp)
   // LIVEFUSE_PROFILE: CUDA plans run their steps one by one between events (no graph) and
   // record each fusion group's GPU time (inspect(), report: groups[].gpu_us). Diagnostic: it
-  // synchronizes after every replay.
+  // synchronizes after every replay. CPU plans time each step on the host clock.
   bool profile = false;
   // Switches for measuring one fusion against its absence (each defaults on):
   // LIVEFUSE_ATTENTION: the fused attention step (pass_attention). -1 (auto, the default): on
