@@ -1,7 +1,15 @@
 // Strided views and dimension collapsing for the CPU kernels.
 #include "kernels/cpu/cpu_common.hpp"
 
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
 namespace livefuse::cpu {
+
+int cpu_workers() {
+  const size_t cap = tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return std::max(1, std::min(tbb::this_task_arena::max_concurrency(), static_cast<int>(cap)));
+}
 
 View view_of(const Tensor& t) {
   TensorImpl* impl = t.impl();

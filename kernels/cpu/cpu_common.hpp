@@ -196,6 +196,9 @@ inline void store_floats(std::byte* base, DType d, int64_t off, int64_t n, const
 // few microseconds, more than small tensors take in total.
 inline constexpr int64_t kParallelWork = 32 * 1024;
 
+// Threads the CPU kernels may run on: the arena's, capped by LIVEFUSE_CPU_THREADS.
+int cpu_workers();
+
 // f(begin, end) over [0, n), split across TBB threads when `work` (a rough count of element
 // operations for the whole range) is large enough.
 template <class F>

@@ -20,9 +20,35 @@
 namespace livefuse::cpu {
 namespace {
 
-constexpr int64_t kMC = 120, kNC = 256, kKC = 256;
+constexpr int64_t kMC = 128, kNC = 256, kKC = 256;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+// The output's tiles: at most kMC x kNC, cut evenly (a 128-row product in 120-row tiles was one
+// tile of 120 rows and one of 8: one core did 94% of it), and, when the product is worth
+// spreading, at least two per thread -- M is cut first (B's panels come packed from the cache, A's
+// are packed per tile, so an N cut packs A again), down to 4 panels, then N down to 2 panels.
+struct Tiling {
+  int64_t mc = kMC, nc = kNC, mt = 1, nt = 1;
+};
+
+Tiling tiling(const GemmProblem& p, int64_t work) {
+  Tiling t;
+  auto cut = [&](int64_t mt, int64_t nt) {
+    t.mc = round_up(ceil_div(p.M, mt), kMR), t.nc = round_up(ceil_div(p.N, nt), kNR);
+    t.mt = ceil_div(p.M, t.mc), t.nt = ceil_div(p.N, t.nc);
+  };
+  cut(ceil_div(p.M, kMC), ceil_div(p.N, kNC));
+  if (work < kParallelWork) return t;
+  const int64_t want = 2 * cpu_workers();
+  while (p.batch * t.mt * t.nt < want) {
+    if (t.mc > 4 * kMR) cut(t.mt + 1, t.nt);
+    else if (t.nc > 2 * kNR) cut(t.mt, t.nt + 1);
+    else break;
+  }
+  return t;
+}
 
 // dst: ceil(mc / kMR) panels, each kc x kMR (row r of the panel at dst[k * kMR + r]).
 template <DType D>
@@ -177,8 +203,8 @@ PackedPanels cached_b(const GemmProblem& p, PackB pb) {
 }
 
 void run_tile(const GemmProblem& p, PackA pa, PackB pb, const WholeB& wb, MicroKernel mk,
-              int64_t bi, int64_t m0, int64_t n0) {
-  const int64_t mc = std::min(kMC, p.M - m0), nc = std::min(kNC, p.N - n0);
+              const Tiling& tl, int64_t bi, int64_t m0, int64_t n0) {
+  const int64_t mc = std::min(tl.mc, p.M - m0), nc = std::min(tl.nc, p.N - n0);
   const int64_t mcp = round_up(mc, kMR), ncp = round_up(nc, kNR);
   Scratch& s = scratch();
   if (s.c.size() < static_cast<size_t>(mcp * ncp)) s.c.resize(mcp * ncp);
@@ -270,17 +296,17 @@ void gemm(const GemmProblem& p) {
   const PackB pb =
       pick_pack<PackB>(p.b.dtype, pack_b<DType::f32>, pack_b<DType::f16>, pack_b<DType::bf16>);
   const MicroKernel mk = microkernel();
-  const int64_t mt = (p.M + kMC - 1) / kMC, nt = (p.N + kNC - 1) / kNC;
   const PackedPanels packed = cached_b(p, pb);
   const WholeB wb{p.K, round_up(p.N, kNR), packed ? packed->data() : nullptr};
-  const int64_t tiles = p.batch * mt * nt;
   // Work in multiply-adds, padded the way the micro-kernel sees it; at least one per output.
   const int64_t work =
       p.batch * round_up(p.M, kMR) * round_up(p.N, kNR) * std::max<int64_t>(p.K, 1) / 4;
+  const Tiling tl = tiling(p, work);
+  const int64_t mt = tl.mt, nt = tl.nt, tiles = p.batch * mt * nt;
   parallel_range(tiles, work, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bi = t / (mt * nt), rem = t % (mt * nt);
-      run_tile(p, pa, pb, wb, mk, bi, (rem / nt) * kMC, (rem % nt) * kNC);
+      run_tile(p, pa, pb, wb, mk, tl, bi, (rem / nt) * tl.mc, (rem % nt) * tl.nc);
     }
   });
 }
