@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cpu/row_sums.hpp"
 
 namespace livefuse::cpu {
 namespace {
@@ -81,14 +82,10 @@ void run_softmax(const OpCall& call, const Tensor& out) {
       mr.load(r, L, m);
       for (int64_t i = 0; i < L; ++i) v[i] += m[i];
     }
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < L; ++i) mx = lf_max(mx, v[i]);
+    const float mx = max_float(v, L, -std::numeric_limits<float>::infinity());
     // A row of all -inf gives (-inf) - (-inf) = NaN, as in PyTorch.
-    double sum = 0;
-    for (int64_t i = 0; i < L; ++i) {
-      v[i] = lf_exp(v[i] - mx);
-      sum += v[i];
-    }
+    for (int64_t i = 0; i < L; ++i) v[i] = lf_exp(v[i] - mx);
+    const double sum = sum_double(v, L);
     const float inv = static_cast<float>(1.0 / sum);
     for (int64_t i = 0; i < L; ++i) v[i] *= inv;
     store_floats(o.base, o.dtype, r * L, L, v);
@@ -109,11 +106,8 @@ void run_layer_norm(const OpCall& call, const Tensor& out) {
   const Rows xr = rows_of(x, x.shape);
   for_rows(n_rows, L, 6, [&](int64_t r, float* v) {
     xr.load(r, L, v);
-    double s = 0;
-    for (int64_t i = 0; i < L; ++i) s += v[i];
-    const double mean = s / static_cast<double>(L);
-    double ss = 0;
-    for (int64_t i = 0; i < L; ++i) ss += (v[i] - mean) * (v[i] - mean);
+    const double mean = sum_double(v, L) / static_cast<double>(L);
+    const double ss = sum_sq_dev_double(v, L, mean);
     const float rstd = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(L) + eps));
     const float m = static_cast<float>(mean);
     for (int64_t i = 0; i < L; ++i) v[i] = (v[i] - m) * rstd * w[i] + b[i];
@@ -134,8 +128,7 @@ void run_rms_norm(const OpCall& call, const Tensor& out) {
   const Rows xr = rows_of(x, x.shape);
   for_rows(n_rows, L, 4, [&](int64_t r, float* v) {
     xr.load(r, L, v);
-    double ss = 0;
-    for (int64_t i = 0; i < L; ++i) ss += static_cast<double>(v[i]) * v[i];
+    const double ss = sum_sq_double(v, L);
     const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(L) + eps));
     for (int64_t i = 0; i < L; ++i) v[i] = v[i] * rs * w[i];
     store_floats(o.base, o.dtype, r * L, L, v);

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 // clang-format off
+#include "kernels/cpu/row_sums.hpp"
 #include "kernels/cpu/strided_runs.hpp"
 #include "kernels/device/lf_math.cuh"
 #include "kernels/jit/lf_fused.cuh"
@@ -375,17 +376,14 @@ void eval_const(double v, DType dt, int64_t n, void* dst) {
 double sum_tile(const TileVal& v, int64_t n) {
   const float* p = static_cast<const float*>(v.p);
   if (v.uniform) return static_cast<double>(p[0]) * static_cast<double>(n);
-  double acc = 0.0;
-  for (int64_t j = 0; j < n; ++j) acc += p[j];
-  return acc;
+  return cpu::sum_double(p, n);
 }
 
 float max_tile(const TileVal& v, int64_t n, float init) {
   const float* p = static_cast<const float*>(v.p);
   float m = init;
   if (v.uniform) return n > 0 ? lf_max(m, p[0]) : m;
-  for (int64_t j = 0; j < n; ++j) m = lf_max(m, p[j]);
-  return m;
+  return cpu::max_float(p, n, m);
 }
 
 float naturalize_float(float v, DType dt) {
