@@ -1,7 +1,8 @@
-// Row parts on the CPU. TBB splits the rows; a row runs the schedule of row_schedule.hpp.
-// Rows of up to kRowTile columns are one tile whose buffers survive across the column loops
-// (the values of an earlier phase are simply still there); longer rows are cut into tiles and
-// every loop recomputes what it needs from the inputs, so memory stays bounded.
+// Row parts on the CPU. TBB splits the rows; a block of rows runs the schedule of
+// row_schedule.hpp. Rows of up to kRowTile columns are one tile whose buffers survive across the
+// column loops (the values of an earlier phase are simply still there), several such rows a
+// block; longer rows are cut into tiles, one row a block, and every loop recomputes what it
+// needs from the inputs, so memory stays bounded.
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -18,7 +19,8 @@
 namespace livefuse::jit::cpu_interp {
 namespace {
 
-constexpr int64_t kRowTile = 4096;
+constexpr int64_t kRowTile = 4096;    // columns a tile holds; longer rows are cut into tiles
+constexpr int64_t kBlockElems = 1024;  // rows x columns of a block of short rows
 
 std::byte* at(void* base, int64_t elems, DType dt) {
   return static_cast<std::byte*>(base) + elems * static_cast<int64_t>(dtype_size(dt));
@@ -61,107 +63,151 @@ void run_row_part(const KernelPart& part, const PartGeometry& g) {
   const int64_t rows = g.numel, cols = g.cols;
   const bool single = cols <= kRowTile;
   const int64_t tile = single ? std::max<int64_t>(cols, 1) : kRowTile;
+  // Short rows run kBlockElems / cols at a time: each instruction is one call over the block's
+  // rows (a call per row per instruction was most of a 256-wide add + layer_norm's time).
+  const int64_t block = single ? std::clamp<int64_t>(kBlockElems / tile, 1, rows) : 1;
   const std::shared_ptr<const RowSchedule> held =
       cached_schedule(part, single ? RowCacheMode::CacheAll : RowCacheMode::Recompute);
   const RowSchedule& sched = *held;
   const int n = static_cast<int>(part.instrs.size());
+  const size_t nin = part.inputs.size(), nout = part.outputs.size();
 
   auto body = [&](int64_t r0, int64_t r1) {
-    Scratch sc(tile);
-    int64_t* mem = thread_buffer(1, static_cast<size_t>(n) * tile);
-    std::vector<int64_t> rowval(n);
-    std::vector<double> acc(n);
-    std::vector<float> mx(n);
-    std::vector<std::byte*> in_base(part.inputs.size()), out_base(part.outputs.size());
-    auto buf = [&](int i) { return static_cast<void*>(mem + static_cast<size_t>(i) * tile); };
-    auto val = [&](int i) -> TileVal {
-      const Instr& x = part.instrs[i];
-      if (x.space == Space::Full) return TileVal{buf(i), nat_of(x.dtype), false};
-      return TileVal{&rowval[i], nat_of(x.dtype), true};
+    Scratch sc(block * tile);
+    // Full values: block x tile elements each, row r of the block at r * tile. Row values: block
+    // elements each, contiguous (an op over row values is one call over the block).
+    auto* mem = reinterpret_cast<std::byte*>(thread_buffer(1, static_cast<size_t>(n * block * tile)));
+    auto* rmem = reinterpret_cast<std::byte*>(thread_buffer(2, static_cast<size_t>(n * block)));
+    std::vector<double> acc(static_cast<size_t>(n * block));
+    std::vector<float> mx(static_cast<size_t>(n * block));
+    std::vector<std::byte*> in_base(nin * block), out_base(nout * block);
+    auto width = [&](int i) -> int64_t { return nat_of(part.instrs[i].dtype) == Nat::I64 ? 8 : 4; };
+    auto full = [&](int i, int64_t r) -> void* {
+      return mem + (static_cast<int64_t>(i) * block * tile + r * tile) * width(i);
     };
-    for (int64_t r = r0; r < r1; ++r) {
-      // Element offsets of this row for every operand.
-      int64_t idx[kMaxDims];
-      int64_t rem = r;
-      for (int d = g.shape.rank - 1; d >= 0; --d) {
-        idx[d] = rem % g.shape.v[d];
-        rem /= g.shape.v[d];
+    auto rowv = [&](int i, int64_t r) -> void* {
+      return rmem + (static_cast<int64_t>(i) * block + r) * width(i);
+    };
+    auto is_full = [&](int i) { return part.instrs[i].space == Space::Full; };
+    auto nat = [&](int i) { return nat_of(part.instrs[i].dtype); };
+    for (int64_t b0 = r0; b0 < r1; b0 += block) {
+      const int64_t nr = std::min(block, r1 - b0);
+      for (int64_t r = 0; r < nr; ++r) {
+        // Element offsets of this row for every operand.
+        int64_t idx[kMaxDims];
+        int64_t rem = b0 + r;
+        for (int d = g.shape.rank - 1; d >= 0; --d) {
+          idx[d] = rem % g.shape.v[d];
+          rem /= g.shape.v[d];
+        }
+        for (size_t k = 0; k < nin; ++k) {
+          int64_t off = 0;
+          for (int d = 0; d < g.shape.rank; ++d) off += idx[d] * g.inputs[k].strides.v[d];
+          in_base[k * block + r] = at(g.inputs[k].data, off, part.inputs[k].dtype);
+        }
+        for (size_t k = 0; k < nout; ++k) {
+          int64_t off = 0;
+          for (int d = 0; d < g.shape.rank; ++d) off += idx[d] * g.outputs[k].strides.v[d];
+          out_base[k * block + r] = at(g.outputs[k].data, off, part.outputs[k].dtype);
+        }
       }
-      for (size_t k = 0; k < part.inputs.size(); ++k) {
-        int64_t off = 0;
-        for (int d = 0; d < g.shape.rank; ++d) off += idx[d] * g.inputs[k].strides.v[d];
-        in_base[k] = at(g.inputs[k].data, off, part.inputs[k].dtype);
-      }
-      for (size_t k = 0; k < part.outputs.size(); ++k) {
-        int64_t off = 0;
-        for (int d = 0; d < g.shape.rank; ++d) off += idx[d] * g.outputs[k].strides.v[d];
-        out_base[k] = at(g.outputs[k].data, off, part.outputs[k].dtype);
-      }
-      for (int i = 0; i < n; ++i) {
-        acc[i] = 0.0;
-        mx[i] = -std::numeric_limits<float>::infinity();
-      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
       for (int s = 0; s <= sched.nloops; ++s) {
+        // Between the column loops: row values, one call over the block's rows each.
         for (int i : sched.section[s]) {
           const Instr& in = part.instrs[i];
           switch (in.kind) {
-            case InstrKind::Load: load_run(in_base[in.io], 0, in.dtype, 1, &rowval[i]); break;
-            case InstrKind::Const: eval_const(in.s[0], in.dtype, 1, &rowval[i]); break;
-            case InstrKind::ColCount: eval_const(static_cast<double>(cols), DType::f32, 1, &rowval[i]); break;
-            case InstrKind::ReduceSum: {
-              const float v = naturalize_float(static_cast<float>(acc[i]), in.dtype);
-              eval_const(v, DType::f32, 1, &rowval[i]);
+            case InstrKind::Load:
+              for (int64_t r = 0; r < nr; ++r) load_run(in_base[in.io * block + r], 0, in.dtype, 1, rowv(i, r));
               break;
-            }
+            case InstrKind::Const: eval_const(in.s[0], in.dtype, nr, rowv(i, 0)); break;
+            case InstrKind::ColCount: eval_const(static_cast<double>(cols), DType::f32, nr, rowv(i, 0)); break;
+            case InstrKind::ReduceSum:
             case InstrKind::ReduceMax: {
-              const float v = naturalize_float(mx[i], in.dtype);
-              eval_const(v, DType::f32, 1, &rowval[i]);
+              auto* out = static_cast<float*>(rowv(i, 0));
+              for (int64_t r = 0; r < nr; ++r) {
+                const size_t a = static_cast<size_t>(i * block + r);
+                const float v = in.kind == InstrKind::ReduceSum ? static_cast<float>(acc[a]) : mx[a];
+                out[r] = naturalize_float(v, in.dtype);
+              }
               break;
             }
             case InstrKind::Op:
             case InstrKind::Custom: {
               TileVal args[3];
-              for (int a = 0; a < in.nargs; ++a) args[a] = val(in.arg[a]);
-              for (int a = 0; a < in.nargs; ++a) args[a].uniform = false;
-              eval_op(in, args, 1, &rowval[i], sc);
+              for (int a = 0; a < std::min<int>(in.nargs, 3); ++a) {
+                LF_ASSERT(!is_full(in.arg[a]), "row interpreter: a row value reads a full one");
+                args[a] = TileVal{rowv(in.arg[a], 0), nat(in.arg[a]), false};
+              }
+              eval_op(in, args, nr, rowv(i, 0), sc);
               break;
             }
             case InstrKind::Store:
-              store_run(out_base[in.io], 0, in.dtype, 1, &rowval[in.arg[0]]);
+              for (int64_t r = 0; r < nr; ++r)
+                store_run(out_base[in.io * block + r], 0, in.dtype, 1, rowv(in.arg[0], r));
               break;
           }
         }
         if (s == sched.nloops) break;
         for (int64_t c0 = 0; c0 < cols; c0 += tile) {
           const int64_t len = std::min(tile, cols - c0);
+          // Rows of the block lie back to back in a value's buffer only when a tile is a row.
+          const bool dense = len == tile;
           for (int i : sched.loop_eval[s]) {
             const Instr& in = part.instrs[i];
             if (in.kind == InstrKind::Load) {
               const int64_t cs = g.inputs[in.io].col_stride;
-              load_run(at(in_base[in.io], c0 * cs, in.dtype), cs, in.dtype, len, buf(i));
-            } else if (in.kind == InstrKind::Const) {
-              eval_const(in.s[0], in.dtype, len, buf(i));
-            } else {
-              TileVal args[3];
-              for (int a = 0; a < in.nargs; ++a) args[a] = val(in.arg[a]);
-              eval_op(in, args, len, buf(i), sc);
+              for (int64_t r = 0; r < nr; ++r)
+                load_run(at(in_base[in.io * block + r], c0 * cs, in.dtype), cs, in.dtype, len, full(i, r));
+              continue;
+            }
+            if (in.kind == InstrKind::Const) {
+              if (dense) eval_const(in.s[0], in.dtype, nr * tile, full(i, 0));
+              else eval_const(in.s[0], in.dtype, len, full(i, 0));
+              continue;
+            }
+            const int na = std::min<int>(in.nargs, 3);  // (an op takes at most 3)
+            bool all_full = true;
+            for (int a = 0; a < na; ++a) all_full = all_full && is_full(in.arg[a]);
+            TileVal args[3];
+            if (all_full && dense) {
+              for (int a = 0; a < na; ++a) args[a] = TileVal{full(in.arg[a], 0), nat(in.arg[a]), false};
+              eval_op(in, args, nr * tile, full(i, 0), sc);
+              continue;
+            }
+            for (int64_t r = 0; r < nr; ++r) {  // a row value broadcast along its row
+              for (int a = 0; a < na; ++a) {
+                const int x = in.arg[a];
+                args[a] = is_full(x) ? TileVal{full(x, r), nat(x), false} : TileVal{rowv(x, r), nat(x), true};
+              }
+              eval_op(in, args, len, full(i, r), sc);
             }
           }
           for (int i : sched.loop_reduce[s]) {
-            const TileVal v = val(part.instrs[i].arg[0]);
-            if (part.instrs[i].kind == InstrKind::ReduceSum) acc[i] += sum_tile(v, len);
-            else mx[i] = max_tile(v, len, mx[i]);
+            const int x = part.instrs[i].arg[0];
+            for (int64_t r = 0; r < nr; ++r) {
+              const TileVal v = is_full(x) ? TileVal{full(x, r), nat(x), false} : TileVal{rowv(x, r), nat(x), true};
+              const size_t a = static_cast<size_t>(i * block + r);
+              if (part.instrs[i].kind == InstrKind::ReduceSum) acc[a] += sum_tile(v, len);
+              else mx[a] = max_tile(v, len, mx[a]);
+            }
           }
           for (int i : sched.loop_store[s]) {
             const Instr& in = part.instrs[i];
             const int64_t cs = g.outputs[in.io].col_stride;
-            store_run(at(out_base[in.io], c0 * cs, in.dtype), cs, in.dtype, len, buf(in.arg[0]));
+            for (int64_t r = 0; r < nr; ++r)
+              store_run(at(out_base[in.io * block + r], c0 * cs, in.dtype), cs, in.dtype, len, full(in.arg[0], r));
           }
         }
       }
     }
   };
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(cols, 1));
+  // Rows per task: about 32k element operations (each instruction over each column is one), so a
+  // row group of 128 x 256 with a dozen instructions -- a layer's add + layer_norm -- spreads over
+  // the threads instead of running on one of them.
+  const int64_t per_row = std::max<int64_t>(1, cols) * std::max(1, n);
+  const int64_t grain = std::max<int64_t>(1, 32768 / per_row);
   if (rows <= grain) {
     body(0, rows);
     return;
