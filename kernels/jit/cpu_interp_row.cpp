@@ -78,9 +78,15 @@ void run_row_part(const KernelPart& part, const PartGeometry& g) {
     // elements each, contiguous (an op over row values is one call over the block).
     auto* mem = reinterpret_cast<std::byte*>(thread_buffer(1, static_cast<size_t>(n * block * tile)));
     auto* rmem = reinterpret_cast<std::byte*>(thread_buffer(2, static_cast<size_t>(n * block)));
-    std::vector<double> acc(static_cast<size_t>(n * block));
-    std::vector<float> mx(static_cast<size_t>(n * block));
-    std::vector<std::byte*> in_base(nin * block), out_base(nout * block);
+    // Per-thread, kept: a decode step's row groups are one row each, where four allocations
+    // a call cost as much as the row's arithmetic.
+    thread_local std::vector<double> acc;
+    thread_local std::vector<float> mx;
+    thread_local std::vector<std::byte*> in_base, out_base;
+    acc.resize(static_cast<size_t>(n * block));
+    mx.resize(static_cast<size_t>(n * block));
+    in_base.resize(nin * block);
+    out_base.resize(nout * block);
     auto width = [&](int i) -> int64_t { return nat_of(part.instrs[i].dtype) == Nat::I64 ? 8 : 4; };
     auto full = [&](int i, int64_t r) -> void* {
       return mem + (static_cast<int64_t>(i) * block * tile + r * tile) * width(i);
