@@ -92,9 +92,18 @@ std::string FusedPlan::describe_family() const {
                     std::to_string(n_seen_hi_) + "], last " + std::to_string(n_last_) + ":";
   for (size_t e = 0; e < family.size(); ++e) {
     if (family.slope[e] == 0) continue;
-    out += " " + name(e) + " = " + (family.slope[e] == 1 ? "" : std::to_string(family.slope[e])) + "n";
-    if (family.base[e] != 0) out += (family.base[e] > 0 ? " + " : " - ") + std::to_string(std::llabs(family.base[e]));
-    out += ",";
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on `" " + name(e)`
+    // inlined into `out +=` in builds without CUDA.
+    out += ' ';
+    out += name(e);
+    out += " = ";
+    if (family.slope[e] != 1) out += std::to_string(family.slope[e]);
+    out += 'n';
+    if (family.base[e] != 0) {
+      out += family.base[e] > 0 ? " + " : " - ";
+      out += std::to_string(std::llabs(family.base[e]));
+    }
+    out += ',';
   }
   out.pop_back();
   return out;
