@@ -81,9 +81,10 @@ std::string FusedPlan::describe_family() const {
   std::vector<std::string> names;
   for (int v = 0; v < seg.num_values(); ++v) {
     const ValueRef r = seg.value_ref(v);
-    const std::string base = r.is_external() ? "e" + std::to_string(r.external)
-                                             : "#" + std::to_string(r.node) + "." + std::to_string(r.output);
-    for (int a = 0; a < seg.shape(r).rank; ++a) names.push_back(base + "[" + std::to_string(a) + "]");
+    std::string base = r.is_external() ? "e" : "#";
+    base += std::to_string(r.is_external() ? r.external : r.node);
+    if (!r.is_external()) base.append(".").append(std::to_string(r.output));
+    for (int a = 0; a < seg.shape(r).rank; ++a) names.push_back(base + '[' + std::to_string(a) + ']');
   }
   auto name = [&](size_t e) { return e < names.size() ? names[e] : "?" + std::to_string(e); };
   std::string out = "n = " + name(static_cast<size_t>(family.param)) + " in [" +
@@ -92,8 +93,8 @@ std::string FusedPlan::describe_family() const {
                     std::to_string(n_seen_hi_) + "], last " + std::to_string(n_last_) + ":";
   for (size_t e = 0; e < family.size(); ++e) {
     if (family.slope[e] == 0) continue;
-    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on `" " + name(e)`
-    // inlined into `out +=` in builds without CUDA.
+    // Appended piece by piece here and above: GCC 12 warns (-Wrestrict, a false positive) on a
+    // string literal + std::string inlined into this function in builds without CUDA.
     out += ' ';
     out += name(e);
     out += " = ";
