@@ -26,33 +26,85 @@ std::byte* at(void* base, int64_t elems, DType dt) {
   return static_cast<std::byte*>(base) + elems * static_cast<int64_t>(dtype_size(dt));
 }
 
-// The schedule of a part, kept per thread for the parts it ran last: computing it allocates a
+// A part's schedule and the buffers its full values take: a value's buffer is handed to a later
+// one once its last reader has run (in the schedule's order: loops, then within a loop the
+// evaluations, reductions and stores), never to a value its own instruction reads. An add +
+// layer_norm has ~18 values and needs ~5 buffers: the block's working set then fits L1 (one
+// buffer per value was ~70 KiB, half of it evicted between instructions).
+struct RowPlan {
+  RowSchedule sched;
+  std::vector<int> slot;  // per instruction: its full-value buffer (-1: none)
+  int nslots = 0;
+};
+
+RowPlan plan_rows(const KernelPart& part, RowCacheMode mode) {
+  RowPlan rp{schedule_row(part, mode), {}, 0};
+  const RowSchedule& sc = rp.sched;
+  const int n = static_cast<int>(part.instrs.size());
+  auto full = [&](int i) { return i >= 0 && i < n && part.instrs[i].space == Space::Full; };
+  std::vector<int> first_write(n, -1), last_read(n, -1);
+  // Positions in execution order; per loop: evaluations, reductions, stores.
+  std::vector<std::vector<int>> at_pos;  // the instructions of each position (one)
+  int pos = 0;
+  auto visit = [&](int i, bool writes) {
+    const Instr& in = part.instrs[i];
+    const int na = in.kind == InstrKind::Store || in.kind == InstrKind::ReduceSum ||
+                           in.kind == InstrKind::ReduceMax
+                       ? 1
+                       : std::min<int>(in.nargs, 3);
+    for (int a = 0; a < na; ++a)
+      if (full(in.arg[a])) last_read[in.arg[a]] = std::max(last_read[in.arg[a]], pos);
+    if (writes && first_write[i] < 0) first_write[i] = pos;
+    at_pos.push_back({writes ? i : -1});
+    ++pos;
+  };
+  for (int s = 0; s < sc.nloops; ++s) {
+    for (int i : sc.loop_eval[s]) visit(i, full(i));
+    for (int i : sc.loop_reduce[s]) visit(i, false);
+    for (int i : sc.loop_store[s]) visit(i, false);
+  }
+  rp.slot.assign(n, -1);
+  std::vector<int> free_slots;
+  for (int p = 0; p < pos; ++p) {
+    const int i = at_pos[p][0];
+    if (i >= 0 && first_write[i] == p) {
+      if (free_slots.empty()) free_slots.push_back(rp.nslots++);
+      rp.slot[i] = free_slots.back();
+      free_slots.pop_back();
+      if (last_read[i] < p) last_read[i] = p;  // never read: its buffer is free after it
+    }
+    for (int v = 0; v < n; ++v)
+      if (rp.slot[v] >= 0 && last_read[v] == p) free_slots.push_back(rp.slot[v]);
+  }
+  return rp;
+}
+
+// The plan of a part, kept per thread for the parts it ran last: computing it allocates a
 // dozen vectors, 3% of a CPU decode step whose rows are one 64-column row each. An entry is
 // found by the part's address and taken only when the instructions are still the same (a
 // freed part's address can be reused by another). Shared, not referenced: while TBB's workers
 // read one, this thread may run another part and replace its entry.
-std::shared_ptr<const RowSchedule> cached_schedule(const KernelPart& part, RowCacheMode mode) {
+std::shared_ptr<const RowPlan> cached_plan(const KernelPart& part, RowCacheMode mode) {
   struct Entry {
     const KernelPart* part = nullptr;
     RowCacheMode mode = RowCacheMode::Recompute;
     std::vector<Instr> instrs;
-    std::shared_ptr<const RowSchedule> sched;
+    std::shared_ptr<const RowPlan> plan;
   };
   constexpr size_t kEntries = 32;
   thread_local std::vector<Entry> cache;
   thread_local size_t next = 0;
   for (const Entry& e : cache)
-    if (e.part == &part && e.mode == mode && e.instrs == part.instrs) return e.sched;
-  Entry fresh{&part, mode, part.instrs,
-              std::make_shared<const RowSchedule>(schedule_row(part, mode))};
+    if (e.part == &part && e.mode == mode && e.instrs == part.instrs) return e.plan;
+  Entry fresh{&part, mode, part.instrs, std::make_shared<const RowPlan>(plan_rows(part, mode))};
   if (cache.size() < kEntries) {
     cache.push_back(std::move(fresh));
-    return cache.back().sched;
+    return cache.back().plan;
   }
   Entry& e = cache[next];
   next = (next + 1) % kEntries;
   e = std::move(fresh);
-  return e.sched;
+  return e.plan;
 }
 
 }  // namespace
@@ -66,9 +118,10 @@ void run_row_part(const KernelPart& part, const PartGeometry& g) {
   // Short rows run kBlockElems / cols at a time: each instruction is one call over the block's
   // rows (a call per row per instruction was most of a 256-wide add + layer_norm's time).
   const int64_t block = single ? std::clamp<int64_t>(kBlockElems / tile, 1, rows) : 1;
-  const std::shared_ptr<const RowSchedule> held =
-      cached_schedule(part, single ? RowCacheMode::CacheAll : RowCacheMode::Recompute);
-  const RowSchedule& sched = *held;
+  const std::shared_ptr<const RowPlan> held =
+      cached_plan(part, single ? RowCacheMode::CacheAll : RowCacheMode::Recompute);
+  const RowSchedule& sched = held->sched;
+  const std::vector<int>& slot = held->slot;
   const int n = static_cast<int>(part.instrs.size());
   const size_t nin = part.inputs.size(), nout = part.outputs.size();
 
@@ -76,7 +129,8 @@ void run_row_part(const KernelPart& part, const PartGeometry& g) {
     Scratch sc(block * tile);
     // Full values: block x tile elements each, row r of the block at r * tile. Row values: block
     // elements each, contiguous (an op over row values is one call over the block).
-    auto* mem = reinterpret_cast<std::byte*>(thread_buffer(1, static_cast<size_t>(n * block * tile)));
+    auto* mem = reinterpret_cast<std::byte*>(
+        thread_buffer(1, static_cast<size_t>(std::max(held->nslots, 1) * block * tile)));
     auto* rmem = reinterpret_cast<std::byte*>(thread_buffer(2, static_cast<size_t>(n * block)));
     // Per-thread, kept: a decode step's row groups are one row each, where four allocations
     // a call cost as much as the row's arithmetic.
@@ -88,11 +142,13 @@ void run_row_part(const KernelPart& part, const PartGeometry& g) {
     in_base.resize(nin * block);
     out_base.resize(nout * block);
     auto width = [&](int i) -> int64_t { return nat_of(part.instrs[i].dtype) == Nat::I64 ? 8 : 4; };
+    // Buffers hold 8-byte elements (i64 values); a narrower value packs its rows at its width.
     auto full = [&](int i, int64_t r) -> void* {
-      return mem + (static_cast<int64_t>(i) * block * tile + r * tile) * width(i);
+      LF_ASSERT(slot[i] >= 0, "row interpreter: value ", i, " has no buffer");
+      return mem + static_cast<int64_t>(slot[i]) * block * tile * 8 + r * tile * width(i);
     };
     auto rowv = [&](int i, int64_t r) -> void* {
-      return rmem + (static_cast<int64_t>(i) * block + r) * width(i);
+      return rmem + static_cast<int64_t>(i) * block * 8 + r * width(i);
     };
     auto is_full = [&](int i) { return part.instrs[i].space == Space::Full; };
     auto nat = [&](int i) { return nat_of(part.instrs[i].dtype); };

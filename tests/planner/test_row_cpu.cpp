@@ -103,3 +103,19 @@ TEST_CASE("row: layer_norm of a permuted input and a keepdim row value broadcast
   b.output(y);
   CHECK(check_against_eager(b.build(), 17, 1e-4, 1e-5).summary.fused_kernels == 1);
 }
+
+TEST_CASE("row: 8-byte and 4-byte values in one row kernel keep their own buffers") {
+  // An i64 input, an i64 product and f32 values in one row program: the interpreter's buffers
+  // hold 8-byte elements whatever a value's width (block rows of a 4-byte value packed at 4), so
+  // a narrow value can never run into a wide one's rows. Several rows a block (cols 40).
+  SegmentBuilder b;
+  const ValueRef x = b.input({6, 40});
+  const ValueRef k = b.input({6, 40}, DType::i64);
+  const ValueRef k2 = b.add(OpId::mul, {k, k});
+  const ValueRef kf = b.add(OpId::cast, {k2}, cast_attrs(DType::f32));
+  const ValueRef y = b.add(OpId::add, {x, kf});
+  const ValueRef sm = b.add(OpId::softmax, {y}, softmax_attrs(0.01, false));
+  b.output(sm);
+  b.output(k2);
+  CHECK(check_against_eager(b.build(), 41, 1e-5, 1e-7).num_kernels() == 1);
+}
