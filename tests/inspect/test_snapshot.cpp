@@ -1,6 +1,7 @@
 // inspect(): plans from the PlanTable, the registry's providers, decisions and transitions.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "livefuse/inspect.hpp"
@@ -325,4 +326,28 @@ TEST_CASE("inspect: config values and their sources; matcher counters move with 
     INFO(e.name);
     CHECK(e.value != "?");
   }
+}
+
+TEST_CASE("inspect: counters read while another thread publishes plans (each walk keeps its snapshot)") {
+  // The planner's "graphs" counters walk the plan table. A range-for over
+  // PlanTable::snapshot()->plans freed its snapshot before the first step -- the temporary
+  // shared_ptr dies at the end of the range's initialiser -- so a publish meanwhile freed the
+  // vector under the walk (ThreadSanitizer and AddressSanitizer report it here; a plain build
+  // may read freed memory silently). PlanTable::plans() hands out a copy.
+  TableGuard g;
+  REQUIRE(lf::planner::ensure_service_started());
+  std::atomic<bool> done{false};
+  std::thread publisher([&] {
+    for (uint64_t id = 1; id <= 20000; ++id) lf::PlanTable::get().publish(make_plan(100000 + id));
+    done = true;
+  });
+  uint64_t reads = 0;
+  while (!done.load()) {
+    const auto groups = lf::counters();
+    CHECK(lf::find_counter(groups, "graphs", "replays").has_value());
+    ++reads;
+  }
+  publisher.join();
+  CHECK(reads > 0);
+  CHECK(lf::PlanTable::get().plans().size() == lf::PlanTable::kMaxPlans);
 }
