@@ -44,30 +44,19 @@ inline double sum_sq_double(const float* p, int64_t n) {
 
 // max(init, p[0], ..., p[n-1]), NaN when any of them is NaN (lf_max's rule). Lanes again: a
 // running lf_max is a compare and two branches per element (4% of the CPU demo's samples in
-// the attention's softmax).
+// the attention's softmax). A lane takes x when x is larger or NaN, so a NaN stays in its lane
+// (nothing compares larger than NaN); written as one select, the loop vectorises.
 inline float max_float(const float* p, int64_t n, float init) {
+  auto take = [](float m, float x) { return (x > m || x != x) ? x : m; };
   float m[kSumLanes];
-  int nan[kSumLanes] = {};
   for (int l = 0; l < kSumLanes; ++l) m[l] = init;
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int l = 0; l < kSumLanes; ++l) {
-      const float x = p[i + l];
-      m[l] = x > m[l] ? x : m[l];
-      nan[l] |= x != x;
-    }
-  for (int l = 0; i + l < n; ++l) {
-    const float x = p[i + l];
-    m[l] = x > m[l] ? x : m[l];
-    nan[l] |= x != x;
-  }
+    for (int l = 0; l < kSumLanes; ++l) m[l] = take(m[l], p[i + l]);
+  for (int l = 0; i + l < n; ++l) m[l] = take(m[l], p[i + l]);
   float r = init;
-  bool any_nan = init != init;
-  for (int l = 0; l < kSumLanes; ++l) {
-    r = m[l] > r ? m[l] : r;
-    any_nan |= nan[l] != 0;
-  }
-  return any_nan ? std::numeric_limits<float>::quiet_NaN() : r;
+  for (int l = 0; l < kSumLanes; ++l) r = take(r, m[l]);
+  return r != r ? std::numeric_limits<float>::quiet_NaN() : r;
 }
 
 }  // namespace livefuse::cpu
