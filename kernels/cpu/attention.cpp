@@ -218,8 +218,10 @@ void attend_block(const AttentionArgs& a, int64_t b, int64_t h, int64_t r0, int6
         mask_row = t.m.data() + r * a.sk;
       }
       float alpha = softmax_step(a, mask_row, j0, nj, sr, t.st[r]);
-      // A tile with nothing to accumulate: its probabilities are 0 and acc stays as it is.
-      if (alpha < 0.0f) std::fill_n(sr, nj, 0.0f), alpha = 1.0f;
+      if (alpha < 0.0f) {  // nothing to accumulate: probabilities 0, acc stays as it is
+        std::fill_n(sr, nj, 0.0f);
+        alpha = 1.0f;
+      }
       float* acc = t.acc.data() + r * dvp;
       for (int64_t c = 0; c < dvp; ++c) acc[c] *= alpha;
       // P as A panels: element (r, j) at (r / kMR) kKeyTile kMR + j kMR + r % kMR.
