@@ -1,12 +1,12 @@
-// Blocked GEMM driver. The output is cut into (batch, MC x NC) tiles, one TBB task each. A task
+// Blocked GEMM driver. The output is cut into (batch, mc x nc) tiles, one TBB task each. A task
 // accumulates its tile in an f32 scratch block while K streams through in KC slices: for each
 // slice it packs A[MC x KC] into kMR-row panels and B[KC x NC] into kNR-column panels (reading
 // any strides and dtype, zero-padding the edges) and runs the micro-kernel over the panel grid.
 // Then the epilogue adds the bias and converts into the dense output. Padding never leaks:
 // a padded row or column only touches its own padded outputs.
 //
-// Tile sizes: a KC x kNR B panel (16 KiB) stays in L1 while the A panels stream past it, and
-// the packed A block (MC x KC, 120 KiB) stays in L2.
+// Tile sizes: a KC x kNR B panel (32 KiB) stays in L1 while the A panels stream past it, and
+// the packed A block (at most MC x KC, 128 KiB) stays in L2; tiling() cuts smaller, even tiles.
 //
 // A B operand that repeats across calls (a weight) is packed whole once, block by block in the
 // layout the tiles read, and kept (gemm_pack_cache.hpp); tiles then read their slice of it.
