@@ -44,7 +44,7 @@ RowPlan plan_rows(const KernelPart& part, RowCacheMode mode) {
   auto full = [&](int i) { return i >= 0 && i < n && part.instrs[i].space == Space::Full; };
   std::vector<int> first_write(n, -1), last_read(n, -1);
   // Positions in execution order; per loop: evaluations, reductions, stores.
-  std::vector<std::vector<int>> at_pos;  // the instructions of each position (one)
+  std::vector<int> writer;  // per position: the full value it writes, -1 none
   int pos = 0;
   auto visit = [&](int i, bool writes) {
     const Instr& in = part.instrs[i];
@@ -55,7 +55,7 @@ RowPlan plan_rows(const KernelPart& part, RowCacheMode mode) {
     for (int a = 0; a < na; ++a)
       if (full(in.arg[a])) last_read[in.arg[a]] = std::max(last_read[in.arg[a]], pos);
     if (writes && first_write[i] < 0) first_write[i] = pos;
-    at_pos.push_back({writes ? i : -1});
+    writer.push_back(writes ? i : -1);
     ++pos;
   };
   for (int s = 0; s < sc.nloops; ++s) {
@@ -66,7 +66,7 @@ RowPlan plan_rows(const KernelPart& part, RowCacheMode mode) {
   rp.slot.assign(n, -1);
   std::vector<int> free_slots;
   for (int p = 0; p < pos; ++p) {
-    const int i = at_pos[p][0];
+    const int i = writer[p];
     if (i >= 0 && first_write[i] == p) {
       if (free_slots.empty()) free_slots.push_back(rp.nslots++);
       rp.slot[i] = free_slots.back();
