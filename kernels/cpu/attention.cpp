@@ -30,8 +30,6 @@ constexpr int64_t kKeyTile = 64;   // keys per online-softmax step (a multiple o
 constexpr int64_t kQueryBlock = 64;  // query rows whose scores tile is computed at once
 constexpr float kLog2e = 1.4426950408889634f;
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 void load_strided(const std::byte* base, DType dt, int64_t off, int64_t n, int64_t stride,
                   float* dst) {
   load_floats(base, dt, off, n, stride, dst);

@@ -22,7 +22,6 @@ namespace {
 
 constexpr int64_t kMC = 128, kNC = 256, kKC = 256;
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
 // The output's tiles: at most kMC x kNC, cut evenly (a 128-row product in 120-row tiles was one

@@ -10,6 +10,9 @@ namespace livefuse::cpu {
 inline constexpr int kMR = 8;   // rows of C per micro-tile (A panels are kMR wide)
 inline constexpr int kNR = 32;  // columns of C per micro-tile (B panels are kNR wide)
 
+// x rounded up to a multiple of m: a count of rows or columns padded to whole panels.
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 // c[r * ldc + j] += sum_k a[k * kMR + r] * b[k * kNR + j] for r < kMR, j < kNR.
 using MicroKernel = void (*)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc);
 MicroKernel microkernel();
