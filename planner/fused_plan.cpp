@@ -9,6 +9,7 @@
 #include "livefuse/inspect.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/merged_weights.hpp"
+#include "planner/plan_siblings.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/faults.hpp"
 #include "runtime/memory_pool.hpp"
@@ -51,6 +52,7 @@ FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::mo
     const auto* gs = std::get_if<GemmStep>(&s.body);
     early_ok_ &= !(gs && !gs->siblings.empty());
   }
+  if (kind == DeviceKind::cuda) output_runs_ = detail::sibling_output_runs(planned_);
   plan_family_segments();  // from the segment's varying dims; used once the plan has a family
 #if LIVEFUSE_HAS_CUDA
   if (kind == DeviceKind::cuda) graphs_ = std::make_unique<graphs::GraphCache>(64);

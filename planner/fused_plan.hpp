@@ -136,6 +136,9 @@ class FusedPlan final : public Plan {
   bool early_ok_ = false;  // every step's only effect is its outputs (no opaque kernels)
   bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
   PlannedSegment planned_;
+  // CUDA: value ids whose buffers a set allocates back to back, one list per merged GEMM that
+  // writes its siblings' outputs in place (plan_siblings.hpp, sibling_output_runs).
+  std::vector<std::vector<int>> output_runs_;
   std::vector<BindingSet> sets_;
   uint64_t set_evictions_ = 0;              // sets freed (idle) or taken over by other shapes
   std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)

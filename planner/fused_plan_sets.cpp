@@ -1,5 +1,6 @@
 // FusedPlan's binding sets (fused_plan.hpp): plan-owned buffers for the values a run writes,
 // one set per tuple of shapes, reused once nobody holds a tensor sharing them, freed when idle.
+#include <algorithm>
 #include <atomic>
 
 #include "planner/fused_plan.hpp"
@@ -66,10 +67,17 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
     set.shape_key = shape_key;
     set.stream = w.stream_id;
     set.bufs.resize(values.size());
+    const auto wanted = [&](size_t v) { return needs_buffer(values, w, v) && !(skip && (*skip)[v]); };
+    for (const std::vector<int>& run : output_runs_) {
+      if (!std::all_of(run.begin(), run.end(), [&](int v) { return wanted(static_cast<size_t>(v)); }))
+        continue;
+      const TensorImpl& t = *values[run[0]].impl();
+      auto bufs = allocate_storage_run(t.device, t.nbytes(), static_cast<int>(run.size()), w.stream_handle);
+      for (size_t i = 0; i < run.size(); ++i) set.bufs[run[i]] = std::move(bufs[i]);
+    }
     for (size_t v = 0; v < values.size(); ++v) {
       const TensorImpl& t = *values[v].impl();
-      if (needs_buffer(values, w, v) && !(skip && (*skip)[v]))
-        set.bufs[v] = allocate_storage(t.device, t.nbytes(), w.stream_handle);
+      if (!set.bufs[v] && wanted(v)) set.bufs[v] = allocate_storage(t.device, t.nbytes(), w.stream_handle);
     }
     chosen = empty;
   }

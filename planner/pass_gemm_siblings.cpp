@@ -53,15 +53,18 @@ std::string why_not_with(const FusionGraph& g, int leader, int other) {
   return "";
 }
 
-// CUDA: the merged product is split into the siblings' outputs by one more kernel, which writes
-// and reads every output once more; the input is read once instead of n times and n GEMM
-// launches become two. Whether that pays depends on the sizes: the cost model decides ("" when
-// it pays). The CPU GEMM stores the columns in place: it always pays there, and so does the
-// CUDA GEMV (few rows: kernels/cuda/gemv.hpp), which writes each sibling's output itself.
+// CUDA: siblings of different widths are one GEMM into a product that one more kernel splits
+// into their outputs, writing and reading every output once more; the input is read once
+// instead of n times and n GEMM launches become two. Whether that pays depends on the sizes:
+// the cost model decides ("" when it pays). Everywhere else each output is written in place,
+// and merging always pays: the CPU GEMM stores the columns in place, the CUDA GEMV (few rows:
+// kernels/cuda/gemv.hpp) writes each sibling's output itself, and siblings of one width run as
+// one strided-batched GEMM (siblings_one_width).
 std::string why_not_paying(const FusionGraph& g, const Group& merged) {
   if (!g.opts.cuda) return "";
   const Segment& seg = g.seg;
   if (g.opts.gemv_prologue && gemv_rows(seg.shape(ValueRef::of(merged.nodes[0])))) return "";
+  if (siblings_one_width(seg, merged.nodes)) return "";
   const double x = value_bytes(seg, seg.value_id(seg.nodes[merged.nodes[0]].inputs[0]));
   double apart = 0, outs = 0;
   for (int j : merged.nodes) {
@@ -78,6 +81,14 @@ std::string why_not_paying(const FusionGraph& g, const Group& merged) {
 }
 
 }  // namespace
+
+bool siblings_one_width(const Segment& seg, const std::vector<int>& nodes) {
+  if (nodes.size() < 2) return false;
+  const int64_t n = seg.shape(seg.nodes[nodes[0]].inputs[1]).v[0];
+  for (int j : nodes)
+    if (seg.shape(seg.nodes[j].inputs[1]).v[0] != n) return false;
+  return true;
+}
 
 void pass_gemm_siblings(FusionGraph& g) {
   if (!g.opts.fusion || !g.opts.gemm_siblings) return;

@@ -35,6 +35,10 @@ std::string check_group(FusionGraph& g, int group);
 bool has_cycle(const FusionGraph& g);
 // Merges group `from` into `into` (nodes, assignments).
 void merge_groups(FusionGraph& g, int into, int from);
+// Merged sibling linears (pass_gemm_siblings) whose weights all have one N: on CUDA one
+// strided-batched GEMM writes each sibling's output where it lives (plan_siblings.cpp), with
+// no product to split afterwards.
+bool siblings_one_width(const Segment& seg, const std::vector<int>& nodes);
 // Values read from outside / written by a group.
 std::vector<int> group_inputs(const FusionGraph& g, const Group& gr);
 std::vector<int> group_outputs(const FusionGraph& g, const Group& gr);

@@ -53,11 +53,10 @@ std::atomic<GemmEpilogueRunner> g_epilogue_runner{kDefaultEpilogueRunner};
 }  // namespace
 
 // Gives a pending Materialized value dense storage (the window's pending outputs have none).
-void detail::ensure_storage(const Tensor& t) {
+void detail::ensure_storage(const Tensor& t, std::shared_ptr<Storage> s) {
   TensorImpl& impl = *t.impl();
   if (impl.storage) return;
-  const Tensor fresh = empty(impl.shape, impl.dtype, impl.device);
-  impl.storage = fresh.impl()->storage;
+  impl.storage = s ? std::move(s) : empty(impl.shape, impl.dtype, impl.device).impl()->storage;
   impl.offset = 0;
   impl.strides = contiguous_strides(impl.shape);
   if (impl.pending == shape_only_tag()) impl.pending = nullptr;

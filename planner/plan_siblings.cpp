@@ -2,18 +2,23 @@
 // as eager gives it (DESIGN, "Eager semantics": the outputs may be handed to the program).
 //   CPU   the blocked GEMM stores each column range of a tile straight into its sibling's output
 //         (GemmProblem::Split): one pass, no copy after it.
-//   CUDA  cuBLASLt (with the BIAS epilogue over the concatenated bias) writes the [.., sum N]
-//         product into a plan-owned buffer, and one split kernel copies the column ranges out:
-//         two launches for any number of siblings. Column-slice views of the product would save
-//         the split, but views made by later calls keep the dense strides they were recorded
-//         with, and a slice can escape to the program: dense outputs are what keeps every value
-//         equal to eager's.
+//   CUDA  siblings of one width N (Q/K/V, gate/up): one strided-batched cuBLASLt GEMM, batch i
+//         reading weight rows [i N, (i + 1) N) and the one input (batch stride 0), writes
+//         sibling i's dense output, the outputs laid back to back in one allocation
+//         (allocate_storage_run; FusedPlan's binding sets allocate them so): one launch.
+//         Otherwise cuBLASLt (with the BIAS epilogue over the concatenated bias) writes the
+//         [.., sum N] product into a plan-owned buffer, and one split kernel copies the column
+//         ranges out: two launches for any number of siblings. Column-slice views of the product
+//         would save the split, but views made by later calls keep the dense strides they were
+//         recorded with, and a slice can escape to the program: dense outputs are what keeps
+//         every value equal to eager's. Few rows: the GEMV writes every output (one launch).
 #include "planner/plan_siblings.hpp"
 
 #include "kernels/cpu/gemm.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/merged_weights.hpp"
+#include "runtime/memory_pool.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
@@ -58,6 +63,17 @@ OpCall merged_call(const PlannedSegment& p, const GemmStep& gs, std::span<const 
   return call;
 }
 
+// Outputs none of which has storage yet get one run of storages, evenly spaced
+// (allocate_storage_run): what run_sibling_linears writes in one launch. Outputs already bound
+// (the plan's binding sets allocate them as a run too, or the caller's own) are left as they are.
+void give_storage_run(std::span<const Tensor> outs, const Stream& st) {
+  for (const Tensor& t : outs)
+    if (t.impl()->storage) return;
+  const auto run = allocate_storage_run(outs[0].device(), outs[0].impl()->nbytes(),
+                                        static_cast<int>(outs.size()), st.handle());
+  for (size_t i = 0; i < outs.size(); ++i) detail::ensure_storage(outs[i], run[i]);
+}
+
 Shape merged_shape(const Tensor& out, int64_t cols) {
   Shape s = out.shape();
   s.v[s.rank - 1] = cols;
@@ -67,6 +83,17 @@ Shape merged_shape(const Tensor& out, int64_t cols) {
 }  // namespace
 
 namespace detail {
+
+std::vector<std::vector<int>> sibling_output_runs(const PlannedSegment& p) {
+  std::vector<std::vector<int>> runs;
+  for (const Step& s : p.steps) {
+    const auto* gs = std::get_if<GemmStep>(&s.body);
+    if (!gs || gs->siblings.empty() || gs->split_kernel) continue;
+    std::vector<int>& r = runs.emplace_back();
+    for (int j : gs->siblings) r.push_back(p.segment.value_id(ValueRef::of(j)));
+  }
+  return runs;
+}
 
 bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
                          std::span<const Tensor> values) {
@@ -94,12 +121,10 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
                              std::span<const Tensor> values, void* stream) {
 #if LIVEFUSE_HAS_CUDA
   Operands o = operands(p, gs, values);
-  if (o.outs.size() > static_cast<size_t>(cuda::kMaxSplitParts)) return false;
   const Stream st = stream_on(o.x.device(), stream);
   const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
   if (!c.defined()) return false;
-  const Tensor product = gs.merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
-  if (!product.defined()) return false;
+  if (!gs.split_kernel) give_storage_run(o.outs, st);
   for (const Tensor& t : o.outs) {
     ensure_storage(t);
     if (!t.is_contiguous()) return false;
@@ -107,6 +132,12 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
   if (o.outs[0].numel() == 0) return true;
   // Few rows: one GEMV writes every sibling's output (no product, no split).
   if (cuda::run_gemv_split(nullptr, merged_call(p, gs, values, c), o.outs, st.handle())) return true;
+  // One width, outputs evenly spaced: one strided-batched GEMM writes them in place.
+  if (!gs.split_kernel && cuda::run_sibling_linears(merged_call(p, gs, values, c), o.outs, st.handle()))
+    return true;
+  if (o.outs.size() > static_cast<size_t>(cuda::kMaxSplitParts)) return false;
+  const Tensor product = gs.merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
+  if (!product.defined()) return false;
   Executor::run_eager_into(merged_call(p, gs, values, c), TensorList{product}, st);
   cuda::SplitColumnsArgs a;
   a.src = product.impl()->data();
@@ -157,7 +188,7 @@ uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor>
     const MergedWeights::Copy c = gs->merged->get(o.weights, o.biases, st);
     mix(c.defined() ? c.weight.impl()->storage->ptr : nullptr);
     mix(c.bias.defined() ? c.bias.impl()->storage->ptr : nullptr);
-    if (o.x.device().is_cuda()) {
+    if (o.x.device().is_cuda() && gs->split_kernel) {
       const Tensor product =
           gs->merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);
       mix(product.defined() ? product.impl()->storage->ptr : nullptr);

@@ -2,7 +2,9 @@
 // Running a merged sibling GEMM step (GemmStep::siblings): plan.cpp's step dispatch calls these.
 // Each returns false when the merged form cannot run this time (its concatenated weights could
 // not be had during a graph capture, say); the caller then runs the siblings one by one.
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "planner/plan.hpp"
 
@@ -17,7 +19,10 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
 // then the merged GEMM.
 bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
                              const OpCall& norm, void* stream);
-// plan.cpp: a pending Materialized value gets dense storage.
-void ensure_storage(const Tensor& t);
+// plan.cpp: a pending Materialized value gets dense storage (`s`, or a fresh allocation).
+void ensure_storage(const Tensor& t, std::shared_ptr<Storage> s = nullptr);
+// The value ids of each merged step's outputs that one launch writes in place (no split):
+// FusedPlan's binding sets allocate each list as one run of storages (allocate_storage_run).
+std::vector<std::vector<int>> sibling_output_runs(const PlannedSegment& p);
 
 }  // namespace livefuse::planner::detail

@@ -62,8 +62,8 @@ class GemmStrategy final : public Strategy {
   }
 
  private:
-  // Sibling linears over one input (pass_gemm_siblings): the input is read once, and on CUDA
-  // the product is written and read once more by the split into the siblings' outputs.
+  // Sibling linears over one input (pass_gemm_siblings): the input is read once, and where the
+  // product is split (splits()) it is written and read once more by the split.
   static StrategyParams merged_params(const FusionGraph& g, const Group& gr) {
     StrategyParams p;
     const int x = g.seg.value_id(g.seg.nodes[gr.nodes[0]].inputs[0]);
@@ -78,9 +78,11 @@ class GemmStrategy final : public Strategy {
   }
 
   // CUDA: the merged product is split by a kernel of its own -- but for few rows, where the GEMV
-  // writes every sibling's output itself (kernels/cuda/gemv.hpp).
+  // writes every sibling's output itself (kernels/cuda/gemv.hpp), and for siblings of one
+  // width, which one strided-batched GEMM writes in place (plan_siblings.cpp).
   static bool splits(const FusionGraph& g, const Group& gr) {
-    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(ValueRef::of(gr.nodes[0]))));
+    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(ValueRef::of(gr.nodes[0])))) &&
+           !siblings_one_width(g.seg, gr.nodes);
   }
 
   static Step emit_merged(const FusionGraph& g, const Group& gr) {

@@ -5,6 +5,7 @@
 // on fresh pages would otherwise dominate large eager CPU ops). What is kept unused is bounded
 // by LIVEFUSE_CACHE_MAX_MB (memory.cpp says how).
 #include <memory>
+#include <vector>
 
 #include "livefuse/memory.hpp"
 #include "livefuse/tensor.hpp"
@@ -21,6 +22,14 @@ size_t cuda_size_class(size_t bytes);
 
 // Storage of `bytes` on `device`, freed back to the pool (on `stream` for CUDA) when released.
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream);
+
+// `parts` storages of `bytes` each, back to back in one allocation, each 256-byte aligned:
+// their addresses are evenly spaced, kStorageRunAlign-rounded `bytes` apart (a strided-batched
+// GEMM writes them all at once: kernels/cuda/gemm.hpp, run_sibling_linears). Each is a Storage
+// of its own (its own flags and version); the allocation is released with the last of them.
+inline constexpr size_t kStorageRunAlign = 256;
+std::vector<std::shared_ptr<Storage>> allocate_storage_run(Device device, size_t bytes, int parts,
+                                                           void* stream);
 
 // Set while this thread captures a CUDA graph (graphs/ sets it, around the whole capture). An
 // allocation made then is a graph memory node: it bypasses the per-stream block cache both ways

@@ -30,6 +30,14 @@ bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Te
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
                     void* stream);
 
+// A merged sibling linear `call` (weights [parts * N, K] concatenated, bias [parts * N] too) as
+// one strided-batched GEMM: batch i multiplies the input by weight rows [i N, (i + 1) N) and
+// writes `outs[i]`, so every sibling's output is written dense where it lives, and no product
+// is split afterwards. Takes siblings of one width N whose outputs are dense, of one dtype, and
+// evenly spaced in memory (outs[i] at outs[0] + i * stride: FusedPlan allocates them so); the
+// input's rows must fold to one evenly spaced run read along K. False: nothing was launched.
+bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void* stream);
+
 // Bytes of cuBLASLt workspace each stream gets (allocated on the stream's first GEMM).
 inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 

@@ -240,6 +240,69 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
   return true;
 }
 
+bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void* stream) {
+  if (call.op != OpId::linear || outs.size() < 2) return false;
+  const Tensor &x = call.inputs[0], &w = call.inputs[1];
+  const bool has_bias = call.attrs.i[0] != 0;
+  const int64_t parts = static_cast<int64_t>(outs.size());
+  const Tensor& first = outs[0];
+  const int64_t n = first.rank() > 0 ? first.shape()[first.rank() - 1] : 0;
+  if (x.rank() < 1 || w.rank() != 2 || !w.is_contiguous() || w.shape()[0] != parts * n || n == 0)
+    return false;
+  const int64_t k = w.shape()[1];
+  if (k == 0 || first.numel() == 0) return false;  // gemm_nd's zero fill and bias pass: the split path
+  const size_t es = dtype_size(first.dtype());
+  const auto* base = static_cast<const char*>(first.impl()->data());
+  const int64_t stride_bytes = static_cast<const char*>(outs[1].impl()->data()) - base;
+  if (stride_bytes <= 0 || stride_bytes % static_cast<int64_t>(es) != 0) return false;
+  for (int64_t i = 0; i < parts; ++i) {
+    const Tensor& o = outs[static_cast<size_t>(i)];
+    if (o.dtype() != first.dtype() || !(o.shape() == first.shape()) || !o.is_contiguous() ||
+        static_cast<const char*>(o.impl()->data()) != base + i * stride_bytes)
+      return false;
+  }
+  const int64_t stride = stride_bytes / static_cast<int64_t>(es);
+  if (stride < first.numel()) return false;  // the outputs would overlap
+  const void* bias = nullptr;
+  if (has_bias) {
+    const Tensor& b = call.inputs[2];
+    if (b.rank() != 1 || b.shape()[0] != parts * n || !b.is_contiguous() ||
+        reinterpret_cast<uintptr_t>(b.impl()->data()) % 16 != 0)
+      return false;
+    bias = b.impl()->data();
+  }
+  // The input's rows [.., M] as one evenly spaced run (gemm_nd's fold).
+  MatView a{}, b{};
+  linear_views(x, w, &a, &b);
+  const int ra = a.shape.rank;
+  const Shape rows_shape = Dims(std::span<const int64_t>(a.shape.begin(), ra - 1));
+  StridedLayout l = make_layout(rows_shape);
+  add_operand(l, rows_shape, Dims(std::span<const int64_t>(a.strides.begin(), ra - 1)));
+  coalesce(l);
+  if (l.rank > 1) return false;
+  const int64_t rows = l.rank == 0 ? 1 : l.sizes[0];
+  const int64_t row_stride = l.rank == 0 ? k : l.strides[0][0];
+  if (rows * n != first.numel()) return false;
+  LtCall c;
+  c.dtype = first.dtype();
+  c.tf32 = call.attrs.i[1] != 0;
+  c.bias = bias;
+  c.m = n, c.n = rows, c.k = k, c.ldd = n;
+  if (!as_transposed(k, n, b.strides[0], b.strides[1], &c.a) ||
+      !as_transposed(rows, k, row_stride, a.strides[ra - 1], &c.b))
+    return false;
+  c.a.ptr = w.impl()->data();
+  c.b.ptr = x.impl()->data();
+  c.d = first.impl()->data();
+  c.batch = parts;
+  c.stride_a = n * k;   // weight rows [i N, (i + 1) N)
+  c.stride_b = 0;       // one input for every sibling
+  c.stride_d = stride;
+  c.stride_bias = n;
+  lt_matmul(c, static_cast<cudaStream_t>(stream));
+  return true;
+}
+
 void run_linear(const OpCall& call, const Tensor& out, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const Tensor& x = call.inputs[0];

@@ -96,7 +96,7 @@ void* workspace_for(int device, cudaStream_t s) {
 }
 
 struct GemmKey {
-  std::array<int64_t, 22> v{};
+  std::array<int64_t, 23> v{};
   bool operator==(const GemmKey& o) const { return v == o.v; }
 };
 struct GemmKeyHash {
@@ -358,10 +358,11 @@ GemmKey key_of(const LtCall& c, int device) {
            c.stride_b,
            c.stride_d,
            c.bias != nullptr,
+           c.bias ? c.stride_bias : 0,
            operand_alignment(c.a.ptr, c.a.ld, c.stride_a, c.batch, c.dtype),
            operand_alignment(c.b.ptr, c.b.ld, c.stride_b, c.batch, c.dtype),
            operand_alignment(c.d, c.ldd, c.stride_d, c.batch, c.dtype),
-           c.bias ? alignment_of(c.bias) : 0,
+           c.bias ? operand_alignment(c.bias, 0, c.stride_bias, c.batch, c.dtype) : 0,
            c.c ? operand_alignment(c.c, c.ldd, c.stride_d, c.batch, c.dtype) : -1,
            device,
            static_cast<int64_t>(c.act)};
@@ -399,6 +400,9 @@ std::unique_ptr<GemmPlan> make_plan(const LtCall& c) {
                                                   sizeof(t)));
     LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                   &c.bias, sizeof(c.bias)));
+    if (c.batch > 1 && c.stride_bias != 0)
+      LF_CUBLAS_CALL(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                                    &c.stride_bias, sizeof(c.stride_bias)));
   }
   const auto make_layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols, int64_t ld,
                                int64_t stride) {

@@ -37,6 +37,7 @@ struct LtCall {
   int64_t m = 0, n = 0, k = 0, ldd = 0;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
   const void* bias = nullptr;
+  int64_t stride_bias = 0;  // batch > 1: elements from one matrix's bias to the next's (0: shared)
   const void* c = nullptr;  // added with beta = 1; never with an activation (it would apply after C)
   LtAct act = LtAct::none;
 };

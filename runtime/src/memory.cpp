@@ -278,6 +278,24 @@ size_t cuda_size_class(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+std::vector<std::shared_ptr<Storage>> allocate_storage_run(Device device, size_t bytes, int parts,
+                                                           void* stream) {
+  const size_t step = (bytes + kStorageRunAlign - 1) / kStorageRunAlign * kStorageRunAlign;
+  std::shared_ptr<Storage> block =
+      allocate_storage(device, step * static_cast<size_t>(std::max(parts, 0)), stream);
+  std::vector<std::shared_ptr<Storage>> out;
+  for (int i = 0; i < parts; ++i) {
+    auto s = std::make_shared<Storage>();
+    s->device = device;
+    s->bytes = bytes;
+    s->ptr = block->ptr ? static_cast<std::byte*>(block->ptr) + step * static_cast<size_t>(i) : nullptr;
+    // Owns a share of the block: the block goes back to the pool with its last part.
+    s->deleter = [block](void*) {};
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream) {
   auto s = std::make_shared<Storage>();
   s->device = device;

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "planner/plan_siblings.hpp"
 #include "planner/planner.hpp"
+#include "runtime/memory_pool.hpp"
 #include "runtime/executor.hpp"
 #include "tests/test_util.hpp"
 
@@ -50,9 +52,22 @@ inline std::vector<Tensor> random_externals(const Segment& seg, uint64_t seed, d
 }
 
 // Binds the plan's values with every written buffer poisoned first (so a value the plan fails
-// to write cannot pass by inheriting a previous result).
+// to write cannot pass by inheriting a previous result). On CUDA, the outputs of a merged GEMM
+// that writes them in place get one run of storages, as FusedPlan's binding sets give them.
 inline std::vector<Tensor> poisoned_values(const PlannedSegment& p, const std::vector<Tensor>& externals) {
   std::vector<Tensor> values = bind_values(p, externals);
+  const bool cuda = !externals.empty() && externals[0].device().is_cuda();
+  for (const std::vector<int>& run : cuda ? planner::detail::sibling_output_runs(p) : std::vector<std::vector<int>>{}) {
+    const TensorImpl& first = *values[run[0]].impl();
+    const auto bufs = allocate_storage_run(first.device, first.nbytes(), static_cast<int>(run.size()),
+                                           Stream::current(first.device).handle());
+    for (size_t i = 0; i < run.size(); ++i) {
+      TensorImpl& impl = *values[run[i]].impl();
+      impl.storage = bufs[i];
+      impl.pending = nullptr;
+      copy_into(values[run[i]], full(impl.shape, -777.0, impl.dtype, impl.device));
+    }
+  }
   for (size_t v = externals.size(); v < values.size(); ++v) {
     if (p.values[v] != ValueKind::Materialized) continue;
     TensorImpl& impl = *values[v].impl();

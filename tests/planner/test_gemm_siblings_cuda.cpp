@@ -1,5 +1,7 @@
-// Merged sibling GEMMs on CUDA: cuBLASLt (BIAS epilogue over the concatenated bias) into the
-// plan's product buffer, then one split kernel; every output as the CPU eager backend gives it.
+// Merged sibling GEMMs on CUDA (planner/plan_siblings.cpp): siblings of different widths through
+// cuBLASLt (BIAS epilogue over the concatenated bias) into the plan's product buffer, then one
+// split kernel; siblings of one width as one strided-batched GEMM writing each output in place;
+// every output as the CPU eager backend gives it.
 #include "kernels/jit/kernel_compiler.hpp"
 #include "planner_util.hpp"
 
@@ -13,20 +15,25 @@ Attrs ints(std::initializer_list<int64_t> v) {
   return a;
 }
 
-size_t merged_siblings(const PlannedSegment& p) {
+const GemmStep* merged_step(const PlannedSegment& p) {
   for (const Step& s : p.steps)
-    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty())
-      return gs->siblings.size();
-  return 0;
+    if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty()) return gs;
+  return nullptr;
 }
 
-// q, k, v over one input with grouped-query widths; with `heads`, each is split into heads and
-// attention follows (the outputs then stay inside the plan), else all three are observable.
-Segment siblings(DType dt, bool bias, bool heads, int64_t m) {
+size_t merged_siblings(const PlannedSegment& p) {
+  const GemmStep* gs = merged_step(p);
+  return gs ? gs->siblings.size() : 0;
+}
+
+// q, k, v over one input with grouped-query widths (`one_width`: 64 each, as in BERT); with
+// `heads`, each is split into heads and attention follows (the outputs then stay inside the
+// plan), else all three are observable.
+Segment siblings(DType dt, bool bias, bool heads, int64_t m, bool one_width = false) {
   SegmentBuilder sb;
   const ValueRef x = sb.input({1, m, 64}, dt);
   ValueRef out[3];
-  const int64_t widths[3] = {64, 32, 32};
+  const int64_t widths[3] = {64, one_width ? 64 : 32, one_width ? 64 : 32};
   for (int i = 0; i < 3; ++i) {
     std::vector<ValueRef> in{x, sb.input({widths[i], 64}, dt)};
     if (bias) in.push_back(sb.input({widths[i]}, dt));
@@ -51,6 +58,17 @@ Segment siblings(DType dt, bool bias, bool heads, int64_t m) {
   return sb.build();
 }
 
+// Where each sibling's output starts, relative to the first sibling's (bytes).
+std::vector<int64_t> output_offsets(const PlannedSegment& p, const std::vector<Tensor>& values) {
+  const GemmStep* gs = merged_step(p);
+  const auto at = [&](int j) {
+    return static_cast<const char*>(values[p.segment.value_id(ValueRef::of(j))].impl()->data());
+  };
+  std::vector<int64_t> out;
+  for (int j : gs->siblings) out.push_back(at(j) - at(gs->siblings[0]));
+  return out;
+}
+
 void check_cuda(const Segment& seg, double tol) {
   const Device gpu = Device::cuda(0);
   // The merged GEMM and its split are what is checked here against eager; the attention after
@@ -70,6 +88,13 @@ void check_cuda(const Segment& seg, double tol) {
   for (int run = 0; run < 2; ++run) {
     run_plan(p, got, Stream::current(gpu).handle());
     synchronize(gpu);
+    if (run == 0) {
+      // One width: the outputs were given one run of storages, evenly spaced (the batched GEMM
+      // needs that); the split path leaves them apart.
+      const std::vector<int64_t> off = output_offsets(p, got);
+      INFO("offsets " << off[1] << " " << off[2]);
+      if (!merged_step(p)->split_kernel) CHECK((off[1] > 0 && off[2] == 2 * off[1]));
+    }
     for (const ValueRef& r : seg.outputs) {
       const int v = seg.value_id(r);
       INFO("run " << run << " output " << v);
@@ -92,6 +117,18 @@ LF_CUDA_TEST_CASE(
         }
 }
 
+LF_CUDA_TEST_CASE(
+    "gemm siblings cuda: Q/K/V of one width as one strided-batched GEMM equal eager for "
+    "f32/f16/bf16, with and without bias") {
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16})
+    for (const bool bias : {true, false})
+      for (const bool heads : {false, true})
+        for (const int64_t m : {1, 7, 300}) {
+          INFO(dtype_name(dt) << " bias " << bias << " heads " << heads << " m " << m);
+          check_cuda(siblings(dt, bias, heads, m, true), dt == DType::f32 ? 2e-3 : tol_for(dt) * 4);
+        }
+}
+
 TEST_CASE(
     "gemm siblings: planned for CUDA, the merged GEMM and its split are two launches for three "
     "linears") {
@@ -102,6 +139,20 @@ TEST_CASE(
   const PlannedSegment before = plan_segment(seg, off);
   CHECK(p.num_kernels() == 2);
   CHECK(before.num_kernels() == 3);
+}
+
+TEST_CASE(
+    "gemm siblings: planned for CUDA, siblings of one width are one launch (no split) at any "
+    "size") {
+  for (const int64_t m : {16, 4096}) {
+    const Segment seg = siblings(DType::f16, true, false, m, true);
+    const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+    INFO("m " << m << "\n" << p.describe());
+    CHECK(merged_siblings(p) == 3);
+    CHECK(p.num_kernels() == 1);
+    REQUIRE(merged_step(p));
+    CHECK_FALSE(merged_step(p)->split_kernel);
+  }
 }
 
 TEST_CASE("gemm siblings: the grouped-query segments of the CUDA cases, on the CPU") {
@@ -119,12 +170,13 @@ TEST_CASE("gemm siblings: the grouped-query segments of the CUDA cases, on the C
 
 TEST_CASE(
     "gemm siblings: planned for CUDA, a merge whose split costs more than it saves is undone") {
-  // BERT-base prefill sized Q/K/V, all observable: the split would write and read 3 x 6 MiB more.
+  // Prefill-sized grouped-query Q/K/V, all observable: the split would write and read
+  // 24 + 2 x 12 MiB more. (Of one width they would run as one batched GEMM: no split.)
   SegmentBuilder sb;
-  const ValueRef x = sb.input({4096, 768}, DType::f16);
-  for (int i = 0; i < 3; ++i)
+  const ValueRef x = sb.input({16384, 768}, DType::f16);
+  for (int64_t n : {768, 384, 384})
     sb.output(sb.add(OpId::linear,
-                     {x, sb.input({768, 768}, DType::f16), sb.input({768}, DType::f16)},
+                     {x, sb.input({n, 768}, DType::f16), sb.input({n}, DType::f16)},
                      linear_attrs(true)));
   const Segment seg = sb.build();
   const PlannedSegment cuda = plan_segment(seg, default_planner_options(Device::cuda(0)));
