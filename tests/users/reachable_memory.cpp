@@ -73,7 +73,10 @@ void wrapped_input_refilled() {
   const lf::Tensor b = lf::from_floats(kB, {D}, lf::DType::f32, users::device());
   const std::vector<float> wv = users::values(D, 4);
   users::Engagement e;
-  for (int it = 0; it < kIters; ++it) {
+  // Its two layers are planned one after the other (the first reads the refilled buffer):
+  // unsampled, counted once both serve.
+  users::Loop loop(kIters, &e, users::WarmUp::all_served);
+  for (int it = 0; loop.more(it); ++it) {
     const std::vector<float> xv = users::values(R * D, 30 + it);
     xbuf.write(xv);
     lf::Tensor y;

@@ -175,16 +175,34 @@ struct Engagement {
   }
 };
 
-// A loop's condition: with fusion on, first until plans serve (the planner works in the
-// background at the machine's pace; at most 20 s), then `iters` more; with fusion off, `iters`.
+// A loop's condition: with fusion on, first a warm-up (the planner works in the background at
+// the machine's pace; at most 20 s), then `iters` more; with fusion off, `iters`.
+//   any_served      warm once a plan served a call.
+//   all_served      unsampled (LIVEFUSE_SAMPLE=0), warm once every call of the last 8
+//                   iterations was served: a loop whose windows are planned one after another
+//                   (one still compiling while another serves) would otherwise be held to a share
+//                   served that depends on the compiler's speed. Sampled, a plan may be rejected
+//                   and never serve: no warm-up then.
+enum class WarmUp { any_served, all_served };
+
 class Loop {
  public:
-  explicit Loop(int iters, Engagement* e = nullptr)
-      : iters_(iters), served0_(counter("served")), engagement_(e) {}
+  explicit Loop(int iters, Engagement* e = nullptr, WarmUp w = WarmUp::any_served)
+      : iters_(iters), warm_up_(w), served0_(counter("served")), calls0_(counter("calls")), engagement_(e) {}
   bool more(int it) {
     if (warm_at_ < 0) {
       const bool waited_enough = std::chrono::steady_clock::now() - t0_ > std::chrono::seconds(20);
-      if (!fusion_on() || waited_enough || (it % 8 == 0 && counter("served") > served0_)) {
+      bool warm = warm_up_ == WarmUp::all_served && !unsampled();
+      if (!warm && it % 8 == 0) {
+        const uint64_t served = counter("served"), calls = counter("calls");
+        if (warm_up_ == WarmUp::any_served) {
+          warm = served > served0_;
+        } else {
+          warm = calls > calls0_ && served - served0_ == calls - calls0_;
+          served0_ = served, calls0_ = calls;
+        }
+      }
+      if (!fusion_on() || waited_enough || warm) {
         warm_at_ = it;
         if (engagement_) engagement_->restart();
       } else {
@@ -196,7 +214,8 @@ class Loop {
 
  private:
   int iters_, warm_at_ = -1;
-  uint64_t served0_;
+  WarmUp warm_up_;
+  uint64_t served0_, calls0_;
   Engagement* engagement_;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
