@@ -298,16 +298,21 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
   if (s.kind == SlotKind::barrier) {
     close(i, sink);
     prev_ = PpRef{};
+    cut_next_ = false;
     return;
   }
   ProgramPoint& p = pps_[s.pp.idx];
   if (open_) {
-    bool cut = i - seg_begin_ >= static_cast<uint64_t>(max_segment_) || p.seg_serial == serial_;
+    const bool full = i - seg_begin_ >= static_cast<uint64_t>(max_segment_);
+    const bool cut = full || p.seg_serial == serial_ || cut_next_;
+    bool branch = false;
     if (live(prev_)) {
       observe_edge(prev_, s.pp);
-      cut = cut || succ_branches(pps_[prev_.idx]) || pred_branches(p);
+      branch = succ_branches(pps_[prev_.idx]) || pred_branches(p);
     }
-    if (cut) close(i, sink);
+    cut_next_ = false;
+    if (!cut && branch && seam_at(i)) cut_next_ = true;  // the norm ends this sequence instead
+    else if (cut || branch) close(i, sink);
   } else if (live(prev_)) {
     observe_edge(prev_, s.pp);
   }
@@ -323,6 +328,25 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
   seg_unmatched_ += s.matched ? 0 : 1;
   seg_path_ = hash_combine(seg_path_, s.pp.bits());
   prev_ = s.pp;
+}
+
+bool StreamWindow::seam_at(uint64_t i) {
+  if (i == 0) return false;
+  const RingEvent* a = event_at(i - 1);
+  const RingEvent* b = event_at(i);
+  if (!a || !b || a->ev.kind != EventKind::call || b->ev.kind != EventKind::call ||
+      ((a->ev.flags | b->ev.flags) & kEventTruncated))
+    return false;
+  const OpId norm = b->ev.op;
+  if (norm != OpId::layer_norm && norm != OpId::rms_norm) return false;
+  if (op_info(a->ev.op).category != OpCategory::Elementwise || a->ev.n_out < 1 || b->ev.n_in < 1 ||
+      b->ev.in_ids[0] != a->ev.out_ids[0] || b->ev.in_rank[0] < 1)
+    return false;
+  int64_t rows = 1;
+  const int rank = b->ev.in_rank[0];
+  if (rank > kMaxEventDims) return false;  // dims not recorded in full
+  for (int d = 0; d + 1 < rank; ++d) rows *= b->ev.dims[d];
+  return rows > kSeamMinRows;
 }
 
 void StreamWindow::close(uint64_t end, SegmentSink& sink) {

@@ -40,6 +40,12 @@
 //    [layer_norm, q/k/v, ..., add]. Nothing in the stream tells that layer_norm's two call
 //    sites apart; the other rotation would show only at the stream's end (the last
 //    layer_norm, then a sync), after the first forward pass has made this one hot.
+//    The seam: a cut for a branch that would fall between a pointwise op and a norm over
+//    many rows reading its output (that add, then that layer_norm) falls after the norm
+//    instead, so both are one row kernel of one plan; the unit becomes [q/k/v, ..., add,
+//    layer_norm] and the embedding's sequence ends with its layer_norm. Over few rows
+//    (kSeamMinRows) the cut stays before the norm: a decode step's norm runs inside the GEMV
+//    after it (planner, fold_norm_prologues), which beats the add + norm kernel.
 // 4. A sequence all of whose positions continued earlier ones goes to the SegmentSink with the
 //    hash of its program-point path (the structure table counts only repeats of one path).
 #include <cstdint>
@@ -60,6 +66,8 @@ inline constexpr int kNearUse = 4;
 // more sibling. Each further step lets a loop of short blocks sharing a weight take one more
 // block before its tokens are steady.
 inline constexpr int kMaxNearRank = 3;
+// A norm over more rows than this moves a branch cut after itself (note 3, the seam).
+inline constexpr int64_t kSeamMinRows = 8;
 
 enum class SlotKind : uint8_t { op, barrier };
 
@@ -173,6 +181,9 @@ class StreamWindow {
   bool succ_branches(ProgramPoint& a);
   bool pred_branches(ProgramPoint& b);
   void cut_step(uint64_t i, SegmentSink& sink);
+  // Position i is a norm over more than kSeamMinRows rows reading the output of the pointwise
+  // op at i - 1 (note 3, the seam).
+  bool seam_at(uint64_t i);
   void close(uint64_t end, SegmentSink& sink);
 
   uint32_t stream_;
@@ -206,6 +217,7 @@ class StreamWindow {
   uint32_t seg_unmatched_ = 0;
   uint64_t seg_path_ = 0;
   PpRef prev_;
+  bool cut_next_ = false;  // a branch cut moved past a seam: the next position starts a sequence
   uint64_t segments_ = 0;
 };
 

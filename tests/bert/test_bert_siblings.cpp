@@ -4,6 +4,7 @@
 #include "examples/bert/run.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/fused_plan.hpp"
+#include "planner/planner.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
 #include "tests/test_util.hpp"
@@ -72,4 +73,21 @@ TEST_CASE("bert tiny: a hot loop is served with Q/K/V as one GEMM and equals LIV
     }
   }
   CHECK(merged_qkv_hits() > 0);
+  // The layer plan (issue: at most 8 launches). The seam (monitor/stream_window.hpp, note 3)
+  // makes the unit [q/k/v, ..., FFN2, add, layer_norm]: the residual add and the next layer's
+  // norm are one row kernel. Planned for CUDA as well: Q/K/V one batched GEMM, attention,
+  // output GEMM, add + norm, FFN1 + gelu (2: cuBLASLt has no erf-GELU epilogue), FFN2, add + norm.
+  const lf::planner::FusedPlan* layer = nullptr;
+  for (const auto& p : lf::PlanTable::get().plans())
+    if (const auto* f = dynamic_cast<const lf::planner::FusedPlan*>(p.get()))
+      if (!layer || f->planned().summary.ops > layer->planned().summary.ops) layer = f;
+  REQUIRE(layer);
+  const lf::planner::PlannedSegment& cpu_plan = layer->planned();
+  INFO(cpu_plan.describe());
+  CHECK(cpu_plan.segment.nodes.back().op == lf::OpId::layer_norm);
+  CHECK(cpu_plan.num_kernels() <= 8);
+  const lf::planner::PlannedSegment cuda_plan = lf::planner::plan_segment(
+      cpu_plan.segment, lf::planner::default_planner_options(lf::Device::cuda(0)));
+  INFO(cuda_plan.describe());
+  CHECK(cuda_plan.num_kernels() == 8);
 }
