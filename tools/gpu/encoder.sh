@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One GPU call for a change on the encoder path (issue: BERT fusion depth), run THERE after
+# tools/gpu/pack.sh: chosen suites, the user programs, BERT-base f16 b1 with each fusion switched
+# off in turn, the four configurations the issue measures against PyTorch (bench/bert/compare.py,
+# peers in the same run: f16 b1 and b8 at seq 128, f32 b1, f16 b1 at seq 384), then the layer
+# plan step by step (LIVEFUSE_PROFILE). Each part has its own limit and prints as it goes; logs
+# in $OUT/encoder.tgz.
+# Usage (device tool): bash tools/gpu/encoder.sh   [ENC_SUITES="test_planner test_bert ..."
+#   ENC_USERS=1 ENC_SWITCHES=1 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
+. "$(dirname "$0")/prelude.sh" lf-encoder-out
+mkdir -p "$D/bench"
+START=$(date +%s)
+pack_out() { tar -czf "$REAL_OUT/encoder.tgz" -C "$D" . 2>/dev/null; }
+at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+
+at "suites"
+for t in ${ENC_SUITES-test_planner test_bert test_replacement test_decoder}; do
+  timeout -s KILL 150 "$B/tests/$t" > "$D/$t.log" 2>&1
+  echo "$t rc=$? $(grep 'test cases' "$D/$t.log")"
+  grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
+done
+pack_out
+
+if [ "${ENC_USERS:-1}" = 1 ]; then
+  at "user programs, fusion on / off / unsampled"
+  RUNS=${USERS_RUNS:-2} EXIT_RUNS=2 timeout -s KILL 200 bash tools/gpu/users.sh "$B" "$D"
+  echo "  $(grep -c ' rc=0 0 failures' "$D/users.log") of $(grep -c ' run ' "$D/users.log") runs passed"
+  grep ' run ' "$D/users.log" | grep -v ' rc=0 0 failures' | head
+  grep -v ' run ' "$D/users.log" | head
+  pack_out
+fi
+
+if [ "${ENC_SWITCHES:-1}" = 1 ]; then
+  at "BERT-base f16 b1 s128 per fusion switch (one process each)"
+  for sw in "" LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_ATTENTION=0 LIVEFUSE_GRAPHS=0; do
+    name=$(echo "${sw:-all}" | tr -c 'A-Za-z0-9\n' '_')
+    env $sw LIVEFUSE_REPORT="$D/bench/bert_switch_$name.report.json" timeout -k 5 90 \
+      "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda \
+      --iters 200 --warmup-ms 3000 --quiet --json "$D/bench/bert_switch_$name.json" > /dev/null 2>&1
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['timing']; print(f\"  {sys.argv[2]:32} median {t['median_ms']:.4f} ms\", d.get('matcher', {}).get('served'))" \
+      "$D/bench/bert_switch_$name.json" "${sw:-all fusions}" 2>&1 | tail -1
+  done
+  pack_out
+fi
+
+for cfg in ${ENC_COMPARE-f16:1,8:128 f32:1:128 f16:1:384}; do
+  IFS=: read -r dt batch seq <<< "$cfg"
+  at "BERT vs PyTorch: $dt batch $batch seq $seq"
+  name="${dt}_b${batch//,/_}_s$seq"
+  timeout -k 5 ${COMPARE_S:-200} python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
+    --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
+    --json "$D/bench/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
+  echo "compare.py rc=$?"
+  tail -12 "$D/bert_$name.log"
+  pack_out
+done
+
+if [ "${ENC_PROFILE:-1}" = 1 ]; then
+  at "the layer plan step by step (LIVEFUSE_PROFILE=1, f16 b1 s128)"
+  LIVEFUSE_PROFILE=1 LIVEFUSE_REPORT="$D/bert_profile.json" timeout -k 5 90 "$B/tools/bert/livefuse-bert" \
+    --random 1 --preset base --dtype f16 --device cuda --iters 100 --warmup-ms 3000 --quiet > "$D/bert_profile.log" 2>&1
+  python3 tools/gpu/profile_table.py "$D/bert_profile.json" | tee "$D/bert_profile.table" | head -40
+  pack_out
+fi
+at "done"
