@@ -18,6 +18,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/merged_weights.hpp"
+#include "planner/passes.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
@@ -68,7 +69,7 @@ OpCall merged_call(const PlannedSegment& p, const GemmStep& gs, std::span<const 
 // (the plan's binding sets allocate them as a run too, or the caller's own) are left as they are.
 void give_storage_run(std::span<const Tensor> outs, const Stream& st) {
   for (const Tensor& t : outs)
-    if (t.impl()->storage) return;
+    if (t.impl()->storage || t.impl()->nbytes() != outs[0].impl()->nbytes()) return;
   const auto run = allocate_storage_run(outs[0].device(), outs[0].impl()->nbytes(),
                                         static_cast<int>(outs.size()), st.handle());
   for (size_t i = 0; i < outs.size(); ++i) detail::ensure_storage(outs[i], run[i]);
@@ -88,7 +89,10 @@ std::vector<std::vector<int>> sibling_output_runs(const PlannedSegment& p) {
   std::vector<std::vector<int>> runs;
   for (const Step& s : p.steps) {
     const auto* gs = std::get_if<GemmStep>(&s.body);
-    if (!gs || gs->siblings.empty() || gs->split_kernel) continue;
+    // One width: outputs of one size, back to back (the batched GEMM's layout). Others -- the
+    // few-row GEMV over grouped-query widths, say -- keep a buffer each.
+    if (!gs || gs->siblings.empty() || gs->split_kernel || !siblings_one_width(p.segment, gs->siblings))
+      continue;
     std::vector<int>& r = runs.emplace_back();
     for (int j : gs->siblings) r.push_back(p.segment.value_id(ValueRef::of(j)));
   }

@@ -4,6 +4,7 @@
 // output by output.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -58,6 +59,10 @@ inline std::vector<Tensor> poisoned_values(const PlannedSegment& p, const std::v
   std::vector<Tensor> values = bind_values(p, externals);
   const bool cuda = !externals.empty() && externals[0].device().is_cuda();
   for (const std::vector<int>& run : cuda ? planner::detail::sibling_output_runs(p) : std::vector<std::vector<int>>{}) {
+    const bool all_pending = std::all_of(run.begin(), run.end(), [&](int v) {
+      return p.values[v] == ValueKind::Materialized && values[v].defined() && !values[v].impl()->storage;
+    });
+    if (!all_pending) continue;
     const TensorImpl& first = *values[run[0]].impl();
     const auto bufs = allocate_storage_run(first.device, first.nbytes(), static_cast<int>(run.size()),
                                            Stream::current(first.device).handle());
