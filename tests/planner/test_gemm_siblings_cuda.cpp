@@ -155,6 +155,27 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "gemm siblings: planned for CUDA, only outputs of one width are allocated back to back") {
+  // Few rows run as the GEMV (no split) at any widths; a run of storages is sized by its first
+  // output, so grouped-query widths with a narrow first sibling must not get one (the wider
+  // outputs after it would overrun their storage).
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({1, 64}, DType::f16);
+  for (int64_t n : {16, 64, 64})
+    sb.output(sb.add(OpId::linear, {x, sb.input({n, 64}, DType::f16)}, linear_attrs(false)));
+  const PlannedSegment gqa = plan_segment(sb.build(), default_planner_options(Device::cuda(0)));
+  INFO(gqa.describe());
+  REQUIRE(merged_step(gqa));
+  CHECK_FALSE(merged_step(gqa)->split_kernel);
+  CHECK(planner::detail::sibling_output_runs(gqa).empty());
+  const PlannedSegment one = plan_segment(siblings(DType::f16, true, false, 1, true),
+                                          default_planner_options(Device::cuda(0)));
+  const auto runs = planner::detail::sibling_output_runs(one);
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].size() == 3);
+}
+
 TEST_CASE("gemm siblings: the grouped-query segments of the CUDA cases, on the CPU") {
   // The merge alone, held to 1e-5: the attention step after it (its online softmax sums in
   // another order; tests/planner/test_attention_cpu.cpp) moved f32 values by 4e-5 under ASan.
