@@ -302,6 +302,7 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
     return;
   }
   ProgramPoint& p = pps_[s.pp.idx];
+  if (const int64_t rows = norm_rows(i); rows > 0 && rows <= kSeamMinRows) p.few_rows = true;
   if (open_) {
     const bool full = i - seg_begin_ >= static_cast<uint64_t>(max_segment_);
     const bool cut = full || p.seg_serial == serial_ || cut_next_;
@@ -330,23 +331,24 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
   prev_ = s.pp;
 }
 
+int64_t StreamWindow::norm_rows(uint64_t i) {
+  const RingEvent* b = event_at(i);
+  if (!b || b->ev.kind != EventKind::call || (b->ev.flags & kEventTruncated) ||
+      (b->ev.op != OpId::layer_norm && b->ev.op != OpId::rms_norm) || b->ev.n_in < 1 ||
+      b->ev.in_rank[0] < 1 || b->ev.in_rank[0] > kMaxEventDims)
+    return 0;
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < b->ev.in_rank[0]; ++d) rows *= b->ev.dims[d];
+  return std::max<int64_t>(rows, 1);
+}
+
 bool StreamWindow::seam_at(uint64_t i) {
-  if (i == 0) return false;
+  if (i == 0 || pps_[slot(i).pp.idx].few_rows || norm_rows(i) <= kSeamMinRows) return false;
   const RingEvent* a = event_at(i - 1);
   const RingEvent* b = event_at(i);
-  if (!a || !b || a->ev.kind != EventKind::call || b->ev.kind != EventKind::call ||
-      ((a->ev.flags | b->ev.flags) & kEventTruncated))
-    return false;
-  const OpId norm = b->ev.op;
-  if (norm != OpId::layer_norm && norm != OpId::rms_norm) return false;
-  if (op_info(a->ev.op).category != OpCategory::Elementwise || a->ev.n_out < 1 || b->ev.n_in < 1 ||
-      b->ev.in_ids[0] != a->ev.out_ids[0] || b->ev.in_rank[0] < 1)
-    return false;
-  int64_t rows = 1;
-  const int rank = b->ev.in_rank[0];
-  if (rank > kMaxEventDims) return false;  // dims not recorded in full
-  for (int d = 0; d + 1 < rank; ++d) rows *= b->ev.dims[d];
-  return rows > kSeamMinRows;
+  if (!a || a->ev.kind != EventKind::call || (a->ev.flags & kEventTruncated)) return false;
+  return op_info(a->ev.op).category == OpCategory::Elementwise && a->ev.n_out >= 1 &&
+         b->ev.in_ids[0] == a->ev.out_ids[0];
 }
 
 void StreamWindow::close(uint64_t end, SegmentSink& sink) {

@@ -43,9 +43,11 @@
 //    The seam: a cut for a branch that would fall between a pointwise op and a norm over
 //    many rows reading its output (that add, then that layer_norm) falls after the norm
 //    instead, so both are one row kernel of one plan; the unit becomes [q/k/v, ..., add,
-//    layer_norm] and the embedding's sequence ends with its layer_norm. Over few rows
-//    (kSeamMinRows) the cut stays before the norm: a decode step's norm runs inside the GEMV
-//    after it (planner, fold_norm_prologues), which beats the add + norm kernel.
+//    layer_norm] and the embedding's sequence ends with its layer_norm. A norm whose program
+//    point has ever run over few rows (kSeamMinRows) keeps the cut before it, for good: a
+//    decode step's norm runs inside the GEMV after it (planner, fold_norm_prologues), which
+//    beats the add + norm kernel, and the prefill that shares the decode's program points
+//    must not cut them otherwise (its sequences would start where the decode's do not).
 // 4. A sequence all of whose positions continued earlier ones goes to the SegmentSink with the
 //    hash of its program-point path (the structure table counts only repeats of one path).
 #include <cstdint>
@@ -164,6 +166,7 @@ class StreamWindow {
     uint32_t epoch = 0;
     uint32_t gen = 0;
     bool entry = false;  // some sequence started here (a loop head, the op after a sync)
+    bool few_rows = false;  // a norm here has run over at most kSeamMinRows rows (note 3)
   };
 
   Slot& slot(uint64_t pos) { return slots_[pos & window_mask_]; }
@@ -181,9 +184,11 @@ class StreamWindow {
   bool succ_branches(ProgramPoint& a);
   bool pred_branches(ProgramPoint& b);
   void cut_step(uint64_t i, SegmentSink& sink);
-  // Position i is a norm over more than kSeamMinRows rows reading the output of the pointwise
-  // op at i - 1 (note 3, the seam).
+  // Position i is a norm over more than kSeamMinRows rows, at a program point that never saw
+  // fewer, reading the output of the pointwise op at i - 1 (note 3, the seam).
   bool seam_at(uint64_t i);
+  // Rows of the norm at position i (input 0's dims but the last); 0: not a norm (or unknown).
+  int64_t norm_rows(uint64_t i);
   void close(uint64_t end, SegmentSink& sink);
 
   uint32_t stream_;

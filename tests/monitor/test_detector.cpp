@@ -161,6 +161,24 @@ TEST_CASE("detector: varying sequence length is one structure with the right var
   CHECK(vd.front() == DimRef{DimRef::Kind::external, 0, 0, 0});
 }
 
+TEST_CASE("detector: a norm that ran over few rows keeps the cut before it (the seam is off there)") {
+  // A decoder's prefill (many rows) shares its program points with the decode steps (one row):
+  // once a norm's point has run over few rows the seam never moves a cut past it, so prefill
+  // and decode cut their layers at the same place (monitor/stream_window.hpp, note 3).
+  Detector d(opts());
+  EventSynth s;
+  const int D = 16;
+  std::vector<lfmon::SynthLayer> layers;
+  for (int l = 0; l < 4; ++l) layers.push_back(lfmon::layer_weights(s, D));
+  for (int S : {1, 16, 1, 1, 16, 1, 1, 16, 1, 1}) forward(s, layers, s.value({S, D}), S, D);
+  const auto c = run(d, s);
+  REQUIRE_FALSE(c.empty());
+  for (const Candidate& cand : c) {
+    INFO(describe(cand));
+    CHECK(cand.ops.back().op != OpId::layer_norm);
+  }
+}
+
 TEST_CASE("detector: random streams give no candidates") {
   for (uint32_t seed : {11u, 12u, 13u, 14u}) {
     CAPTURE(seed);
