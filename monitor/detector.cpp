@@ -22,7 +22,7 @@ uint64_t structural_attrs_hash(OpId op, const Attrs& a) {
 
 Detector::Detector(const MonitorOptions& o)
     : opts_(o),
-      wparams_{o.window, o.max_segment, o.half_life_log2},
+      wparams_{o.window, o.max_segment, o.half_life_log2, o.seam},
       structures_(o),
       canonicalizer_(o.max_segment) {}
 

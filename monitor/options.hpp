@@ -21,6 +21,8 @@ struct MonitorOptions {
   int hot = kDefaultHot;
   // Longest sequence considered (LIVEFUSE_MAX_SEGMENT). Also the lookahead of the matcher.
   int max_segment = 64;
+  // The seam (stream_window.hpp, note 3; LIVEFUSE_SEAM).
+  bool seam = true;
   // Events each producer thread may have in flight; beyond it events are dropped and counted.
   // 8192 events (about 3 MB per recording thread) cover ~4 ms of the fastest CPU op stream
   // (tiny tensors, ~1 us per op, a call and a release each): the monitor thread may be

@@ -34,6 +34,7 @@ StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
       lookahead_(static_cast<uint64_t>(p.max_segment)),
       max_segment_(p.max_segment),
       half_life_log2_(p.half_life_log2),
+      seam_(p.seam),
       slots_(window_),
       buckets1_(kBucketMask + 1, 0),
       buckets3_(kBucketMask + 1, 0),
@@ -343,7 +344,7 @@ int64_t StreamWindow::norm_rows(uint64_t i) {
 }
 
 bool StreamWindow::seam_at(uint64_t i) {
-  if (i == 0 || pps_[slot(i).pp.idx].few_rows || norm_rows(i) <= kSeamMinRows) return false;
+  if (!seam_ || i == 0 || pps_[slot(i).pp.idx].few_rows || norm_rows(i) <= kSeamMinRows) return false;
   const RingEvent* a = event_at(i - 1);
   const RingEvent* b = event_at(i);
   if (!a || a->ev.kind != EventKind::call || (a->ev.flags & kEventTruncated)) return false;

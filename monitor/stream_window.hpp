@@ -108,6 +108,7 @@ struct WindowParams {
   uint32_t window = 4096;
   int max_segment = 64;
   uint32_t half_life_log2 = 12;
+  bool seam = true;  // note 3
 };
 
 class StreamWindow {
@@ -198,6 +199,7 @@ class StreamWindow {
   uint64_t lookahead_;
   int max_segment_;
   uint32_t half_life_log2_;
+  bool seam_;
 
   std::vector<Slot> slots_;
   std::vector<uint64_t> buckets1_;  // local-token bucket -> most recent assigned position + 1

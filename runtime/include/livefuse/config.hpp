@@ -50,6 +50,9 @@ struct Config {
   // ms a forward; 1: everywhere; 0: nowhere.
   int attention = -1;
   bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
+  // LIVEFUSE_SEAM: the monitor cuts a layer after the norm that follows its residual add, so
+  // the two are one row kernel (monitor/stream_window.hpp, note 3); 0: before the norm.
+  bool seam = true;
   bool pack_cache = true;     // LIVEFUSE_PACK_CACHE: the CPU GEMM keeps weights packed
   // LIVEFUSE_FAMILY_GRAPH: a CUDA plan with a shape family (a decode step) replays one graph a
   // run, its varying steps' kernel nodes patched (graphs/patchable_graph.hpp); 0: its fixed
