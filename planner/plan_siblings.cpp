@@ -64,6 +64,7 @@ OpCall merged_call(const PlannedSegment& p, const GemmStep& gs, std::span<const 
   return call;
 }
 
+#if LIVEFUSE_HAS_CUDA
 // Outputs none of which has storage yet get one run of storages, evenly spaced
 // (allocate_storage_run): what run_sibling_linears writes in one launch. Outputs already bound
 // (the plan's binding sets allocate them as a run too, or the caller's own) are left as they are.
@@ -74,6 +75,7 @@ void give_storage_run(std::span<const Tensor> outs, const Stream& st) {
                                         static_cast<int>(outs.size()), st.handle());
   for (size_t i = 0; i < outs.size(); ++i) detail::ensure_storage(outs[i], run[i]);
 }
+#endif
 
 Shape merged_shape(const Tensor& out, int64_t cols) {
   Shape s = out.shape();
