@@ -18,6 +18,7 @@
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
+#include "planner/plan_siblings.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/memory_pool.hpp"
@@ -143,35 +144,11 @@ void run_plain(const PlannedSegment& p, int node, Scratch& s, const Stream& st) 
 }
 
 // launch_merged_gemm_cuda's GEMM: the leader's linear over weights [sum N, K] (and a bias
-// [sum N]) into a dense product shaped like the first sibling's output with its last dim sum N.
-// Siblings of one width (no split): the strided-batched GEMM over outputs back to back, as the
-// plan's binding sets allocate them.
+// [sum N]); siblings of one width (batched_siblings) as the strided-batched GEMM into outputs
+// back to back, as the plan's binding sets allocate them, others into a dense product shaped
+// like the first sibling's output with its last dim sum N.
 void run_merged(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const Stream& st) {
   const Segment& seg = p.segment;
-  if (!gs.split_kernel) {
-    const ValueRef first = ValueRef::of(gs.siblings[0]);
-    const Shape& os = seg.shape(first);
-    const DType dt = seg.dtype(first);
-    OpCall c = s.call_of(gs.node);
-    const Shape& w = seg.shape(seg.nodes[gs.node].inputs[1]);
-    const int64_t n = static_cast<int64_t>(gs.siblings.size());
-    c.inputs[1] = s.filled(Shape{n * w[0], w[1]}, seg.dtype(seg.nodes[gs.node].inputs[1]));
-    if (seg.nodes[gs.node].attrs.i[0] != 0)
-      c.inputs[2] = s.filled(Shape{n * w[0]}, seg.dtype(seg.nodes[gs.node].inputs[2]));
-    const Device d = c.inputs[0].device();
-    const auto run = allocate_storage_run(d, static_cast<size_t>(os.numel()) * dtype_size(dt),
-                                          static_cast<int>(n), st.handle());
-    std::vector<Tensor> outs;
-    for (const auto& b : run)
-      outs.emplace_back(std::make_shared<TensorImpl>(b, 0, os, contiguous_strides(os), dt, d));
-    if (os.numel() == 0 || cuda::run_gemv_split(nullptr, c, outs, st.handle()) ||
-        cuda::run_sibling_linears(c, outs, st.handle()))
-      return;
-  }
-  if (gs.siblings.size() > static_cast<size_t>(cuda::kMaxSplitParts)) {
-    for (int j : gs.siblings) run_plain(p, j, s, st);  // the plan runs them one by one too
-    return;
-  }
   int64_t cols = 0;
   for (int j : gs.siblings) cols += seg.shape(seg.nodes[j].inputs[1])[0];
   const SegmentNode& lead = seg.nodes[gs.node];
@@ -180,8 +157,24 @@ void run_merged(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const S
   c.inputs[1] = s.filled(Shape{cols, w[1]}, seg.dtype(lead.inputs[1]));
   if (lead.attrs.i[0] != 0) c.inputs[2] = s.filled(Shape{cols}, seg.dtype(lead.inputs[2]));
   Shape ps = seg.shape(ValueRef::of(gs.siblings[0]));
+  const DType dt = seg.dtype(ValueRef::of(gs.node));
+  const Device d = c.inputs[0].device();
+  if (planner::detail::batched_siblings(seg, gs)) {
+    const auto run = allocate_storage_run(d, static_cast<size_t>(ps.numel()) * dtype_size(dt),
+                                          static_cast<int>(gs.siblings.size()), st.handle());
+    std::vector<Tensor> outs;
+    for (const auto& b : run)
+      outs.emplace_back(std::make_shared<TensorImpl>(b, 0, ps, contiguous_strides(ps), dt, d));
+    if (ps.numel() == 0 || cuda::run_gemv_split(nullptr, c, outs, st.handle()) ||
+        cuda::run_sibling_linears(c, outs, st.handle()))
+      return;
+  }
+  if (gs.siblings.size() > static_cast<size_t>(cuda::kMaxSplitParts)) {
+    for (int j : gs.siblings) run_plain(p, j, s, st);  // the plan runs them one by one too
+    return;
+  }
   ps.v[ps.rank - 1] = cols;
-  const Tensor product = zeros(ps, seg.dtype(ValueRef::of(gs.node)), c.inputs[0].device());
+  const Tensor product = zeros(ps, dt, d);
   if (product.numel() == 0) return;
   Executor::run_eager_into(c, TensorList{product}, st);
 }

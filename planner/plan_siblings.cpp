@@ -65,12 +65,12 @@ OpCall merged_call(const PlannedSegment& p, const GemmStep& gs, std::span<const 
 }
 
 #if LIVEFUSE_HAS_CUDA
-// Outputs none of which has storage yet get one run of storages, evenly spaced
+// Outputs (of one size: batched_siblings) none of which has storage yet get one run of storages, evenly spaced
 // (allocate_storage_run): what run_sibling_linears writes in one launch. Outputs already bound
 // (the plan's binding sets allocate them as a run too, or the caller's own) are left as they are.
 void give_storage_run(std::span<const Tensor> outs, const Stream& st) {
   for (const Tensor& t : outs)
-    if (t.impl()->storage || t.impl()->nbytes() != outs[0].impl()->nbytes()) return;
+    if (t.impl()->storage) return;
   const auto run = allocate_storage_run(outs[0].device(), outs[0].impl()->nbytes(),
                                         static_cast<int>(outs.size()), st.handle());
   for (size_t i = 0; i < outs.size(); ++i) detail::ensure_storage(outs[i], run[i]);
@@ -87,14 +87,17 @@ Shape merged_shape(const Tensor& out, int64_t cols) {
 
 namespace detail {
 
+// One width: outputs of one size, back to back (the batched GEMM's layout). Others -- the
+// few-row GEMV over grouped-query widths, say -- keep a buffer each.
+bool batched_siblings(const Segment& seg, const GemmStep& gs) {
+  return !gs.siblings.empty() && !gs.split_kernel && siblings_one_width(seg, gs.siblings);
+}
+
 std::vector<std::vector<int>> sibling_output_runs(const PlannedSegment& p) {
   std::vector<std::vector<int>> runs;
   for (const Step& s : p.steps) {
     const auto* gs = std::get_if<GemmStep>(&s.body);
-    // One width: outputs of one size, back to back (the batched GEMM's layout). Others -- the
-    // few-row GEMV over grouped-query widths, say -- keep a buffer each.
-    if (!gs || gs->siblings.empty() || gs->split_kernel || !siblings_one_width(p.segment, gs->siblings))
-      continue;
+    if (!gs || !batched_siblings(p.segment, *gs)) continue;
     std::vector<int>& r = runs.emplace_back();
     for (int j : gs->siblings) r.push_back(p.segment.value_id(ValueRef::of(j)));
   }
@@ -130,7 +133,8 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
   const Stream st = stream_on(o.x.device(), stream);
   const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
   if (!c.defined()) return false;
-  if (!gs.split_kernel) give_storage_run(o.outs, st);
+  const bool batched = batched_siblings(p.segment, gs);
+  if (batched) give_storage_run(o.outs, st);
   for (const Tensor& t : o.outs) {
     ensure_storage(t);
     if (!t.is_contiguous()) return false;
@@ -139,7 +143,7 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
   // Few rows: one GEMV writes every sibling's output (no product, no split).
   if (cuda::run_gemv_split(nullptr, merged_call(p, gs, values, c), o.outs, st.handle())) return true;
   // One width, outputs evenly spaced: one strided-batched GEMM writes them in place.
-  if (!gs.split_kernel && cuda::run_sibling_linears(merged_call(p, gs, values, c), o.outs, st.handle()))
+  if (batched && cuda::run_sibling_linears(merged_call(p, gs, values, c), o.outs, st.handle()))
     return true;
   if (o.outs.size() > static_cast<size_t>(cuda::kMaxSplitParts)) return false;
   const Tensor product = gs.merged->scratch(merged_shape(o.outs[0], o.cols), o.outs[0].dtype(), st);

@@ -21,8 +21,11 @@ bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::s
                              const OpCall& norm, void* stream);
 // plan.cpp: a pending Materialized value gets dense storage (`s`, or a fresh allocation).
 void ensure_storage(const Tensor& t, std::shared_ptr<Storage> s = nullptr);
-// The value ids of each merged step's outputs that one launch writes in place (no split):
-// FusedPlan's binding sets allocate each list as one run of storages (allocate_storage_run).
+// A merged step whose siblings have one width and need no split: one strided-batched GEMM (over
+// few rows, the GEMV) writes each output in place, the outputs back to back in one run.
+bool batched_siblings(const Segment& seg, const GemmStep& gs);
+// The value ids of each batched merged step's outputs (batched_siblings): FusedPlan's binding
+// sets allocate each list as one run of storages (allocate_storage_run).
 std::vector<std::vector<int>> sibling_output_runs(const PlannedSegment& p);
 
 }  // namespace livefuse::planner::detail
