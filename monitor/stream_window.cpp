@@ -303,7 +303,8 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
     return;
   }
   ProgramPoint& p = pps_[s.pp.idx];
-  if (const int64_t rows = norm_rows(i); rows > 0 && rows <= kSeamMinRows) p.few_rows = true;
+  const int64_t rows = seam_ ? norm_rows(i) : 0;  // 0: not a norm (or the seam is off)
+  if (rows > 0 && rows <= kSeamMinRows) p.few_rows = true;
   if (open_) {
     const bool full = i - seg_begin_ >= static_cast<uint64_t>(max_segment_);
     const bool cut = full || p.seg_serial == serial_ || cut_next_;
@@ -313,7 +314,7 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
       branch = succ_branches(pps_[prev_.idx]) || pred_branches(p);
     }
     cut_next_ = false;
-    if (!cut && branch && seam_at(i)) cut_next_ = true;  // the norm ends this sequence instead
+    if (!cut && branch && seam_at(i, rows)) cut_next_ = true;  // the norm ends this sequence instead
     else if (cut || branch) close(i, sink);
   } else if (live(prev_)) {
     observe_edge(prev_, s.pp);
@@ -343,8 +344,8 @@ int64_t StreamWindow::norm_rows(uint64_t i) {
   return std::max<int64_t>(rows, 1);
 }
 
-bool StreamWindow::seam_at(uint64_t i) {
-  if (!seam_ || i == 0 || pps_[slot(i).pp.idx].few_rows || norm_rows(i) <= kSeamMinRows) return false;
+bool StreamWindow::seam_at(uint64_t i, int64_t rows) {
+  if (i == 0 || rows <= kSeamMinRows || pps_[slot(i).pp.idx].few_rows) return false;
   const RingEvent* a = event_at(i - 1);
   const RingEvent* b = event_at(i);
   if (!a || a->ev.kind != EventKind::call || (a->ev.flags & kEventTruncated)) return false;

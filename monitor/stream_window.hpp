@@ -185,9 +185,9 @@ class StreamWindow {
   bool succ_branches(ProgramPoint& a);
   bool pred_branches(ProgramPoint& b);
   void cut_step(uint64_t i, SegmentSink& sink);
-  // Position i is a norm over more than kSeamMinRows rows, at a program point that never saw
-  // fewer, reading the output of the pointwise op at i - 1 (note 3, the seam).
-  bool seam_at(uint64_t i);
+  // Position i, a norm over `rows` (norm_rows) > kSeamMinRows rows at a program point that never
+  // saw fewer, reads the output of the pointwise op at i - 1 (note 3, the seam).
+  bool seam_at(uint64_t i, int64_t rows);
   // Rows of the norm at position i (input 0's dims but the last); 0: not a norm (or unknown).
   int64_t norm_rows(uint64_t i);
   void close(uint64_t end, SegmentSink& sink);
