@@ -12,12 +12,7 @@ pack_out() { tar -czf "$REAL_OUT/decode.tgz" -C "$D" . 2>/dev/null; }
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 
 at "suites"
-for s in ${DECODE_SUITES-test_ops:linear* test_planner:gpu* test_decoder}; do
-  IFS=: read -r t filter <<< "$s"
-  timeout -s KILL 150 "$B/tests/$t" ${filter:+-tc="$filter"} > "$D/$t.log" 2>&1
-  echo "$t ${filter:-} rc=$? $(grep 'test cases' "$D/$t.log")"
-  grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
-done
+run_suites "${DECODE_SUITES-test_ops:linear* test_planner:gpu* test_decoder}"
 pack_out
 
 if [ "${DECODE_USERS:-0}" = 1 ]; then

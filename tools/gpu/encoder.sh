@@ -6,7 +6,7 @@
 # plan step by step (LIVEFUSE_PROFILE). Each part has its own limit and prints as it goes; logs
 # in $OUT/encoder.tgz.
 # Usage (device tool): bash tools/gpu/encoder.sh   [ENC_SUITES="test_planner test_bert ..."
-#   ENC_USERS=1 ENC_SWITCHES=1 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
+#   (ENC_SUITES entries as test_x[:filter]; SUITE_S per binary, 150 s) ENC_USERS=1 ENC_SWITCHES=1 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
 . "$(dirname "$0")/prelude.sh" lf-encoder-out
 mkdir -p "$D/bench"
 START=$(date +%s)
@@ -14,11 +14,7 @@ pack_out() { tar -czf "$REAL_OUT/encoder.tgz" -C "$D" . 2>/dev/null; }
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 
 at "suites"
-for t in ${ENC_SUITES-test_planner test_bert test_replacement test_decoder}; do
-  timeout -s KILL 150 "$B/tests/$t" > "$D/$t.log" 2>&1
-  echo "$t rc=$? $(grep 'test cases' "$D/$t.log")"
-  grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
-done
+run_suites "${ENC_SUITES-test_planner test_bert test_replacement test_decoder}"
 pack_out
 
 if [ "${ENC_USERS:-1}" = 1 ]; then

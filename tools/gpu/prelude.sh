@@ -16,3 +16,14 @@ if [ -n "${1:-}" ]; then
   D=/tmp/$1
   rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
 fi
+# run_suites "test_x[:filter] ...": each test binary (with a doctest -tc filter) under a
+# SUITE_S (150 s) limit, its log in $D/<binary>.log, its case counts and first errors printed.
+run_suites() {
+  local s t filter
+  for s in $1; do
+    IFS=: read -r t filter <<< "$s"
+    timeout -s KILL "${SUITE_S:-150}" "$B/tests/$t" ${filter:+-tc="$filter"} > "$D/$t.log" 2>&1
+    echo "$t ${filter:+$filter }rc=$? $(grep 'test cases' "$D/$t.log")"
+    grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
+  done
+}
