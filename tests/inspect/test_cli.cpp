@@ -183,14 +183,18 @@ TEST_CASE("cli: --watch keeps reading a report that is replaced many times a sec
     }
   });
   while (replaced.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int before = replaced.load();
   const auto r = run(cli_path(), {"--watch", "--count", "20", "--interval", "10", report.string()});
+  const int during = replaced.load() - before;
   stop = true;
   writer.join();
   CHECK(r.rc == 0);
   CHECK(lftest::count(r.out, "\x1b[H\x1b[2J") == 20);
   CHECK(lftest::count(r.out, "\nPLANS\n") == 20);
   CHECK(r.out.find("livefuse-inspect: ") == std::string::npos);  // no frame failed to read
-  CHECK(replaced.load() > 20);
+  // The report was replaced while the CLI watched it. Not a rate: on a loaded 2-core machine
+  // (another build beside the test) the writer managed 3 replacements in the watch's 200 ms.
+  CHECK(during >= 2);
   fs::remove_all(dir);
 }
 
