@@ -6,7 +6,7 @@
 // a padded row or column only touches its own padded outputs.
 //
 // Tile sizes: a KC x kNR B panel (32 KiB) stays in L1 while the A panels stream past it, and
-// the packed A block (at most MC x KC, 128 KiB) stays in L2; tiling() cuts smaller, even tiles.
+// the packed A block (at most MC x KC, 128 KiB) stays in L2; gemm_tiling() cuts smaller, even tiles.
 //
 // A B operand that repeats across calls (a weight) is packed whole once, block by block in the
 // layout the tiles read, and kept (gemm_pack_cache.hpp); tiles then read their slice of it.
@@ -24,30 +24,35 @@ constexpr int64_t kMC = 128, kNC = 256, kKC = 256;
 
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
+}  // namespace
+
 // The output's tiles: at most kMC x kNC, cut evenly (a 128-row product in 120-row tiles was one
 // tile of 120 rows and one of 8: one core did 94% of it), and, when the product is worth
 // spreading, at least two per thread -- M is cut first (B's panels come packed from the cache, A's
 // are packed per tile, so an N cut packs A again), down to 4 panels, then N down to 2 panels.
-struct Tiling {
-  int64_t mc = kMC, nc = kNC, mt = 1, nt = 1;
-};
-
-Tiling tiling(const GemmProblem& p, int64_t work) {
-  Tiling t;
-  auto cut = [&](int64_t mt, int64_t nt) {
-    t.mc = round_up(ceil_div(p.M, mt), kMR), t.nc = round_up(ceil_div(p.N, nt), kNR);
-    t.mt = ceil_div(p.M, t.mc), t.nt = ceil_div(p.N, t.nc);
+// The cuts asked for grow by one each round even when the even tiles they give do not: 300 rows
+// asked in 9 pieces are 8 tiles of 40 rows, as in 8 pieces, and a loop that asked for "one more
+// than there are" never ended (a 300-row product on a 16-thread machine hung).
+GemmTiling gemm_tiling(int64_t M, int64_t N, int64_t batch, int64_t work, int workers) {
+  GemmTiling t;
+  int64_t ask_m = ceil_div(M, kMC), ask_n = ceil_div(N, kNC);
+  auto cut = [&] {
+    t.mc = round_up(ceil_div(M, ask_m), kMR), t.nc = round_up(ceil_div(N, ask_n), kNR);
+    t.mt = ceil_div(M, t.mc), t.nt = ceil_div(N, t.nc);
   };
-  cut(ceil_div(p.M, kMC), ceil_div(p.N, kNC));
+  cut();
   if (work < kParallelWork) return t;
-  const int64_t want = 2 * cpu_workers();
-  while (p.batch * t.mt * t.nt < want) {
-    if (t.mc > 4 * kMR) cut(t.mt + 1, t.nt);
-    else if (t.nc > 2 * kNR) cut(t.mt, t.nt + 1);
+  const int64_t want = 2 * static_cast<int64_t>(workers);
+  while (batch * t.mt * t.nt < want) {
+    if (t.mc > 4 * kMR) ++ask_m;
+    else if (t.nc > 2 * kNR) ++ask_n;
     else break;
+    cut();
   }
   return t;
 }
+
+namespace {
 
 // dst: ceil(mc / kMR) panels, each kc x kMR (row r of the panel at dst[k * kMR + r]).
 template <DType D>
@@ -202,7 +207,7 @@ PackedPanels cached_b(const GemmProblem& p, PackB pb) {
 }
 
 void run_tile(const GemmProblem& p, PackA pa, PackB pb, const WholeB& wb, MicroKernel mk,
-              const Tiling& tl, int64_t bi, int64_t m0, int64_t n0) {
+              const GemmTiling& tl, int64_t bi, int64_t m0, int64_t n0) {
   const int64_t mc = std::min(tl.mc, p.M - m0), nc = std::min(tl.nc, p.N - n0);
   const int64_t mcp = round_up(mc, kMR), ncp = round_up(nc, kNR);
   Scratch& s = scratch();
@@ -300,7 +305,7 @@ void gemm(const GemmProblem& p) {
   // Work in multiply-adds, padded the way the micro-kernel sees it; at least one per output.
   const int64_t work =
       p.batch * round_up(p.M, kMR) * round_up(p.N, kNR) * std::max<int64_t>(p.K, 1) / 4;
-  const Tiling tl = tiling(p, work);
+  const GemmTiling tl = gemm_tiling(p.M, p.N, p.batch, work, cpu_workers());
   const int64_t mt = tl.mt, nt = tl.nt, tiles = p.batch * mt * nt;
   parallel_range(tiles, work, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

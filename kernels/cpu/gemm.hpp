@@ -48,6 +48,13 @@ struct GemmProblem {
 
 void gemm(const GemmProblem& p);
 
+// How gemm() cuts its output: tiles of mc x nc, mt x nt of them (gemm.cpp says how). `work` in
+// multiply-adds, `workers` the threads that may run tiles. Here for its tests.
+struct GemmTiling {
+  int64_t mc = 0, nc = 0, mt = 1, nt = 1;
+};
+GemmTiling gemm_tiling(int64_t M, int64_t N, int64_t batch, int64_t work, int workers);
+
 // matmul / linear calls as problems writing the dense `out` (matmul.cpp).
 GemmProblem matmul_problem(const OpCall& call, const Tensor& out);
 GemmProblem linear_problem(const OpCall& call, const Tensor& out);
