@@ -112,20 +112,14 @@ void launch_gather(const GatherPlan& p, cudaStream_t s) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   const bool vec = p.w_col_stride == 1 && (p.dim * es) % 16 == 0 &&
                    (p.w_row_stride * es) % 16 == 0 && aligned(p.weight) && aligned(p.out);
-  // A warp a row, 8 rows a block; fewer for few rows, until every SM has a block (BERT's 128
-  // embedding rows ran on 16 SMs: ~4 us a gather, ncu).
-  int rows_per_block = 8;
-  const int sms = current_device_info().sm_count;
-  while (rows_per_block > 1 && (p.n_ids + rows_per_block - 1) / rows_per_block < sms) rows_per_block /= 2;
-  const int64_t blocks = (p.n_ids + rows_per_block - 1) / rows_per_block;
+  const int64_t blocks = (p.n_ids + 7) / 8;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30));
-  const unsigned threads = 32u * static_cast<unsigned>(rows_per_block);
   if (vec) {
-    gather_kernel<Vec16<uint32_t>><<<grid, threads, 0, s>>>(a);
+    gather_kernel<Vec16<uint32_t>><<<grid, 256, 0, s>>>(a);
   } else if (es == 2) {
-    gather_kernel<uint16_t><<<grid, threads, 0, s>>>(a);
+    gather_kernel<uint16_t><<<grid, 256, 0, s>>>(a);
   } else {
-    gather_kernel<uint32_t><<<grid, threads, 0, s>>>(a);
+    gather_kernel<uint32_t><<<grid, 256, 0, s>>>(a);
   }
   LF_CUDA_LAUNCH_CHECK("gather_kernel");
 }
