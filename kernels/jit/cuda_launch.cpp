@@ -143,7 +143,7 @@ bool pick(const CompiledKernel& k, std::initializer_list<std::pair<Variant, bool
 }  // namespace
 
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
-                           int smem_optin, std::string* error, int sms) {
+                           int smem_optin, std::string* error) {
   LaunchChoice c;
   bool i32 = true;
   for (const auto& g : geos) i32 &= g.fits_i32;
@@ -201,10 +201,6 @@ LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std:
     return c;
   const bool cached = is_cache_row(c.variant);
   row_shape(g.cols, rv, cached ? regs : 0, c.block_x, c.block_y);
-  // Few rows: fewer rows a block, down to one, until every SM has a block. BERT's add +
-  // layer_norm over 128 rows of 768 ran as 16 blocks of 8 rows on 16 of the H200's 132 SMs:
-  // 5.2 us (ncu), twice a pointwise pass over the same bytes.
-  while (c.block_y > 1 && ceil_div(g.numel, c.block_y) < sms) c.block_y /= 2;
   if (cached && per_row > 0) {
     while (c.block_y > 1 && c.block_y * per_row > smem_optin) c.block_y /= 2;
     c.smem = static_cast<unsigned>(static_cast<int64_t>(c.block_y) * per_row);
@@ -232,8 +228,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   for (size_t p = 0; p < parts.size(); ++p) geos.push_back(make_geometry(spec.parts[p], spec.kind, parts[p]));
   // Leave room for the kernel's static shared memory (the reduction scratch).
   static const int optin = current_device_smem_optin() - 1024;
-  static const int sms = current_device_sm_count();
-  LaunchChoice c = choose_launch(spec, k, geos, optin, &err, sms);
+  LaunchChoice c = choose_launch(spec, k, geos, optin, &err);
   if (missing) *missing = c.missing;
   if (!err.empty()) return err;
   if (c.grid == 0) return "";
@@ -273,6 +268,7 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
   if (is_pipe_row(c.variant)) {
     // Pipelined rows loop over rows: one wave of resident blocks, each streaming its rows -- or
     // the plain body, whichever this launch shape measured faster (row_tuner.hpp).
+    static const int sms = current_device_sm_count();
     const Variant plain = plain_row_variant(c.variant);
     const int pi = variant_index(k, plain);
     const bool pipelined = timer.pick(k, c, geos[0].numel, mod->functions[vi], pi >= 0 && k.usable(plain) ? &mod->functions[pi] : nullptr, stream);

@@ -35,14 +35,13 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
 //     the plain body keeps a third more blocks
 bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row, bool late_loads);
 
-// Which variant a launch would use, and its launch shape (for tests and logs). `sms`: the
-// device's multiprocessors (row kernels over few rows spread their rows over them).
+// Which variant a launch would use, and its launch shape (for tests and logs).
 struct LaunchChoice {
   Variant variant = Variant::StridedI32;
   unsigned grid = 0, block_x = 0, block_y = 1, smem = 0;
   std::optional<Variant> missing;  // set when the best valid variant was not rendered
 };
 LaunchChoice choose_launch(const KernelSpec& spec, const CompiledKernel& k, std::span<const PartGeometry> geos,
-                           int smem_optin, std::string* error, int sms = 1);
+                           int smem_optin, std::string* error);
 
 }  // namespace livefuse::jit

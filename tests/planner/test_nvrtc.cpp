@@ -283,16 +283,6 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   CHECK(c.smem == 0);
   CHECK(static_cast<int64_t>(c.block_x) * rk->rendered.row_regs >= 1000);
   CHECK(c.block_x * c.block_y <= jit::kRowMaxThreads);
-  // Few rows spread over the SMs, a row a block at the fewest (4 rows on 132 SMs: 4 blocks);
-  // many rows keep the blocks of several rows.
-  const unsigned rows_per_block = c.block_y;
-  c = jit::choose_launch(*rspec, *rk, rgeo({4, 1000}), 48 << 10, &err, 132);
-  CHECK((c.block_y == 1 && c.grid == 4));
-  c = jit::choose_launch(*rspec, *rk, rgeo({128, 1000}), 48 << 10, &err, 132);
-  CHECK((c.block_y == 1 && c.grid == 128));
-  c = jit::choose_launch(*rspec, *rk, rgeo({4096, 1000}), 48 << 10, &err, 132);
-  CHECK(c.block_y == rows_per_block);
-  CHECK(rows_per_block > 1);
   c = jit::choose_launch(*rspec, *rk, rgeo({4, 100000}), 48 << 10, &err);  // rows too long to hold
   CHECK(c.missing == jit::Variant::VecRecomputeI32);
   err.clear();
