@@ -260,13 +260,18 @@ def run_livefuse(binary, mode, weights, config, dtype, cache, prompt_path, steps
                  tag, timeout, logits):
     env = dict(os.environ)
     env["LIVEFUSE"] = mode
+    # The report of every run with fusion on: which plans sampling kept or rejected, and why
+    # (a GPT-2 process now and then loses its layer plan and runs 3x slower).
+    report = os.path.join(workdir, f"report_{tag}.json")
+    if mode != "off":
+        env["LIVEFUSE_REPORT"] = report
     out = os.path.join(workdir, f"ids_{tag}.npy")
     js = os.path.join(workdir, f"lf_{tag}.json")
     cmd = [binary, "--weights", weights, "--config", config, "--dtype", dtype, "--device", "cuda",
            "--ids", prompt_path, "--steps", str(steps), "--cache", cache, "--runs", str(runs),
            "--out", out, "--json", js, "--quiet"]
     lg = os.path.join(workdir, f"logits_{tag}.npy")
-    for stale in (out, js, lg):  # never read a previous run's output as this one's
+    for stale in (out, js, lg, report):  # never read a previous run's output as this one's
         if os.path.exists(stale):
             os.remove(stale)
     if logits:
@@ -288,7 +293,23 @@ def run_livefuse(binary, mode, weights, config, dtype, cache, prompt_path, steps
             rec["logits_path"] = lg
     except Exception as e:  # a missing output is data, not a crash
         rec.setdefault("error", f"no output: {e!r}")
+    rec["plans"] = layer_plans(report)
+    for pl in rec["plans"]:
+        if pl["state"] == "rejected":
+            log(f"  plan {pl['id']} ({pl['ops']} ops) rejected: {' | '.join(pl['sampling'])}")
     return rec
+
+
+def layer_plans(report):
+    """Plans of 20+ ops (a layer) in a livefuse report: state, hits and the sampling verdicts."""
+    try:
+        with open(report) as f:
+            plans = json.load(f)["plans"]
+    except Exception:
+        return []
+    return [{"id": p["id"], "ops": len(p["ops"]), "state": p["state"], "hits": p["hits"],
+             "sampling": [h["reason"] for h in p.get("history", []) if "sampl" in h["reason"]]}
+            for p in plans if len(p["ops"]) >= 20]
 
 
 def check_run(rec, want_logits, hf_tokens, dtype, ref32=None):
