@@ -80,7 +80,16 @@ struct ShapePattern {
 // written out by a plan; one that died by then can stay in registers. ("Next op" because a
 // plan completes when the call after its last op arrives, so argument temporaries of the last
 // call are already gone.)
+//
+// "Must" is by share, not by any one occurrence: a value that escaped in at most one in
+// kRareEscape occurrences stays in registers. A window where it does escape is still right --
+// the matcher sees the program hold a value its plan does not write and runs that window
+// eagerly (runtime/src/matcher_end.cpp, complete()) -- while one stray reference otherwise
+// costs the plan for good: a GPT-2 decode layer whose attention probabilities were once seen
+// held was planned writing them out, without its fused attention, sampled at 99 against 99 us
+// eager, was rejected, and its process ran 3x slower (H200, 1 process in 9).
 struct ValueLiveness {
+  static constexpr uint64_t kRareEscape = 16;
   uint16_t op = 0;
   uint8_t output = 0;
   uint16_t internal_uses = 0;    // consumers inside the sequence (structural)
@@ -88,7 +97,10 @@ struct ValueLiveness {
   uint64_t used_after = 0;       // read by a later op (this or another stream)
   uint64_t alive_at_end = 0;     // still held when the stream's next op or sync was recorded
   uint64_t released_inside = 0;  // released before the sequence's last op was recorded
-  bool must_materialize() const { return used_after > 0 || alive_at_end > 0; }
+  bool must_materialize() const {
+    const uint64_t escaped = used_after + alive_at_end;  // an occurrence may count in both
+    return escaped > 0 && escaped * kRareEscape > observed;
+  }
 };
 
 struct Candidate {

@@ -265,6 +265,21 @@ TEST_CASE("fusion: from_candidate -- wiring, the most frequent shape tuple, live
   CHECK(p.num_kernels() == 1);
 }
 
+TEST_CASE("fusion: a value that escaped in a rare occurrence stays internal; a common escape is an output") {
+  // (op, output, internal uses, observed, used after, alive at end, released inside)
+  using livefuse::monitor::ValueLiveness;
+  CHECK(ValueLiveness{1, 0, 1, 200, 0, 1, 199}.must_materialize() == false);  // 1 in 200
+  CHECK(ValueLiveness{1, 0, 1, 200, 1, 1, 198}.must_materialize() == false);  // both, 1 in 100
+  CHECK(ValueLiveness{1, 0, 1, 160, 0, 10, 150}.must_materialize() == false);  // 1 in 16
+  CHECK(ValueLiveness{1, 0, 1, 160, 0, 11, 149}.must_materialize() == true);
+  CHECK(ValueLiveness{1, 0, 1, 10, 0, 1, 9}.must_materialize() == true);  // one of few: kept
+  CHECK(ValueLiveness{1, 0, 1, 200, 200, 0, 0}.must_materialize() == true);
+  CHECK(ValueLiveness{1, 0, 1, 200, 0, 0, 200}.must_materialize() == false);
+  // Where a plan serves a window whose rare value is held after all, the window runs eagerly
+  // and the program gets eager's value: tests/replacement/test_matcher.cpp, "an escaping
+  // intermediate the plan does not write is never lost".
+}
+
 namespace {
 // A GPT-2 layer's MLP half at decode (one row): x = h + out(a); y = x + fc2(gelu_tanh(fc1(ln2(x)))),
 // then the next layer's ln1(y) into its QKV. Planned for CUDA: no GPU needed to plan.
