@@ -117,6 +117,7 @@ void FusedPlan::details(PlanDetails& d) const {
   const Segment& seg = planned_.segment;
   for (size_t e = 0; e < seg.externals.size(); ++e)
     d.shape_pattern += (e ? " " : "") + seg.externals[e].shape.str();
+  if (!seg.escapes.empty()) d.notes.emplace_back("escaping values", seg.escapes);
   if (family.defined()) {
     d.notes.emplace_back("shape family", describe_family());
     // The stretches a CUDA run replays as graphs and launches directly (fused_plan_family.cpp).

@@ -256,8 +256,14 @@ Segment from_candidate(const monitor::Candidate& c) {
     if (n.op == OpId::opaque) n.out_specs = std::make_shared<const std::vector<OutputSpec>>(specs);
     seg.nodes.push_back(std::move(n));
   }
-  for (const auto& l : c.liveness)
+  for (const auto& l : c.liveness) {
     if (l.must_materialize()) seg.outputs.push_back(ValueRef::of(l.op, l.output));
+    if ((l.used_after || l.alive_at_end) && l.op + 1u < c.ops.size())
+      seg.escapes += (seg.escapes.empty() ? "" : "; ") + std::string(op_name(c.ops[l.op].op)) + " #" +
+                     std::to_string(l.op) + "." + std::to_string(l.output) + " held " +
+                     std::to_string(l.alive_at_end) + ", read " + std::to_string(l.used_after) + " of " +
+                     std::to_string(l.observed) + (l.must_materialize() ? ": written out" : ": rare, in registers");
+  }
   return seg;
 }
 

@@ -51,6 +51,10 @@ struct Segment {
   std::vector<ValueRef> outputs;
   // Per value id: which dims varied between occurrences (empty: none known).
   std::vector<std::vector<bool>> varying;
+  // From a candidate: each value before the last node that some occurrence saw held or read
+  // after the sequence, how often, and whether it became an output (the report shows it: a
+  // plan made with a value written out can lose its best fusion).
+  std::string escapes;
 
   int num_values() const;
   int value_id(const ValueRef& r) const;

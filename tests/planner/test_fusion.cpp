@@ -261,8 +261,16 @@ TEST_CASE("fusion: from_candidate -- wiring, the most frequent shape tuple, live
   CHECK(s.nodes[2].inputs[1] == ValueRef::ext(0));
   CHECK(s.outputs == std::vector<ValueRef>{ValueRef::of(2)});
   CHECK(s.varying[0] == std::vector<bool>{true, false});
+  CHECK(s.escapes.empty());
   const PlannedSegment p = check_against_eager(s, 5);
   CHECK(p.num_kernels() == 1);
+  // The add's output held in 20 of 200 occurrences is written out; exp's, held once, is not;
+  // the segment says which and how often (a plan's "escaping values" note).
+  c.liveness = {ValueLiveness{0, 0, 1, 200, 0, 20, 180}, ValueLiveness{1, 0, 1, 200, 0, 1, 199},
+                ValueLiveness{2, 0, 0, 200, 200, 200, 0}};
+  const Segment r = from_candidate(c);
+  CHECK(r.outputs == std::vector<ValueRef>{ValueRef::of(0), ValueRef::of(2)});
+  CHECK(r.escapes == "add #0.0 held 20, read 0 of 200: written out; exp #1.0 held 1, read 0 of 200: rare, in registers");
 }
 
 TEST_CASE("fusion: a value that escaped in a rare occurrence stays internal; a common escape is an output") {
