@@ -35,16 +35,8 @@ for i in $(seq 1 "${DECODE_PAIRS:-2}"); do
     env "${envs[@]}" LIVEFUSE_REPORT="$D/report_${i}_${mode%%=*}.json" timeout -s KILL 90 \
       "${GPT2_DECODE[@]}" --cache concat --json "$D/gen_${i}_$mode.json" > "$D/gen_${i}_$mode.log" 2>&1
     rc=$?
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'  {sys.argv[2]:24} rc={sys.argv[3]} ms/token', round(d.get('step_median_ms', -1), 4), 'served', d.get('served_calls'))" \
-      "$D/gen_${i}_$mode.json" "$mode" "$rc" 2>/dev/null || echo "  $mode rc=$rc (no json)"
-    # Each plan of 20+ ops (the layer): its state, hits and how sampling decided.
-    python3 -c "
-import json, sys
-for p in json.load(open(sys.argv[1]))['plans']:
-    if len(p['ops']) >= 20:
-        said = [h['reason'] for h in p.get('history', []) if 'sampl' in h['reason']]
-        print('    plan', p['id'], len(p['ops']), 'ops', p['state'], 'hits', p['hits'], '|', ' | '.join(said)[:300])
-" "$D/report_${i}_${mode%%=*}.json" 2>/dev/null
+    python3 tools/gpu/decode_summary.py "$D/gen_${i}_$mode.json" "$D/report_${i}_${mode%%=*}.json" \
+      "  $(printf '%-24s' "$mode") rc=$rc"
   done
 done
 pack_out
