@@ -1,6 +1,8 @@
 // livefuse-bench-attention: the CUDA fused-attention kernels alone, checked and timed.
 // Each case fills random q, k, v (and a mask) on the host, copies them to the device, runs
 //   fused    launch_attention (the tensor-core kernel where attention_mma_fits, else general)
+//   1group / 2groups  the tensor-core kernel with its keys forced into one group / split in two
+//            (attention_mma.cu), where it applies: "kernel" names the blocks' row warps x groups
 //   general  launch_attention_general (the f32 FMA kernel every case can run)
 // and compares both outputs with the CPU kernel (livefuse::cpu::run_attention) on the same
 // host data: max abs / rel error and PASS or FAIL per case (NaN must meet NaN). Times are
@@ -343,7 +345,18 @@ int main(int argc, char** argv) {
     const bool mma = livefuse::cuda::attention_mma_fits(dev_args);
     const std::string dt(livefuse::dtype_name(c.a.dtype));
     const double flops = 4.0 * c.a.batch * c.a.heads * c.a.sq * c.a.sk * c.a.d;
-    for (const bool fused : {true, false}) {
+    // The tensor-core kernel as launched (its key split chosen by the grid), then forced to one
+    // key group and to two (attention_kernels.hpp); the general kernel last.
+    struct Variant {
+      const char* name;
+      int key_groups;  // -1: the general kernel
+    };
+    std::vector<Variant> variants{{"fused", 0}};
+    if (mma) variants.insert(variants.end(), {{"1group", 1}, {"2groups", 2}});
+    variants.push_back({"general", -1});
+    for (const Variant& var : variants) {
+      const bool fused = var.key_groups >= 0;
+      livefuse::cuda::force_attention_key_groups(fused ? var.key_groups : 0);
       Buffer& out = bufs[c.out.buf];
       BENCH_CUDA(cudaMemset(out.dev, 0xff, out.host.size()));  // NaN where nothing is written
       auto launch = [&] {
@@ -358,16 +371,22 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMemcpy(got.data(), out.dev, got.size(), cudaMemcpyDeviceToHost));
       const Check k = compare(c, got, ref);
       const Timing t = time_launches(launch, reps);
+      livefuse::cuda::force_attention_key_groups(0);
       const bool pass = k.bad == 0;
       all_pass = all_pass && pass;
-      const char* kernel = fused && mma ? "mma" : "general";
-      const char* variant = fused ? "fused" : "general";
+      std::string kernel = fused && mma ? "mma" : "general";
+      if (fused && mma) {
+        livefuse::cuda::force_attention_key_groups(var.key_groups);
+        const livefuse::cuda::AttentionMmaConfig mc = livefuse::cuda::attention_mma_config(dev_args);
+        livefuse::cuda::force_attention_key_groups(0);
+        kernel += std::to_string(mc.row_warps) + "x" + std::to_string(mc.key_groups);
+      }
       std::printf("%-24s %-5s %-8s %-8s %10.2f %10.2f %11.3g %11.3g %6lld %s\n", c.name.c_str(),
-                  dt.c_str(), variant, kernel, t.median_us, t.pipelined_us, k.max_abs, k.max_rel,
-                  static_cast<long long>(k.nan_rows),
+                  dt.c_str(), var.name, kernel.c_str(), t.median_us, t.pipelined_us, k.max_abs,
+                  k.max_rel, static_cast<long long>(k.nan_rows),
                   pass ? "PASS" : ("FAIL (" + std::to_string(k.bad) + " bad)").c_str());
       records.push_back({"attention_kernel",
-                         variant,
+                         var.name,
                          c.name + "_" + dt,
                          t.median_us,
                          {{"pipelined_us", t.pipelined_us},

@@ -11,6 +11,18 @@ namespace livefuse::cuda {
 bool attention_mma_fits(const AttentionArgs& a);
 void launch_attention_mma(const AttentionArgs& a, void* stream);
 
+// How launch_attention_mma cuts the work: blocks of row_warps x key_groups warps, each warp 16
+// query rows, each key group every key_groups-th tile of 64 keys (merged at the end). {4, 1}
+// where that gives every SM a block; with fewer, the keys split in two ({2, 2} or {1, 2}; d = 64
+// only, the two groups' tiles must fit 48 KiB of shared memory).
+struct AttentionMmaConfig {
+  int row_warps = 4, key_groups = 1;
+};
+AttentionMmaConfig attention_mma_config(const AttentionArgs& a);
+// Tests and the benchmark: 1 keeps every launch at one key group, 2 splits the keys wherever
+// allowed (d = 64, two tiles or more), 0 (default) chooses by the grid as above.
+void force_attention_key_groups(int groups);
+
 // attention.cu: any float dtype, any strides, d and dv up to kAttentionMaxHeadDim; f32 FMA.
 void launch_attention_general(const AttentionArgs& a, void* stream);
 

@@ -1,10 +1,17 @@
 // Fused attention on tensor cores for f16/bf16, flash-attention-2 style: out = softmax(q kᵀ *
 // scale + mask) v, the scores and probabilities living only in registers.
 //
-// Work split: a block of 4 warps takes one (batch, head, tile of kBr = 64 query rows) and walks
-// the keys in tiles of kBc = 64. Each warp owns 16 query rows -- the M of one
-// mma.m16n8k16 -- so the softmax of a row never leaves its warp: a row's scores sit in the 4
-// lanes of one quad (the mma accumulator layout), and its max and sum take two shuffles.
+// Work split: a block of RW x KW warps takes one (batch, head, tile of 16 RW query rows). Each
+// warp owns 16 query rows -- the M of one mma.m16n8k16 -- so the softmax of a row never leaves
+// its warp: a row's scores sit in the 4 lanes of one quad (the mma accumulator layout), and its
+// max and sum take two shuffles. The keys come in tiles of kBc = 64; the KW key groups of a
+// block walk every KW-th tile each (group g: tiles g, g + KW, ...), each with its own K and V
+// buffers, and at the end groups 1.. hand their running max, sum and accumulator to group 0
+// through shared memory, which merges them as flash-decoding merges its splits.
+//   RW = 4, KW = 1 (one group: 64 rows a block) where that gives every SM a block; with fewer
+//   blocks than SMs (BERT at batch 1: 12 heads x 2 row tiles = 24 blocks on 132 SMs) each warp
+//   walking every key is the critical path, so rows are cut to 16 or 32 a block and the keys
+//   split over 2 groups: 4x the blocks, half the tiles a warp (attention_mma_config).
 //
 // Shared memory (static; at d = 128 48 KiB, the most without an opt-in): the Q tile, one K tile
 // and one V tile, all [rows][d] in the operand dtype, filled by cp.async. A 16-byte chunk c of row
@@ -29,6 +36,7 @@
 //   * a row that ends all -inf, or whose max is NaN (max.NaN keeps a NaN) or +inf, is NaN;
 //   * no key is skipped because its probability is 0.
 // Keys past sk (the last tile's padding) are zero-filled in smem and scored -inf.
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/attention_kernels.hpp"
@@ -39,9 +47,10 @@
 namespace livefuse::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kBr = 16 * kWarps;  // query rows per block: one mma M of 16 per warp
+// Warps of a block: RW row warps (16 query rows each) in each of KW key groups.
+template <int RW, int KW>
+constexpr int kThreads = 32 * RW * KW;
+std::atomic<int> g_forced_key_groups{0};  // force_attention_key_groups (tests, benchmark)
 
 // How the mask is read, straight from global memory (L1 keeps a tile's values for the block's
 // rows). keys: one row of sk values for every query row of a head (BERT's [b, 1, 1, sk]), so
@@ -131,14 +140,15 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 
 // Rows [row0, row0 + Rows) of one head's operand (row stride `st` elements, unit column
 // stride) into `tile`; rows at or past `n` are zero-filled, so padding keys add 0 * 0.
-template <int D, int Rows>
+// Copied by `Threads` threads, this one being thread `t` of them.
+template <int D, int Rows, int Threads>
 __device__ __forceinline__ void load_tile(lf_u16* tile, const lf_u16* src, int64_t st, int64_t row0,
-                                          int64_t n) {
+                                          int64_t n, int t) {
   constexpr int kChunks = D / 8;
-  static_assert(Rows * kChunks % kThreads == 0);
+  static_assert(Rows * kChunks % Threads == 0);
 #pragma unroll
-  for (int it = 0; it < Rows * kChunks / kThreads; ++it) {
-    const int i = it * kThreads + static_cast<int>(threadIdx.x);
+  for (int it = 0; it < Rows * kChunks / Threads; ++it) {
+    const int i = it * Threads + t;
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = row0 + r < n;
     cp_async16(smem_address(tile + swizzled<D>(r, c)), valid ? src + (row0 + r) * st + c * 8 : src,
@@ -303,24 +313,102 @@ __device__ __forceinline__ void store_rows(const AttentionArgs& a, const RowStat
   }
 }
 
+// ---- merging key groups -------------------------------------------------------------------
+// A warp's partial result in shared memory: its 16 rows of the accumulator (rows padded to
+// D + 8 floats: the quads' stores fall on different banks), then the rows' max and whole sum.
+template <int D>
+constexpr int kPartFloats = 16 * (D + 8) + 32;
+
+template <int D>
+__device__ __forceinline__ void put_partial(float* part, const RowStats& st,
+                                            const float (&acc)[D / 8][4], Lane ln) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float l = quad_sum(st.l[i]);
+    const int row = ln.g + 8 * i;
+    if (ln.t == 0) {
+      part[16 * (D + 8) + row] = st.m[i];
+      part[16 * (D + 8) + 16 + row] = l;
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(part + row * (D + 8) + 8 * n + 2 * ln.t) =
+          make_float2(acc[n][2 * i], acc[n][2 * i + 1]);
+  }
+}
+
+// Group 0 takes in the partials of groups 1 .. KW - 1 for the same rows (`part0` is group 0's
+// slot, `stride` floats apart), as its walk would have met their tiles: all rescaled to the
+// largest max; a group whose scores were all -inf adds nothing (as a tile does before the first
+// finite one); a NaN or +inf max makes the row NaN in store_rows.
+template <int D, int KW>
+__device__ __forceinline__ void merge_partials(RowStats& st, float (&acc)[D / 8][4],
+                                               const float* part0, int stride, Lane ln) {
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = ln.g + 8 * i;
+    float m = st.m[i];
+#pragma unroll
+    for (int g = 1; g < KW; ++g) m = lf_max(m, part0[g * stride + 16 * (D + 8) + row]);
+    const float own = st.m[i];
+    const float w0 = own == kNegInf ? 0.0f : exp2_approx((own - m) * kLog2e);
+    float l = own == kNegInf ? 0.0f : quad_sum(st.l[i]) * w0;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      acc[n][2 * i] = own == kNegInf ? 0.0f : acc[n][2 * i] * w0;
+      acc[n][2 * i + 1] = own == kNegInf ? 0.0f : acc[n][2 * i + 1] * w0;
+    }
+#pragma unroll
+    for (int g = 1; g < KW; ++g) {
+      const float* p = part0 + g * stride;
+      const float mg = p[16 * (D + 8) + row];
+      if (mg == kNegInf) continue;
+      const float w = exp2_approx((mg - m) * kLog2e);
+      l += p[16 * (D + 8) + 16 + row] * w;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const float2 v = *reinterpret_cast<const float2*>(p + row * (D + 8) + 8 * n + 2 * ln.t);
+        acc[n][2 * i] += v.x * w;
+        acc[n][2 * i + 1] += v.y * w;
+      }
+    }
+    st.m[i] = m;
+    st.l[i] = ln.t == 0 ? l : 0.0f;  // store_rows sums the quad
+  }
+}
+
+// Barrier of one key group's warps: they share its K and V buffers.
+template <int RW, int KW>
+__device__ __forceinline__ void group_sync(int kw) {
+  if constexpr (KW == 1) __syncthreads();
+  else if constexpr (RW == 1) __syncwarp();
+  else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + kw), "n"(32 * RW) : "memory");
+}
+
 #endif  // sm_80+
 
 // Blocks per SM the registers are capped for: at d = 64 the compiler would otherwise take ~245
 // registers (hoisting mask loads and addresses), leaving 2 blocks per SM where 3 fit without
 // spills (ptxas -v: 167). At d = 128 2 blocks is what 48 KiB of smem and ~240 registers allow.
-template <int D>
-constexpr int kMinBlocksPerSm = D == 64 ? 3 : 2;
+// Smaller blocks keep the same registers a thread.
+template <int D, int RW, int KW>
+constexpr int kMinBlocksPerSm = (D == 64 ? 3 : 2) * 4 / (RW * KW);
 
-template <class S, int D>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<D>)
+template <class S, int D, int RW, int KW>
+__global__ void __launch_bounds__(kThreads<RW, KW>, kMinBlocksPerSm<D, RW, KW>)
     attention_mma_kernel(AttentionArgs a, int64_t row_tiles, MaskKind mask_kind) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-  __shared__ alignas(128) lf_u16 q_s[kBr * D];
-  __shared__ alignas(128) lf_u16 k_s[kBc * D];
-  __shared__ alignas(128) lf_u16 v_s[kBc * D];
+  constexpr int kRows = 16 * RW;
+  static_assert(KW == 1 || RW * kPartFloats<D> * 4 <= 2 * kBc * D * 2, "partials fit the group's K, V");
+  __shared__ alignas(128) lf_u16 q_s[kRows * D];
+  __shared__ alignas(128) lf_u16 kv_s[KW][2][kBc * D];  // per key group: K tile, V tile
   const int64_t tile = blockIdx.x % row_tiles, bh = blockIdx.x / row_tiles;
-  const int64_t b = bh / a.heads, h = bh % a.heads, row0 = tile * kBr;
-  const int warp = threadIdx.x / 32;
+  const int64_t b = bh / a.heads, h = bh % a.heads, row0 = tile * kRows;
+  const int warp = threadIdx.x / 32, rw = warp % RW, kw = warp / RW;
+  const int gt = rw * 32 + static_cast<int>(threadIdx.x % 32);  // thread of its key group
+  lf_u16* const k_s = kv_s[kw][0];
+  lf_u16* const v_s = kv_s[kw][1];
   const Lane ln{static_cast<int>(threadIdx.x % 32), static_cast<int>(threadIdx.x % 32) / 4,
                 static_cast<int>(threadIdx.x % 4)};
   const auto* q = static_cast<const lf_u16*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
@@ -331,42 +419,52 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<D>)
   const lf_u16* mask_rows[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int64_t row = min(row0 + warp * 16 + ln.g + 8 * i, a.sq - 1);
+    const int64_t row = min(row0 + rw * 16 + ln.g + 8 * i, a.sq - 1);
     mask_rows[i] = mask + row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g);
   }
   const int64_t tiles = (a.sk + kBc - 1) / kBc;
+  constexpr int kGroupThreads = 32 * RW;
 
-  load_tile<D, kBr>(q_s, q, a.q_st[2], row0, a.sq);
-  load_tile<D, kBc>(k_s, k, a.k_st[2], 0, a.sk);
+  load_tile<D, kRows, kThreads<RW, KW>>(q_s, q, a.q_st[2], row0, a.sq, static_cast<int>(threadIdx.x));
+  if (kw < tiles) load_tile<D, kBc, kGroupThreads>(k_s, k, a.k_st[2], kw * kBc, a.sk, gt);
   cp_async_commit();
-  load_tile<D, kBc>(v_s, v, a.v_st[2], 0, a.sk);
+  if (kw < tiles) load_tile<D, kBc, kGroupThreads>(v_s, v, a.v_st[2], kw * kBc, a.sk, gt);
   cp_async_commit();
-  cp_async_wait<1>();  // Q and K_0
+  cp_async_wait<1>();  // Q and the group's first K
   __syncthreads();
 
   RowStats st;
   float acc[D / 8][4] = {};
-  for (int64_t j = 0; j < tiles; ++j) {
-    const int64_t j0 = j * kBc;
+  for (int64_t j = kw; j < tiles; j += KW) {
+    const int64_t j0 = j * kBc, next = j0 + KW * kBc;
     float s[kBc / 8][4];
-    tile_scores<S, D>(s, q_s, k_s, warp, ln);
-    __syncthreads();  // every warp has read K_j
-    if (j + 1 < tiles) load_tile<D, kBc>(k_s, k, a.k_st[2], j0 + kBc, a.sk);
+    tile_scores<S, D>(s, q_s, k_s, rw, ln);
+    group_sync<RW, KW>(kw);  // every warp of the group has read K_j
+    if (next < a.sk) load_tile<D, kBc, kGroupThreads>(k_s, k, a.k_st[2], next, a.sk, gt);
     cp_async_commit();  // (possibly empty: keeps the group count the same every tile)
     scale_and_mask<S>(s, a, mask_kind, mask_rows, j0, ln);
     uint32_t p[kBc / 16][4];
     softmax_tile<S, D>(s, st, acc, p);
     cp_async_wait<1>();  // V_j
-    __syncthreads();
+    group_sync<RW, KW>(kw);
     accumulate_pv<S, D>(acc, p, v_s, ln);
-    __syncthreads();  // every warp has read V_j
-    if (j + 1 < tiles) load_tile<D, kBc>(v_s, v, a.v_st[2], j0 + kBc, a.sk);
+    group_sync<RW, KW>(kw);  // every warp of the group has read V_j
+    if (next < a.sk) load_tile<D, kBc, kGroupThreads>(v_s, v, a.v_st[2], next, a.sk, gt);
     cp_async_commit();
-    cp_async_wait<1>();  // K_{j+1}
+    cp_async_wait<1>();  // K of the group's next tile
+    group_sync<RW, KW>(kw);
+  }
+  if constexpr (KW > 1) {
+    // The group's K and V buffers are free (its last group_sync): they take its partials.
+    constexpr int kStride = 2 * kBc * D / 2;  // floats from one group's buffers to the next's
+    float* const part0 = reinterpret_cast<float*>(&kv_s[0][0][0]) + rw * kPartFloats<D>;
+    if (kw > 0) put_partial<D>(part0 + kw * kStride, st, acc, ln);
     __syncthreads();
+    if (kw > 0) return;
+    merge_partials<D, KW>(st, acc, part0, kStride, ln);
   }
   lf_u16* out = static_cast<lf_u16*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
-  store_rows<S, D>(a, st, acc, out, row0 + warp * 16, ln);
+  store_rows<S, D>(a, st, acc, out, row0 + rw * 16, ln);
 #else
   __trap();
 #endif
@@ -379,16 +477,25 @@ bool rows_aligned(const void* p, const int64_t (&st)[4], const int64_t (&n)[3], 
   return ok;
 }
 
-template <class S, int D>
+template <class S, int D, int RW, int KW>
 void launch_for(const AttentionArgs& a, cudaStream_t stream) {
-  const int64_t row_tiles = (a.sq + kBr - 1) / kBr;
+  const int64_t row_tiles = (a.sq + 16 * RW - 1) / (16 * RW);
   const int64_t blocks = a.batch * a.heads * row_tiles;
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
   const bool mask_by_key = a.mask_st[2] == 0 && a.mask_st_g == 0;
   const MaskKind kind = !a.mask ? MaskKind::none : mask_by_key ? MaskKind::keys : MaskKind::rows;
-  attention_mma_kernel<S, D>
-      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, row_tiles, kind);
+  attention_mma_kernel<S, D, RW, KW>
+      <<<static_cast<unsigned>(blocks), kThreads<RW, KW>, 0, stream>>>(a, row_tiles, kind);
   LF_CUDA_LAUNCH_CHECK("attention_mma_kernel");
+}
+
+template <class S, int D>
+void launch_config(const AttentionArgs& a, AttentionMmaConfig c, cudaStream_t stream) {
+  if constexpr (D == 64) {  // two key groups' K and V tiles at d = 128 pass 48 KiB of static smem
+    if (c.key_groups == 2)
+      return c.row_warps == 2 ? launch_for<S, D, 2, 2>(a, stream) : launch_for<S, D, 1, 2>(a, stream);
+  }
+  launch_for<S, D, 4, 1>(a, stream);
 }
 
 }  // namespace
@@ -407,10 +514,26 @@ bool attention_mma_fits(const AttentionArgs& a) {
 void launch_attention_mma(const AttentionArgs& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const bool wide = a.d == 128;
+  const AttentionMmaConfig c = attention_mma_config(a);
   if (a.dtype == DType::f16)
-    wide ? launch_for<F16, 128>(a, s) : launch_for<F16, 64>(a, s);
+    wide ? launch_config<F16, 128>(a, c, s) : launch_config<F16, 64>(a, c, s);
   else
-    wide ? launch_for<BF16, 128>(a, s) : launch_for<BF16, 64>(a, s);
+    wide ? launch_config<BF16, 128>(a, c, s) : launch_config<BF16, 64>(a, c, s);
+}
+
+AttentionMmaConfig attention_mma_config(const AttentionArgs& a) {
+  const int forced = g_forced_key_groups.load(std::memory_order_relaxed);
+  const int64_t tiles = (a.sk + 63) / 64, heads = a.batch * a.heads;
+  if (a.d != 64 || tiles < 2 || forced == 1) return {4, 1};
+  const int64_t sms = current_device_info().sm_count;
+  if (forced == 0 && heads * ((a.sq + 63) / 64) >= sms) return {4, 1};
+  // Keys split in two: 32 rows a block where that still gives every SM a block (fewer blocks
+  // re-read K and V fewer times), else 16.
+  return {heads * ((a.sq + 31) / 32) >= sms ? 2 : 1, 2};
+}
+
+void force_attention_key_groups(int groups) {
+  g_forced_key_groups.store(groups, std::memory_order_relaxed);
 }
 
 }  // namespace livefuse::cuda

@@ -3,6 +3,9 @@
 #include <limits>
 
 #include "tests/planner/attention_cases.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/attention_kernels.hpp"
+#endif
 
 using namespace plantest;
 
@@ -41,6 +44,24 @@ void check_cuda(const Segment& seg, const std::vector<Tensor>& xs, double tol) {
   }
 }
 
+// Runs `body` with the tensor-core kernel's keys in one group, split in two wherever it can
+// (kernels/cuda/attention_mma.cu), and chosen by the grid; back to the default after.
+template <class F>
+void for_each_key_split(F&& body) {
+#if LIVEFUSE_HAS_CUDA
+  struct Reset {
+    ~Reset() { livefuse::cuda::force_attention_key_groups(0); }
+  } reset;
+  for (int groups : {1, 2, 0}) {
+    livefuse::cuda::force_attention_key_groups(groups);
+    INFO("key groups forced to " << groups << " (0: chosen by the grid)");
+    body();
+  }
+#else
+  body();
+#endif
+}
+
 }  // namespace
 
 LF_CUDA_TEST_CASE("attention gpu: the BERT pattern is one attention kernel and equals eager") {
@@ -61,11 +82,35 @@ LF_CUDA_TEST_CASE("attention gpu: step equals eager over shapes, dtypes, masks a
   cases.push_back(
       {1, 2, 1, 1000, 128, DType::f16, MaskForm::per_key, false, false, true});  // long decode
   cases.push_back({2, 12, 128, 128, 64, DType::bf16, MaskForm::per_key, true, false, false});
-  for (const AttentionShape& s : cases) {
-    INFO(s.str());
-    const AttentionSegment a = attention_segment(s);
-    check_cuda(a.seg, random_externals(a.seg, 11), attention_tol(s.dtype));
-  }
+  // BERT-base at batch 1 (12 heads: the grid chooses the split), and s 384 (32 rows a block).
+  cases.push_back({1, 12, 128, 128, 64, DType::f16, MaskForm::per_key, true, false, false});
+  cases.push_back({1, 12, 384, 384, 64, DType::bf16, MaskForm::per_key, true, false, false});
+  for_each_key_split([&] {
+    for (const AttentionShape& s : cases) {
+      INFO(s.str());
+      const AttentionSegment a = attention_segment(s);
+      check_cuda(a.seg, random_externals(a.seg, 11), attention_tol(s.dtype));
+    }
+  });
+}
+
+// Split keys: each group keeps its own max and sum and group 0 merges them. Rows whose keys
+// are all -inf in one group (or in all but one), in the other, everywhere (NaN), and one NaN
+// score, in f16 at d = 64 over 3 key tiles (group 0: tiles 0 and 2, group 1: tile 1).
+LF_CUDA_TEST_CASE("attention gpu: split key groups merge masked, NaN and all -inf rows as eager") {
+  AttentionShape s{1, 2, 6, 150, 64, DType::f16, MaskForm::per_batch, true, false, false};
+  const AttentionSegment a = attention_segment(s);
+  std::vector<Tensor> xs = random_externals(a.seg, 23);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
+  for (int64_t j = 64; j < 128; ++j) m[j] = -inf;                  // row 0: group 1 all -inf
+  for (int64_t j = 0; j < s.sk; ++j) m[s.sk + j] = j < 64 || j >= 128 ? -inf : 0.0f;  // row 1: only group 1
+  for (int64_t j = 0; j < s.sk; ++j) m[2 * s.sk + j] = -inf;       // row 2: all -inf: NaN
+  m[3 * s.sk + 100] = std::numeric_limits<float>::quiet_NaN();     // row 3: NaN in group 1
+  for (int64_t j = 0; j < 140; ++j) m[4 * s.sk + j] = -inf;        // row 4: only group 0's last tile
+  m[5 * s.sk + 70] = 8.0f;                                         // row 5: group 1 dominates
+  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f16, Device::cpu());
+  for_each_key_split([&] { check_cuda(a.seg, xs, attention_tol(s.dtype)); });
 }
 
 LF_CUDA_TEST_CASE("attention gpu: the grouped-query form of the decoders equals eager") {
