@@ -43,6 +43,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -524,7 +525,7 @@ void launch_attention_mma(const AttentionArgs& a, void* stream) {
 AttentionMmaConfig attention_mma_config(const AttentionArgs& a) {
   const int forced = g_forced_key_groups.load(std::memory_order_relaxed);
   const int64_t tiles = (a.sk + 63) / 64, heads = a.batch * a.heads;
-  if (a.d != 64 || tiles < 2 || forced == 1) return {4, 1};
+  if (a.d != 64 || tiles < 2 || forced == 1 || (forced == 0 && !config().attention_split)) return {4, 1};
   const int64_t sms = current_device_info().sm_count;
   if (forced == 0 && heads * ((a.sq + 63) / 64) >= sms) return {4, 1};
   // Keys split in two: 32 rows a block where that still gives every SM a block (fewer blocks

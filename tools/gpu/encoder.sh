@@ -6,7 +6,8 @@
 # plan step by step (LIVEFUSE_PROFILE). Each part has its own limit and prints as it goes; logs
 # in $OUT/encoder.tgz.
 # Usage (device tool): bash tools/gpu/encoder.sh   [ENC_SUITES="test_planner test_bert ..."
-#   (ENC_SUITES entries as test_x[:filter]; SUITE_S per binary, 150 s) ENC_USERS=1 ENC_SWITCHES=1 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
+#   (ENC_SUITES entries as test_x[:filter]; SUITE_S per binary, 150 s) ENC_USERS=1 ENC_SWITCHES=1
+#   ENC_SWITCH_LIST="- LIVEFUSE_GEMM_SIBLINGS=0 ..." ENC_SWITCH_ROUNDS=1 ENC_ATTENTION=0 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
 . "$(dirname "$0")/prelude.sh" lf-encoder-out
 mkdir -p "$D/bench"
 START=$(date +%s)
@@ -28,7 +29,10 @@ fi
 
 if [ "${ENC_SWITCHES:-1}" = 1 ]; then
   at "BERT-base f16 b1 s128 per fusion switch (one process each)"
-  for sw in "" LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_ATTENTION=0 LIVEFUSE_GRAPHS=0; do
+  # ENC_SWITCH_LIST: the settings, "-" for none; each setting may be run several times
+  # (ENC_SWITCH_ROUNDS, the list's order each round) to see a small difference over the spread.
+  for sw in $(for r in $(seq 1 "${ENC_SWITCH_ROUNDS:-1}"); do echo ${ENC_SWITCH_LIST:-- LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_ATTENTION=0 LIVEFUSE_GRAPHS=0}; done); do
+    [ "$sw" = "-" ] && sw=""
     name=$(echo "${sw:-all}" | tr -c 'A-Za-z0-9\n' '_')
     env $sw LIVEFUSE_REPORT="$D/bench/bert_switch_$name.report.json" timeout -k 5 90 \
       "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda \
@@ -36,6 +40,13 @@ if [ "${ENC_SWITCHES:-1}" = 1 ]; then
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['timing']; print(f\"  {sys.argv[2]:32} median {t['median_ms']:.4f} ms\", d.get('matcher', {}).get('served'))" \
       "$D/bench/bert_switch_$name.json" "${sw:-all fusions}" 2>&1 | tail -1
   done
+  pack_out
+fi
+
+if [ "${ENC_ATTENTION:-0}" = 1 ]; then
+  at "the attention kernels alone (livefuse-bench-attention: fused as chosen, one / two key groups, general)"
+  timeout -k 5 120 "$B/bench/livefuse-bench-attention" --json "$D/bench/attention_kernel.json" > "$D/attention_kernel.log" 2>&1
+  echo "bench rc=$?"; cat "$D/attention_kernel.log"
   pack_out
 fi
 

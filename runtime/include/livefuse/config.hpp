@@ -66,6 +66,10 @@ struct Config {
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose
   // result is not the top-1's up to rounding is never chosen (gemm_lt.hpp).
   bool gemm_tune = false;
+  // LIVEFUSE_ATTENTION_SPLIT: the CUDA tensor-core attention splits the keys over two warp
+  // groups when it has fewer blocks than SMs (kernels/cuda/attention_kernels.hpp); 0: never,
+  // for comparison.
+  bool attention_split = true;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
