@@ -46,6 +46,9 @@ def main():
             for line in p.get("description", "").splitlines():
                 if "observable" in line:
                     print("    " + line.strip())
+            esc = (p.get("notes") or {}).get("escaping values")
+            if esc:
+                print("    escaping values: " + esc[:600])
 
 
 if __name__ == "__main__":
