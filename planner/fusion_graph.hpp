@@ -92,6 +92,10 @@ struct PlannerOptions {
   // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
   // (planner.cpp, fold_norm_prologues).
   bool gemv_prologue = false;
+  // CUDA, LIVEFUSE_SPLIT_K_ROWS: how many K slices a linear of rows x N x K should be split into
+  // when a row kernel is its only reader (planner/split_k_rows.hpp); returns < 2 for none. Set
+  // to cuBLASLt's own choice on CUDA (cuda::linear_split_k); tests set it directly.
+  std::function<int(int64_t rows, int64_t n, int64_t k, DType dtype, bool bias)> split_k;
   // Called with (pass name, dump) after every pass; LIVEFUSE_LOG=debug prints to stderr.
   std::function<void(const std::string&, const std::string&)> dump;
 };

@@ -181,6 +181,7 @@ void run_merged(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const S
 
 void tune_step(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const Stream& st) {
   if (!gs.siblings.empty()) return run_merged(p, gs, s, st);
+  if (gs.partials > 1) return;  // a split GEMM (split_k_rows.hpp): cuBLASLt's top-1 for its slices
   if (gs.epilogue != GemmEpilogue::None && gs.final_value >= 0) {
     // The epilogue runner's path (plan.cpp's cublaslt_epilogue): act(product + bias) or
     // product (+ bias) + residual into the tail's final value.

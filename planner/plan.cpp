@@ -83,9 +83,17 @@ std::vector<jit::PartBinding> bindings(const FusedKernelStep& fk, std::span<cons
   for (const PartIo& io : fk.parts) {
     jit::PartBinding b;
     b.shape = value(values, io.shape_value).shape();
-    for (int v : io.inputs) {
+    for (size_t k = 0; k < io.inputs.size(); ++k) {
+      const int v = io.inputs[k];
       const Tensor& t = value(values, v);
       LF_CHECK(t.impl()->storage != nullptr || t.numel() == 0, "plan", "input value ", v, " has no storage");
+      if (!io.slice.empty() && io.slice[k] >= 0) {  // f32 partial product slice[k] of the value
+        const Strides dense = contiguous_strides(t.shape());
+        auto* base = static_cast<float*>(t.impl()->storage ? t.impl()->storage->ptr : nullptr);
+        b.inputs.push_back(jit::TensorArg{t.numel() == 0 ? nullptr : base + io.slice[k] * t.numel(), DType::f32,
+                                          t.shape(), dense});
+        continue;
+      }
       b.inputs.push_back(t.numel() == 0 ? jit::TensorArg{nullptr, t.dtype(), t.shape(), t.strides()} : jit::tensor_arg(t));
     }
     for (int v : io.outputs) {
@@ -178,6 +186,32 @@ bool launch_gemv_prologue(const PlannedSegment& p, const GemmStep& gs, std::span
 #else
   (void)p, (void)gs, (void)values, (void)stream;
   return false;
+#endif
+}
+
+// A split GEMM step (GemmStep::partials): the linear's f32 partial products into its value's
+// storage, which must hold them all (FusedPlan's sets allocate that much; a value bound here
+// without storage, or with less, gets its own). The row kernel after it reads them.
+void launch_partials(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  TensorList outs;
+  const OpCall c = node_call(p, gs.node, values, &outs);
+  TensorImpl& y = *outs[0].impl();
+  const size_t need = static_cast<size_t>(y.shape.numel()) * sizeof(float) * static_cast<size_t>(gs.partials);
+  if (need == 0) return;
+  if (!y.storage || y.storage->bytes < need || y.offset != 0) {
+    y.storage = allocate_storage(y.device, need, stream);
+    y.offset = 0;
+    y.strides = contiguous_strides(y.shape);
+    if (y.pending == shape_only_tag()) y.pending = nullptr;
+  }
+  LF_CHECK(cuda::run_linear_partials(c, gs.partials, static_cast<float*>(y.storage->ptr), stream), "plan",
+           "linear #", gs.node, ": its operands (", c.inputs[0].shape().str(), ", ", c.inputs[1].shape().str(),
+           ") do not take the ", gs.partials, "-way split GEMM it was planned as (a dense weight, input rows read "
+           "along K)");
+#else
+  (void)p, (void)gs, (void)values, (void)stream;
+  throw Error("[plan] a split GEMM step: this build has no CUDA backend");
 #endif
 }
 
@@ -280,6 +314,10 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
       }
       if (detail::launch_merged_gemm_cuda(p, *gs, values, stream)) return;
       for (int j : gs->siblings) run_node(p, j, values, stream);
+      return;
+    }
+    if (gs->partials > 1) {
+      launch_partials(p, *gs, values, stream);
       return;
     }
     if (gs->prologue >= 0) {

@@ -46,6 +46,9 @@ struct PartIo {
   int shape_value = -1;         // the value whose shape is the part's iteration shape
   std::vector<int> inputs;      // per spec input
   std::vector<int> outputs;     // per spec output
+  // Per spec input, empty when none: s >= 0 reads f32 partial product s of its value instead of
+  // the value (a split GEMM's, GemmStep::partials; planner/split_k_rows.hpp); -1 the value.
+  std::vector<int> slice;
 };
 
 struct FusedKernelStep {
@@ -88,6 +91,10 @@ struct GemmStep {
   // inside the GEMV (kernels/cuda/gemv.hpp, its prologue; planner.cpp, fold_norm_prologues).
   // A call the GEMV cannot take runs that node eagerly first, then the GEMM as without it.
   int prologue = -1;
+  // CUDA, > 1: the linear writes this many f32 partial products over K slices into its output
+  // value's storage (cuda::run_linear_partials) and the row kernel that alone reads it adds them
+  // up with the bias (planner/split_k_rows.hpp): cuBLASLt's split-K reduction kernel is not run.
+  int partials = 0;
 };
 
 struct AttentionStep {
@@ -119,6 +126,9 @@ struct PlanSummary {
 struct PlannedSegment {
   Segment segment;
   std::vector<ValueKind> values;
+  // Per value id, empty when none: > 0 when the value's storage holds that many f32 partial
+  // products of its shape instead of the value (GemmStep::partials): what FusedPlan allocates.
+  std::vector<int> partials;
   std::vector<Step> steps;
   std::vector<Decision> decisions;
   PlanSummary summary;

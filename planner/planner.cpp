@@ -6,7 +6,11 @@
 
 #include "livefuse/config.hpp"
 #include "planner/passes.hpp"
+#include "planner/split_k_rows.hpp"
 #include "planner/strategy.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/gemm.hpp"
+#endif
 
 namespace livefuse::planner {
 
@@ -22,6 +26,16 @@ PlannerOptions default_planner_options(Device device) {
   // (runtime/include/livefuse/config.hpp has the figures).
   o.attention = config().attention != 0;
   o.attention_fast_only = config().attention < 0 && device.is_cuda();
+#if LIVEFUSE_HAS_CUDA
+  if (device.is_cuda() && config().split_k_rows)
+    o.split_k = [](int64_t rows, int64_t n, int64_t k, DType dtype, bool bias) {
+      try {
+        return cuda::linear_split_k(rows, n, k, dtype, bias);
+      } catch (const std::exception&) {
+        return 1;  // no algorithm for the shape: the GEMM runs as planned, and fails as eager would
+      }
+    };
+#endif
   if (config().log >= LogLevel::debug) {
     o.dump = [](const std::string& pass, const std::string& text) {
       static std::mutex mu;
@@ -127,6 +141,7 @@ PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
   }
   p.decisions = std::move(g.decisions);
   if (opts.gemv_prologue) fold_norm_prologues(p);
+  fold_split_k_into_rows(p, opts);
   count_launches(p);
   if (opts.dump) opts.dump("plan", p.describe());
   return p;
@@ -157,6 +172,7 @@ int settle_plan(PlannedSegment& p) {
     if (auto* fk = std::get_if<FusedKernelStep>(&s.body); fk && !fk->compiled) {
       ++failed;
       p.decisions.push_back({"run " + s.label + " unfused", "kernel not compiled: " + fk->compile_error});
+      undo_partials(p, steps, *fk);
       unfuse(p, steps, fk->nodes);
       continue;
     }

@@ -8,10 +8,11 @@
 // block walk every KW-th tile each (group g: tiles g, g + KW, ...), each with its own K and V
 // buffers, and at the end groups 1.. hand their running max, sum and accumulator to group 0
 // through shared memory, which merges them as flash-decoding merges its splits.
-//   RW = 4, KW = 1 (one group: 64 rows a block) where that gives every SM a block; with fewer
-//   blocks than SMs (BERT at batch 1: 12 heads x 2 row tiles = 24 blocks on 132 SMs) each warp
-//   walking every key is the critical path, so rows are cut to 16 or 32 a block and the keys
-//   split over 2 groups: 4x the blocks, half the tiles a warp (attention_mma_config).
+//   RW = 4, KW = 1 (one group: 64 rows a block) where the blocks take more than one round of
+//   the SMs' block slots; within one round (BERT at batch 1: 12 heads x 2 row tiles = 24 blocks
+//   on 132 SMs) each warp walking every key is the critical path, so rows are cut to 16 or 32 a
+//   block and the keys split over 2 groups: up to 4x the blocks, half the tiles a warp
+//   (attention_mma_config).
 //
 // Shared memory (static; at d = 128 48 KiB, the most without an opt-in): the Q tile, one K tile
 // and one V tile, all [rows][d] in the operand dtype, filled by cp.async. A 16-byte chunk c of row
@@ -527,7 +528,12 @@ AttentionMmaConfig attention_mma_config(const AttentionArgs& a) {
   const int64_t tiles = (a.sk + 63) / 64, heads = a.batch * a.heads;
   if (a.d != 64 || tiles < 2 || forced == 1 || (forced == 0 && !config().attention_split)) return {4, 1};
   const int64_t sms = current_device_info().sm_count;
-  if (forced == 0 && heads * ((a.sq + 63) / 64) >= sms) return {4, 1};
+  // One key group while 64-row blocks take more than one round of the SMs' block slots: then
+  // more blocks only queue, and splitting adds a merge. Within one round each block's walk over
+  // every key is the kernel's time, and halving it pays (H200, f16: BERT b1 s128 12.9 us against
+  // 14.1, b8 s128 -- 192 blocks in 396 slots -- 14.1 against 16.1, b8 s384 -- 576 -- 50.3
+  // against 49.1).
+  if (forced == 0 && heads * ((a.sq + 63) / 64) > sms * kMinBlocksPerSm<64, 4, 1>) return {4, 1};
   // Keys split in two: 32 rows a block where that still gives every SM a block (fewer blocks
   // re-read K and V fewer times), else 16.
   return {heads * ((a.sq + 31) / 32) >= sms ? 2 : 1, 2};

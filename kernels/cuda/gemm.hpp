@@ -38,6 +38,19 @@ bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tens
 // input's rows must fold to one evenly spaced run read along K. False: nothing was launched.
 bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void* stream);
 
+// linear(x, w) without its bias as `slices` partial products over K, in f32: partial s is
+// x[.., s K/S : (s+1) K/S] w[:, s K/S : (s+1) K/S]^T, dense [rows, N] at partials + s * rows * N
+// floats, rows = x's rows folded. Their sum is the product before rounding: the consumer adds
+// them (and the bias) where it reads the product anyway -- the row kernel after a layer's
+// FFN2 (planner/split_k_rows.hpp) -- so no split-K reduction kernel runs. One strided-batched
+// cuBLASLt call reading both operands in place. Takes f16/bf16 operands whose rows fold to one
+// evenly spaced run read along K, a dense weight, K % (8 * slices) == 0. False: nothing launched.
+bool run_linear_partials(const OpCall& call, int slices, float* partials, void* stream);
+// The K splits of the algorithm cuBLASLt picks first for a dense linear of rows x K by N x K
+// (with its bias epilogue when `bias`) if it adds them in a reduction of its own (a second
+// kernel); 1 if it does not split, or K does not cut into that many 8-element multiples.
+int linear_split_k(int64_t rows, int64_t n, int64_t k, DType dtype, bool bias);
+
 // Bytes of cuBLASLt workspace each stream gets (allocated on the stream's first GEMM).
 inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 

@@ -96,7 +96,7 @@ void* workspace_for(int device, cudaStream_t s) {
 }
 
 struct GemmKey {
-  std::array<int64_t, 23> v{};
+  std::array<int64_t, 24> v{};
   bool operator==(const GemmKey& o) const { return v == o.v; }
 };
 struct GemmKeyHash {
@@ -340,7 +340,6 @@ bool capturing(cudaStream_t s) {
   return st != cudaStreamCaptureStatusNone;
 }
 
-
 GemmKey key_of(const LtCall& c, int device) {
   GemmKey key;
   key.v = {static_cast<int64_t>(c.dtype),
@@ -361,11 +360,12 @@ GemmKey key_of(const LtCall& c, int device) {
            c.bias ? c.stride_bias : 0,
            operand_alignment(c.a.ptr, c.a.ld, c.stride_a, c.batch, c.dtype),
            operand_alignment(c.b.ptr, c.b.ld, c.stride_b, c.batch, c.dtype),
-           operand_alignment(c.d, c.ldd, c.stride_d, c.batch, c.dtype),
+           operand_alignment(c.d, c.ldd, c.stride_d, c.batch, d_dtype(c)),
            c.bias ? operand_alignment(c.bias, 0, c.stride_bias, c.batch, c.dtype) : 0,
-           c.c ? operand_alignment(c.c, c.ldd, c.stride_d, c.batch, c.dtype) : -1,
+           c.c ? operand_alignment(c.c, c.ldd, c.stride_d, c.batch, d_dtype(c)) : -1,
            device,
-           static_cast<int64_t>(c.act)};
+           static_cast<int64_t>(c.act),
+           c.d_f32};
   return key;
 }
 
@@ -405,8 +405,8 @@ std::unique_ptr<GemmPlan> make_plan(const LtCall& c) {
                                                     &c.stride_bias, sizeof(c.stride_bias)));
   }
   const auto make_layout = [&](cublasLtMatrixLayout_t* l, int64_t rows, int64_t cols, int64_t ld,
-                               int64_t stride) {
-    LF_CUBLAS_CALL(cublasLtMatrixLayoutCreate(l, t, static_cast<uint64_t>(rows),
+                               int64_t stride, cudaDataType_t type) {
+    LF_CUBLAS_CALL(cublasLtMatrixLayoutCreate(l, type, static_cast<uint64_t>(rows),
                                               static_cast<uint64_t>(cols), ld));
     if (c.batch > 1) {
       const int32_t count = static_cast<int32_t>(c.batch);
@@ -416,9 +416,9 @@ std::unique_ptr<GemmPlan> make_plan(const LtCall& c) {
           *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     }
   };
-  make_layout(&p->a, c.a.rows, c.a.cols, c.a.ld, c.stride_a);
-  make_layout(&p->b, c.b.rows, c.b.cols, c.b.ld, c.stride_b);
-  make_layout(&p->d, c.m, c.n, c.ldd, c.stride_d);
+  make_layout(&p->a, c.a.rows, c.a.cols, c.a.ld, c.stride_a, t);
+  make_layout(&p->b, c.b.rows, c.b.cols, c.b.ld, c.stride_b, t);
+  make_layout(&p->d, c.m, c.n, c.ldd, c.stride_d, cuda_type(d_dtype(c)));
   return p;
 }
 
@@ -443,14 +443,14 @@ int heuristic(const LtCall& c, const GemmPlan* p, cublasLtHandle_t handle, int w
   const uint32_t al_b =
       static_cast<uint32_t>(operand_alignment(c.b.ptr, c.b.ld, c.stride_b, c.batch, c.dtype));
   const uint32_t al_d =
-      static_cast<uint32_t>(operand_alignment(c.d, c.ldd, c.stride_d, c.batch, c.dtype));
+      static_cast<uint32_t>(operand_alignment(c.d, c.ldd, c.stride_d, c.batch, d_dtype(c)));
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
   const uint32_t al_c =
       c.c ? std::min(al_d, static_cast<uint32_t>(
-                               operand_alignment(c.c, c.ldd, c.stride_d, c.batch, c.dtype)))
+                               operand_alignment(c.c, c.ldd, c.stride_d, c.batch, d_dtype(c))))
           : al_d;
   LF_CUBLAS_CALL(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c)));
@@ -563,6 +563,15 @@ void lt_matmul(const LtCall& c, cudaStream_t s) {
                                                   &c.bias, sizeof(c.bias)));
   LF_ASSERT(!c.c || c.act == LtAct::none, "a GEMM's C input with an activation epilogue");
   LF_CUBLAS_CALL(run_algo(c, p, p->algo, p->workspace, handle, ws, s));
+}
+
+GemmTuneRecord lt_top1_algo(const LtCall& c) {
+  const std::unique_ptr<GemmPlan> p = make_plan(c);
+  cublasLtMatmulHeuristicResult_t r{};
+  heuristic(c, p.get(), handle_for(current_device()), 1, &r);
+  GemmTuneRecord rec;
+  detail::describe_algo(r.algo, &rec);
+  return rec;
 }
 
 GemmTuning::GemmTuning() : prev_(t_tuning) { t_tuning = true; }

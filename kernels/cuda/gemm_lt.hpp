@@ -40,7 +40,9 @@ struct LtCall {
   int64_t stride_bias = 0;  // batch > 1: elements from one matrix's bias to the next's (0: shared)
   const void* c = nullptr;  // added with beta = 1; never with an activation (it would apply after C)
   LtAct act = LtAct::none;
+  bool d_f32 = false;  // D in f32 whatever `dtype` is: a split GEMM's partial sums (gemm.hpp)
 };
+inline DType d_dtype(const LtCall& c) { return c.d_f32 ? DType::f32 : c.dtype; }
 
 // Enqueues the call on `s`. Allocates nothing after the stream's first GEMM.
 void lt_matmul(const LtCall& c, cudaStream_t s);
@@ -98,6 +100,11 @@ struct GemmTuneCounters {
   uint64_t table_hits = 0;        // plans built from the tuned table (any thread)
   uint64_t entries = 0;           // shapes in the table now
 };
+
+// The algorithm the heuristic gives `c` first (what a call of its shape runs untuned), described:
+// its K splits and how it adds them (split_k, reduction, algo_id, tile). Runs nothing: the
+// pointers are read for their alignment only.
+GemmTuneRecord lt_top1_algo(const LtCall& c);
 
 std::vector<GemmTuneRecord> gemm_tune_records();  // oldest first
 GemmTuneCounters gemm_tune_counters();

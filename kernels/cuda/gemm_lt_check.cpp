@@ -17,13 +17,13 @@ namespace livefuse::cuda::detail {
 std::vector<float> read_d(const LtCall& c, cudaStream_t s) {
   if (c.batch * c.n * c.m == 0) return {};
   const int64_t span = (c.batch - 1) * c.stride_d + (c.n - 1) * c.ldd + c.m;
-  std::vector<std::byte> raw(static_cast<size_t>(span) * dtype_size(c.dtype));
+  std::vector<std::byte> raw(static_cast<size_t>(span) * dtype_size(d_dtype(c)));
   LF_CUDA_CALL(cudaMemcpyAsync(raw.data(), c.d, raw.size(), cudaMemcpyDeviceToHost, s));
   LF_CUDA_CALL(cudaStreamSynchronize(s));
   std::vector<float> out(static_cast<size_t>(c.batch * c.n * c.m));
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t j = 0; j < c.n; ++j)
-      cpu::load_floats(raw.data(), c.dtype, b * c.stride_d + j * c.ldd, c.m, 1,
+      cpu::load_floats(raw.data(), d_dtype(c), b * c.stride_d + j * c.ldd, c.m, 1,
                        out.data() + (b * c.n + j) * c.m);
   return out;
 }

@@ -5,6 +5,7 @@
 #include "tests/planner/attention_cases.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/attention_kernels.hpp"
+#include "kernels/cuda/device_info.hpp"
 #endif
 
 using namespace plantest;
@@ -134,3 +135,29 @@ LF_CUDA_TEST_CASE("attention gpu: rows of all -inf and NaN scores give eager's N
   xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
   check_cuda(a.seg, xs, 2e-5);
 }
+
+#if LIVEFUSE_HAS_CUDA
+// Which cut of the tensor-core kernel a shape gets (attention_kernels.hpp): the keys split in two
+// only where 64-row blocks fit the SMs at once, only at head dim 64 and two key tiles or more.
+LF_CUDA_TEST_CASE("attention gpu: the tensor-core kernel splits the keys only where blocks are too few") {
+  const int64_t sms = livefuse::cuda::current_device_info().sm_count;
+  auto config = [](int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t d) {
+    AttentionArgs a;
+    a.dtype = DType::f16, a.batch = b, a.heads = h, a.sq = sq, a.sk = sk, a.d = d, a.dv = d;
+    const livefuse::cuda::AttentionMmaConfig c = livefuse::cuda::attention_mma_config(a);
+    return std::pair<int, int>{c.row_warps, c.key_groups};
+  };
+  using P = std::pair<int, int>;
+  const auto split = [&](int64_t heads, int64_t sq) {
+    return heads * ((sq + 63) / 64) > 3 * sms ? P{4, 1} : P{heads * ((sq + 31) / 32) >= sms ? 2 : 1, 2};
+  };
+  CHECK(config(1, 12, 128, 128, 64) == split(12, 128));  // BERT-base b1: {1, 2} on an H200
+  CHECK(config(1, 12, 384, 384, 64) == split(12, 384));
+  CHECK(config(64, 12, 128, 128, 64) == P{4, 1});          // more blocks than the SMs hold at once
+  CHECK(config(1, 12, 128, 128, 128) == P{4, 1});          // d = 128: no room for two groups
+  CHECK(config(1, 2, 64, 64, 64) == P{4, 1});              // one key tile
+  livefuse::cuda::force_attention_key_groups(2);
+  CHECK(config(64, 12, 128, 128, 64).second == 2);
+  livefuse::cuda::force_attention_key_groups(0);
+}
+#endif

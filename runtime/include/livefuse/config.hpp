@@ -70,6 +70,10 @@ struct Config {
   // groups when it has fewer blocks than SMs (kernels/cuda/attention_kernels.hpp); 0: never,
   // for comparison.
   bool attention_split = true;
+  // LIVEFUSE_SPLIT_K_ROWS: a CUDA linear that cuBLASLt would split over K, read only by a row
+  // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
+  // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.
+  bool split_k_rows = true;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
