@@ -52,7 +52,16 @@ RowBodies row_bodies() {
   const int knob = g_pipeline.load(std::memory_order_relaxed);
   return {knob != 1, knob != 0};
 }
-bool smem_staged_rows(int row_vec) { return row_vec >= 8; }
+// Staged through shared memory: rows of 8-column packs whose first-loop loads are all 2-byte
+// values -- one 16-byte cp.async a pack each. A 4-byte load among them (the f32 partial products a
+// split GEMM leaves for its row kernel: planner/split_k_rows.hpp) is 32 bytes a pack: such rows
+// stage in registers.
+bool smem_staged_rows(const KernelPart& part, const RowSchedule& s, int row_vec) {
+  if (row_vec < 8) return false;
+  for (int i : s.loop_eval[0])
+    if (part.instrs[i].kind == InstrKind::Load && dtype_size(part.instrs[i].dtype) * row_vec != 16) return false;
+  return true;
+}
 
 std::string nat_float(DType d, const std::string& x) {
   if (d == DType::f16) return "lf_nat_f16(" + x + ")";
@@ -407,7 +416,8 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
       const int w = f.vec ? rk.row_vec : 1;
       const Store st = !f.cache ? Store::None : rk.row_regs > 0 ? Store::Regs : Store::Smem;
       const RowSchedule& s = !f.cache ? recomputed : st == Store::Regs ? regs : smem;
-      const Body b{part, rk.layout.parts[0], s, st, w, rk.row_regs / w, f.pipe, f.pipe && smem_staged_rows(rk.row_vec)};
+      const Body b{part, rk.layout.parts[0], s, st, w, rk.row_regs / w, f.pipe,
+                   f.pipe && smem_staged_rows(part, s, rk.row_vec)};
       if (!body) {
         if (b.smem_stage) rk.row_stage_bytes = static_cast<int>(b.staged().size()) * b.np * 16;
         b.render(os);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/jit/cpu_interp.hpp"
+#include "kernels/jit/render.hpp"
 #include "kernels/jit/tensor_arg.hpp"
 #include "planner/split_k_rows.hpp"
 #include "tests/planner/planner_util.hpp"
@@ -176,7 +177,15 @@ TEST_CASE("split-K rows: the pass folds a linear that only a row kernel reads, a
 
 LF_CUDA_TEST_CASE("split-K rows: FFN2 + residual + layer_norm from partial products equals eager on CUDA") {
   // BERT-base's FFN2 at batch 1 (cuBLASLt splits it on an H200), a bias-free one, bf16, and
-  // rows that are not a multiple of any tile; forced splits and cuBLASLt's own choice.
+  // rows that are not a multiple of any tile; forced splits and cuBLASLt's own choice; the row
+  // kernel's plain body, its pipelined one (which stages f32 partials in registers, not through
+  // 16-byte copies to shared memory) and both.
+  struct Reset {
+    ~Reset() { jit::set_row_pipeline(-1); }
+  } reset;
+  for (int pipeline : {0, 1, -1}) {
+  jit::set_row_pipeline(pipeline);
+  INFO("row bodies: " << (pipeline < 0 ? "both" : pipeline ? "pipelined" : "plain"));
   struct Shape3 {
     int64_t rows, n, k;
     DType dt;
@@ -210,5 +219,6 @@ LF_CUDA_TEST_CASE("split-K rows: FFN2 + residual + layer_norm from partial produ
                     "first mismatch at " << bad << ": got " << (bad < gv.size() ? gv[bad] : 0) << " want "
                                          << (bad < wv.size() ? wv[bad] : 0));
     }
+  }
   }
 }
