@@ -175,50 +175,54 @@ TEST_CASE("split-K rows: the pass folds a linear that only a row kernel reads, a
   }
 }
 
+namespace {
+
+// One FFN2 segment planned for CUDA (split `forced` ways, or as cuBLASLt splits it when 0), run,
+// and compared with eager execution on the GPU.
+void check_ffn2_cuda(int64_t rows, int64_t n, int64_t k, DType dt, bool bias, int forced) {
+  INFO(rows << " x " << n << " x " << k << " " << dtype_name(dt) << " split " << forced);
+  const Segment seg = ffn2_segment(rows, n, k, dt, bias, false);
+  PlannerOptions o = default_planner_options(Device::cuda(0));
+  if (forced) o.split_k = [forced](int64_t, int64_t, int64_t, DType, bool) { return forced; };
+  PlannedSegment p = plan_segment(seg, o);
+  INFO(p.describe());
+  const GemmStep* g = gemm_of(p);
+  REQUIRE(g != nullptr);
+  if (forced) CHECK(g->partials == forced);
+  MESSAGE("split " << forced << ": the plan's GEMM writes " << g->partials << " partial products");
+  CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  const std::vector<Tensor> xs = random_externals(seg, 31, -1.0, 1.0);
+  std::vector<Tensor> dx;
+  for (const Tensor& t : xs) dx.push_back(t.to(Device::cuda(0)));
+  const std::vector<Tensor> want = eager_values(seg, dx);
+  const std::vector<Tensor> got = poisoned_values(p, dx);
+  run_plan(p, got, Stream::current(Device::cuda(0)).handle());
+  synchronize(Device::cuda(0));
+  const int v = seg.value_id(seg.outputs[0]);
+  const auto gv = got[static_cast<size_t>(v)].to_doubles(), wv = want[static_cast<size_t>(v)].to_doubles();
+  size_t bad = 0;
+  CHECK_MESSAGE(lftest::allclose(gv, wv, 3e-2, 3e-2, &bad),
+                "first mismatch at " << bad << ": got " << (bad < gv.size() ? gv[bad] : 0) << " want "
+                                     << (bad < wv.size() ? wv[bad] : 0));
+}
+
+}  // namespace
+
 LF_CUDA_TEST_CASE("split-K rows: FFN2 + residual + layer_norm from partial products equals eager on CUDA") {
   // BERT-base's FFN2 at batch 1 (cuBLASLt splits it on an H200), a bias-free one, bf16, and
   // rows that are not a multiple of any tile; forced splits and cuBLASLt's own choice; the row
-  // kernel's plain body, its pipelined one (which stages f32 partials in registers, not through
-  // 16-byte copies to shared memory) and both.
+  // kernel's plain body, its pipelined one (which stages the f32 partials in registers, not
+  // through 16-byte copies to shared memory) and both.
   struct Reset {
     ~Reset() { jit::set_row_pipeline(-1); }
   } reset;
   for (int pipeline : {0, 1, -1}) {
-  jit::set_row_pipeline(pipeline);
-  INFO("row bodies: " << (pipeline < 0 ? "both" : pipeline ? "pipelined" : "plain"));
-  struct Shape3 {
-    int64_t rows, n, k;
-    DType dt;
-    bool bias;
-  };
-  for (const Shape3& s : {Shape3{128, 768, 3072, DType::f16, true}, Shape3{77, 256, 1024, DType::bf16, false},
-                          Shape3{33, 768, 3072, DType::bf16, true}}) {
+    jit::set_row_pipeline(pipeline);
+    INFO("row bodies: " << (pipeline < 0 ? "both" : pipeline ? "pipelined" : "plain"));
     for (int forced : {0, 2, 4}) {
-      INFO(s.rows << " x " << s.n << " x " << s.k << " " << dtype_name(s.dt) << " split " << forced);
-      const Segment seg = ffn2_segment(s.rows, s.n, s.k, s.dt, s.bias, false);
-      PlannerOptions o = default_planner_options(Device::cuda(0));
-      if (forced) o.split_k = [forced](int64_t, int64_t, int64_t, DType, bool) { return forced; };
-      PlannedSegment p = plan_segment(seg, o);
-      INFO(p.describe());
-      const GemmStep* g = gemm_of(p);
-      REQUIRE(g != nullptr);
-      if (forced) CHECK(g->partials == forced);
-      MESSAGE("split " << forced << ": the plan's GEMM writes " << g->partials << " partial products");
-      CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
-      const std::vector<Tensor> xs = random_externals(seg, 31, -1.0, 1.0);
-      std::vector<Tensor> dx;
-      for (const Tensor& t : xs) dx.push_back(t.to(Device::cuda(0)));
-      const std::vector<Tensor> want = eager_values(seg, dx);
-      const std::vector<Tensor> got = poisoned_values(p, dx);
-      run_plan(p, got, Stream::current(Device::cuda(0)).handle());
-      synchronize(Device::cuda(0));
-      const int v = seg.value_id(seg.outputs[0]);
-      const auto gv = got[static_cast<size_t>(v)].to_doubles(), wv = want[static_cast<size_t>(v)].to_doubles();
-      size_t bad = 0;
-      CHECK_MESSAGE(lftest::allclose(gv, wv, 3e-2, 3e-2, &bad),
-                    "first mismatch at " << bad << ": got " << (bad < gv.size() ? gv[bad] : 0) << " want "
-                                         << (bad < wv.size() ? wv[bad] : 0));
+      check_ffn2_cuda(128, 768, 3072, DType::f16, true, forced);
+      check_ffn2_cuda(77, 256, 1024, DType::bf16, false, forced);
+      check_ffn2_cuda(33, 768, 3072, DType::bf16, true, forced);
     }
-  }
   }
 }
