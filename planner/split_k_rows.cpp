@@ -107,6 +107,7 @@ void fold_split_k_into_rows(PlannedSegment& p, const PlannerOptions& opts) {
     const Shape& ys = seg.shape(y);
     const bool bias = n.attrs.i[0] != 0;
     if (ws.rank != 2 || ys.rank < 1 || ws.v[0] == 0 || ys.v[ys.rank - 1] != ws.v[0]) continue;
+    if (gemv_rows(ys)) continue;  // a few rows (a decode step's) run as the GEMV: nothing to reduce
     if (bias && (seg.shape(n.inputs[2]).rank != 1 || seg.dtype(n.inputs[2]) != dt)) continue;
     // A value whose extents vary (a decode step's) lives outside the binding sets: its storage
     // would be allocated per run, inside the graph being replayed.

@@ -166,7 +166,8 @@ TEST_CASE("split-K rows: the pass folds a linear that only a row kernel reads, a
     REQUIRE(gemm_of(p) != nullptr);
     CHECK(gemm_of(p)->partials == 0);
   }
-  SUBCASE("not when cuBLASLt would not split it, nor in f32, nor for the CPU") {
+  SUBCASE("not when cuBLASLt would not split it, nor for a few rows (the GEMV's), nor in f32, nor for the CPU") {
+    CHECK(gemm_of(plan_segment(ffn2_segment(4, 64, 256, DType::f16, true, false), cuda_options_split(4)))->partials == 0);
     CHECK(gemm_of(plan_segment(ffn2_segment(128, 64, 256, DType::f16, true, false), cuda_options_split(1)))->partials == 0);
     CHECK(gemm_of(plan_segment(ffn2_segment(128, 64, 256, DType::f32, true, false), cuda_options_split(4)))->partials == 0);
     PlannerOptions cpu = default_planner_options(Device::cpu());
