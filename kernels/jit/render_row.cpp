@@ -36,6 +36,10 @@ constexpr int kRegBudget = 16;
 // whose 16 columns are already four 16-byte packs in flight) lose with 32.
 constexpr int kRegBudgetTwoExchanges = 32;
 constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memory
+// Registers a pipelined body may spend staging the next row in registers (4-byte first-loop
+// loads: f32 rows, or a split GEMM's f32 partial products): past this it spills -- four f32
+// partials at 32 columns a thread are 128 -- and only the plain body is rendered.
+constexpr int kStageRegWords = 48;
 std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
 std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one of them
 // Register rows come in two bodies, and each launch shape runs the one its first launches
@@ -405,7 +409,14 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     Variant v32, v64;
   };
   const bool reg_rows = rk.row_regs > 0 && rk.row_vec > 1;
-  const RowBodies bodies = reg_rows ? row_bodies() : RowBodies{true, false};
+  int stage_words = 0;
+  if (reg_rows && !smem_staged_rows(part, regs, rk.row_vec))
+    for (int i : regs.loop_eval[0])
+      if (part.instrs[i].kind == InstrKind::Load)
+        stage_words += rk.row_regs * static_cast<int>(dtype_size(part.instrs[i].dtype)) / 4;
+  const RowBodies bodies = !reg_rows                         ? RowBodies{true, false}
+                           : stage_words > kStageRegWords ? RowBodies{true, false}
+                                                             : row_bodies();
   const Family families[] = {
       {false, true, false, Variant::CacheI32, Variant::CacheI64},
       {false, false, false, Variant::RecomputeI32, Variant::RecomputeI64},

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/jit/cpu_interp.hpp"
+#include "kernels/jit/kernel_compiler.hpp"
 #include "kernels/jit/render.hpp"
 #include "kernels/jit/tensor_arg.hpp"
 #include "planner/split_k_rows.hpp"
@@ -209,17 +210,45 @@ void check_ffn2_cuda(int64_t rows, int64_t n, int64_t k, DType dt, bool bias, in
 
 }  // namespace
 
+TEST_CASE("split-K rows: the row kernel adding partial products compiles for sm_90, every body" *
+          doctest::skip(!jit::nvrtc_available())) {
+  // NVRTC needs no GPU: this runs in CI. (The CUDA case below runs what it compiles.)
+  struct Reset {
+    ~Reset() { jit::set_row_pipeline(-1); }
+  } reset;
+  jit::KernelCompiler compiler(1, "");
+  for (int pipeline : {0, 1, -1}) {
+    jit::set_row_pipeline(pipeline);
+    for (DType dt : {DType::f16, DType::bf16}) {
+      for (int slices : {2, 4}) {
+        const bool bias = slices == 2;
+        INFO("row bodies " << pipeline << " (-1: both) " << std::string(dtype_name(dt)) << " slices " << slices
+                           << " bias " << bias);
+        PlannedSegment p = plan_segment(ffn2_segment(128, 768, 3072, dt, bias, false), cuda_options_split(slices));
+        REQUIRE(gemm_of(p)->partials == slices);
+        const int failed = compile_plan(p, compiler, jit::default_compile_options());
+        for (const Decision& d : p.decisions) INFO(d.what << ": " << d.reason);
+        std::string why;
+        for (const Decision& d : p.decisions)
+          if (d.reason.find("not compiled") != std::string::npos) why = d.reason.substr(0, 3000);
+        CHECK_MESSAGE(failed == 0, why);
+        CHECK(gemm_of(p)->partials == slices);
+      }
+    }
+  }
+}
+
 LF_CUDA_TEST_CASE("split-K rows: FFN2 + residual + layer_norm from partial products equals eager on CUDA") {
   // BERT-base's FFN2 at batch 1 (cuBLASLt splits it on an H200), a bias-free one, bf16, and
   // rows that are not a multiple of any tile; forced splits and cuBLASLt's own choice; the row
-  // kernel's plain body, its pipelined one (which stages the f32 partials in registers, not
-  // through 16-byte copies to shared memory) and both.
+  // kernel's plain body, its pipelined one (asked for, it gets the plain one: four f32 partials
+  // are too many registers to stage) and both.
   struct Reset {
     ~Reset() { jit::set_row_pipeline(-1); }
   } reset;
   for (int pipeline : {0, 1, -1}) {
     jit::set_row_pipeline(pipeline);
-    INFO("row bodies: " << (pipeline < 0 ? "both" : pipeline ? "pipelined" : "plain"));
+    INFO("row bodies: " << std::string(pipeline < 0 ? "both" : pipeline ? "pipelined" : "plain"));
     for (int forced : {0, 2, 4}) {
       check_ffn2_cuda(128, 768, 3072, DType::f16, true, forced);
       check_ffn2_cuda(77, 256, 1024, DType::bf16, false, forced);

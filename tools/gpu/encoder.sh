@@ -7,7 +7,8 @@
 # in $OUT/encoder.tgz.
 # Usage (device tool): bash tools/gpu/encoder.sh   [ENC_SUITES="test_planner test_bert ..."
 #   (ENC_SUITES entries as test_x[:filter]; SUITE_S per binary, 150 s) ENC_USERS=1 ENC_SWITCHES=1
-#   ENC_SWITCH_LIST="- LIVEFUSE_GEMM_SIBLINGS=0 ..." ENC_SWITCH_ROUNDS=1 ENC_ATTENTION=0 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
+#   ENC_SWITCH_LIST="- LIVEFUSE_GEMM_SIBLINGS=0 ..." ENC_SWITCH_ROUNDS=1 ENC_SWITCH_BATCH=1
+#   ENC_SWITCH_SEQ=128 ENC_ATTENTION=0 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
 . "$(dirname "$0")/prelude.sh" lf-encoder-out
 mkdir -p "$D/bench"
 START=$(date +%s)
@@ -28,7 +29,7 @@ if [ "${ENC_USERS:-1}" = 1 ]; then
 fi
 
 if [ "${ENC_SWITCHES:-1}" = 1 ]; then
-  at "BERT-base f16 b1 s128 per fusion switch (one process each)"
+  at "BERT-base f16 b${ENC_SWITCH_BATCH:-1} s${ENC_SWITCH_SEQ:-128} per fusion switch (one process each)"
   # ENC_SWITCH_LIST: the settings, "-" for none; each setting may be run several times
   # (ENC_SWITCH_ROUNDS, the list's order each round) to see a small difference over the spread.
   for sw in $(for r in $(seq 1 "${ENC_SWITCH_ROUNDS:-1}"); do echo ${ENC_SWITCH_LIST:-- LIVEFUSE_GEMM_SIBLINGS=0 LIVEFUSE_ATTENTION=0 LIVEFUSE_GRAPHS=0}; done); do
@@ -36,9 +37,16 @@ if [ "${ENC_SWITCHES:-1}" = 1 ]; then
     name=$(echo "${sw:-all}" | tr -c 'A-Za-z0-9\n' '_')
     env $sw LIVEFUSE_REPORT="$D/bench/bert_switch_$name.report.json" timeout -k 5 90 \
       "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype f16 --device cuda \
+      --batch "${ENC_SWITCH_BATCH:-1}" --seq "${ENC_SWITCH_SEQ:-128}" \
       --iters 200 --warmup-ms 3000 --quiet --json "$D/bench/bert_switch_$name.json" > /dev/null 2>&1
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['timing']; print(f\"  {sys.argv[2]:32} median {t['median_ms']:.4f} ms\", d.get('matcher', {}).get('served'))" \
       "$D/bench/bert_switch_$name.json" "${sw:-all fusions}" 2>&1 | tail -1
+    # The layer plan's sampled medians (plans of 20+ ops): what the switch changed inside the layer.
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))
+for p in r['plans']:
+    s = p.get('sampling') or {}
+    if len(p['ops']) >= 20 and s.get('fused_median_us'): print(f\"    plan {p['id']} {p['state']}: {s['fused_median_us']:.1f} us vs eager {s['eager_median_us']:.1f}\")" \
+      "$D/bench/bert_switch_$name.report.json" 2>&1 | tail -3
   done
   pack_out
 fi
