@@ -285,10 +285,6 @@ __device__ __forceinline__ void lf_cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void lf_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// A row's later loads (a norm's weight and bias, read after its reductions) asked into L1 while
-// the first loop's loads are in flight: they then wait behind the reductions' barriers on an L1
-// hit instead of an L2 (or DRAM) round trip.
-__device__ __forceinline__ void lf_prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" :: "l"(p)); }
 __device__ __forceinline__ void lf_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 // Row reductions: the threads of one row are threadIdx.x of one threadIdx.y (a multiple of 32).
 __device__ __forceinline__ float lf_warp_sum(float v) {

@@ -261,14 +261,6 @@ struct Body {
 
   // One pack of `vec` columns starting at lf_c0: 16-byte loads, the columns, 16-byte stores.
   void pack(std::ostringstream& os, int sec, const std::string& ind) const {
-    if (sec == 0)  // the packs later loops load, into L1 now (lf_prefetch_l1)
-      for (size_t l = 1; l < s.loop_eval.size(); ++l)
-        for (int i : s.loop_eval[l]) {
-          const Instr& in = part.instrs[i];
-          if (in.kind != InstrKind::Load) continue;
-          os << ind << "lf_prefetch_l1(((const " << storage_type(in.dtype) << "*)A.w[" << lp.in[in.io] << "]) + "
-             << rname(in.io) << " + lf_c0);\n";
-        }
     for (int i : s.loop_eval[sec]) {
       const Instr& in = part.instrs[i];
       if (in.kind != InstrKind::Load) continue;
