@@ -47,6 +47,18 @@ OutView out_view(const Tensor& out) {
   return o;
 }
 
+bool fold_rows(const MatView& a, int64_t k, int64_t* rows, int64_t* row_stride) {
+  const int ra = a.shape.rank;
+  const Shape rows_shape = Dims(std::span<const int64_t>(a.shape.begin(), ra - 1));
+  StridedLayout l = make_layout(rows_shape);
+  add_operand(l, rows_shape, Dims(std::span<const int64_t>(a.strides.begin(), ra - 1)));
+  coalesce(l);
+  if (l.rank > 1) return false;
+  *rows = l.rank == 0 ? 1 : l.sizes[0];
+  *row_stride = l.rank == 0 ? k : l.strides[0][0];
+  return true;
+}
+
 }  // namespace detail
 
 namespace {
@@ -275,14 +287,8 @@ bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void*
   MatView a{}, b{};
   linear_views(x, w, &a, &b);
   const int ra = a.shape.rank;
-  const Shape rows_shape = Dims(std::span<const int64_t>(a.shape.begin(), ra - 1));
-  StridedLayout l = make_layout(rows_shape);
-  add_operand(l, rows_shape, Dims(std::span<const int64_t>(a.strides.begin(), ra - 1)));
-  coalesce(l);
-  if (l.rank > 1) return false;
-  const int64_t rows = l.rank == 0 ? 1 : l.sizes[0];
-  const int64_t row_stride = l.rank == 0 ? k : l.strides[0][0];
-  if (rows * n != first.numel()) return false;
+  int64_t rows = 0, row_stride = 0;
+  if (!detail::fold_rows(a, k, &rows, &row_stride) || rows * n != first.numel()) return false;
   LtCall c;
   c.dtype = first.dtype();
   c.tf32 = call.attrs.i[1] != 0;

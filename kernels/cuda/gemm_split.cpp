@@ -8,8 +8,6 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
 #include "kernels/cuda/gemm_views.hpp"
-#include "kernels/cuda/layout.hpp"
-#include "kernels/cuda/strided.hpp"
 
 namespace livefuse::cuda {
 
@@ -24,15 +22,8 @@ bool run_linear_partials(const OpCall& call, int slices, float* partials, void* 
   detail::linear_views(x, w, &a, &b);
   const int ra = a.shape.rank;
   if (a.strides[ra - 1] != 1) return false;
-  // The input's rows [.., M] as one evenly spaced run (as run_sibling_linears folds them).
-  const Shape rows_shape = Dims(std::span<const int64_t>(a.shape.begin(), ra - 1));
-  StridedLayout l = make_layout(rows_shape);
-  add_operand(l, rows_shape, Dims(std::span<const int64_t>(a.strides.begin(), ra - 1)));
-  coalesce(l);
-  if (l.rank > 1) return false;
-  const int64_t rows = l.rank == 0 ? 1 : l.sizes[0];
-  const int64_t row_stride = l.rank == 0 ? k : l.strides[0][0];
-  if (rows == 0) return false;
+  int64_t rows = 0, row_stride = 0;
+  if (!detail::fold_rows(a, k, &rows, &row_stride) || rows == 0) return false;
   const int64_t ks = k / slices;
   LtCall c;
   c.dtype = x.dtype();

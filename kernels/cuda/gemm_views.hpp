@@ -46,6 +46,10 @@ OutView out_view(const Tensor& out);
 bool epilogue_operands(const Tensor& out, uint8_t act, const Tensor* bias, const Tensor* residual,
                        const void** bias_ptr);
 
+// The rows of `a` (its leading dims, [.., M]) as one evenly spaced run read along K: how many and
+// their stride (k for a single row). False when they do not fold to one run.
+bool fold_rows(const MatView& a, int64_t k, int64_t* rows, int64_t* row_stride);
+
 // The product as a few-row GEMV (gemv.hpp) when a's rows [..., M] fold to at most
 // kGemvMaxRows evenly spaced rows read along K, b is one [K, N] matrix whose columns are read
 // along K (a linear's weight, W[N, K]^T) and the output is dense: *g then holds everything but
