@@ -406,9 +406,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     for (int i : regs.loop_eval[0])
       if (part.instrs[i].kind == InstrKind::Load)
         stage_words += rk.row_regs * static_cast<int>(dtype_size(part.instrs[i].dtype)) / 4;
-  const RowBodies bodies = !reg_rows                         ? RowBodies{true, false}
-                           : stage_words > kStageRegWords ? RowBodies{true, false}
-                                                             : row_bodies();
+  const RowBodies bodies = !reg_rows || stage_words > kStageRegWords ? RowBodies{true, false} : row_bodies();
   const Family families[] = {
       {false, true, false, Variant::CacheI32, Variant::CacheI64},
       {false, false, false, Variant::RecomputeI32, Variant::RecomputeI64},
