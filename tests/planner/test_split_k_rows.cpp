@@ -100,6 +100,23 @@ TEST_CASE("split-K rows: the row program adding partial products equals it readi
   }
 }
 
+TEST_CASE("split-K rows: a pipelined row with a 4-byte first-loop load stages it in registers, not 16-byte copies") {
+  // One f32 partial product beside the f16 residual: 8-column packs, 32 bytes of the f32 load a
+  // pack. Staged through shared memory (one 16-byte cp.async a pack and load) half of it came
+  // through; such rows stage in registers (render_row.cpp, smem_staged_rows).
+  RowCase c = residual_norm(128, 768, DType::f16);
+  jit::KernelSpec f16 = *c.step->spec;
+  f16.variants = 0;  // every entry point: the pipelined body too
+  jit::KernelSpec mixed = f16;
+  mixed.parts[0] = read_as_partials(mixed.parts[0], c.y_input, 1, false);
+  const std::string staged_copy = "lf_cp_async16((lf_stage";
+  const std::string a = jit::render_cuda(f16).source, b = jit::render_cuda(mixed).source;
+  REQUIRE(a.find("lf_row_cache_vp") != std::string::npos);  // the pipelined body is there
+  CHECK(a.find(staged_copy) != std::string::npos);            // 2-byte rows: through shared memory
+  REQUIRE(b.find("lf_row_cache_vp") != std::string::npos);
+  CHECK(b.find(staged_copy) == std::string::npos);            // a 4-byte load: in registers
+}
+
 namespace {
 
 // FFN2 of a layer: linear (+ bias) -> + residual -> layer_norm; `output_product` also returns
