@@ -79,7 +79,7 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
       const TensorImpl& t = *values[v].impl();
       // A split GEMM's value holds its f32 partial products (plan.hpp, PlannedSegment::partials).
       const int parts = v < planned_.partials.size() ? planned_.partials[v] : 0;
-      const size_t bytes = parts > 1 ? static_cast<size_t>(t.shape.numel()) * sizeof(float) * parts : t.nbytes();
+      const size_t bytes = parts > 1 ? PlannedSegment::partials_bytes(t.shape, parts) : t.nbytes();
       if (!set.bufs[v] && wanted(v)) set.bufs[v] = allocate_storage(t.device, bytes, w.stream_handle);
     }
     chosen = empty;

@@ -197,7 +197,7 @@ void launch_partials(const PlannedSegment& p, const GemmStep& gs, std::span<cons
   TensorList outs;
   const OpCall c = node_call(p, gs.node, values, &outs);
   TensorImpl& y = *outs[0].impl();
-  const size_t need = static_cast<size_t>(y.shape.numel()) * sizeof(float) * static_cast<size_t>(gs.partials);
+  const size_t need = PlannedSegment::partials_bytes(y.shape, gs.partials);
   if (need == 0) return;
   if (!y.storage || y.storage->bytes < need || y.offset != 0) {
     y.storage = allocate_storage(y.device, need, stream);

@@ -129,6 +129,10 @@ struct PlannedSegment {
   // Per value id, empty when none: > 0 when the value's storage holds that many f32 partial
   // products of its shape instead of the value (GemmStep::partials): what FusedPlan allocates.
   std::vector<int> partials;
+  // Bytes a value of `shape` holding `parts` f32 partial products takes.
+  static size_t partials_bytes(const Shape& shape, int parts) {
+    return static_cast<size_t>(shape.numel()) * sizeof(float) * static_cast<size_t>(parts);
+  }
   std::vector<Step> steps;
   std::vector<Decision> decisions;
   PlanSummary summary;

@@ -1,5 +1,6 @@
 // The fused attention template on CUDA (kernels/cuda/attention.cu): the same cases as the CPU
 // suite (test_attention_cpu.cpp), against the CPU eager backend. Skipped without a GPU.
+#include <functional>
 #include <limits>
 
 #include "tests/planner/attention_cases.hpp"
@@ -63,6 +64,20 @@ void for_each_key_split(F&& body) {
 #endif
 }
 
+// `s`'s attention on random inputs with its mask [sq, sk] (the same for every batch) set by
+// `fill` from all zeros, against eager on the CPU -- rows of -inf, NaN scores.
+void check_masked(const AttentionShape& s, uint64_t seed, const std::function<void(std::vector<float>&)>& fill) {
+  const AttentionSegment a = attention_segment(s);
+  std::vector<Tensor> xs = random_externals(a.seg, seed);
+  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
+  fill(m);
+  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), s.dtype, Device::cpu());
+  check_cuda(a.seg, xs, attention_tol(s.dtype));
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
 }  // namespace
 
 LF_CUDA_TEST_CASE("attention gpu: the BERT pattern is one attention kernel and equals eager") {
@@ -99,19 +114,18 @@ LF_CUDA_TEST_CASE("attention gpu: step equals eager over shapes, dtypes, masks a
 // are all -inf in one group (or in all but one), in the other, everywhere (NaN), and one NaN
 // score, in f16 at d = 64 over 3 key tiles (group 0: tiles 0 and 2, group 1: tile 1).
 LF_CUDA_TEST_CASE("attention gpu: split key groups merge masked, NaN and all -inf rows as eager") {
-  AttentionShape s{1, 2, 6, 150, 64, DType::f16, MaskForm::per_batch, true, false, false};
-  const AttentionSegment a = attention_segment(s);
-  std::vector<Tensor> xs = random_externals(a.seg, 23);
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
-  for (int64_t j = 64; j < 128; ++j) m[j] = -inf;                  // row 0: group 1 all -inf
-  for (int64_t j = 0; j < s.sk; ++j) m[s.sk + j] = j < 64 || j >= 128 ? -inf : 0.0f;  // row 1: only group 1
-  for (int64_t j = 0; j < s.sk; ++j) m[2 * s.sk + j] = -inf;       // row 2: all -inf: NaN
-  m[3 * s.sk + 100] = std::numeric_limits<float>::quiet_NaN();     // row 3: NaN in group 1
-  for (int64_t j = 0; j < 140; ++j) m[4 * s.sk + j] = -inf;        // row 4: only group 0's last tile
-  m[5 * s.sk + 70] = 8.0f;                                         // row 5: group 1 dominates
-  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f16, Device::cpu());
-  for_each_key_split([&] { check_cuda(a.seg, xs, attention_tol(s.dtype)); });
+  const AttentionShape s{1, 2, 6, 150, 64, DType::f16, MaskForm::per_batch, true, false, false};
+  const int64_t sk = s.sk;
+  for_each_key_split([&] {
+    check_masked(s, 23, [sk](std::vector<float>& m) {
+      for (int64_t j = 64; j < 128; ++j) m[j] = -kInf;                            // row 0: group 1 all -inf
+      for (int64_t j = 0; j < sk; ++j) m[sk + j] = j < 64 || j >= 128 ? -kInf : 0.0f;  // row 1: only group 1
+      for (int64_t j = 0; j < sk; ++j) m[2 * sk + j] = -kInf;                     // row 2: all -inf: NaN
+      m[3 * sk + 100] = kNaN;                                                     // row 3: NaN in group 1
+      for (int64_t j = 0; j < 140; ++j) m[4 * sk + j] = -kInf;                    // row 4: only group 0's last tile
+      m[5 * sk + 70] = 8.0f;                                                      // row 5: group 1 dominates
+    });
+  });
 }
 
 LF_CUDA_TEST_CASE("attention gpu: the grouped-query form of the decoders equals eager") {
@@ -123,17 +137,14 @@ LF_CUDA_TEST_CASE("attention gpu: the grouped-query form of the decoders equals 
 }
 
 LF_CUDA_TEST_CASE("attention gpu: rows of all -inf and NaN scores give eager's NaN rows") {
-  AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
-  const AttentionSegment a = attention_segment(s);
-  std::vector<Tensor> xs = random_externals(a.seg, 21);
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> m(static_cast<size_t>(s.sq * s.sk), 0.0f);
-  for (int64_t j = 0; j < s.sk; ++j) m[j] = -inf;
-  for (int64_t j = 0; j + 1 < s.sk; ++j) m[s.sk + j] = -inf;
-  for (int64_t j = 0; j < 66; ++j) m[2 * s.sk + j] = -inf;  // past the first two key tiles
-  m[3 * s.sk + 2] = std::numeric_limits<float>::quiet_NaN();
-  xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), DType::f32, Device::cpu());
-  check_cuda(a.seg, xs, 2e-5);
+  const AttentionShape s{1, 2, 5, 70, 8, DType::f32, MaskForm::per_batch, true, false, false};
+  const int64_t sk = s.sk;
+  check_masked(s, 21, [sk](std::vector<float>& m) {
+    for (int64_t j = 0; j < sk; ++j) m[j] = -kInf;
+    for (int64_t j = 0; j + 1 < sk; ++j) m[sk + j] = -kInf;
+    for (int64_t j = 0; j < 66; ++j) m[2 * sk + j] = -kInf;  // past the first two key tiles
+    m[3 * sk + 2] = kNaN;
+  });
 }
 
 #if LIVEFUSE_HAS_CUDA
