@@ -79,6 +79,9 @@ bool order_kernel_chain(std::vector<cudaGraphNode_t>& nodes) {
   std::unordered_map<cudaGraphNode_t, cudaGraphNode_t> next;  // a node -> the one after it
   cudaGraphNode_t head = nullptr;
   std::vector<cudaGraphNode_t> deps;
+  // Edge data asked for too: without it CUDA refuses to list a programmatic edge (a kernel
+  // launched with PDL, kernels/cuda/pdl.hpp) rather than describe it as a plain one.
+  std::vector<cudaGraphEdgeData> edges;
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type{};
     size_t n = 0;
@@ -89,7 +92,8 @@ bool order_kernel_chain(std::vector<cudaGraphNode_t>& nodes) {
       return false;
     }
     deps.resize(n);
-    if (n && cudaGraphNodeGetDependencies(node, deps.data(), nullptr, &n) != cudaSuccess) {
+    edges.resize(n);
+    if (n && cudaGraphNodeGetDependencies(node, deps.data(), edges.data(), &n) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }

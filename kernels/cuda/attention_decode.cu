@@ -34,6 +34,8 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
 
 namespace livefuse::cuda {
@@ -279,6 +281,17 @@ __device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int64_t 
 }
 
 // Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head), y = row blocks.
+// Keys [begin, end) of (b, h) of a K or V cache into L2 (pdl.cuh), when a key's columns are
+// contiguous: the keys before this step's are the cache the step reads, already in memory.
+template <class S>
+__device__ void prefetch_rows(const void* base, const int64_t (&st)[4], int64_t b, int64_t h,
+                              int64_t begin, int64_t end, int64_t cols) {
+  if (st[3] != 1 || st[2] < cols) return;
+  constexpr int64_t es = sizeof(typename S::Bits);
+  const char* p = static_cast<const char*>(base) + (b * st[0] + h * st[1] + begin * st[2]) * es;
+  prefetch_l2(p, ((end - 1 - begin) * st[2] + cols) * es);
+}
+
 template <class S, int kRows, int W, bool kVec>
 __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int lanes, int splits) {
   __shared__ Shared<kRows> sh;
@@ -288,10 +301,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int l
   const int64_t row0 = int64_t{blockIdx.y} * kRows;
   const int group = threadIdx.x / lanes, groups = kThreads / lanes;
 
-  Walker<S, kRows, W, kVec> st(a, b, h, row0, lanes, (lane % lanes) * W);
   const int64_t per_split = (a.sk + splits - 1) / splits;
   const int64_t begin = split * per_split;
   const int64_t end = begin + per_split < a.sk ? begin + per_split : a.sk;
+  if (threadIdx.x == 0 && blockIdx.y == 0 && begin < end) {  // this split's keys and values
+    prefetch_rows<S>(a.k, a.k_st, b, h, begin, end, a.d);
+    prefetch_rows<S>(a.v, a.v_st, b, h, begin, end, a.dv);
+  }
+  pdl_wait();  // nothing above reads q, K or V, or writes anything
+
+  Walker<S, kRows, W, kVec> st(a, b, h, row0, lanes, (lane % lanes) * W);
   constexpr int kUnroll = Walker<S, kRows, W, kVec>::kUnroll;
   for (int64_t j0 = begin; j0 < end; j0 += int64_t{groups} * kUnroll)
     st.step(j0 + group, groups, end);
@@ -384,12 +403,15 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
       dim3(static_cast<unsigned>(a.batch * a.heads * splits), static_cast<unsigned>(row_blocks));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(splits);
-  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = splits > 1 ? 1 : 0;
+  cudaLaunchAttribute attrs[2]{};
+  if (splits > 1) {
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = static_cast<unsigned>(splits);
+    attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+    cfg.attrs = attrs;
+    cfg.numAttrs = 1;
+  }
+  add_pdl(cfg, attrs);
   LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, lanes, splits));
 }
 

@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/layout.hpp"
@@ -49,6 +51,7 @@ __device__ __forceinline__ Word nan_word(const GatherArgs& a) {
 // Word: the unit copied per lane (uint16_t / uint32_t element, or Vec16<uint32_t> when vec).
 template <class Word>
 __global__ void __launch_bounds__(256) gather_kernel(const GatherArgs a) {
+  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   constexpr bool kVec = sizeof(Word) == 16;
@@ -115,13 +118,12 @@ void launch_gather(const GatherPlan& p, cudaStream_t s) {
   const int64_t blocks = (p.n_ids + 7) / 8;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30));
   if (vec) {
-    gather_kernel<Vec16<uint32_t>><<<grid, 256, 0, s>>>(a);
+    launch_pdl(gather_kernel<Vec16<uint32_t>>, grid, 256, 0, s, a);
   } else if (es == 2) {
-    gather_kernel<uint16_t><<<grid, 256, 0, s>>>(a);
+    launch_pdl(gather_kernel<uint16_t>, grid, 256, 0, s, a);
   } else {
-    gather_kernel<uint32_t><<<grid, 256, 0, s>>>(a);
+    launch_pdl(gather_kernel<uint32_t>, grid, 256, 0, s, a);
   }
-  LF_CUDA_LAUNCH_CHECK("gather_kernel");
 }
 
 int64_t take_gather_error(cudaStream_t s, int64_t* example) {

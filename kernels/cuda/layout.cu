@@ -14,6 +14,8 @@
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/offset_calc.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -63,6 +65,7 @@ __device__ __forceinline__ void copy_part(const CopyArgs<Word, Idx>& a, Idx bloc
 
 template <class Word, class Idx>
 __global__ void __launch_bounds__(kEwThreads) copy_kernel(const CopyArgs<Word, Idx> a) {
+  pdl_wait();
   copy_part(a, static_cast<Idx>(blockIdx.x), static_cast<Idx>(gridDim.x));
 }
 
@@ -81,6 +84,7 @@ static_assert(sizeof(CopyBatchArgs<Vec16<uint32_t>, int64_t>) <= 4096, "kernel p
 
 template <class Word, class Idx>
 __global__ void __launch_bounds__(kEwThreads) copy_batch_kernel(const CopyBatchArgs<Word, Idx> a) {
+  pdl_wait();
   int j = 0;
   while (j + 1 < a.n && blockIdx.x >= a.first_block[j + 1]) ++j;
   copy_part(a.copy[j], static_cast<Idx>(blockIdx.x - a.first_block[j]),
@@ -95,8 +99,7 @@ void launch_typed(void* dst, const void* src, const StridedLayout& l, cudaStream
   a.n = static_cast<Idx>(l.numel());
   a.oc = OffsetCalc<Idx, 2>::make(l, 0);
   const unsigned grid = grid_for((l.numel() + kCopyUnroll - 1) / kCopyUnroll);
-  copy_kernel<Word, Idx><<<grid, kEwThreads, 0, s>>>(a);
-  LF_CUDA_LAUNCH_CHECK("copy_kernel");
+  launch_pdl(copy_kernel<Word, Idx>, grid, kEwThreads, 0, s, a);
 }
 
 template <class Word>
@@ -124,8 +127,7 @@ void launch_batch(const PreparedCopy* const* cs, int n, cudaStream_t s) {
     blocks += grid_for((c.l.numel() + kCopyUnroll - 1) / kCopyUnroll);
   }
   a.first_block[n] = blocks;
-  copy_batch_kernel<Word, Idx><<<blocks, kEwThreads, 0, s>>>(a);
-  LF_CUDA_LAUNCH_CHECK("copy_batch_kernel");
+  launch_pdl(copy_batch_kernel<Word, Idx>, blocks, kEwThreads, 0, s, a);
 }
 
 // ---- tiled transpose ------------------------------------------------------------------------

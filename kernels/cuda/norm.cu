@@ -2,6 +2,8 @@
 // layer_norm takes two reduction passes (mean, then the sum of squared deviations: no
 // cancellation, unlike E[x^2] - E[x]^2) and a write pass; rms_norm one and one. Rows of up to
 // 1024 elements are held in registers between the passes; longer rows are re-read (L1/L2).
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/rowwise.cuh"
 
 namespace livefuse::cuda {
@@ -26,6 +28,7 @@ __device__ __forceinline__ void apply_affine(const RowArgs& a, int64_t j, float 
 template <class S, int V, bool kRms>
 __global__ void __launch_bounds__(kRowThreads) norm_kernel(const RowArgs a) {
   __shared__ float smem[32];
+  pdl_wait();
   const int lane = threadIdx.x % a.group;
   const int per_block = blockDim.x / a.group;
   const int64_t chunks = a.n / V;
@@ -71,6 +74,7 @@ __global__ void __launch_bounds__(kRowThreads) norm_kernel(const RowArgs a) {
 template <class S, int V, bool kRms>
 __global__ void __launch_bounds__(kRowThreads) norm_cached_kernel(const RowArgs a) {
   constexpr int kC = kCachedFloats / V;  // chunks per lane
+  pdl_wait();
   const int lane = threadIdx.x % 32;
   const int per_block = blockDim.x / 32;
   const int64_t chunks = a.n / V;
@@ -119,15 +123,14 @@ void launch(const RowPlan& p, cudaStream_t s) {
   RowArgs a = make_row_args(p, kV, &vec);
   if (vec && row_fits_registers(p.n)) {
     const unsigned grid = warp_row_grid(a);
-    norm_cached_kernel<S, kV, kRms><<<grid, kRowThreads, 0, s>>>(a);
+    launch_pdl(norm_cached_kernel<S, kV, kRms>, grid, kRowThreads, 0, s, a);
   } else if (vec) {
     const unsigned grid = row_grid(a, p.n / kV);
-    norm_kernel<S, kV, kRms><<<grid, kRowThreads, 0, s>>>(a);
+    launch_pdl(norm_kernel<S, kV, kRms>, grid, kRowThreads, 0, s, a);
   } else {
     const unsigned grid = row_grid(a, p.n);
-    norm_kernel<S, 1, kRms><<<grid, kRowThreads, 0, s>>>(a);
+    launch_pdl(norm_kernel<S, 1, kRms>, grid, kRowThreads, 0, s, a);
   }
-  LF_CUDA_LAUNCH_CHECK("norm_kernel");
 }
 
 }  // namespace

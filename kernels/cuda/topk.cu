@@ -3,6 +3,8 @@
 // set of taken indices is kept and ties come out lowest index first, as on the CPU. O(k * n):
 // made for sampling's small k, where a row of a large vocabulary stays in L2 between passes.
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/topk.hpp"
 #include "kernels/cuda/warp.cuh"
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkPlan p) {
   __shared__ int64_t warp_i[32];
   __shared__ float prev_v;
   __shared__ int64_t prev_i;
+  pdl_wait();
   const int64_t row = blockIdx.x;
   const int64_t base = row * p.n;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -72,8 +75,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkPlan p) {
 void launch_topk(const TopkPlan& p, cudaStream_t s) {
   if (p.rows == 0 || p.k == 0) return;
   LF_ASSERT(p.rows <= 0x7fffffff, "topk over ", p.rows, " rows");
-  topk_kernel<<<static_cast<unsigned>(p.rows), kTopkThreads, 0, s>>>(p);
-  LF_CUDA_LAUNCH_CHECK("topk_kernel");
+  launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kTopkThreads, 0, s, p);
 }
 
 }  // namespace livefuse::cuda

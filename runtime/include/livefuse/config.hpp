@@ -74,6 +74,10 @@ struct Config {
   // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
   // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.
   bool split_k_rows = true;
+  // LIVEFUSE_PDL: livefuse's decode kernels (GEMV, decode attention, copies) launch with CUDA's
+  // programmatic dependent launch on sm_90+, prefetching their weights into L2 while the kernel
+  // before them finishes (kernels/cuda/pdl.cuh); 0: each waits for the one before, for comparison.
+  bool pdl = true;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".

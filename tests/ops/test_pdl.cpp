@@ -1,0 +1,208 @@
+// Programmatic dependent launch (kernels/cuda/pdl.cuh): a kernel launched with it may start
+// while the kernel before it runs, so every such kernel must wait before it reads what that
+// kernel wrote or writes what it reads. Checked on chains in which each kernel writes the buffer
+// the one before it read (a write-after-read a missing wait would race) and reads what it wrote,
+// run eagerly, as a captured graph and as a patched PatchableGraph: the same bits as the chain
+// without PDL. Needs a GPU (sm_90 for the overlap itself; older ones run the same code unchained).
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "graphs/cuda_graph.hpp"
+#include "graphs/patchable_graph.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/layout.hpp"
+#include "kernels/cuda/pdl.hpp"
+#include "livefuse/config.hpp"
+#include "tests/test_util.hpp"
+
+namespace cu = livefuse::cuda;
+namespace gr = livefuse::graphs;
+using livefuse::DType;
+
+namespace {
+
+#define CU_OK(call) REQUIRE((call) == cudaSuccess)
+
+constexpr int kRows = 2, kCols = 512, kPadded = 520, kSteps = 24;
+
+// f16 bits of values uniform in [-a, a) (round to nearest through float -> half in software).
+std::vector<uint16_t> half_bits(size_t n, float a, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(-a, a);
+  std::vector<uint16_t> out(n);
+  for (auto& h : out) {
+    const float f = u(g);
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = x & 0x7fffffu;
+    if (exp <= 0) {  // |f| < 2^-14: flush to zero (these tests never need subnormals)
+      h = static_cast<uint16_t>(sign);
+      continue;
+    }
+    uint32_t v = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (v & 1u))) ++v;
+    h = static_cast<uint16_t>(sign | v);
+  }
+  return out;
+}
+
+template <class T>
+T* device_copy(const std::vector<T>& host) {
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, host.size() * sizeof(T)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+// Buffers of the chain: dense rows D [2, 512], padded rows P [2, 520] (so the copy back is a
+// strided copy kernel, not a memcpy), a weight [512, 512], a norm's scale and shift.
+struct Chain {
+  uint16_t *in0, *in1, *d, *p, *w, *gamma, *beta;
+
+  Chain() {
+    in0 = device_copy(half_bits(kRows * kCols, 2.0f, 1));
+    in1 = device_copy(half_bits(kRows * kCols, 2.0f, 2));
+    d = device_copy(std::vector<uint16_t>(kRows * kCols, 0));
+    p = device_copy(std::vector<uint16_t>(kRows * kPadded, 0));
+    // Entries of variance 1 / 512: a product keeps its input's scale, step after step.
+    w = device_copy(half_bits(size_t{kCols} * kCols, 0.0765f, 3));
+    gamma = device_copy(half_bits(kCols, 1.0f, 4));
+    beta = device_copy(half_bits(kCols, 0.5f, 5));
+  }
+  ~Chain() {
+    for (void* q : {in0, in1, d, p, w, gamma, beta}) cudaFree(q);
+  }
+
+  // GEMV D (or `first`) -> P, then the strided copy P -> D, kSteps times; every other product
+  // normalizes its rows first (layer_norm in the GEMV's prologue).
+  void enqueue(const uint16_t* first, cudaStream_t s) const {
+    for (int i = 0; i < kSteps; ++i) {
+      cu::GemvArgs g;
+      g.dtype = DType::f16;
+      g.rows = kRows;
+      g.n = g.k = kCols;
+      g.x = i == 0 ? first : d;
+      g.ldx = kCols;
+      g.w = w;
+      g.ldw = kCols;
+      g.out = p;
+      g.ldo = kPadded;
+      if (i % 2 == 1) {
+        g.norm = cu::GemvNorm::layer;
+        g.norm_w = gamma;
+        g.norm_b = beta;
+        g.eps = 1e-5f;
+      }
+      REQUIRE(cu::gemv_supported(g));
+      cu::launch_gemv(g, s);
+      cu::StridedLayout l;
+      l.rank = 2;
+      l.n_operands = 2;
+      l.sizes[0] = kRows;
+      l.sizes[1] = kCols;
+      l.strides[0][0] = kCols;    // dst: D
+      l.strides[0][1] = 1;
+      l.strides[1][0] = kPadded;  // src: P
+      l.strides[1][1] = 1;
+      cu::launch_copy(d, p, 2, l, s);
+    }
+  }
+
+  std::vector<uint16_t> result(cudaStream_t s) const {
+    std::vector<uint16_t> out(kRows * kCols);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    REQUIRE(cudaMemcpy(out.data(), d, out.size() * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+};
+
+struct PdlSetting {
+  livefuse::Config saved = livefuse::config();
+  explicit PdlSetting(bool on) {
+    livefuse::Config c = saved;
+    c.pdl = on;
+    livefuse::set_config_for_testing(c);
+  }
+  ~PdlSetting() { livefuse::set_config_for_testing(saved); }
+};
+
+// Programmatic edges in `g` (edges whose type is not the default full dependency).
+size_t programmatic_edges(cudaGraph_t g) {
+  size_t n = 0;
+  REQUIRE(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n) == cudaSuccess);
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  if (n) REQUIRE(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n) == cudaSuccess);
+  size_t k = 0;
+  for (const auto& e : data) k += e.type == cudaGraphDependencyTypeProgrammatic;
+  return k;
+}
+
+}  // namespace
+
+LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one before read, gives the bits it gives without PDL") {
+  cudaStream_t s;
+  CU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const Chain c;
+  std::vector<uint16_t> want;
+  {
+    const PdlSetting off(false);
+    c.enqueue(c.in0, s);
+    want = c.result(s);
+  }
+  const bool overlap = cu::current_device_info().cc_major >= 9;
+  const PdlSetting on(true);
+  CHECK(cu::pdl_enabled() == overlap);
+  SUBCASE("eager") {
+    c.enqueue(c.in0, s);
+    CHECK(c.result(s) == want);
+  }
+  SUBCASE("one captured graph, replayed") {
+    gr::CudaGraph g = gr::capture(s, [&] { c.enqueue(c.in0, s); });
+    // The chain is linked by programmatic edges (sm_90+): the overlap is really engaged.
+    if (overlap) CHECK(programmatic_edges(g.get()) >= 2 * kSteps - 1);
+    const gr::CudaGraphExec e(g);
+    for (int r = 0; r < 3; ++r) {
+      CU_OK(cudaMemsetAsync(c.d, 0, kRows * kCols * 2, s));
+      e.launch(s);
+      CHECK(c.result(s) == want);
+    }
+  }
+  SUBCASE("a PatchableGraph whose chain takes another input") {
+    std::vector<uint16_t> want1;
+    {
+      const PdlSetting off(false);
+      c.enqueue(c.in1, s);
+      want1 = c.result(s);
+    }
+    REQUIRE(want1 != want);
+    auto pg = gr::PatchableGraph::capture(s, [&](gr::RegionMarks& m) {
+      m.begin();
+      c.enqueue(c.in0, s);
+      m.end();
+    });
+    REQUIRE(pg);
+    REQUIRE(pg->ok());  // its chain ordered through programmatic edges
+    CHECK(pg->patchable_nodes() == 2 * kSteps);
+    pg->launch(s);
+    CHECK(c.result(s) == want);
+    const gr::KernelChain k = gr::KernelChain::capture(s, [&] { c.enqueue(c.in1, s); });
+    REQUIRE(k.ok());
+    REQUIRE(k.shape() == pg->shape());
+    REQUIRE(pg->patch(k));
+    pg->launch(s);
+    CHECK(c.result(s) == want1);
+  }
+  CU_OK(cudaStreamDestroy(s));
+}
+
+#endif  // LIVEFUSE_HAS_CUDA
