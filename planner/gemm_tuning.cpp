@@ -258,6 +258,8 @@ void register_gemm_tuning_counters() {
       sink.add("skipped_capturing", c.skipped_capturing);
       sink.add("table_hits", c.table_hits);
       sink.add("entries", c.entries);
+      sink.add("family_algos", c.family_algos);
+      sink.add("family_representatives", c.family_representatives);
       // The summed GPU time per run of the tuned shapes (kept records): top-1 against chosen.
       double top1 = 0, chosen = 0;
       for (const cuda::GemmTuneRecord& r : cuda::gemm_tune_records())

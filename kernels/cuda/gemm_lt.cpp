@@ -11,6 +11,8 @@
 //    every pointer (cuBLASLt picks kernels by alignment) and the device. Thread-local, so the
 //    per-call bias pointer can be set on the cached descriptor without a lock or a race.
 //    Bounded: past kMaxPlans entries the thread's cache is dropped and rebuilt.
+//  * per thread, the algorithm of each few-row batched product family (a decode step's eager
+//    attention products over every cache length: gemm_lt_family.hpp), bounded the same way.
 //
 // [ Note -- tuned algorithms ]
 // The heuristic's top-1 is often far from the best algorithm for a shape (on the H200, BERT-base
@@ -45,6 +47,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt_check.hpp"
+#include "kernels/cuda/gemm_lt_family.hpp"
 #include "kernels/cuda/gemm_lt_operands.hpp"
 #include "kernels/cuda/gpu_delay.hpp"
 #include "livefuse/config.hpp"
@@ -439,6 +442,41 @@ int heuristic(const LtCall& c, const GemmPlan* p, cublasLtHandle_t handle, int w
   return found;
 }
 
+// ---- few-row families (gemm_lt_family.hpp) --------------------------------------------------
+// Per thread, as the plans are: family representative's key -> the heuristic's top-1 for it.
+using FamilyMap = std::unordered_map<GemmKey, cublasLtMatmulAlgo_t, GemmKeyHash>;
+FamilyMap& thread_families() {
+  thread_local auto& families = *new FamilyMap();  // leaked as thread_plans() is
+  return families;
+}
+
+// Takes the algorithm of `c`'s family into `p` when `c` has one and it runs `c`'s shape within
+// the workspace; false otherwise (the caller asks the heuristic about `c` itself).
+bool take_family_algo(const LtCall& c, int device, cublasLtHandle_t handle, GemmPlan* p) {
+  if (!in_few_row_family(c)) return false;
+  const LtCall r = family_representative(c);
+  const GemmKey fk = key_of(r, device);
+  FamilyMap& families = thread_families();
+  auto it = families.find(fk);
+  if (it == families.end()) {
+    if (families.size() >= kMaxPlans) families.clear();
+    const std::unique_ptr<GemmPlan> rp = make_plan(r);
+    cublasLtMatmulHeuristicResult_t top{};
+    try { heuristic(r, rp.get(), handle, 1, &top); } catch (const Error&) { return false; }  // none
+    it = families.emplace(fk, top.algo).first;
+    const std::lock_guard<std::mutex> lock(tune_state().mu);
+    ++tune_state().ctr.family_representatives;
+  }
+  cublasLtMatmulHeuristicResult_t check{};
+  const cublasStatus_t st = cublasLtMatmulAlgoCheck(handle, p->desc, p->a, p->b, p->d, p->d, &it->second, &check);
+  if (st != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kGemmWorkspaceBytes) return false;
+  p->algo = it->second;
+  p->workspace = check.workspaceSize;
+  const std::lock_guard<std::mutex> lock(tune_state().mu);
+  ++tune_state().ctr.family_algos;
+  return true;
+}
+
 // Tuning mode's part of plan_for: the table's choice if another plan already tuned the key,
 // else the candidates timed here. `p` ends with the heuristic's top-1 at worst.
 void tune_plan(const GemmKey& key, const LtCall& c, GemmPlan* p, cublasLtHandle_t handle,
@@ -488,7 +526,7 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle, void* w
   } else {
     if (config().gemm_tune) refresh_from_table(key, p.get());
     else p->tuned_gen = g_tuned_gen.load(std::memory_order_relaxed);
-    if (!p->tuned) {
+    if (!p->tuned && !take_family_algo(c, device, handle, p.get())) {
       cublasLtMatmulHeuristicResult_t result{};
       heuristic(c, p.get(), handle, 1, &result);
       p->algo = result.algo;
@@ -501,26 +539,6 @@ GemmPlan* plan_for(const LtCall& c, int device, cublasLtHandle_t handle, void* w
 }
 
 }  // namespace
-
-// Row-major [R, C] view with strides (sr, sc) as a column-major cuBLASLt matrix whose op()
-// is the transpose of the view, i.e. op(M) = view^T with shape [C, R]. False if the view has
-// no unit stride (it must be copied).
-bool as_transposed(int64_t R, int64_t C, int64_t sr, int64_t sc, LtMat* m) {
-  // A dim of size 1 is never stepped: its stride may be anything, so pick one that fits.
-  if (C == 1) sc = 1;
-  if (R == 1) sr = std::max<int64_t>(C, 1);
-  if (sc == 1 && sr >= std::max<int64_t>(C, 1)) {  // row-major: memory is view^T col-major
-    m->op = CUBLAS_OP_N;
-    m->rows = C, m->cols = R, m->ld = sr;
-    return true;
-  }
-  if (sr == 1 && sc >= std::max<int64_t>(R, 1)) {  // column-major view: use op = T
-    m->op = CUBLAS_OP_T;
-    m->rows = R, m->cols = C, m->ld = sc;
-    return true;
-  }
-  return false;
-}
 
 void lt_matmul(const LtCall& c, cudaStream_t s) {
   const int device = current_device();
@@ -562,6 +580,7 @@ GemmTuneCounters gemm_tune_counters() {
 
 void reset_gemm_tuning() {
   thread_plans().clear();
+  thread_families().clear();
   TuneState& st = tune_state();
   {
     std::lock_guard<std::mutex> lock(st.mu);

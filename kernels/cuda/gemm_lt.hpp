@@ -99,6 +99,9 @@ struct GemmTuneCounters {
   uint64_t skipped_capturing = 0; // tuning asked for on a capturing stream: not done
   uint64_t table_hits = 0;        // plans built from the tuned table (any thread)
   uint64_t entries = 0;           // shapes in the table now
+  // Few-row batched products (gemm_lt_family.hpp): plans that took their family's algorithm,
+  // and the families' representatives the heuristic was asked about.
+  uint64_t family_algos = 0, family_representatives = 0;
 };
 
 // The algorithm the heuristic gives `c` first (what a call of its shape runs untuned), described:
