@@ -14,7 +14,9 @@ def main():
     label = sys.argv[3] if len(sys.argv) > 3 else ""
     try:
         d = json.load(open(gen))
-        print(f"{label} ms/token {round(d.get('step_median_ms', -1), 4)} served {d.get('served_calls')}")
+        print(f"{label} ms/token {round(d.get('step_median_ms', -1), 4)} served {d.get('served_calls')};"
+              f" warm-up: served after {round(d.get('warmup_to_served_ms', -1), 1)} ms,"
+              f" slowest token until then {round(d.get('warmup_max_step_ms', -1), 3)} ms")
     except Exception as e:
         print(f"{label} (no json: {e!r})")
     try:
@@ -35,6 +37,10 @@ def main():
     except Exception:
         pass
     print(line)
+    g = c.get("gemm_tuning", {})
+    if g.get("family_algos") is not None:
+        print(f"  cuBLASLt few-row families: {g.get('family_algos')} shapes took a family's algorithm,"
+              f" {g.get('family_representatives')} representatives asked")
     for dev, m in c.items():
         if dev.startswith("memory.") and m.get("peak_bytes_in_use"):
             print(f"  {dev}: in use {m['bytes_in_use'] / 2**20:.1f} MiB, cached {m['bytes_cached'] / 2**20:.1f} MiB,"
