@@ -1,0 +1,203 @@
+// livefuse-bench-gemv-chain: a decode step's products as one CUDA graph of back-to-back GEMVs
+// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh):
+// what a chain of short dependent kernels costs per kernel, and what launching each while the
+// one before runs (its weights prefetched into L2) saves. Per layer, as the plans run them:
+//   gpt2 f16 (12 layers):  QKV 2304x768 (layer_norm inside), out 768x768 (+ residual),
+//                          FFN1 3072x768 (layer_norm inside, gelu_tanh), FFN2 768x3072 (+ residual)
+//   llama bf16 (16 layers): QKV 3072x2048 (rms_norm inside), out 2048x2048 (+ residual),
+//                          gate/up 16384x2048 (rms_norm inside), down 2048x8192 (+ residual)
+// Every layer has its own weights (nothing stays in L2 from one layer to the next), and each
+// product reads the one before's output. The floor is the weights' bytes at --bw GB/s.
+// Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS]   (exit 2 on a CUDA error)
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_cuda.hpp"
+#include "bench/bench_record.hpp"
+#include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/pdl.hpp"
+#include "livefuse/config.hpp"
+
+namespace {
+
+namespace cu = livefuse::cuda;
+using livefuse::DType;
+
+struct Product {
+  int64_t n, k;
+  cu::GemvNorm norm;
+  cu::GemvAct act;
+  bool residual;
+};
+
+struct Model {
+  const char* name;
+  DType dtype;
+  int layers;
+  std::vector<Product> layer;
+};
+
+std::vector<Model> models() {
+  using N = cu::GemvNorm;
+  using A = cu::GemvAct;
+  return {
+      {"gpt2", DType::f16, 12,
+       {{2304, 768, N::layer, A::none, false}, {768, 768, N::none, A::none, true},
+        {3072, 768, N::layer, A::gelu_tanh, false}, {768, 3072, N::none, A::none, true}}},
+      {"llama-1b", DType::bf16, 16,
+       {{3072, 2048, N::rms, A::none, false}, {2048, 2048, N::none, A::none, true},
+        {16384, 2048, N::rms, A::none, false}, {2048, 8192, N::none, A::none, true}}},
+  };
+}
+
+void* device_random(size_t elems, float a, uint64_t seed) {
+  // Small values as 16-bit floats (f16 and bf16 both read 0x3c00-ish patterns sensibly enough
+  // for timing); the sums never overflow: weights are +-a with a ~ 1 / sqrt(k).
+  std::mt19937 g(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> u(-a, a);
+  std::vector<uint16_t> h(elems);
+  for (auto& v : h) {
+    const float f = u(g);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    v = static_cast<uint16_t>(bits >> 16);  // bf16 truncation; as f16 bits: some value, finite
+    v &= 0xbfff;                            // never an all-ones exponent (inf / NaN) as f16
+  }
+  void* p = nullptr;
+  BENCH_CUDA(cudaMalloc(&p, elems * 2));
+  BENCH_CUDA(cudaMemcpy(p, h.data(), elems * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+
+struct Chain {
+  std::vector<cu::GemvArgs> steps;
+  std::vector<void*> owned;
+  double weight_bytes = 0;
+
+  explicit Chain(const Model& m) {
+    int64_t widest = 0;
+    for (const Product& p : m.layer) widest = std::max({widest, p.n, p.k});
+    void* act[2] = {device_random(widest, 1.0f, 1), device_random(widest, 1.0f, 2)};
+    void* res = device_random(widest, 1.0f, 3);
+    void* gamma = device_random(widest, 1.0f, 4);
+    owned = {act[0], act[1], res, gamma};
+    int cur = 0;
+    for (int l = 0; l < m.layers; ++l) {
+      for (const Product& p : m.layer) {
+        cu::GemvArgs g;
+        g.dtype = m.dtype;
+        g.rows = 1;
+        g.n = p.n;
+        g.k = p.k;
+        g.x = act[cur];
+        g.ldx = p.k;
+        g.w = device_random(static_cast<size_t>(p.n * p.k), 0.03f, 100 + steps.size());
+        owned.push_back(const_cast<void*>(g.w));
+        g.ldw = p.k;
+        g.out = act[1 - cur];
+        g.ldo = p.n;
+        g.act = p.act;
+        g.norm = p.norm;
+        if (p.norm != cu::GemvNorm::none) {
+          g.norm_w = gamma;
+          g.eps = 1e-5f;
+        }
+        if (p.residual) g.residual = res;
+        if (!cu::gemv_supported(g)) {
+          std::fprintf(stderr, "gemv does not take %s %lldx%lld\n", m.name, static_cast<long long>(p.n),
+                       static_cast<long long>(p.k));
+          std::exit(2);
+        }
+        steps.push_back(g);
+        weight_bytes += static_cast<double>(p.n * p.k * 2);
+        cur = 1 - cur;
+      }
+    }
+  }
+  ~Chain() {
+    for (void* p : owned) cudaFree(p);
+  }
+};
+
+void set_pdl(bool on) {
+  livefuse::Config c = livefuse::config();
+  c.pdl = on;
+  livefuse::set_config_for_testing(c);
+}
+
+// Median microseconds of one replay of the chain captured as one graph.
+double time_chain(const Chain& c, cudaStream_t s, int reps) {
+  cudaGraph_t g = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (const cu::GemvArgs& a : c.steps) cu::launch_gemv(a, s);
+  BENCH_CUDA(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t e = nullptr;
+  BENCH_CUDA(cudaGraphInstantiate(&e, g, 0));
+  for (int i = 0; i < 5; ++i) BENCH_CUDA(cudaGraphLaunch(e, s));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    BENCH_CUDA(cudaGraphLaunch(e, s));
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(ms * 1000.0);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  return lfbench::median(us);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json;
+  int reps = 50;
+  double bw = 4140;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) json = argv[++i];
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--bw" && i + 1 < argc) bw = std::atof(argv[++i]);
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("livefuse-bench-gemv-chain: no CUDA device; skipped\n");
+    return 0;
+  }
+  cudaStream_t s;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<lfbench::Record> recs;
+  std::printf("%-9s %-8s %9s %7s %11s %11s %8s\n", "model", "pdl", "kernels", "us", "us/kernel", "floor us", "of bw");
+  for (const Model& m : models()) {
+    const Chain c(m);
+    const double floor_us = c.weight_bytes / (bw * 1e3);
+    // Alternating, twice each: the machine's drift shows as a spread, not as a side's gain.
+    for (int round = 0; round < 2; ++round) {
+      for (const bool on : {false, true}) {
+        set_pdl(on);
+        const double us = time_chain(c, s, reps);
+        const double n = static_cast<double>(c.steps.size());
+        std::printf("%-9s %-8s %9zu %7.1f %11.2f %11.1f %7.0f%%\n", m.name, on ? "on" : "off", c.steps.size(), us,
+                    us / n, floor_us, 100.0 * floor_us / us);
+        recs.push_back({"gemv_chain", on ? "pdl" : "no_pdl", m.name, us,
+                        {{"kernels", n}, {"us_per_kernel", us / n}, {"floor_us", floor_us}, {"round", round}}});
+      }
+    }
+  }
+  if (!json.empty()) lfbench::write_json(json, recs);
+  cudaStreamDestroy(s);
+  return 0;
+}
