@@ -125,10 +125,19 @@ struct Chain {
   }
 };
 
-void set_pdl(bool on) {
+// The variants compared: no PDL; PDL with the weights prefetched into L2 before the wait (the
+// default); PDL alone.
+struct Variant {
+  const char* name;
+  bool pdl, prefetch;
+};
+constexpr Variant kVariants[] = {{"off", false, false}, {"pdl", true, true}, {"pdl_nopf", true, false}};
+
+void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
-  c.pdl = on;
+  c.pdl = v.pdl;
   livefuse::set_config_for_testing(c);
+  cu::set_gemv_prefetch(v.prefetch);
 }
 
 // Median microseconds of one replay of the chain captured as one graph.
@@ -180,19 +189,19 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::vector<lfbench::Record> recs;
-  std::printf("%-9s %-8s %9s %7s %11s %11s %8s\n", "model", "pdl", "kernels", "us", "us/kernel", "floor us", "of bw");
+  std::printf("%-9s %-8s %9s %7s %11s %11s %8s\n", "model", "variant", "kernels", "us", "us/kernel", "floor us", "of bw");
   for (const Model& m : models()) {
     const Chain c(m);
     const double floor_us = c.weight_bytes / (bw * 1e3);
     // Alternating, twice each: the machine's drift shows as a spread, not as a side's gain.
     for (int round = 0; round < 2; ++round) {
-      for (const bool on : {false, true}) {
-        set_pdl(on);
+      for (const Variant& v : kVariants) {
+        set_variant(v);
         const double us = time_chain(c, s, reps);
         const double n = static_cast<double>(c.steps.size());
-        std::printf("%-9s %-8s %9zu %7.1f %11.2f %11.1f %7.0f%%\n", m.name, on ? "on" : "off", c.steps.size(), us,
-                    us / n, floor_us, 100.0 * floor_us / us);
-        recs.push_back({"gemv_chain", on ? "pdl" : "no_pdl", m.name, us,
+        std::printf("%-9s %-8s %9zu %7.1f %11.2f %11.1f %7.0f%%\n", m.name, v.name, c.steps.size(), us, us / n,
+                    floor_us, 100.0 * floor_us / us);
+        recs.push_back({"gemv_chain", v.name, m.name, us,
                         {{"kernels", n}, {"us_per_kernel", us / n}, {"floor_us", floor_us}, {"round", round}}});
       }
     }

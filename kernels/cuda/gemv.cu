@@ -4,6 +4,7 @@
 // FFN2: 768 rows of 3072) still have enough loads in flight per SM, while tall ones (a
 // vocabulary head) use one warp a row. Sums are float, in a fixed order: the same call gives
 // the same bits every time.
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/check.cuh"
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
   __shared__ float partial[kWarps][kRows];
 
   const int64_t n0 = int64_t{blockIdx.x} * kRowsPerBlock;
-  if (threadIdx.x == 0 && n0 < a.n) {  // this block's weight rows, while the kernel before ends
+  if (a.prefetch && threadIdx.x == 0 && n0 < a.n) {  // this block's weights, while the kernel before ends
     const int64_t es = sizeof(Bits), last = (n0 + kRowsPerBlock < a.n ? n0 + kRowsPerBlock : a.n) - 1;
     if ((last * a.ldw + a.k) * es <= kPrefetchBytes)
       prefetch_l2(static_cast<const char*>(a.w) + n0 * a.ldw * es, ((last - n0) * a.ldw + a.k) * es);
@@ -106,16 +107,25 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
   const int64_t chunks = a.k / kPer;
   const char* wrow = static_cast<const char*>(a.w) + n * a.ldw * int64_t{sizeof(Bits)};
   constexpr int64_t kStep = int64_t{32} * kSplit;
-  uint4 wv[kUnroll];
-  const auto load_weights = [&](int64_t c0) {
+  // The epilogue's operands first (the lane that writes row m reads them): loaded after the
+  // reductions they were one more dependent round trip at the end of every product.
+  float bias = 0.0f, resid = 0.0f;
+  if (n < a.n && lane < a.rows && part == 0) {
+    if (a.bias) bias = S::to(static_cast<const Bits*>(a.bias)[n]);
+    if (a.residual && a.parts == 0) resid = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n]);
+  }
+  // Weights in rounds of kUnroll loads a lane, double-buffered: the next round is in flight
+  // while this one is summed (a 2048-long bf16 row is two rounds, an 8192-long one 4 per warp).
+  uint4 wv[kUnroll], wn[kUnroll];
+  const auto load_weights = [&](uint4 (&dst)[kUnroll], int64_t c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + u * kStep;
-      if (c < chunks) wv[u] = load_stream(wrow + c * 16);
+      if (c < chunks) dst[u] = load_stream(wrow + c * 16);
     }
   };
   int64_t c0 = int64_t{part} * 32 + lane;
-  if (n < a.n) load_weights(c0);  // in flight while a norm's statistics are taken
+  if (n < a.n) load_weights(wv, c0);  // in flight while a norm's statistics are taken
 
   float mean[kRows], rstd[kRows];
   if constexpr (kNorm) {
@@ -136,6 +146,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
 
   if (n < a.n) {
     for (; c0 < chunks;) {
+      const int64_t next = c0 + kStep * kUnroll;
+      if (next < chunks) load_weights(wn, next);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * kStep;
@@ -164,8 +176,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
           }
         }
       }
-      c0 += kStep * kUnroll;
-      if (c0 < chunks) load_weights(c0);
+      c0 = next;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) wv[u] = wn[u];
     }
   }
 #pragma unroll
@@ -191,7 +204,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
   for (int m = 0; m < kRows; ++m) {
     if (lane != m || m >= a.rows) continue;
     float y = acc[m];
-    if (a.bias) y += S::to(static_cast<const Bits*>(a.bias)[n]);
+    if (a.bias) y += bias;
     y = rounded<S>(y);
     if (a.act == GemvAct::relu) y = lf_relu(y);
     else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
@@ -202,7 +215,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
       continue;
     }
     const int64_t o = m * a.ldo + n;
-    if (a.residual) y = y + S::to(static_cast<const Bits*>(a.residual)[o]);
+    if (a.residual) y = y + resid;
     static_cast<Bits*>(a.out)[o] = S::from(y);
   }
 }
@@ -250,7 +263,15 @@ bool gemv_supported(const GemvArgs& a) {
   return a.k % per == 0 && a.ldw % per == 0 && aligned(a.w) && a.ldo >= a.n;
 }
 
-void launch_gemv(const GemvArgs& a, cudaStream_t s) {
+namespace {
+std::atomic<bool> g_prefetch{true};
+}  // namespace
+
+void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
+
+void launch_gemv(const GemvArgs& args, cudaStream_t s) {
+  GemvArgs a = args;
+  a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
   // Warps a weight row: more while the grid would leave loads per SM short and each lane would
   // otherwise wait on more than one round of kUnroll loads.
   const int64_t runs = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype))) / 32;

@@ -53,6 +53,8 @@ struct GemvArgs {
   int parts = 0;
   void* part_out[kGemvMaxParts] = {};
   int64_t begin[kGemvMaxParts + 1] = {};
+  // Set by launch_gemv: the kernel prefetches its weights into L2 before its PDL wait.
+  bool prefetch = false;
 };
 
 // Whether launch_gemv takes `a`: dtype, rows, k a whole number of 16-byte loads, x and w
@@ -61,5 +63,8 @@ struct GemvArgs {
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.
 void launch_gemv(const GemvArgs& a, cudaStream_t s);
+// Whether a GEMV launched with PDL prefetches its weights into L2 first (default on); for
+// livefuse-bench-gemv-chain's comparison.
+void set_gemv_prefetch(bool on);
 
 }  // namespace livefuse::cuda
