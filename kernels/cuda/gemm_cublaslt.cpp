@@ -108,6 +108,7 @@ void gemm_nd(MatView a, MatView b, const OutView& out, const void* bias, bool tf
     return;
   }
   if (try_gemv(a, b, out, bias, act, residual, s)) return;
+  if (!bias && act == LtAct::none && !residual && detail::launch_few_row_batched(a, b, out, s)) return;
   LtCall c;
   c.dtype = dt;
   c.tf32 = tf32;

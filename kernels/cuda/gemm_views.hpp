@@ -57,4 +57,10 @@ bool fold_rows(const MatView& a, int64_t k, int64_t* rows, int64_t* row_stride);
 bool gemv_args_for(const MatView& a, const MatView& b, const OutView& out, GemvArgs* g,
                    GemvNorm norm = GemvNorm::none);
 
+// A batched product of at most kGemvColsMaxRows rows a batch (a decode step's eager q·kᵀ and
+// p·v, one query row per head) as one launch of livefuse's few-row kernels, when its batch dims
+// fold to one stride per operand: the GEMV where b's columns run along K (kᵀ), gemv_cols where
+// its rows do (v). No bias, activation or residual. False leaves it to cuBLASLt.
+bool launch_few_row_batched(const MatView& a, const MatView& b, const OutView& out, cudaStream_t s);
+
 }  // namespace livefuse::cuda::detail

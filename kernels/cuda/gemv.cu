@@ -88,6 +88,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
   constexpr int kRowsPerBlock = kWarps / kSplit;
   __shared__ float partial[kWarps][kRows];
 
+  if (blockIdx.y > 0) {  // the b-th product of a batch
+    const int64_t b = blockIdx.y, es = sizeof(Bits);
+    a.x = static_cast<const char*>(a.x) + b * a.x_bstride * es;
+    a.w = static_cast<const char*>(a.w) + b * a.w_bstride * es;
+    a.out = static_cast<char*>(a.out) + b * a.o_bstride * es;
+  }
   const int64_t n0 = int64_t{blockIdx.x} * kRowsPerBlock;
   if (a.prefetch && threadIdx.x == 0 && n0 < a.n) {  // this block's weights, while the kernel before ends
     const int64_t es = sizeof(Bits), last = (n0 + kRowsPerBlock < a.n ? n0 + kRowsPerBlock : a.n) - 1;
@@ -223,7 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvArgs a) {
 template <class S, int kRows, bool kNorm>
 void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
   const auto grid = [&](int k) {
-    return static_cast<unsigned>((a.n + kWarps / k - 1) / (kWarps / k));
+    return dim3(static_cast<unsigned>((a.n + kWarps / k - 1) / (kWarps / k)), static_cast<unsigned>(a.batch));
   };
   switch (split) {
     case 1:
@@ -260,6 +266,10 @@ bool gemv_supported(const GemvArgs& a) {
       ((a.norm == GemvNorm::rms && a.norm_b) || !aligned(a.norm_w) || !aligned(a.norm_b)))
     return false;
   if (!aligned(a.x) || (a.rows > 1 && a.ldx % per != 0)) return false;
+  if (a.batch < 1 || a.batch > 65535) return false;
+  if (a.batch > 1 && (a.bias || a.residual || a.norm != GemvNorm::none || a.parts > 0 ||
+                      a.x_bstride % per != 0 || a.w_bstride % per != 0))
+    return false;
   return a.k % per == 0 && a.ldw % per == 0 && aligned(a.w) && a.ldo >= a.n;
 }
 

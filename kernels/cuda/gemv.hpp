@@ -53,9 +53,34 @@ struct GemvArgs {
   int parts = 0;
   void* part_out[kGemvMaxParts] = {};
   int64_t begin[kGemvMaxParts + 1] = {};
+  // batch > 1: that many independent products (a decode step's eager q·kᵀ, one per head), the
+  // b-th reading x, w and writing out `*_bstride` elements past the first; no bias, residual,
+  // norm or parts then.
+  int64_t batch = 1, x_bstride = 0, w_bstride = 0, o_bstride = 0;
   // Set by launch_gemv: the kernel prefetches its weights into L2 before its PDL wait.
   bool prefetch = false;
 };
+
+// out[b][m, n] = sum_k x[b][m, k] * B[b][k, n] for m < kGemvColsMaxRows, B row-major with unit
+// stride along n (a decode step's eager p·v: probabilities times a V cache of L keys). Each
+// thread sums 16 bytes of columns over a share of the keys; the shares are added in shared
+// memory. f32 sums, rounded to the dtype once, as a GEMM writes them.
+inline constexpr int kGemvColsMaxRows = 2;
+inline constexpr int kGemvColsMaxChunks = 64;  // 16-byte column chunks a row of B: n <= 512 f16
+struct GemvColsArgs {
+  DType dtype = DType::f32;
+  int rows = 0;
+  int64_t n = 0, k = 0;
+  const void* x = nullptr;  // [rows, k], row stride ldx, unit stride along k
+  int64_t ldx = 0;
+  const void* b = nullptr;  // [k, n], row stride ldb, unit stride along n
+  int64_t ldb = 0;
+  void* out = nullptr;      // [rows, n], row stride ldo
+  int64_t ldo = 0;
+  int64_t batch = 1, x_bstride = 0, b_bstride = 0, o_bstride = 0;
+};
+bool gemv_cols_supported(const GemvColsArgs& a);
+void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s);
 
 // Whether launch_gemv takes `a`: dtype, rows, k a whole number of 16-byte loads, x and w
 // 16-byte aligned (pointers and row strides), no activation together with a residual; a norm's

@@ -1,10 +1,13 @@
 // The few-row GEMV's host side (gemv.hpp): which matmul / linear calls it takes, their operands
 // as GemvArgs, and the entry points the planner's steps call (gemm.hpp: run_gemv_norm,
 // run_gemv_split); gemm_nd (gemm_cublaslt.cpp) tries it first for every product.
+#include <span>
+
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
 #include "kernels/cuda/gemm_views.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/strided.hpp"
 #include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
@@ -13,6 +16,50 @@ static_assert(static_cast<int>(GemvAct::relu) == static_cast<int>(LtAct::relu) &
               static_cast<int>(GemvAct::gelu_tanh) == static_cast<int>(LtAct::gelu_tanh));
 
 namespace detail {
+
+bool launch_few_row_batched(const MatView& a, const MatView& b, const OutView& out, cudaStream_t s) {
+  const int ra = a.shape.rank, rb = b.shape.rank, ro = out.shape.rank;
+  if (!config().gemv || ra < 3 || rb < 3 || ro < 3) return false;
+  const int64_t M = a.shape[ra - 2], K = a.shape[ra - 1], N = b.shape[rb - 1];
+  if (M < 1 || M > kGemvColsMaxRows || K < 1 || N < 1 || a.strides[ra - 1] != 1) return false;
+  // The batch dims as one run per operand (out dense: M x N apart).
+  const auto lead = [](const Dims& d, int n) { return Dims(std::span<const int64_t>(d.begin(), n)); };
+  StridedLayout l = make_layout(lead(out.shape, ro - 2));
+  add_dense_operand(l);
+  for (int d = 0; d < l.rank; ++d) l.strides[0][d] *= M * N;
+  add_operand(l, lead(a.shape, ra - 2), lead(a.strides, ra - 2));
+  add_operand(l, lead(b.shape, rb - 2), lead(b.strides, rb - 2));
+  coalesce(l);
+  // One product (the plain GEMV's), batch dims that do not fold, or one b for every batch (the
+  // fold into more rows serves that better).
+  if (l.rank != 1 || l.strides[2][0] == 0) return false;
+  const int64_t batch = l.sizes[0], ldx = M > 1 ? a.strides[ra - 2] : K;
+  if (b.strides[rb - 2] == 1) {  // columns along K: W[N, K]^T, the GEMV proper
+    GemvArgs g;
+    g.dtype = out.dtype;
+    g.rows = static_cast<int>(M);
+    g.n = N, g.k = K;
+    g.x = a.ptr, g.ldx = ldx;
+    g.w = b.ptr, g.ldw = b.strides[rb - 1];
+    g.out = out.ptr, g.ldo = N;
+    g.batch = batch, g.o_bstride = l.strides[0][0], g.x_bstride = l.strides[1][0], g.w_bstride = l.strides[2][0];
+    if (!gemv_supported(g)) return false;
+    launch_gemv(g, s);
+    return true;
+  }
+  if (b.strides[rb - 1] != 1) return false;
+  GemvColsArgs g;
+  g.dtype = out.dtype;
+  g.rows = static_cast<int>(M);
+  g.n = N, g.k = K;
+  g.x = a.ptr, g.ldx = ldx;
+  g.b = b.ptr, g.ldb = b.strides[rb - 2];
+  g.out = out.ptr, g.ldo = N;
+  g.batch = batch, g.o_bstride = l.strides[0][0], g.x_bstride = l.strides[1][0], g.b_bstride = l.strides[2][0];
+  if (!gemv_cols_supported(g)) return false;
+  launch_gemv_cols(g, s);
+  return true;
+}
 
 bool gemv_args_for(const MatView& a, const MatView& b, const OutView& out, GemvArgs* g,
                    GemvNorm norm) {

@@ -7,6 +7,7 @@
 #include "kernels/cuda/gemm_lt.hpp"
 #include "kernels/cuda/gemm_lt_family.hpp"
 #include "kernels/cuda/gemm_lt_operands.hpp"
+#include "livefuse/config.hpp"
 #include "tests/ops/ops_util.hpp"
 
 using namespace opstest;
@@ -84,29 +85,59 @@ TEST_CASE("gemm family: few-row batched products share a representative per powe
   CHECK_FALSE(cu::in_few_row_family(c));
 }
 
-LF_CUDA_TEST_CASE("gemm family: a decode step's eager attention products over 100 cache lengths") {
-  const Device gpu = Device::cuda(0);
+namespace {
+
+// q [2, 12, rows, 64] against the first `keys` keys of a K and V cache (dense, as a concat cache
+// leaves them): q·kᵀ and p·v on the GPU, checked against the CPU. Returns p·v.
+Tensor attention_products(DType t, int64_t rows, int64_t keys, const Tensor& q, const Tensor& k_all,
+                          const Tensor& v_all, const Tensor& p_all) {
+  CAPTURE(keys);
+  const Tensor k = k_all.slice(2, 0, keys, 1).contiguous();
+  const Tensor v = v_all.slice(2, 0, keys, 1).contiguous();
+  const Tensor p = p_all.slice(3, 0, keys, 1).contiguous();
+  const Tensor s = lf::matmul(q, k.transpose(-1, -2));
+  const Tensor o = lf::matmul(p, v);
+  const Device cpu = Device::cpu();
+  const Tensor s_ref = lf::matmul(q.to(cpu), k.to(cpu).transpose(-1, -2));
+  const Tensor o_ref = lf::matmul(p.to(cpu), v.to(cpu));
+  check_close(s, s_ref.to_doubles(), {2, 12, rows, keys}, t, lftest::tolerance(t), 2e-2, "q k^T");
+  check_close(o, o_ref.to_doubles(), {2, 12, rows, 64}, t, lftest::tolerance(t), 2e-2, "p v");
+  return o;
+}
+
+struct Caches {
+  Tensor q, k, v, p;
+  Caches(DType t, int64_t rows) {
+    const Device gpu = Device::cuda(0);
+    q = rand_tensor({2, 12, rows, 64}, t, gpu, 11, -1, 1);
+    k = rand_tensor({2, 12, 160, 64}, t, gpu, 12, -1, 1);
+    v = rand_tensor({2, 12, 160, 64}, t, gpu, 13, -1, 1);
+    p = rand_tensor({2, 12, rows, 160}, t, gpu, 14, 0, 1);
+  }
+};
+
+struct GemvSetting {
+  livefuse::Config saved = livefuse::config();
+  explicit GemvSetting(bool on) {
+    livefuse::Config c = saved;
+    c.gemv = on;
+    livefuse::set_config_for_testing(c);
+  }
+  ~GemvSetting() { livefuse::set_config_for_testing(saved); }
+};
+
+}  // namespace
+
+LF_CUDA_TEST_CASE("gemm family: cuBLASLt's few-row batched products over 100 cache lengths") {
+  // Four query rows a head (more than the GEMV kernels take batched) go to cuBLASLt.
   for (const DType t : {DType::f16, DType::bf16, DType::f32}) {
     CAPTURE(lf::dtype_name(t));
     cu::reset_gemm_tuning();
     const cu::GemmTuneCounters before = cu::gemm_tune_counters();
-    const Tensor q = rand_tensor({2, 12, 1, 64}, t, gpu, 11, -1, 1);
-    const Tensor k_all = rand_tensor({2, 12, 160, 64}, t, gpu, 12, -1, 1);
-    const Tensor v_all = rand_tensor({2, 12, 160, 64}, t, gpu, 13, -1, 1);
-    const Tensor p_all = rand_tensor({2, 12, 1, 160}, t, gpu, 14, 0, 1);
+    const Caches c(t, 4);
     std::vector<double> at100;
     for (int64_t keys = 33; keys <= 132; ++keys) {
-      CAPTURE(keys);
-      // The cache's first `keys` keys, dense as a concat cache leaves them.
-      const Tensor k = k_all.slice(2, 0, keys, 1).contiguous();
-      const Tensor v = v_all.slice(2, 0, keys, 1).contiguous();
-      const Tensor p = p_all.slice(3, 0, keys, 1).contiguous();
-      const Tensor s = lf::matmul(q, k.transpose(-1, -2));
-      const Tensor o = lf::matmul(p, v);
-      const Tensor s_ref = lf::matmul(q.to(Device::cpu()), k.to(Device::cpu()).transpose(-1, -2));
-      const Tensor o_ref = lf::matmul(p.to(Device::cpu()), v.to(Device::cpu()));
-      check_close(s, s_ref.to_doubles(), {2, 12, 1, keys}, t, lftest::tolerance(t), 2e-2, "q k^T");
-      check_close(o, o_ref.to_doubles(), {2, 12, 1, 64}, t, lftest::tolerance(t), 2e-2, "p v");
+      const Tensor o = attention_products(t, 4, keys, c.q, c.k, c.v, c.p);
       if (keys == 100) at100 = o.to_doubles();
     }
     const cu::GemmTuneCounters after = cu::gemm_tune_counters();
@@ -117,8 +148,28 @@ LF_CUDA_TEST_CASE("gemm family: a decode step's eager attention products over 10
     CHECK(after.family_representatives - before.family_representatives <= 36);
     // The length-100 product alone, after everything was forgotten: the same bits.
     cu::reset_gemm_tuning();
-    const Tensor o100 = lf::matmul(p_all.slice(3, 0, 100, 1).contiguous(), v_all.slice(2, 0, 100, 1).contiguous());
+    const Tensor o100 = lf::matmul(c.p.slice(3, 0, 100, 1).contiguous(), c.v.slice(2, 0, 100, 1).contiguous());
     CHECK(o100.to_doubles() == at100);
+  }
+}
+
+LF_CUDA_TEST_CASE("few-row batched products: one and two query rows a head run as livefuse's GEMV kernels") {
+  for (const DType t : {DType::f16, DType::bf16, DType::f32}) {
+    for (const int64_t rows : {1, 2}) {
+      CAPTURE(lf::dtype_name(t));
+      CAPTURE(rows);
+      const Caches c(t, rows);
+      cu::reset_gemm_tuning();
+      const cu::GemmTuneCounters before = cu::gemm_tune_counters();
+      for (int64_t keys : {1, 7, 33, 64, 100, 131, 160}) attention_products(t, rows, keys, c.q, c.k, c.v, c.p);
+      // Never cuBLASLt's: no family algorithm was taken. With LIVEFUSE_GEMV=0 the same products
+      // are cuBLASLt's, through their families -- what this check would see if the kernels did
+      // not take them.
+      CHECK(cu::gemm_tune_counters().family_algos == before.family_algos);
+      const GemvSetting off(false);
+      attention_products(t, rows, 50, c.q, c.k, c.v, c.p);
+      CHECK(cu::gemm_tune_counters().family_algos > before.family_algos);
+    }
   }
 }
 
