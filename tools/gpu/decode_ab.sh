@@ -25,7 +25,7 @@ for i in $(seq 1 "${AB_PAIRS:-2}"); do
       --random 1 --preset llama-1b --dtype bf16 --device cuda --prompt-len 32 --steps "${AB_STEPS:-256}" --runs 2 \
       --cache concat --quiet --json "$D/llama_$tag.json" > "$D/llama_$tag.log" 2>&1
     python3 tools/gpu/decode_summary.py "$D/llama_$tag.json" "$D/llama_report_$tag.json" \
-      "  $(printf '%-20s' "$mode") rc=$?" | head -4
+      "  $(printf '%-20s' "$mode") rc=$?" 2>/dev/null | head -4
   done
 done
 pack_out
@@ -34,7 +34,7 @@ for cache in ${AB_TRACE-concat static}; do
   at "GPT-2 f16 $cache warm-up, traced"
   LIVEFUSE_TRACE="$D/trace_$cache.json" LIVEFUSE_REPORT="$D/trace_report_$cache.json" timeout -s KILL 90 \
     "${GPT2_DECODE[@]}" --runs 1 --cache "$cache" --json "$D/trace_gen_$cache.json" > "$D/trace_gen_$cache.log" 2>&1
-  python3 tools/gpu/decode_summary.py "$D/trace_gen_$cache.json" "$D/trace_report_$cache.json" "  rc=$?" | head -4
+  python3 tools/gpu/decode_summary.py "$D/trace_gen_$cache.json" "$D/trace_report_$cache.json" "  rc=$?" 2>/dev/null | head -4
   timeout -s KILL 60 python3 tools/gpu/trace_stalls.py "$D/trace_$cache.json" 2>&1 | head -60
   pack_out
 done
