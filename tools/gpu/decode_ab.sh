@@ -2,8 +2,8 @@
 # One GPU call for a launch-level change on the decode path, run THERE after tools/gpu/pack.sh:
 # livefuse-bench-gemv-chain (a decode step's GEMVs as one graph, AB_VAR on and off inside one
 # process), then Llama-1B-shaped bf16 processes alternating the default and AB_ENV, then the
-# warm-up of GPT-2 f16 (either cache) under LIVEFUSE_TRACE with its stalls on the program's
-# thread (tools/gpu/trace_stalls.py). Logs in $OUT/decode_ab.tgz.
+# warm-up of GPT-2 f16 (either cache, 2 runs) under LIVEFUSE_TRACE: its stalls on the program's
+# thread (tools/gpu/trace_stalls.py) and the served steps' host time (tools/gpu/trace_host.py). Logs in $OUT/decode_ab.tgz.
 # Usage (device tool): bash tools/gpu/decode_ab.sh   [AB_ENV=LIVEFUSE_PDL=0 AB_PAIRS=2 AB_STEPS=256
 #   AB_TRACE="concat static"]
 . "$(dirname "$0")/prelude.sh" lf-ab-out
@@ -33,9 +33,11 @@ pack_out
 for cache in ${AB_TRACE-concat static}; do
   at "GPT-2 f16 $cache warm-up, traced"
   LIVEFUSE_TRACE="$D/trace_$cache.json" LIVEFUSE_REPORT="$D/trace_report_$cache.json" timeout -s KILL 90 \
-    "${GPT2_DECODE[@]}" --runs 1 --cache "$cache" --json "$D/trace_gen_$cache.json" > "$D/trace_gen_$cache.log" 2>&1
+    "${GPT2_DECODE[@]}" --runs 2 --cache "$cache" --json "$D/trace_gen_$cache.json" > "$D/trace_gen_$cache.log" 2>&1
   python3 tools/gpu/decode_summary.py "$D/trace_gen_$cache.json" "$D/trace_report_$cache.json" "  rc=$?" 2>/dev/null | head -4
-  timeout -s KILL 60 python3 tools/gpu/trace_stalls.py "$D/trace_$cache.json" 2>&1 | head -60
+  timeout -s KILL 60 python3 tools/gpu/trace_stalls.py "$D/trace_$cache.json" 2>&1 | head -40
+  echo "  the served steps' host time (tools/gpu/trace_host.py, last 100 steps):"
+  timeout -s KILL 60 python3 tools/gpu/trace_host.py "$D/trace_$cache.json" 100 2>&1 | head -20
   pack_out
 done
 at "done"

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Where a served decode step's time goes on the program's thread, from a LIVEFUSE_TRACE file:
+per step (the program's argmax ends one) its wall time, ops called and the time inside them,
+for the last N steps; then the op kinds and other spans by total time over those steps. A step
+whose op time is most of its wall time is bound by the host, not the GPU.
+Usage: trace_host.py TRACE.json [N=100]"""
+import collections
+import json
+import sys
+
+d = json.load(open(sys.argv[1]))
+last = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+ev = d["traceEvents"] if isinstance(d, dict) else d
+xs = [e for e in ev if e.get("ph") == "X"]
+by_tid = collections.Counter(e["tid"] for e in xs if e.get("cat") == "op")
+main = by_tid.most_common(1)[0][0]
+m = sorted([e for e in xs if e["tid"] == main], key=lambda e: e["ts"])
+ends = [e["ts"] + e.get("dur", 0) for e in m if e.get("name") == "argmax"]
+if len(ends) < 3:
+    sys.exit("fewer than 3 steps in the trace")
+ends = ends[-(last + 1):]
+rows, kinds, other = [], collections.Counter(), collections.Counter()
+kcount = collections.Counter()
+for a, b in zip(ends, ends[1:]):
+    ops = [e for e in m if a <= e["ts"] < b]
+    op_spans = [e for e in ops if e.get("cat") == "op"]
+    rows.append(((b - a) / 1000, len(op_spans), sum(e.get("dur", 0) for e in op_spans) / 1000))
+    for e in ops:
+        key = e.get("cat") + "/" + e.get("name")
+        (kinds if e.get("cat") == "op" else other)[key] += e.get("dur", 0)
+        kcount[key] += 1
+n = len(rows)
+wall = sorted(r[0] for r in rows)[n // 2]
+opms = sorted(r[2] for r in rows)[n // 2]
+print(f"last {n} steps: median wall {wall:.3f} ms, {rows[-1][1]} ops a step, median time inside ops {opms:.3f} ms"
+      f" ({100 * opms / wall:.0f}% of the step)")
+for k, v in (kinds + other).most_common(14):
+    print(f"  {k:<28} {v / 1000 / n:8.4f} ms a step  {kcount[k] / n:6.1f} calls  {v / max(kcount[k], 1):7.2f} us each")
