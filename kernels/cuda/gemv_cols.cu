@@ -23,7 +23,7 @@ constexpr int kThreads = 256;
 constexpr int kUnroll = 4;
 
 template <class S, int kRows>
-__global__ void __launch_bounds__(kThreads) gemv_cols_kernel(GemvColsArgs a) {
+__global__ void __launch_bounds__(kThreads) gemv_cols_kernel(const GemvColsArgs a) {
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);
   __shared__ float red[kThreads][kRows * kPer + 1];  // +1: no bank conflicts down a column

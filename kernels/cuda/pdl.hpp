@@ -10,7 +10,7 @@
 
 namespace livefuse::cuda {
 
-// LIVEFUSE_PDL (on by default) and a device of compute capability 9.0 or more.
+// LIVEFUSE_PDL=1 (off by default: README says why) and a device of compute capability 9.0+.
 bool pdl_enabled();
 
 // Adds the PDL attribute to `cfg` (attrs must have room for one more) when pdl_enabled().

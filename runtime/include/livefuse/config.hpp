@@ -74,10 +74,12 @@ struct Config {
   // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
   // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.
   bool split_k_rows = true;
-  // LIVEFUSE_PDL: livefuse's decode kernels (GEMV, decode attention, copies) launch with CUDA's
-  // programmatic dependent launch on sm_90+, prefetching their weights into L2 while the kernel
-  // before them finishes (kernels/cuda/pdl.cuh); 0: each waits for the one before, for comparison.
-  bool pdl = true;
+  // LIVEFUSE_PDL=1: livefuse's decode kernels (GEMV, decode attention, copies, norms) launch
+  // with CUDA's programmatic dependent launch on sm_90+, prefetching their weights into L2 while
+  // the kernel before them finishes (kernels/cuda/pdl.cuh). Off by default: on the H200 it
+  // gained nothing on a graph of GPT-2's or Llama's decode GEMVs (within 1%), and GPT-2 decode
+  // plans sampled slower than eager with it (README, "Programmatic dependent launch").
+  bool pdl = false;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
