@@ -5,12 +5,30 @@
 #include <cmath>
 #include <vector>
 
+#include "livefuse/config.hpp"
 #include "livefuse/livefuse.hpp"
 
 // A test case that needs a GPU: reported as skipped (not passed) on machines without one.
 #define LF_CUDA_TEST_CASE(name) TEST_CASE(name * doctest::skip(!::livefuse::cuda_available()))
 
 namespace lftest {
+
+// One Config field set for a scope, the whole Config restored after: ScopedConfig off(&Config::gemv, false).
+class ScopedConfig {
+ public:
+  template <class T, class V>
+  ScopedConfig(T livefuse::Config::*field, V value) {
+    livefuse::Config c = saved_;
+    c.*field = static_cast<T>(value);
+    livefuse::set_config_for_testing(c);
+  }
+  ~ScopedConfig() { livefuse::set_config_for_testing(saved_); }
+  ScopedConfig(const ScopedConfig&) = delete;
+  ScopedConfig& operator=(const ScopedConfig&) = delete;
+
+ private:
+  livefuse::Config saved_ = livefuse::config();
+};
 
 // Devices to run a device-parametrised check on: always the CPU, plus cuda:0 when present.
 inline std::vector<livefuse::Device> devices() {

@@ -116,16 +116,6 @@ struct Caches {
   }
 };
 
-struct GemvSetting {
-  livefuse::Config saved = livefuse::config();
-  explicit GemvSetting(bool on) {
-    livefuse::Config c = saved;
-    c.gemv = on;
-    livefuse::set_config_for_testing(c);
-  }
-  ~GemvSetting() { livefuse::set_config_for_testing(saved); }
-};
-
 }  // namespace
 
 LF_CUDA_TEST_CASE("gemm family: cuBLASLt's few-row batched products over 100 cache lengths") {
@@ -166,7 +156,7 @@ LF_CUDA_TEST_CASE("few-row batched products: one and two query rows a head run a
       // are cuBLASLt's, through their families -- what this check would see if the kernels did
       // not take them.
       CHECK(cu::gemm_tune_counters().family_algos == before.family_algos);
-      const GemvSetting off(false);
+      const lftest::ScopedConfig off(&livefuse::Config::gemv, false);
       attention_products(t, rows, 50, c.q, c.k, c.v, c.p);
       CHECK(cu::gemm_tune_counters().family_algos > before.family_algos);
     }

@@ -125,16 +125,6 @@ struct Chain {
   }
 };
 
-struct PdlSetting {
-  livefuse::Config saved = livefuse::config();
-  explicit PdlSetting(bool on) {
-    livefuse::Config c = saved;
-    c.pdl = on;
-    livefuse::set_config_for_testing(c);
-  }
-  ~PdlSetting() { livefuse::set_config_for_testing(saved); }
-};
-
 // Programmatic edges in `g` (edges whose type is not the default full dependency).
 size_t programmatic_edges(cudaGraph_t g) {
   size_t n = 0;
@@ -155,12 +145,12 @@ LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one b
   const Chain c;
   std::vector<uint16_t> want;
   {
-    const PdlSetting off(false);
+    const lftest::ScopedConfig off(&livefuse::Config::pdl, false);
     c.enqueue(c.in0, s);
     want = c.result(s);
   }
   const bool overlap = cu::current_device_info().cc_major >= 9;
-  const PdlSetting on(true);
+  const lftest::ScopedConfig on(&livefuse::Config::pdl, true);
   CHECK(cu::pdl_enabled() == overlap);
   SUBCASE("eager") {
     c.enqueue(c.in0, s);
@@ -180,7 +170,7 @@ LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one b
   SUBCASE("a PatchableGraph whose chain takes another input") {
     std::vector<uint16_t> want1;
     {
-      const PdlSetting off(false);
+      const lftest::ScopedConfig off(&livefuse::Config::pdl, false);
       c.enqueue(c.in1, s);
       want1 = c.result(s);
     }
