@@ -33,29 +33,27 @@ bool launch_few_row_batched(const MatView& a, const MatView& b, const OutView& o
   // One product (the plain GEMV's), batch dims that do not fold, or one b for every batch (the
   // fold into more rows serves that better).
   if (l.rank != 1 || l.strides[2][0] == 0) return false;
-  const int64_t batch = l.sizes[0], ldx = M > 1 ? a.strides[ra - 2] : K;
-  if (b.strides[rb - 2] == 1) {  // columns along K: W[N, K]^T, the GEMV proper
-    GemvArgs g;
+  // What both kernels' arguments share: x's rows, the output, the batch.
+  const auto common = [&](auto& g) {
     g.dtype = out.dtype;
     g.rows = static_cast<int>(M);
     g.n = N, g.k = K;
-    g.x = a.ptr, g.ldx = ldx;
-    g.w = b.ptr, g.ldw = b.strides[rb - 1];
+    g.x = a.ptr, g.ldx = M > 1 ? a.strides[ra - 2] : K;
     g.out = out.ptr, g.ldo = N;
-    g.batch = batch, g.o_bstride = l.strides[0][0], g.x_bstride = l.strides[1][0], g.w_bstride = l.strides[2][0];
+    g.batch = l.sizes[0], g.o_bstride = l.strides[0][0], g.x_bstride = l.strides[1][0];
+  };
+  if (b.strides[rb - 2] == 1) {  // columns along K: W[N, K]^T, the GEMV proper
+    GemvArgs g;
+    common(g);
+    g.w = b.ptr, g.ldw = b.strides[rb - 1], g.w_bstride = l.strides[2][0];
     if (!gemv_supported(g)) return false;
     launch_gemv(g, s);
     return true;
   }
   if (b.strides[rb - 1] != 1) return false;
   GemvColsArgs g;
-  g.dtype = out.dtype;
-  g.rows = static_cast<int>(M);
-  g.n = N, g.k = K;
-  g.x = a.ptr, g.ldx = ldx;
-  g.b = b.ptr, g.ldb = b.strides[rb - 2];
-  g.out = out.ptr, g.ldo = N;
-  g.batch = batch, g.o_bstride = l.strides[0][0], g.x_bstride = l.strides[1][0], g.b_bstride = l.strides[2][0];
+  common(g);
+  g.b = b.ptr, g.ldb = b.strides[rb - 2], g.b_bstride = l.strides[2][0];
   if (!gemv_cols_supported(g)) return false;
   launch_gemv_cols(g, s);
   return true;
