@@ -89,8 +89,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   __shared__ float partial[kWarps][kRows];
 
   // The b-th product of a batch. Pointers of its own, never `a` written: a written kernel
-  // parameter struct is copied to local memory and every read of it goes there (that took a GPT-2
-  // decode GEMV from 3.9 to 8.7 us, H200).
+  // parameter struct is copied to local memory and every read of it goes there (ptxas: a
+  // 296-byte stack frame; the build that did so, with double-buffered weight rounds since
+  // taken out too, ran GPT-2's decode GEMVs 2.2x slower: bench/RESULTS.md, session 20).
   const int64_t batch = blockIdx.y;
   const char* x = static_cast<const char*>(a.x) + batch * a.x_bstride * int64_t{sizeof(Bits)};
   const char* w = static_cast<const char*>(a.w) + batch * a.w_bstride * int64_t{sizeof(Bits)};
