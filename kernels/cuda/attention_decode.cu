@@ -280,7 +280,6 @@ __device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int64_t 
   }
 }
 
-// Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head), y = row blocks.
 // Keys [begin, end) of (b, h) of a K or V cache into L2 (pdl.cuh), when a key's columns are
 // contiguous: the keys before this step's are the cache the step reads, already in memory.
 template <class S>
@@ -292,6 +291,7 @@ __device__ void prefetch_rows(const void* base, const int64_t (&st)[4], int64_t 
   prefetch_l2(p, ((end - 1 - begin) * st[2] + cols) * es);
 }
 
+// Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head), y = row blocks.
 template <class S, int kRows, int W, bool kVec>
 __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int lanes, int splits) {
   __shared__ Shared<kRows> sh;

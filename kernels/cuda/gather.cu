@@ -10,11 +10,11 @@
 #include <cstdint>
 
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda/pdl.cuh"
-#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/layout.hpp"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/offset_calc.cuh"
 
 namespace livefuse::cuda {
@@ -118,11 +118,11 @@ void launch_gather(const GatherPlan& p, cudaStream_t s) {
   const int64_t blocks = (p.n_ids + 7) / 8;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30));
   if (vec) {
-    launch_pdl(gather_kernel<Vec16<uint32_t>>, grid, 256, 0, s, a);
+    launch_pdl("gather_kernel", gather_kernel<Vec16<uint32_t>>, grid, 256, 0, s, a);
   } else if (es == 2) {
-    launch_pdl(gather_kernel<uint16_t>, grid, 256, 0, s, a);
+    launch_pdl("gather_kernel", gather_kernel<uint16_t>, grid, 256, 0, s, a);
   } else {
-    launch_pdl(gather_kernel<uint32_t>, grid, 256, 0, s, a);
+    launch_pdl("gather_kernel", gather_kernel<uint32_t>, grid, 256, 0, s, a);
   }
 }
 

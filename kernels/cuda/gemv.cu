@@ -229,13 +229,13 @@ void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
   };
   switch (split) {
     case 1:
-      launch_pdl(gemv_kernel<S, kRows, 1, kNorm>, grid(1), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 1, kNorm>, grid(1), kWarps * 32, 0, s, a);
       break;
     case 2:
-      launch_pdl(gemv_kernel<S, kRows, 2, kNorm>, grid(2), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 2, kNorm>, grid(2), kWarps * 32, 0, s, a);
       break;
     default:
-      launch_pdl(gemv_kernel<S, kRows, 4, kNorm>, grid(4), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 4, kNorm>, grid(4), kWarps * 32, 0, s, a);
       break;
   }
 }

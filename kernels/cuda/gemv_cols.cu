@@ -90,8 +90,8 @@ void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s) {
   with_float_storage(a.dtype, [&](auto storage) {
     using S = decltype(storage);
     const dim3 grid(1, static_cast<unsigned>(a.batch));
-    if (a.rows == 1) launch_pdl(gemv_cols_kernel<S, 1>, grid, kThreads, 0, s, a);
-    else launch_pdl(gemv_cols_kernel<S, 2>, grid, kThreads, 0, s, a);
+    if (a.rows == 1) launch_pdl("gemv_cols_kernel", gemv_cols_kernel<S, 1>, grid, kThreads, 0, s, a);
+    else launch_pdl("gemv_cols_kernel", gemv_cols_kernel<S, 2>, grid, kThreads, 0, s, a);
   });
 }
 

@@ -99,7 +99,7 @@ void launch_typed(void* dst, const void* src, const StridedLayout& l, cudaStream
   a.n = static_cast<Idx>(l.numel());
   a.oc = OffsetCalc<Idx, 2>::make(l, 0);
   const unsigned grid = grid_for((l.numel() + kCopyUnroll - 1) / kCopyUnroll);
-  launch_pdl(copy_kernel<Word, Idx>, grid, kEwThreads, 0, s, a);
+  launch_pdl("copy_kernel", copy_kernel<Word, Idx>, grid, kEwThreads, 0, s, a);
 }
 
 template <class Word>
@@ -127,7 +127,7 @@ void launch_batch(const PreparedCopy* const* cs, int n, cudaStream_t s) {
     blocks += grid_for((c.l.numel() + kCopyUnroll - 1) / kCopyUnroll);
   }
   a.first_block[n] = blocks;
-  launch_pdl(copy_batch_kernel<Word, Idx>, blocks, kEwThreads, 0, s, a);
+  launch_pdl("copy_batch_kernel", copy_batch_kernel<Word, Idx>, blocks, kEwThreads, 0, s, a);
 }
 
 // ---- tiled transpose ------------------------------------------------------------------------

@@ -123,13 +123,13 @@ void launch(const RowPlan& p, cudaStream_t s) {
   RowArgs a = make_row_args(p, kV, &vec);
   if (vec && row_fits_registers(p.n)) {
     const unsigned grid = warp_row_grid(a);
-    launch_pdl(norm_cached_kernel<S, kV, kRms>, grid, kRowThreads, 0, s, a);
+    launch_pdl("norm_cached_kernel", norm_cached_kernel<S, kV, kRms>, grid, kRowThreads, 0, s, a);
   } else if (vec) {
     const unsigned grid = row_grid(a, p.n / kV);
-    launch_pdl(norm_kernel<S, kV, kRms>, grid, kRowThreads, 0, s, a);
+    launch_pdl("norm_kernel", norm_kernel<S, kV, kRms>, grid, kRowThreads, 0, s, a);
   } else {
     const unsigned grid = row_grid(a, p.n);
-    launch_pdl(norm_kernel<S, 1, kRms>, grid, kRowThreads, 0, s, a);
+    launch_pdl("norm_kernel", norm_kernel<S, 1, kRms>, grid, kRowThreads, 0, s, a);
   }
 }
 

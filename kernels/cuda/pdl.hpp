@@ -4,6 +4,7 @@
 // launched so, a kernel without that wait would race the kernel before it.
 #include <cuda_runtime.h>
 
+#include <string>
 #include <utility>
 
 #include "kernels/cuda/check.cuh"
@@ -23,10 +24,11 @@ inline void add_pdl(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
   cfg.attrs = attrs;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with PDL when enabled.
+// kernel<<<grid, block, smem, stream>>>(args...), with PDL when enabled; a failed launch throws
+// naming `name`, as LF_CUDA_LAUNCH_CHECK does after a <<<>>> launch.
 template <class... Params, class... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
+void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -34,7 +36,11 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cfg.stream = stream;
   cudaLaunchAttribute attrs[1];
   add_pdl(cfg, attrs);
-  LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    detail::throw_cuda_error(err, (std::string("launch of ") + name).c_str(), __FILE__, __LINE__);
+  }
 }
 
 }  // namespace livefuse::cuda

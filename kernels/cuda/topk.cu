@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const TopkPlan p) {
 void launch_topk(const TopkPlan& p, cudaStream_t s) {
   if (p.rows == 0 || p.k == 0) return;
   LF_ASSERT(p.rows <= 0x7fffffff, "topk over ", p.rows, " rows");
-  launch_pdl(topk_kernel, static_cast<unsigned>(p.rows), kTopkThreads, 0, s, p);
+  launch_pdl("topk_kernel", topk_kernel, static_cast<unsigned>(p.rows), kTopkThreads, 0, s, p);
 }
 
 }  // namespace livefuse::cuda
