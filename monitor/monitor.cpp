@@ -70,6 +70,7 @@ MonitorOptions MonitorOptions::from_config() {
   o.hot = std::max(2, cfg.hot);
   o.max_segment = std::clamp(cfg.max_segment, 2, 1024);
   o.seam = cfg.seam;
+  o.settle = cfg.settle;
   o.window = std::max<uint32_t>(4096, 8u * static_cast<uint32_t>(o.max_segment));
   return o;
 }

@@ -23,6 +23,12 @@ struct MonitorOptions {
   int max_segment = 64;
   // The seam (stream_window.hpp, note 3; LIVEFUSE_SEAM).
   bool seam = true;
+  // Hot sequences go to the planner once their shape mix has settled (structure_table.cpp,
+  // the Note); false: as soon as they are hot or gain a shape (LIVEFUSE_SETTLE=0).
+  bool settle = true;
+  // Repeats in one rhythm (no pause) that settle a shape mix: more than a decode step's run of
+  // layers at one length in GPT-2 (12) or Llama-3.2-1B (16 layers, 15 repeats).
+  uint32_t settled_run = 16;
   // Events each producer thread may have in flight; beyond it events are dropped and counted.
   // 8192 events (about 3 MB per recording thread) cover ~4 ms of the fastest CPU op stream
   // (tiny tensors, ~1 us per op, a call and a release each): the monitor thread may be

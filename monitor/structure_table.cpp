@@ -181,8 +181,8 @@ void StructureTable::add_liveness(Structure& s, const Canon& c) {
   }
 }
 
-void StructureTable::observe(StreamWindow& w, uint64_t begin, uint64_t path_hash, const Canon& c,
-                             uint32_t now_epoch) {
+void StructureTable::observe(StreamWindow& w, uint64_t begin, uint64_t path_hash,
+                             const Canon& c, uint32_t now_epoch) {
   const Key key{c.signature, w.stream()};
   auto [it, inserted] = map_.try_emplace(key);
   Structure& s = it->second;
@@ -207,7 +207,12 @@ void StructureTable::observe(StreamWindow& w, uint64_t begin, uint64_t path_hash
   s.cand.last_seen_ns = c.last_ns;
   const bool new_shape = add_shape(s, c);
   add_liveness(s, c);
-  count(s, new_shape);
+  // A longer pause than the run's spacing: the loop around the run came round (the Note).
+  const uint64_t period = inserted ? 0 : begin - s.last_begin;
+  const bool paused = s.period != 0 && period > s.period;
+  s.period = period;
+  s.last_begin = begin;
+  count(s, new_shape, paused);
 }
 
 bool StructureTable::observe_served(uint64_t signature, uint32_t stream, uint32_t now_epoch,
@@ -217,7 +222,7 @@ bool StructureTable::observe_served(uint64_t signature, uint32_t stream, uint32_
   Structure& s = it->second;
   decay(s, now_epoch);
   s.cand.last_seen_ns = now_ns;
-  count(s, false);
+  count(s, false, true);
   return true;
 }
 
@@ -242,12 +247,37 @@ const Candidate* StructureTable::find(uint64_t signature, uint32_t stream, uint6
   return &s.cand;
 }
 
-void StructureTable::count(Structure& s, bool new_shape) {
+// [ Note -- a shape mix settles before the planner sees it ]
+// A hot sequence goes to the planner (emitted) when it turns hot and again when it gains a shape
+// tuple -- but only once its shape mix has settled: an occurrence with the same mix came after a
+// pause (a longer gap since the one before than the run's spacing), or `settled_run` (options.hpp)
+// occurrences came in one rhythm. Why: a decode step runs its layers back to back at one cache
+// length and the next step at the next, so a layer is hot within the first step with one concrete
+// tuple. Handed over then, it was planned three times -- that tuple, two tuples, then the family
+// the third step makes (monitor/candidate.hpp) -- each plan compiled, sampled and retired; so were
+// the layer's fragments and the prompt's layer (hot within the one prefill): GPT-2 processes made
+// 11-31 plans where a layer plan, the embedding's and the head's do the work (bench/RESULTS.md,
+// session 21). Held until the loop around the run comes round, a layer whose length moves is handed
+// over once, with its family (at the fourth step), and one whose shapes stay is handed over at the
+// next forward; a sequence seen in one burst only (a prompt, weights transposed at load) is not
+// planned until it recurs. A loop with nothing else in it never pauses: `settled_run` same-shape
+// repeats settle it. LIVEFUSE_SETTLE=0 hands over at once.
+void StructureTable::count(Structure& s, bool new_shape, bool paused) {
   s.count += 1;
   ++s.cand.occurrences;
+  if (new_shape) {
+    s.stable = 0;
+    s.broke = false;
+  } else {
+    ++s.stable;
+    s.broke = s.broke || paused;
+  }
   const bool becomes_hot = !s.cand.hot && s.count >= static_cast<float>(opts_.hot);
   if (becomes_hot) s.cand.hot = true;
-  if (becomes_hot || (s.cand.hot && new_shape)) {
+  if (becomes_hot || (s.cand.hot && new_shape)) s.owed = true;
+  const bool settled = !opts_.settle || s.broke || s.stable >= opts_.settled_run;
+  if (s.owed && s.cand.hot && settled) {
+    s.owed = false;
     ++s.cand.version;
     emitted_.push_back(s.cand);
     emitted_.back().count = s.count;

@@ -24,7 +24,7 @@ class StructureTable {
  public:
   explicit StructureTable(const MonitorOptions& o) : opts_(o) {}
 
-  // One occurrence of the sequence at [begin, end) of `w`, canonicalised in `c`.
+  // One occurrence of the sequence beginning at `begin` of `w`, canonicalised in `c`.
   void observe(StreamWindow& w, uint64_t begin, uint64_t path_hash, const Canon& c,
                uint32_t now_epoch);
   // One occurrence that a plan served, known only by its signature (no shapes, no liveness:
@@ -81,6 +81,14 @@ class StructureTable {
     uint8_t next_path = 0;
     float count = 0;
     uint32_t epoch = 0;
+    // Settling (the Note in structure_table.cpp): where the last counted occurrence began and
+    // how far that was from the one before, the occurrences counted since the shape mix last
+    // changed, whether one of them broke the run's rhythm, and whether a hand-over is owed.
+    uint64_t last_begin = 0;
+    uint64_t period = 0;
+    uint32_t stable = 0;
+    bool broke = false;
+    bool owed = false;
   };
 
   void create(Structure& s, StreamWindow& w, uint64_t begin, const Canon& c);
@@ -92,7 +100,7 @@ class StructureTable {
   void decay(Structure& s, uint32_t epoch);
   void evict_coldest(const Key& keep);
   void go_cold(Structure& s);
-  void count(Structure& s, bool new_shape);
+  void count(Structure& s, bool new_shape, bool paused);
 
   MonitorOptions opts_;
   std::unordered_map<Key, Structure, KeyHash> map_;

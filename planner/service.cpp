@@ -453,6 +453,13 @@ class Service final : public monitor::CandidateConsumer {
         return std::nullopt;
       }
       if (faults::fire(faults::Point::compile)) throw Error("[planner] injected fault at compile");
+      const PlanSummary& sum = p.planned.summary;
+      if (sum.eager_launches <= 1 && sum.plan_launches >= sum.eager_launches) {
+        // One kernel or none either way: no launch to save and nothing fused (a copy behind a
+        // view, say a weight transposed at load time) -- a plan would only add a replay.
+        skip(c, p.subject, "nothing to gain: eager runs it in one launch or none");
+        return std::nullopt;
+      }
       if (!p.device.is_cuda() && p.planned.summary.fused_kernels == 0) {
         // On the CPU a plan only pays through fusion (there are no launches to save).
         skip(c, p.subject, "no fusion possible: on the CPU a plan only pays through fusion");

@@ -127,6 +127,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
        }},
       bool_row("LIVEFUSE_GEMM_SIBLINGS", &Config::gemm_siblings),
       bool_row("LIVEFUSE_SEAM", &Config::seam),
+      bool_row("LIVEFUSE_SETTLE", &Config::settle),
       bool_row("LIVEFUSE_PACK_CACHE", &Config::pack_cache),
       bool_row("LIVEFUSE_FAMILY_GRAPH", &Config::family_graph),
       bool_row("LIVEFUSE_GEMV", &Config::gemv),

@@ -1,6 +1,6 @@
 #pragma once
-// Shared by the detector test files: options for short synthetic streams, and feeding a stream
-// to a detector.
+// Shared by the detector test files: options for short synthetic streams, a synthetic encoder
+// forward, and feeding a stream to a detector.
 #include <utility>
 #include <vector>
 
@@ -21,6 +21,30 @@ inline MonitorOptions opts() {
   o.hot = 3;
   o.max_segment = 64;
   return o;
+}
+
+namespace synth = livefuse::monitor::synth;
+using livefuse::OpId;
+using livefuse::ValueId;
+
+// prelude (1 op) -> n layers -> head (1 op) -> sync
+inline void forward(EventSynth& s, const std::vector<synth::SynthLayer>& layers, ValueId input,
+                    int S, int D) {
+  ValueId x = s.call(OpId::mul, {input}, {S, D}, [] {
+    livefuse::Attrs a;
+    a.scalar_operand = true;
+    a.push_float(2);
+    return a;
+  }());
+  for (const auto& L : layers) {
+    const ValueId y = synth::encoder_layer(s, x, L, S, D);
+    s.release(x);
+    x = y;
+  }
+  const ValueId out = s.call(OpId::sum, {x}, {S}, synth::ints({1, 0}));
+  s.release(x);
+  s.sync();
+  s.release(out);
 }
 
 inline std::vector<Candidate> run(Detector& d, EventSynth& s) {

@@ -14,29 +14,7 @@ using lfmon::kEncoderLayerOps;
 using lfdet::opts;
 using lfdet::run;
 
-namespace {
-
-// prelude (1 op) -> n layers -> head (1 op) -> sync
-void forward(EventSynth& s, const std::vector<lfmon::SynthLayer>& layers, ValueId input, int S,
-             int D) {
-  ValueId x = s.call(OpId::mul, {input}, {S, D}, [] {
-    Attrs a;
-    a.scalar_operand = true;
-    a.push_float(2);
-    return a;
-  }());
-  for (const auto& L : layers) {
-    const ValueId y = lfmon::encoder_layer(s, x, L, S, D);
-    s.release(x);
-    x = y;
-  }
-  const ValueId out = s.call(OpId::sum, {x}, {S}, lfmon::ints({1, 0}));
-  s.release(x);
-  s.sync();
-  s.release(out);
-}
-
-}  // namespace
+using lfdet::forward;
 
 TEST_CASE("detector: a 12-layer loop is one layer-shaped candidate") {
   Detector d(opts());

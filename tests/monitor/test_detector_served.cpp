@@ -21,6 +21,7 @@ TEST_CASE("detector: served windows keep their structure hot; without them it co
     CAPTURE(serve);
     MonitorOptions o = opts();
     o.half_life_log2 = 8;  // 256 ops
+    o.settle = false;      // handed over at once: 8 repeats, no pause
     Detector d(o);
     EventSynth s;
     const ValueId x = s.value({64});

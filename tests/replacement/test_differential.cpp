@@ -23,7 +23,7 @@ struct FuzzResult {
 };
 
 lf::Config with_mode(lf::Mode m) {
-  lf::Config c = lf::config();
+  lf::Config c = lftest::unsettled(lf::config());  // 16 iterations a program
   c.mode = m;
   c.sample = 0;  // correctness here; live sampling has its own tests
   return c;
@@ -43,11 +43,12 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool re
   for (int p = 0; p < programs; ++p) {
     const lf::DType dt = dtypes[p % 5];
     lftest::RandomProgram prog(seed0 + p, dev, dt);
-    lftest::reset_pipeline();
+    const lf::Config on = with_mode(lf::Mode::on);
+    lftest::reset_pipeline(&on);
     lf::set_config_for_testing(with_mode(lf::Mode::off));
     std::vector<std::vector<double>> ref;
     for (const lf::Tensor& t : prog.run()) ref.push_back(t.to_doubles());
-    lf::set_config_for_testing(with_mode(lf::Mode::on));
+    lf::set_config_for_testing(on);
     const uint64_t calls0 = lf::matcher_counters().calls, served0 = lf::matcher_counters().served;
     std::vector<std::pair<void*, size_t>> reach;
     std::vector<std::vector<char>> saved;

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "kernels/jit/kernel_compiler.hpp"
+#include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
@@ -143,4 +144,26 @@ TEST_CASE("pipeline: a structure queued twice in one round (its shape mix grew) 
   CHECK(after.rounds - before.rounds == 1);
   CHECK(after.published - before.published == plans_per_structure.size());
   for (const auto& [sig, n] : plans_per_structure) CHECK_MESSAGE(n == 1, "structure " << sig);
+}
+
+TEST_CASE("pipeline: a sequence eager runs in one launch is not planned (nothing to gain)") {
+  // Weights transposed at load time, say: permute (a view) -> contiguous (one copy), repeated.
+  // Fused or not it is one kernel, so a plan would only add its replay (planner/service.cpp).
+  const lf::Config saved = lf::config();
+  lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
+  const lf::Device cpu = lf::Device::cpu();
+  const auto before = lf::planner::service_counters();
+  const lf::Tensor w = lf::rand_uniform({48, 32}, 5, -1, 1, lf::DType::f32, cpu);
+  for (int it = 0; it < 24; ++it) (void)lf::contiguous(lf::permute(w, {1, 0})).to_doubles();
+  CHECK(lf::monitor::Monitor::instance().drain());
+  CHECK(lf::planner::wait_service_idle());
+  const auto after = lf::planner::service_counters();
+  bool said = false;
+  for (const lf::Decision& d : lf::inspect().decisions)
+    said |= d.component == "planner" && d.reason.find("nothing to gain") != std::string::npos;
+  lf::set_config_for_testing(saved);
+  CHECK(after.candidates > before.candidates);  // it was hot and handed over ...
+  CHECK(after.published == before.published);   // ... and not planned,
+  CHECK(after.skipped > before.skipped);
+  CHECK(said);                                   // saying why
 }

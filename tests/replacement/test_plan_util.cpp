@@ -44,10 +44,10 @@ class Recorder : public livefuse::TraceSink {
 };
 }  // namespace
 
-void reset_pipeline() {
+void reset_pipeline(const livefuse::Config* next) {
   livefuse::synchronize(livefuse::Device::cpu());
   const livefuse::Config saved = livefuse::config();
-  livefuse::Config on = saved;
+  livefuse::Config on = next ? *next : unsettled(saved);
   on.mode = livefuse::Mode::on;  // the monitor drains only while it runs
   livefuse::set_config_for_testing(on);
   livefuse::monitor::Monitor::instance().reset();
@@ -57,11 +57,16 @@ void reset_pipeline() {
   livefuse::set_config_for_testing(saved);
 }
 
+livefuse::Config unsettled(livefuse::Config c) {
+  c.settle = false;
+  return c;
+}
+
 livefuse::Config fresh_unsampled(livefuse::Mode m) {
-  reset_pipeline();
-  livefuse::Config c = livefuse::config();
+  livefuse::Config c = unsettled(livefuse::config());
   c.mode = m;
   c.sample = 0;
+  reset_pipeline(&c);
   return c;
 }
 

@@ -47,12 +47,18 @@ class RecordingPlan : public livefuse::Plan {
 };
 
 // Forgets every hot sequence, planned candidate and installed plan (the configuration in force
-// is kept), so the next loop starts the pipeline from scratch.
-void reset_pipeline();
+// is kept), so the next loop starts the pipeline from scratch. The monitor takes its options
+// (LIVEFUSE_HOT ...) from `next` when given, else from the configuration with LIVEFUSE_SETTLE=0:
+// sequences go to the planner as soon as they are hot, because these tests' loops are short and
+// test what plans do. When plans form is tested by tests/monitor/test_settle.cpp, the decoder
+// suite's plan counts and the user programs (default configuration).
+void reset_pipeline(const livefuse::Config* next = nullptr);
 // A fresh pipeline (reset_pipeline) and the process configuration in mode m with plans kept
 // unsampled (LIVEFUSE_SAMPLE=0), not yet applied: callers set the rest, then
 // set_config_for_testing.
 livefuse::Config fresh_unsampled(livefuse::Mode m);
+// `c` with sequences handed to the planner as soon as they are hot (LIVEFUSE_SETTLE=0).
+livefuse::Config unsettled(livefuse::Config c);
 
 // Builds a plan from the calls that `body` makes: records (op, attrs, dtypes, wiring).
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body);

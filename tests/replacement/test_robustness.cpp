@@ -18,12 +18,12 @@ lf::Tensor body(const lf::Tensor& x, const lf::Tensor& g) {
 }
 
 void fresh(const lf::Config& c) {
-  lftest::reset_pipeline();
+  lftest::reset_pipeline(&c);
   lf::set_config_for_testing(c);
 }
 
 lf::Config base() {
-  lf::Config c = lf::config();
+  lf::Config c = lftest::unsettled(lf::config());  // short loops (fresh_unsampled says why)
   c.mode = lf::Mode::on;
   c.sample = 0;
   c.verify = 0;

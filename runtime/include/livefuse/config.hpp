@@ -53,6 +53,9 @@ struct Config {
   // LIVEFUSE_SEAM: the monitor cuts a layer after the norm that follows its residual add, so
   // the two are one row kernel (monitor/stream_window.hpp, note 3); 0: before the norm.
   bool seam = true;
+  // LIVEFUSE_SETTLE: the monitor hands a hot sequence to the planner once its shape mix has
+  // settled (monitor/structure_table.cpp, the Note); 0: as soon as it is hot or gains a shape.
+  bool settle = true;
   bool pack_cache = true;     // LIVEFUSE_PACK_CACHE: the CPU GEMM keeps weights packed
   // LIVEFUSE_FAMILY_GRAPH: a CUDA plan with a shape family (a decode step) replays one graph a
   // run, its varying steps' kernel nodes patched (graphs/patchable_graph.hpp); 0: its fixed
