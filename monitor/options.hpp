@@ -29,6 +29,8 @@ struct MonitorOptions {
   // Repeats in one rhythm (no pause) that settle a shape mix: more than a decode step's run of
   // layers at one length in GPT-2 (12) or Llama-3.2-1B (16 layers, 15 repeats).
   uint32_t settled_run = 16;
+  // Occurrences after which an owed hand-over goes even though the mix has not settled.
+  uint32_t max_wait = 64;
   // Events each producer thread may have in flight; beyond it events are dropped and counted.
   // 8192 events (about 3 MB per recording thread) cover ~4 ms of the fastest CPU op stream
   // (tiny tensors, ~1 us per op, a call and a release each): the monitor thread may be

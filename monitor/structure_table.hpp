@@ -87,6 +87,7 @@ class StructureTable {
     uint64_t last_begin = 0;
     uint64_t period = 0;
     uint32_t stable = 0;
+    uint32_t waited = 0;  // occurrences since a hand-over became owed
     bool broke = false;
     bool owed = false;
   };

@@ -153,3 +153,32 @@ TEST_CASE("settle: a loop with nothing else in it is handed over after settled_r
     CHECK(d.take_emitted().size() == (settle ? 1u : 0u));
   }
 }
+
+TEST_CASE("settle: a mix that never settles is still handed over, once per max_wait") {
+  // Two dims moving independently (no line through them: no family) and a sync between
+  // occurrences (no pause either: the same rhythm throughout).
+  for (const bool settle : {true, false}) {
+    CAPTURE(settle);
+    const MonitorOptions o = with_settle(settle);
+    Detector d(o);
+    EventSynth s;
+    const int n = 3 * static_cast<int>(o.max_wait);
+    for (int it = 0; it < n; ++it) {
+      const int64_t a = 2 + it, b = 3 + int64_t{it} * it;  // every tuple new, no three on a line
+      const ValueId x = s.value({a, b});
+      const ValueId e = s.call(OpId::exp, {x}, {a, b});
+      const ValueId g = s.call(OpId::neg, {e}, {a, b});
+      s.release(e);
+      s.sync();
+      s.release(g);
+    }
+    run(d, s);
+    const size_t handed = d.take_emitted().size();
+    if (settle) {
+      CHECK(handed >= 1);
+      CHECK(handed <= static_cast<size_t>(n / o.max_wait) + 1);
+    } else {
+      CHECK(handed > static_cast<size_t>(n / o.max_wait) + 1);  // one per new tuple
+    }
+  }
+}
