@@ -1,6 +1,7 @@
 #if LIVEFUSE_HAS_CUDA
 #include "graphs/cuda_graph.hpp"
 
+#include "graphs/capture_budget.hpp"
 #include "graphs/patchable_graph.hpp"
 
 #include "runtime/cuda_check.hpp"
@@ -139,6 +140,7 @@ const CudaGraphExec& GraphCache::get_or_build(uint64_t key, uint32_t owner, cuda
   ++ctr_.misses;
   // On the stream's own thread (a capture takes what that thread enqueues): what it costs there.
   const trace::Scope span("graph", "capture_instantiate");
+  const CaptureCharge charge;  // capture_budget.hpp
   CudaGraph g = capture(stream, enqueue);
   const size_t n = g.node_count();
   if (map_.size() >= cap_) {

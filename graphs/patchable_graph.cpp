@@ -8,7 +8,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "graphs/capture_budget.hpp"
 #include "kernels/jit/cuda_driver.hpp"
+#include "runtime/inspect_registry.hpp"
 
 namespace livefuse::graphs {
 namespace {
@@ -193,6 +195,8 @@ void RegionMarks::end() {
 
 std::unique_ptr<PatchableGraph> PatchableGraph::capture(
     cudaStream_t stream, const std::function<void(RegionMarks&)>& enqueue) {
+  const trace::Scope span("graph", "capture_instantiate_patchable");
+  const CaptureCharge charge;  // capture_budget.hpp
   std::unique_ptr<PatchableGraph> g(new PatchableGraph);
   RegionMarks marks(stream, g.get());
   g->graph_ = graphs::capture(stream, [&] { enqueue(marks); });

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <thread>
 
+#include "graphs/capture_budget.hpp"
 #include "runtime/cuda_check.hpp"
 #endif
 
@@ -59,9 +60,10 @@ FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::mo
 #endif
 }
 
-void FusedPlan::graph_counters(uint64_t out[5]) const {
+void FusedPlan::graph_counters(uint64_t out[6]) const {
   std::lock_guard<std::mutex> lock(run_mu_);
   out[0] = graph_hits_, out[1] = graph_misses_, out[2] = out[3] = out[4] = 0;
+  out[5] = captures_deferred_;
 #if LIVEFUSE_HAS_CUDA
   if (graphs_) {
     const auto& c = graphs_->counters();
@@ -202,6 +204,7 @@ void FusedPlan::details(PlanDetails& d) const {
   d.notes.emplace_back("graphs", use_graphs_ ? "on" : "off");
   d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
   d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
+  d.notes.emplace_back("captures_deferred", std::to_string(captures_deferred_));
   size_t live_sets = 0;
   for (const BindingSet& b : sets_) live_sets += !b.bufs.empty();
   d.notes.emplace_back("binding_sets", std::to_string(live_sets));
@@ -431,7 +434,16 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
 
 #if LIVEFUSE_HAS_CUDA
 bool FusedPlan::runs_directly(uint64_t key, bool may_capture) {
-  if (graphs_->contains(key) || (may_capture && !seen_once_.insert(key).second)) return false;
+  if (graphs_->contains(key)) return false;
+  if (may_capture && !seen_once_.insert(key).second) {
+    // The second sight captures -- unless this thread spent its share of time on captures
+    // lately: then step by step again, and a later sight captures (graphs/capture_budget.hpp).
+    graphs::CaptureBudget& budget = graphs::thread_capture_budget();
+    if (budget.allow(graphs::CaptureBudget::Clock::now())) return false;
+    budget.deny();
+    ++captures_deferred_;
+    return true;
+  }
   if (seen_once_.size() > 4096) seen_once_.clear();  // bounded
   return true;
 }

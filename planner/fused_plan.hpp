@@ -42,7 +42,8 @@ class FusedPlan final : public Plan {
   uint64_t graph_misses() const { return graph_misses_; }
   bool uses_graphs() const { return use_graphs_; }
   // Graph cache figures of this plan: hits, misses, instantiations, updates, evictions.
-  void graph_counters(uint64_t out[5]) const;
+  // replays, captures, instantiations, updates, evictions, captures deferred (capture_budget.hpp)
+  void graph_counters(uint64_t out[6]) const;
 
  private:
   bool run_cuda(std::vector<Tensor>& values, Window& w);
@@ -142,6 +143,7 @@ class FusedPlan final : public Plan {
   std::vector<BindingSet> sets_;
   uint64_t set_evictions_ = 0;              // sets freed (idle) or taken over by other shapes
   std::unordered_set<uint64_t> seen_once_;  // graph keys run directly once (bounded)
+  uint64_t captures_deferred_ = 0;          // second sights run directly: no capture budget
   struct ShapeGraphs {
     std::string shapes;  // the externals' concrete shapes
     uint64_t replays = 0;

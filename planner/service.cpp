@@ -191,12 +191,12 @@ class Service final : public monitor::CandidateConsumer {
     });
     register_gemm_tuning_counters();
     register_counter_source("graphs", [](CounterSink& sink) {
-      uint64_t sum[5] = {0, 0, 0, 0, 0};
+      uint64_t sum[6] = {0, 0, 0, 0, 0, 0};
       for (const auto& p : PlanTable::get().plans()) {
         if (const auto* f = dynamic_cast<const FusedPlan*>(p.get())) {
-          uint64_t c[5];
+          uint64_t c[6];
           f->graph_counters(c);
-          for (int i = 0; i < 5; ++i) sum[i] += c[i];
+          for (int i = 0; i < 6; ++i) sum[i] += c[i];
         }
       }
       sink.add("replays", sum[0]);
@@ -204,6 +204,7 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("instantiations", sum[2]);
       sink.add("updates", sum[3]);
       sink.add("evictions", sum[4]);
+      sink.add("captures_deferred", sum[5]);  // graphs/capture_budget.hpp
     });
   }
 
