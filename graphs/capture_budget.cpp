@@ -3,7 +3,7 @@
 namespace livefuse::graphs {
 
 CaptureBudget& thread_capture_budget() {
-  thread_local CaptureBudget b(0.25, std::chrono::microseconds(500));
+  thread_local CaptureBudget b(0.2, std::chrono::microseconds(200));
   return b;
 }
 
