@@ -461,7 +461,7 @@ class Service final : public monitor::CandidateConsumer {
         skip(c, p.subject, "nothing to gain: eager runs it in one launch or none");
         return std::nullopt;
       }
-      if (!p.device.is_cuda() && p.planned.summary.fused_kernels == 0) {
+      if (!p.device.is_cuda() && sum.fused_kernels == 0) {
         // On the CPU a plan only pays through fusion (there are no launches to save).
         skip(c, p.subject, "no fusion possible: on the CPU a plan only pays through fusion");
         return std::nullopt;

@@ -5,17 +5,13 @@ for the last N steps; then the op kinds and other spans by total time over those
 whose op time is most of its wall time is bound by the host, not the GPU.
 Usage: trace_host.py TRACE.json [N=100]"""
 import collections
-import json
 import sys
 
-d = json.load(open(sys.argv[1]))
+from trace_steps import program_spans, step_ends
+
 last = int(sys.argv[2]) if len(sys.argv) > 2 else 100
-ev = d["traceEvents"] if isinstance(d, dict) else d
-xs = [e for e in ev if e.get("ph") == "X"]
-by_tid = collections.Counter(e["tid"] for e in xs if e.get("cat") == "op")
-main = by_tid.most_common(1)[0][0]
-m = sorted([e for e in xs if e["tid"] == main], key=lambda e: e["ts"])
-ends = [e["ts"] + e.get("dur", 0) for e in m if e.get("name") == "argmax"]
+_, _, m = program_spans(sys.argv[1])
+ends = step_ends(m)
 if len(ends) < 3:
     sys.exit("fewer than 3 steps in the trace")
 ends = ends[-(last + 1):]

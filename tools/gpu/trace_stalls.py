@@ -2,15 +2,12 @@
 """The long spans on the program's thread of a LIVEFUSE_TRACE file (warm-up stalls), with what ran
 inside each, and the totals of graph captures, module loads and new GEMM shapes there.
 Usage: trace_stalls.py TRACE.json"""
-import json, sys, collections
-d = json.load(open(sys.argv[1]))
-ev = d["traceEvents"] if isinstance(d, dict) else d
-names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"}
-xs = [e for e in ev if e.get("ph") == "X"]
-by_tid = collections.Counter(e["tid"] for e in xs if e.get("cat") == "op")
-main = by_tid.most_common(1)[0][0] if by_tid else None
-print("main thread", main, names.get(main))
-m = sorted([e for e in xs if e["tid"] == main], key=lambda e: e["ts"])
+import collections
+import sys
+from trace_steps import program_spans
+
+main, name, m = program_spans(sys.argv[1])
+print("main thread", main, name)
 long = [e for e in m if e.get("dur", 0) > 2000]
 print("spans over 2 ms on the program's thread:", len(long))
 for e in long[:40]:

@@ -5,18 +5,14 @@ inside it on the program's thread (ops, graph captures, compiles, waits), so a w
 slower than eager says what it waited on.
 Usage: trace_warmup.py TRACE.json [N=60] [TOP=6]"""
 import collections
-import json
 import sys
 
-d = json.load(open(sys.argv[1]))
+from trace_steps import program_spans, step_ends
+
 first = int(sys.argv[2]) if len(sys.argv) > 2 else 60
 top = int(sys.argv[3]) if len(sys.argv) > 3 else 6
-ev = d["traceEvents"] if isinstance(d, dict) else d
-xs = [e for e in ev if e.get("ph") == "X"]
-by_tid = collections.Counter(e["tid"] for e in xs if e.get("cat") == "op")
-main = by_tid.most_common(1)[0][0]
-m = sorted([e for e in xs if e["tid"] == main], key=lambda e: e["ts"])
-ends = [e["ts"] + e.get("dur", 0) for e in m if e.get("name") == "argmax"]
+_, _, m = program_spans(sys.argv[1])
+ends = step_ends(m)
 if len(ends) < 3:
     sys.exit("fewer than 3 steps in the trace")
 steps = []
