@@ -36,12 +36,14 @@ double to_num(const std::string& flag, const std::string& v) {
 
 const char* generate_usage() {
   return "usage: livefuse-generate (--weights FILE.safetensors --config config.json |\n"
-         "                          --random SEED [--preset gpt2-tiny|llama-tiny|gpt2|llama-1b])\n"
+         "                          --random SEED [--preset gpt2-tiny|llama-tiny|gpt2|llama-1b |\n"
+         "                                         --config config.json])\n"
          "                         [--ids prompt.npy | --batch B --prompt-len T --prompt-seed S]\n"
          "                         [--steps N] [--dtype f32|f16|bf16] [--device cpu|cuda]\n"
          "                         [--cache concat|static] [--temperature X --top-k K --top-p P\n"
          "                         --seed S] [--runs N] [--out ids.npy] [--logits logits.npy]\n"
          "                         [--json timings.json] [--quiet] [--profile-final N]\n"
+         "--random with --config: random weights in that config's shape.\n"
          "Generates N new tokens per prompt row (greedy unless --temperature > 0). --runs repeats\n"
          "the whole generation (so livefuse's plans form); the timings are the last run's.\n"
          "--out: the new tokens [batch, N] (int64); --logits: the logits each token was chosen\n"
@@ -71,7 +73,7 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& argv) {
     else if (f == "--random")
       a.random_seed = static_cast<uint64_t>(to_int(f, value(), 0));
     else if (f == "--preset")
-      a.preset = value();
+      a.preset = value(), a.preset_given = true;
     else if (f == "--ids")
       a.ids = value();
     else if (f == "--batch")
@@ -110,8 +112,10 @@ GenerateArgs parse_generate_args(const std::vector<std::string>& argv) {
       throw UsageError("unknown argument '" + f + "'");
   }
   if (a.help) return a;
-  if (a.random_seed && (!a.weights.empty() || !a.config.empty()))
-    throw UsageError("--random and --weights/--config exclude each other");
+  if (a.random_seed && !a.weights.empty())
+    throw UsageError("--random and --weights exclude each other");
+  if (a.random_seed && !a.config.empty() && a.preset_given)
+    throw UsageError("--config and --preset both give the shape; drop one");
   if (!a.random_seed && (a.weights.empty() || a.config.empty()))
     throw UsageError("give --weights and --config, or --random SEED");
   if (!a.ids.empty() && (batch_given || len_given))

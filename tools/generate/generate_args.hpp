@@ -17,8 +17,9 @@ struct UsageError : std::runtime_error {
 
 struct GenerateArgs {
   std::string weights, config;          // --weights FILE.safetensors --config config.json
-  std::optional<uint64_t> random_seed;  // --random SEED (with --preset)
+  std::optional<uint64_t> random_seed;  // --random SEED (with --preset or --config)
   std::string preset = "gpt2-tiny";
+  bool preset_given = false;
   std::string ids;                    // --ids prompt.npy [batch, T] integers
   int64_t batch = 1, prompt_len = 8;  // random prompt when --ids is absent
   uint64_t prompt_seed = 1;

@@ -63,8 +63,8 @@ int run(const lfd::GenerateArgs& a) {
     LF_CHECK(probe.good(), "livefuse-generate", path, ": cannot open for writing");
   }
   const auto t_load = std::chrono::steady_clock::now();
-  const lfd::DecoderConfig cfg = a.random_seed ? lfd::DecoderConfig::preset(a.preset)
-                                               : lfd::DecoderConfig::from_json_file(a.config);
+  const lfd::DecoderConfig cfg = a.config.empty() ? lfd::DecoderConfig::preset(a.preset)
+                                                 : lfd::DecoderConfig::from_json_file(a.config);
   const DType dtype = parse_dtype(a.dtype);
   const lfd::DecoderModel model =
       a.random_seed ? lfd::DecoderModel::random(cfg, *a.random_seed, dtype, device)
