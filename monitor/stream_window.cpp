@@ -81,20 +81,22 @@ uint64_t StreamWindow::match_len(uint64_t i, uint64_t j, uint64_t lim) {
 // Which earlier position does `i` continue? Candidates come most recent first, the current
 // alignment (the previous phrase's offset) first of all, so a loop keeps its period.
 //  1. Forward: among earlier positions where the same three ops start (trigram chain), the
-//     longest run of equal tokens from `i` on, at least kMinMatch. The run is trimmed by
+//     longest run of equal tokens from `i` on, at least kMinMatch, and at least kLongRun
+//     unless it continues the current alignment (note 2, inner repeats). The run is trimmed by
 //     kMinMatch - 1: its last positions have little forward support (blocks
 //     A = [linear, gelu, ..] and B = [linear, relu, ..]: the linear belongs to the block it
 //     starts, which only a search at the linear itself, with its own lookahead, can see).
-//  2. Backward: else, among earlier positions of the same op, one whose kMinMatch preceding
-//     ops are the same ops with the same wiring (tokens: q/k/v, three [linear, reshape,
-//     permute] blocks, are told apart only by it), counting back no further than the start of
-//     a sequence (reaching the same start is enough: a block's third op is identified by the
+//  2. Backward: else, the position at the current alignment, if its kMinMatch preceding ops
+//     are the same ops with the same wiring (tokens: q/k/v, three [linear, reshape, permute]
+//     blocks, are told apart only by it), counting back no further than the start of a
+//     sequence (reaching the same start is enough: a block's third op is identified by the
 //     two before it); the candidate itself must not start a sequence. This keeps the tail of a
 //     loop in the loop when the lookahead diverges (the last layer is followed by the head,
 //     not by another layer); but an op after a loop that merely looks like the loop's first op
 //     (a final layer_norm) is not that op: it would give the loop head a second successor.
 //     Unless a barrier follows it: then it has no successor (BERT's last closing layer_norm,
 //     then the sync, is the point where every layer was entered, not a 25th op of the last).
+//     Only at the alignment: elsewhere, preceding ops that agree are an inner repeat's too.
 void StreamWindow::search(uint64_t i) {
   const Slot& si = slot(i);
   const uint64_t lim = std::min(lookahead_, head_ - i);
@@ -122,7 +124,10 @@ void StreamWindow::search(uint64_t i) {
     }
     c = have_tri ? sj.chain3 : sj.chain1;
   }
-  if (best_len >= need && best_len > 0) {
+  // A short match (fewer than kLongRun tokens, the lookahead not reached) counts only where it
+  // continues the stream's alignment (note 2, inner repeats).
+  const bool long_run = best_len >= kLongRun || best_len >= lim;
+  if (best_len >= need && best_len > 0 && (long_run || best_j + 1 == cont)) {
     phrase_off_ = i - best_j;
     phrase_left_ = best_len >= kMinMatch ? best_len - (kMinMatch - 1) : 1;
     return;
@@ -139,17 +144,6 @@ void StreamWindow::search(uint64_t i) {
     return true;
   };
   if (cont && try_backward(cont - 1)) return;
-  c = buckets1_[si.local & kBucketMask];
-  for (int n = 0; c != 0 && n < kMaxBackCandidates;) {
-    const uint64_t j = c - 1;
-    if (!in_window(j)) break;
-    const Slot& sj = slot(j);
-    if (sj.local == si.local) {
-      ++n;
-      if (j + 1 != cont && try_backward(j)) return;
-    }
-    c = sj.chain1;
-  }
   phrase_left_ = 0;
 }
 

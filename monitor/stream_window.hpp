@@ -24,6 +24,17 @@
 //    position's program point (LZ77-style phrases, lookahead max_segment; see search() for the
 //    forward and backward rules). Twelve layers map onto the program points of the first; a
 //    position that continues nothing gets a fresh program point.
+//    Inner repeats. A short stretch that occurs twice inside the unit -- a Llama layer's two
+//    [rms_norm, mul, linear] norms, the 7-op rotary for q and then for k, [linear, add, norm]
+//    after attention and after the MLP -- would, copied at first sight, give both occurrences
+//    the same program points: every layer then holds them twice (a loop closing, 3.) and
+//    meets them from two sides (branches, 3.), and is cut into the pieces between them. At
+//    first sight nothing tells [A A] in a layer from two turns of a loop over A; what tells
+//    them apart later is that a layer's copy of the previous layer agrees for long. So a copy
+//    starts only from a match of kLongRun tokens or more (or one the lookahead cut short), or
+//    one that continues the stream's current alignment (the loop it is in): a shorter match
+//    elsewhere is a new program point. The price: blocks shorter than kLongRun that recur in
+//    varying order are new points at each new neighbour until runs of them repeat.
 // 3. Cuts. Program points form a graph (successor/predecessor counts, decaying). The stream is
 //    cut before position i when: a sync or a wrapped kernel is in between; the previous
 //    program point has two recurring successors or this one two recurring predecessors (loop
@@ -59,7 +70,6 @@ namespace livefuse::monitor {
 
 inline constexpr int kMinMatch = 4;           // tokens of agreeing context for one program point
 inline constexpr int kMaxCandidates = 16;     // earlier positions tried for a forward match
-inline constexpr int kMaxBackCandidates = 4;  // ... and for a backward one (rarely needed)
 // How far back "the same value was read" is seen: far enough for q/k/v projections reading one
 // normalised input, short enough that a weight shared by consecutive blocks is not seen (that
 // would make each block's tokens depend on the block before it).
@@ -68,6 +78,9 @@ inline constexpr int kNearUse = 4;
 // more sibling. Each further step lets a loop of short blocks sharing a weight take one more
 // block before its tokens are steady.
 inline constexpr int kMaxNearRank = 3;
+// A match of fewer tokens than this starts a copy only where it continues the stream's alignment
+// (note 2, inner repeats).
+inline constexpr uint64_t kLongRun = 2 * kMinMatch;
 // A norm over more rows than this moves a branch cut after itself (note 3, the seam).
 inline constexpr int64_t kSeamMinRows = 8;
 

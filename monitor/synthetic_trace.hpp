@@ -237,6 +237,63 @@ inline ValueId bert_layer(EventSynth& s, ValueId x, const SynthLayer& L, int B, 
   return out;
 }
 
+// A Llama decoder layer as examples/decoder/decoder.cpp records it (f32): the same short
+// stretches twice -- [rms_norm, mul, linear] for each norm, the 7-op rotary for q and for k,
+// [linear, add, rms_norm] after attention and after the MLP -- which a first look takes for
+// repeats (monitor/stream_window.hpp, note 2). `x` is [S, D]; cos / sin [S, Dh] are shared by
+// every layer; w: norm1, q, k, v, o, norm2, gate, up, down. 40 ops.
+inline constexpr int kLlamaLayerOps = 40;
+inline ValueId llama_layer(EventSynth& s, ValueId x, const std::vector<ValueId>& w, ValueId cos,
+                           ValueId sin, int S, int D, int H = 2) {
+  const int Dh = D / H;
+  LayerTemps t{s, {}};
+  const Attrs lin = ints({1, 0});
+  auto norm = [&](ValueId v, ValueId g) {
+    const ValueId r = t(s.call(OpId::rms_norm, {v}, {S, D}, ln_attrs()));
+    return t(s.call(OpId::mul, {r, g}, {S, D}));
+  };
+  auto rotary = [&](ValueId v) {  // x * cos + rotate_half(x) * sin
+    const ValueId hi = t(s.call(OpId::slice, {v}, {S, H, Dh / 2}, ints({2, Dh / 2, Dh, 1})));
+    const ValueId ng = t(s.call(OpId::neg, {hi}, {S, H, Dh / 2}));
+    const ValueId lo = t(s.call(OpId::slice, {v}, {S, H, Dh / 2}, ints({2, 0, Dh / 2, 1})));
+    const ValueId half = t(s.call(OpId::concat, {ng, lo}, {S, H, Dh}, ints({2})));
+    const ValueId a = t(s.call(OpId::mul, {v, cos}, {S, H, Dh}));
+    const ValueId b = t(s.call(OpId::mul, {half, sin}, {S, H, Dh}));
+    return t(s.call(OpId::add, {a, b}, {S, H, Dh}));
+  };
+  const ValueId a = norm(x, w[0]);
+  const ValueId q = t(s.call(OpId::reshape, {t(s.call(OpId::linear, {a, w[1]}, {S, D}, lin))},
+                             {S, H, Dh}, ints({S, H, Dh})));
+  const ValueId k = t(s.call(OpId::reshape, {t(s.call(OpId::linear, {a, w[2]}, {S, D}, lin))},
+                             {S, H, Dh}, ints({S, H, Dh})));
+  const ValueId v = t(s.call(OpId::reshape, {t(s.call(OpId::linear, {a, w[3]}, {S, D}, lin))},
+                             {S, H, Dh}, ints({S, H, Dh})));
+  const ValueId kr = rotary(k);
+  const ValueId qr = rotary(q);
+  const ValueId qp = t(s.call(OpId::permute, {qr}, {H, S, Dh}, ints({1, 0, 2})));
+  const ValueId kp = t(s.call(OpId::permute, {kr}, {H, Dh, S}, ints({1, 2, 0})));
+  const ValueId vp = t(s.call(OpId::permute, {v}, {H, S, Dh}, ints({1, 0, 2})));
+  ValueId sc = t(s.call(OpId::matmul, {qp, kp}, {H, S, S}));
+  Attrs sm;
+  sm.push_float(0.125);
+  sm.push_int(0);
+  sc = t(s.call(OpId::softmax, {sc}, {H, S, S}, sm));
+  ValueId o = t(s.call(OpId::matmul, {sc, vp}, {H, S, Dh}));
+  o = t(s.call(OpId::permute, {o}, {S, H, Dh}, ints({1, 0, 2})));
+  o = t(s.call(OpId::reshape, {o}, {S, D}, ints({S, D})));
+  o = t(s.call(OpId::linear, {o, w[4]}, {S, D}, lin));
+  const ValueId x1 = t(s.call(OpId::add, {x, o}, {S, D}));
+  const ValueId m = norm(x1, w[5]);
+  const ValueId g = t(s.call(OpId::silu, {t(s.call(OpId::linear, {m, w[6]}, {S, 4 * D}, lin))},
+                             {S, 4 * D}));
+  const ValueId u = t(s.call(OpId::linear, {m, w[7]}, {S, 4 * D}, lin));
+  const ValueId gu = t(s.call(OpId::mul, {g, u}, {S, 4 * D}));
+  const ValueId d = t(s.call(OpId::linear, {gu, w[8]}, {S, D}, lin));
+  const ValueId out = s.call(OpId::add, {x1, d}, {S, D});
+  t.release_all();
+  return out;
+}
+
 }  // namespace synth
 
 }  // namespace livefuse::monitor
