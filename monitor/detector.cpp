@@ -323,12 +323,15 @@ bool Detector::replay_served(const TraceEvent& ev) {
     r.flags = truncated ? kEventTruncated : 0;
   }
   // `c` and `tuple` point into the structure table, which consuming an event may change.
+  StreamWindow& w = window(ev.stream);
+  w.begin_replay();
   for (size_t k = 0; k < replay_.size(); ++k) {
     ++replayed_;
     on_call_event(replay_[k]);
     for (size_t f = 0; f < release_after.size(); ++f)
       if (release_after[f] == static_cast<int>(k)) on_release_event(first_out + f);
   }
+  w.end_replay();
   return true;
 }
 

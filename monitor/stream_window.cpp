@@ -20,10 +20,15 @@ constexpr uint32_t kGraphHalfLifeShift = 2;
 // A second successor (predecessor) taken less than this share of the first's is a rare path, not
 // a branch: a decode loop's layers meet the prefill's at the same points once per sequence and
 // the decode's at every token, and a cut there for the prefill's sake would split every decode
-// layer into pieces (GPT-2's into three, the cache's concat alone in one). The first passes of a
-// loop still cut there (its counts are even then); from about 16 occurrences of the common
-// path on, the unit is whole.
+// layer into pieces (GPT-2's into three, the cache's concat alone in one). Where the prefill
+// path is taken again (a new prompt) after the decode's, the counts decide: from about 16
+// occurrences of the common path on, the unit is whole.
 constexpr float kMinorShare = 1.0f / 16;
+// A point whose successor (predecessor) changed only once is a phase change, not a branch: the
+// prefill's layers took one path through it and the decode's layers take the other ever since
+// (one switch), where a loop exit switches twice a pass. Cutting the decode layer there for its
+// first 16 steps (kMinorShare) handed its pieces to the planner before the whole layer.
+constexpr uint8_t kBranchSwitches = 2;
 }  // namespace
 
 StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
@@ -53,6 +58,8 @@ RingEvent& StreamWindow::append(uint64_t token, uint64_t local, SlotKind kind) {
   s.token = token;
   s.local = local;
   s.kind = kind;
+  s.in_replay = replay_ == 2;
+  if (replay_) replay_ = 2;
   if (kind == SlotKind::barrier) barrier_end_ = head_ + 1;
   RingEvent& r = ring_[head_ & ring_mask_];
   r.pos = head_;
@@ -229,12 +236,17 @@ void StreamWindow::observe_edge(PpRef a, PpRef b) {
   decay(pb);
   count_neighbour(pa.succ, pa.succ_n, &pa.succ_rest, b);
   count_neighbour(pb.pred, pb.pred_n, &pb.pred_rest, a);
+  if (pa.last_succ.valid() && pa.last_succ != b && pa.succ_switches < 255) ++pa.succ_switches;
+  if (pb.last_pred.valid() && pb.last_pred != a && pb.pred_switches < 255) ++pb.pred_switches;
+  pa.last_succ = b;
+  pb.last_pred = a;
 }
 
 // Two significant successors of `a` are a branch unless they are a bubble: the same op
 // (local token) going on to the same point, i.e. one op whose wiring differs in some
 // occurrences.
 bool StreamWindow::succ_branches(ProgramPoint& a) {
+  if (a.succ_switches < kBranchSwitches) return false;
   const float minor = std::max(kSignificant, kMinorShare * a.succ_n[0]);
   if (a.succ_rest >= minor) return true;
   if (a.succ_n[1] < minor || a.succ_n[0] < kSignificant) return false;
@@ -248,6 +260,7 @@ bool StreamWindow::succ_branches(ProgramPoint& a) {
 }
 
 bool StreamWindow::pred_branches(ProgramPoint& b) {
+  if (b.pred_switches < kBranchSwitches) return false;
   const float minor = std::max(kSignificant, kMinorShare * b.pred_n[0]);
   if (b.pred_rest >= minor) return true;
   if (b.pred_n[1] < minor || b.pred_n[0] < kSignificant) return false;
@@ -305,7 +318,10 @@ void StreamWindow::cut_step(uint64_t i, SegmentSink& sink) {
     bool branch = false;
     if (live(prev_)) {
       observe_edge(prev_, s.pp);
-      branch = succ_branches(pps_[prev_.idx]) || pred_branches(p);
+      // Inside a replayed window the plan's unit stands: a branch the prefill's path makes
+      // there (counted against the decode's replays only, 1 in 16 served windows) must not
+      // cut it into pieces that would be planned from the replays.
+      branch = !s.in_replay && (succ_branches(pps_[prev_.idx]) || pred_branches(p));
     }
     cut_next_ = false;
     if (!cut && branch && seam_at(i, rows)) cut_next_ = true;  // the norm ends this sequence instead

@@ -143,6 +143,10 @@ class StreamWindow {
   // The position after the latest barrier (a sync, a wrapped kernel); 0: none yet.
   uint64_t barrier_end() const { return barrier_end_; }
 
+  // Positions appended between these are a served window's calls, replayed (the detector's
+  // on_served_event): the plan's unit, which no branch cuts inside (cut_step).
+  void begin_replay() { replay_ = 1; }
+  void end_replay() { replay_ = 0; }
   // Appends one position; returns its ring slot (the caller fills ev / hashes for calls).
   RingEvent& append(uint64_t token, uint64_t local_token, SlotKind kind);
   // Assigns every position that has its full lookahead, cutting sequences on the way.
@@ -166,6 +170,7 @@ class StreamWindow {
     PpRef pp;
     SlotKind kind = SlotKind::op;
     bool matched = false;
+    bool in_replay = false;  // a replayed window's position after its first
   };
   struct ProgramPoint {
     uint64_t local_token = 0;
@@ -181,6 +186,9 @@ class StreamWindow {
     uint32_t gen = 0;
     bool entry = false;  // some sequence started here (a loop head, the op after a sync)
     bool few_rows = false;  // a norm here has run over at most kSeamMinRows rows (note 3)
+    PpRef last_succ, last_pred;  // the neighbours of its latest occurrence
+    uint8_t succ_switches = 0;   // times the successor (predecessor) differed from the last one
+    uint8_t pred_switches = 0;
   };
 
   Slot& slot(uint64_t pos) { return slots_[pos & window_mask_]; }
@@ -226,6 +234,7 @@ class StreamWindow {
   uint64_t head_ = 0;  // positions appended
   uint64_t skipped_ = 0;
   bool window_open_ = false;
+  uint8_t replay_ = 0;  // 0: not replaying; 1: the next position starts a replay; 2: inside one
   uint64_t barrier_end_ = 0;
   uint64_t next_ = 0;  // positions assigned
   uint64_t phrase_off_ = 0;

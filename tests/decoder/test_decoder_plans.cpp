@@ -3,6 +3,7 @@
 // figures are in bench/RESULTS.md.
 #include "examples/decoder/generate.hpp"
 #include "livefuse/config.hpp"
+#include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
@@ -20,10 +21,11 @@ struct Counted {
   uint64_t published = 0;
   uint64_t served_calls = 0;
   std::vector<std::vector<int64_t>> tokens;
+  std::vector<std::string> plans;  // state, hits, name: shown when a count check fails
 };
 
-Counted count_plans(const lf::Config& c, const lfd::DecoderModel& m, const lf::Tensor& p,
-                    int steps, int runs) {
+Counted count_plans(const lf::Config& c, const lfd::DecoderModel& m, const lf::Tensor& p, int steps,
+                    int runs) {
   lf::synchronize(lf::Device::cpu());
   lf::set_config_for_testing(c);
   lf::monitor::Monitor::instance().reset();
@@ -41,47 +43,57 @@ Counted count_plans(const lf::Config& c, const lfd::DecoderModel& m, const lf::T
   lf::planner::wait_service_idle();
   out.published = lf::planner::service_counters().published - pub0;
   out.handed = lf::monitor::Monitor::instance().counters().candidates_emitted;
+  for (const auto& pi : lf::inspect().plans)
+    out.plans.push_back(pi.state + " " + std::to_string(pi.hits) + " (" + pi.last_reason + ") " + pi.description.substr(0, pi.description.find('\n')) + ": " + pi.name);
   return out;
 }
 
 }  // namespace
 
 TEST_CASE("decoder plans: a concat-cache decode loop is planned once, not once per length") {
-  const lf::Config saved = lf::config();
-  lfd::DecoderConfig cfg = lfd::DecoderConfig::preset("gpt2-tiny");
-  cfg.vocab_size = 384;
-  cfg.num_hidden_layers = 12;
-  const lfd::DecoderModel m = lfd::DecoderModel::random(cfg, 4, lf::DType::f32, lf::Device::cpu(), 0.08);
-  std::vector<int64_t> ids;
-  for (int64_t i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % cfg.vocab_size);
-  const lf::Tensor p = lf::from_int64s(ids, {1, 6}, lf::DType::i64, lf::Device::cpu());
-  lf::Config off = saved;
-  off.mode = lf::Mode::off;
-  lf::set_config_for_testing(off);
-  const auto eager = lfd::generate(m, p, 96, lfd::CacheKind::concat, {}, false).tokens;
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    CAPTURE(preset);
+    const lf::Config saved = lf::config();
+    lfd::DecoderConfig cfg = lfd::DecoderConfig::preset(preset);
+    cfg.vocab_size = 384;
+    cfg.num_hidden_layers = 12;
+    const lfd::DecoderModel m =
+        lfd::DecoderModel::random(cfg, 4, lf::DType::f32, lf::Device::cpu(), 0.08);
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 6; ++i) ids.push_back((i * 37 + 11) % cfg.vocab_size);
+    const lf::Tensor p = lf::from_int64s(ids, {1, 6}, lf::DType::i64, lf::Device::cpu());
+    lf::Config off = saved;
+    off.mode = lf::Mode::off;
+    lf::set_config_for_testing(off);
+    const auto eager = lfd::generate(m, p, 96, lfd::CacheKind::concat, {}, false).tokens;
 
-  lf::Config on = saved;
-  on.mode = lf::Mode::on;
-  on.sample = 0;  // kept unsampled: what is counted is what the monitor hands over
-  on.settle = true;
-  const Counted settled = count_plans(on, m, p, 96, 2);
-  on.settle = false;
-  const Counted at_once = count_plans(on, m, p, 96, 2);
-  lf::set_config_for_testing(saved);
-  lf::monitor::Monitor::instance().reset();
-  MESSAGE("handed over: settled " << settled.handed << ", at once " << at_once.handed
-                                  << "; plans published " << settled.published << " / "
-                                  << at_once.published << "; calls served in the last run "
-                                  << settled.served_calls << " / " << at_once.served_calls);
-  CHECK(settled.tokens == eager);
-  CHECK(at_once.tokens == eager);
-  CHECK(settled.served_calls > 0);
-  // 12 layers, 2 x 96 tokens: 6-7 plans settled (the layer's two halves, planned before the
-  // detector's unit became the whole layer; the embedding; the head; the layer; the prompt's
-  // layer, seen again in the second run), 13-21 at once; 9-10 hand-overs against 24-30. (The
-  // issue's 4 is not met here: the halves.) Both depend a little on timing (served windows
-  // reach the monitor as one event; one planner round plans a structure once), so the bounds
-  // have some room.
-  CHECK(settled.published <= 8);
-  CHECK(2 * settled.handed <= at_once.handed);
+    lf::Config on = saved;
+    on.mode = lf::Mode::on;
+    on.sample = 0;  // kept unsampled: what is counted is what the monitor hands over
+    on.settle = true;
+    const Counted settled = count_plans(on, m, p, 96, 2);
+    on.settle = false;
+    const Counted at_once = count_plans(on, m, p, 96, 2);
+    lf::set_config_for_testing(saved);
+    lf::monitor::Monitor::instance().reset();
+    MESSAGE("handed over: settled " << settled.handed << ", at once " << at_once.handed
+                                    << "; plans published " << settled.published << " / "
+                                    << at_once.published << "; calls served in the last run "
+                                    << settled.served_calls << " / " << at_once.served_calls);
+    CHECK(settled.tokens == eager);
+    CHECK(at_once.tokens == eager);
+    CHECK(settled.served_calls > 0);
+    // 12 layers, 2 x 96 tokens: 4 plans settled -- the embedding, the head, the decode layer and
+    // the prefill's layer (made, then retired) -- the decode issue's "<= 4 plans". Before the
+    // detector took the prefill / decode divergence for a phase change rather than a branch
+    // (monitor/stream_window.cpp, kBranchSwitches), the decode layer's first steps were cut in
+    // three pieces and planned so: 6-7. Unsettled, a layer met at a new tuple is planned at once
+    // and again with its family: 5-7, still more hand-overs than settled.
+    // Llama's layer holds short stretches twice (two norms, q's and k's rotary): one unit all
+    // the same (monitor/stream_window.hpp, note 2, inner repeats), where it made 10-27 plans.
+    if (settled.published > 4)
+      for (const std::string& pl : settled.plans) MESSAGE(pl);
+    CHECK(settled.published <= 4);
+    CHECK(settled.handed < at_once.handed);
+  }
 }
