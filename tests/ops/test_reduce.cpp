@@ -150,8 +150,9 @@ TEST_CASE("argmax returns the first of tied maxima") {
 }
 
 TEST_CASE("argmax over long rows: the first of tied maxima, the first NaN") {
-  // Long enough for the CUDA long-row kernel (several rounds of 8 x 1024 loads and a tail);
-  // the ties sit in one thread's round (j, j + 1024), across threads and across rounds.
+  // Long enough for the CUDA long-row kernel (rounds of 4 x 1024 16-byte chunks, a tail of
+  // chunks, then single elements; rows 1 and 2 start off a 16-byte boundary, so a head of
+  // single elements too); the ties sit across threads and across rounds.
   const int64_t n = 50257;
   for (Device dev : lftest::devices())
     for (DType t : float_dtypes()) {
