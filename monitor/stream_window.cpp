@@ -29,6 +29,12 @@ constexpr float kMinorShare = 1.0f / 16;
 // (one switch), where a loop exit switches twice a pass. Cutting the decode layer there for its
 // first 16 steps (kMinorShare) handed its pieces to the planner before the whole layer.
 constexpr uint8_t kBranchSwitches = 2;
+// A point whose successor (predecessor) keeps switching is a branch however rare its second
+// path: a loop exit is taken once a pass (1 in 16 for Llama-1B's layers) and switches twice a
+// pass, where the prefill / decode divergence switches twice a prompt. At the 1/16 share alone,
+// a 16-layer loop's exit sat on the edge, and counts skewed by replayed served windows (1 in
+// 16) tipped it: the last layer and the head became one unit, whose plan superseded the layer's.
+constexpr float kSwitchShare = 1.0f / 32;
 }  // namespace
 
 StreamWindow::StreamWindow(uint32_t stream, const WindowParams& p)
@@ -204,8 +210,8 @@ void StreamWindow::decay(ProgramPoint& p) {
   const uint32_t e = static_cast<uint32_t>(head_ >> (half_life_log2_ + kGraphHalfLifeShift));
   if (p.epoch == e) return;
   const float f = std::ldexp(1.0f, -static_cast<int>(std::min<uint32_t>(e - p.epoch, 100)));
-  p.succ_n[0] *= f, p.succ_n[1] *= f, p.succ_rest *= f;
-  p.pred_n[0] *= f, p.pred_n[1] *= f, p.pred_rest *= f;
+  p.succ_n[0] *= f, p.succ_n[1] *= f, p.succ_rest *= f, p.succ_switch_n *= f;
+  p.pred_n[0] *= f, p.pred_n[1] *= f, p.pred_rest *= f, p.pred_switch_n *= f;
   p.epoch = e;
 }
 
@@ -236,8 +242,14 @@ void StreamWindow::observe_edge(PpRef a, PpRef b) {
   decay(pb);
   count_neighbour(pa.succ, pa.succ_n, &pa.succ_rest, b);
   count_neighbour(pb.pred, pb.pred_n, &pb.pred_rest, a);
-  if (pa.last_succ.valid() && pa.last_succ != b && pa.succ_switches < 255) ++pa.succ_switches;
-  if (pb.last_pred.valid() && pb.last_pred != a && pb.pred_switches < 255) ++pb.pred_switches;
+  if (pa.last_succ.valid() && pa.last_succ != b) {
+    if (pa.succ_switches < 255) ++pa.succ_switches;
+    pa.succ_switch_n += 1;
+  }
+  if (pb.last_pred.valid() && pb.last_pred != a) {
+    if (pb.pred_switches < 255) ++pb.pred_switches;
+    pb.pred_switch_n += 1;
+  }
   pa.last_succ = b;
   pb.last_pred = a;
 }
@@ -247,6 +259,7 @@ void StreamWindow::observe_edge(PpRef a, PpRef b) {
 // occurrences.
 bool StreamWindow::succ_branches(ProgramPoint& a) {
   if (a.succ_switches < kBranchSwitches) return false;
+  if (a.succ_switch_n >= kSignificant && a.succ_switch_n >= kSwitchShare * a.succ_n[0]) return true;
   const float minor = std::max(kSignificant, kMinorShare * a.succ_n[0]);
   if (a.succ_rest >= minor) return true;
   if (a.succ_n[1] < minor || a.succ_n[0] < kSignificant) return false;
@@ -261,6 +274,7 @@ bool StreamWindow::succ_branches(ProgramPoint& a) {
 
 bool StreamWindow::pred_branches(ProgramPoint& b) {
   if (b.pred_switches < kBranchSwitches) return false;
+  if (b.pred_switch_n >= kSignificant && b.pred_switch_n >= kSwitchShare * b.pred_n[0]) return true;
   const float minor = std::max(kSignificant, kMinorShare * b.pred_n[0]);
   if (b.pred_rest >= minor) return true;
   if (b.pred_n[1] < minor || b.pred_n[0] < kSignificant) return false;

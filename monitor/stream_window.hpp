@@ -189,6 +189,7 @@ class StreamWindow {
     PpRef last_succ, last_pred;  // the neighbours of its latest occurrence
     uint8_t succ_switches = 0;   // times the successor (predecessor) differed from the last one
     uint8_t pred_switches = 0;
+    float succ_switch_n = 0, pred_switch_n = 0;  // the same, decaying as the counts do
   };
 
   Slot& slot(uint64_t pos) { return slots_[pos & window_mask_]; }
