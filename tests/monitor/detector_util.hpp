@@ -27,17 +27,17 @@ namespace synth = livefuse::monitor::synth;
 using livefuse::OpId;
 using livefuse::ValueId;
 
-// prelude (1 op) -> n layers -> head (1 op) -> sync
-inline void forward(EventSynth& s, const std::vector<synth::SynthLayer>& layers, ValueId input,
-                    int S, int D) {
+// prelude (1 op) -> `layers` layers (layer(k, x) -> y) -> head (1 op) -> sync
+template <class Layer>
+inline void forward_with(EventSynth& s, int layers, ValueId input, int S, int D, Layer layer) {
   ValueId x = s.call(OpId::mul, {input}, {S, D}, [] {
     livefuse::Attrs a;
     a.scalar_operand = true;
     a.push_float(2);
     return a;
   }());
-  for (const auto& L : layers) {
-    const ValueId y = synth::encoder_layer(s, x, L, S, D);
+  for (int k = 0; k < layers; ++k) {
+    const ValueId y = layer(k, x);
     s.release(x);
     x = y;
   }
@@ -45,6 +45,14 @@ inline void forward(EventSynth& s, const std::vector<synth::SynthLayer>& layers,
   s.release(x);
   s.sync();
   s.release(out);
+}
+
+// The same with synthetic encoder layers.
+inline void forward(EventSynth& s, const std::vector<synth::SynthLayer>& layers, ValueId input,
+                    int S, int D) {
+  forward_with(s, static_cast<int>(layers.size()), input, S, D, [&](int k, ValueId x) {
+    return synth::encoder_layer(s, x, layers[static_cast<size_t>(k)], S, D);
+  });
 }
 
 inline std::vector<Candidate> run(Detector& d, EventSynth& s) {

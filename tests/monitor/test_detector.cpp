@@ -60,18 +60,10 @@ TEST_CASE("detector: stretches repeated inside a layer do not split it") {
     layers.push_back(w);
   }
   const ValueId input = s.value({S, D}), cos = s.value({S, 1, Dh}), sin = s.value({S, 1, Dh});
-  for (int it = 0; it < 4; ++it) {
-    ValueId x = s.call(OpId::mul, {input, input}, {S, D});
-    for (const auto& w : layers) {
-      const ValueId y = lfmon::llama_layer(s, x, w, cos, sin, S, D);
-      s.release(x);
-      x = y;
-    }
-    const ValueId out = s.call(OpId::sum, {x}, {S}, lfmon::ints({1, 0}));
-    s.release(x);
-    s.sync();
-    s.release(out);
-  }
+  for (int it = 0; it < 4; ++it)
+    lfdet::forward_with(s, 12, input, S, D, [&](int k, ValueId x) {
+      return lfmon::llama_layer(s, x, layers[static_cast<size_t>(k)], cos, sin, S, D);
+    });
   const auto c = run(d, s);
   for (const auto& cand : c) MESSAGE(describe(cand));
   REQUIRE(c.size() == 1);
