@@ -308,9 +308,8 @@ class Service final : public monitor::CandidateConsumer {
   // a window matches, so a layer's first piece, planned while the detector still cut the layer
   // (its first passes), kept every window from the whole layer's plan, which then sampled
   // nothing (0 hits) for the rest of the run. Retired; an active one comes back if the longer
-  // plan is rejected or fails (restore_superseded). Unless the prefix serves far more windows
-  // than the longer sequence occurs (`occurrences`): then it also runs where the longer one
-  // does not follow -- a decode layer is 16 a step, the last layer with the head after it one.
+  // plan is rejected or fails (restore_superseded). Not a prefix serving 4x more windows than
+  // the longer sequence occurs: it runs elsewhere too (16 decode layers, one then the head).
   void supersede_prefixes(const Plan& longer, uint64_t occurrences) {
     std::vector<std::shared_ptr<Plan>> prefixes;
     for (const auto& q : PlanTable::get().plans()) {
@@ -318,7 +317,7 @@ class Service final : public monitor::CandidateConsumer {
       if (q.get() == &longer || q->stream != longer.stream || q->device_kind != longer.device_kind ||
           (st != PlanState::active && st != PlanState::sampling) || !starts_with_ops(longer.ops, q->ops))
         continue;
-      if (q->hits.load() > kPrefixServesElsewhere * occurrences) continue;
+      if (q->hits.load() > 4 * occurrences) continue;
       prefixes.push_back(q);
     }
     for (const auto& q : prefixes) {
@@ -562,7 +561,6 @@ class Service final : public monitor::CandidateConsumer {
   bool started_ = false, busy_ = false, stopping_ = false, paused_ = false, held_ = false;
   std::vector<monitor::Candidate> current_;  // being planned (inspection)
   static constexpr size_t kMaxBatch = 16;     // candidates planned and compiled together
-  static constexpr uint64_t kPrefixServesElsewhere = 4;  // supersede_prefixes
   uint64_t next_id_ = 1;
 };
 
