@@ -125,24 +125,19 @@ struct Chain {
   }
 };
 
-// The variants compared: no PDL (the default), with 8 loads in flight a lane where a lane reads
-// 8 or more chunks of its row (the default) or 4; PDL with the weights prefetched into L2
-// before the wait; PDL alone.
+// The variants compared: no PDL; PDL with the weights prefetched into L2 before the wait (the
+// default); PDL alone.
 struct Variant {
   const char* name;
-  bool pdl, prefetch, deep;
+  bool pdl, prefetch;
 };
-constexpr Variant kVariants[] = {{"off", false, false, true},
-                                 {"unroll4", false, false, false},
-                                 {"pdl", true, true, true},
-                                 {"pdl_nopf", true, false, true}};
+constexpr Variant kVariants[] = {{"off", false, false}, {"pdl", true, true}, {"pdl_nopf", true, false}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
   c.pdl = v.pdl;
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
-  cu::set_gemv_deep_unroll(v.deep);
 }
 
 // Median microseconds of one replay of the chain captured as one graph.

@@ -18,12 +18,7 @@ namespace livefuse::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-// 16-byte weight loads a lane keeps in flight: kUnroll, or kDeepUnroll where a lane has at
-// least that many chunks of one row to read (one row a block: Llama's gate/up, 16384 x 2048,
-// and down, 2048 x 8192, are two rounds of four -- the second issued only after the first is
-// summed -- and one of eight).
 constexpr int kUnroll = 4;
-constexpr int kDeepUnroll = 8;
 // Of a weight, the first this many bytes are prefetched into L2 while the kernel before runs
 // (pdl.cuh): a third of the H200's L2, so a vocabulary head's or a Llama MLP's prefetch does not
 // evict the running kernel's data; the rest streams as before.
@@ -86,7 +81,7 @@ __device__ __forceinline__ float row_sum(const char* row, int64_t chunks, int la
 // output is: no barrier and no shared memory. (Normalizing the row into shared memory once a
 // block, behind two block-wide reductions, took a GPT-2 QKV GEMV from 4.5 to 8.5 us, H200;
 // folding the norm into the sums algebraically was as fast, but skipped that rounding.)
-template <class S, int kRows, int kSplit, bool kNorm, int kU>
+template <class S, int kRows, int kSplit, bool kNorm>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);  // elements in one 16-byte chunk
@@ -126,10 +121,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     if (a.bias) bias = S::to(static_cast<const Bits*>(a.bias)[n]);
     if (a.residual && a.parts == 0) resid = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n]);
   }
-  uint4 wv[kU];
+  uint4 wv[kUnroll];
   const auto load_weights = [&](int64_t c0) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int64_t c = c0 + u * kStep;
       if (c < chunks) wv[u] = load_stream(wrow + c * 16);
     }
@@ -157,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   if (n < a.n) {
     for (; c0 < chunks;) {
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * kStep;
         if (c >= chunks) break;
         float wf[kPer], gf[kPer], bf[kPer];
@@ -184,7 +179,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
           }
         }
       }
-      c0 += kStep * kU;
+      c0 += kStep * kUnroll;
       if (c0 < chunks) load_weights(c0);
     }
   }
@@ -227,35 +222,30 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   }
 }
 
-template <class S, int kRows, bool kNorm, int kU>
+template <class S, int kRows, bool kNorm>
 void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
   const auto grid = [&](int k) {
     return dim3(static_cast<unsigned>((a.n + kWarps / k - 1) / (kWarps / k)), static_cast<unsigned>(a.batch));
   };
   switch (split) {
     case 1:
-      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 1, kNorm, kU>, grid(1), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 1, kNorm>, grid(1), kWarps * 32, 0, s, a);
       break;
     case 2:
-      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 2, kNorm, kU>, grid(2), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 2, kNorm>, grid(2), kWarps * 32, 0, s, a);
       break;
     default:
-      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 4, kNorm, kU>, grid(4), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 4, kNorm>, grid(4), kWarps * 32, 0, s, a);
       break;
   }
 }
 
-// Only one-row products (a decode step at batch 1) get the deeper unroll: more rows multiply
-// the registers a lane holds per load.
 template <class S, bool kNorm>
-void launch_typed(const GemvArgs& a, int split, bool deep, cudaStream_t s) {
-  if (a.rows == 1) {
-    if (deep) return launch_rows<S, 1, kNorm, kDeepUnroll>(a, split, s);
-    return launch_rows<S, 1, kNorm, kUnroll>(a, split, s);
-  }
-  if (a.rows == 2) return launch_rows<S, 2, kNorm, kUnroll>(a, split, s);
-  if (a.rows <= 4) return launch_rows<S, 4, kNorm, kUnroll>(a, split, s);
-  return launch_rows<S, 8, kNorm, kUnroll>(a, split, s);
+void launch_typed(const GemvArgs& a, int split, cudaStream_t s) {
+  if (a.rows == 1) return launch_rows<S, 1, kNorm>(a, split, s);
+  if (a.rows == 2) return launch_rows<S, 2, kNorm>(a, split, s);
+  if (a.rows <= 4) return launch_rows<S, 4, kNorm>(a, split, s);
+  return launch_rows<S, 8, kNorm>(a, split, s);
 }
 
 }  // namespace
@@ -281,11 +271,9 @@ bool gemv_supported(const GemvArgs& a) {
 
 namespace {
 std::atomic<bool> g_prefetch{true};
-std::atomic<bool> g_deep{true};
 }  // namespace
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
-void set_gemv_deep_unroll(bool on) { g_deep.store(on, std::memory_order_relaxed); }
 
 void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
@@ -295,11 +283,9 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   const int64_t runs = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype))) / 32;
   int split = 1;
   while (split < kWarps && a.n * split < 8192 && runs > int64_t{kUnroll} * split) split *= 2;
-  // Chunks of a row a lane reads: runs (of 32 chunks) shared by `split` warps.
-  const bool deep = g_deep.load(std::memory_order_relaxed) && runs >= int64_t{kDeepUnroll} * split;
   with_float_storage(a.dtype, [&](auto storage) {
-    if (a.norm != GemvNorm::none) launch_typed<decltype(storage), true>(a, split, deep, s);
-    else launch_typed<decltype(storage), false>(a, split, deep, s);
+    if (a.norm != GemvNorm::none) launch_typed<decltype(storage), true>(a, split, s);
+    else launch_typed<decltype(storage), false>(a, split, s);
   });
 }
 

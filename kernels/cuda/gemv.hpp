@@ -91,8 +91,5 @@ void launch_gemv(const GemvArgs& a, cudaStream_t s);
 // Whether a GEMV launched with PDL (LIVEFUSE_PDL=1) prefetches its weights into L2 first
 // (default on); for livefuse-bench-gemv-chain's comparison.
 void set_gemv_prefetch(bool on);
-// Whether a one-row product whose lanes read 8 or more chunks of a row keeps 8 loads in flight
-// a lane instead of 4 (default on); for livefuse-bench-gemv-chain's comparison.
-void set_gemv_deep_unroll(bool on);
 
 }  // namespace livefuse::cuda
