@@ -233,6 +233,15 @@ void count_neighbour(PpRef* ref, float* n, float* rest, PpRef x) {
     *rest += 1;
   }
 }
+
+// One more neighbour `x` after `*last`: a switch when they differ (kBranchSwitches, kSwitchShare).
+void count_switch(PpRef* last, uint8_t* switches, float* switch_n, PpRef x) {
+  if (last->valid() && *last != x) {
+    if (*switches < 255) ++*switches;
+    *switch_n += 1;
+  }
+  *last = x;
+}
 }  // namespace
 
 void StreamWindow::observe_edge(PpRef a, PpRef b) {
@@ -242,16 +251,8 @@ void StreamWindow::observe_edge(PpRef a, PpRef b) {
   decay(pb);
   count_neighbour(pa.succ, pa.succ_n, &pa.succ_rest, b);
   count_neighbour(pb.pred, pb.pred_n, &pb.pred_rest, a);
-  if (pa.last_succ.valid() && pa.last_succ != b) {
-    if (pa.succ_switches < 255) ++pa.succ_switches;
-    pa.succ_switch_n += 1;
-  }
-  if (pb.last_pred.valid() && pb.last_pred != a) {
-    if (pb.pred_switches < 255) ++pb.pred_switches;
-    pb.pred_switch_n += 1;
-  }
-  pa.last_succ = b;
-  pb.last_pred = a;
+  count_switch(&pa.last_succ, &pa.succ_switches, &pa.succ_switch_n, b);
+  count_switch(&pb.last_pred, &pb.pred_switches, &pb.pred_switch_n, a);
 }
 
 // Two significant successors of `a` are a branch unless they are a bubble: the same op

@@ -44,7 +44,8 @@ Counted count_plans(const lf::Config& c, const lfd::DecoderModel& m, const lf::T
   out.published = lf::planner::service_counters().published - pub0;
   out.handed = lf::monitor::Monitor::instance().counters().candidates_emitted;
   for (const auto& pi : lf::inspect().plans)
-    out.plans.push_back(pi.state + " " + std::to_string(pi.hits) + " (" + pi.last_reason + ") " + pi.description.substr(0, pi.description.find('\n')) + ": " + pi.name);
+    out.plans.push_back(pi.state + " " + std::to_string(pi.hits) + " (" + pi.last_reason + ") " +
+                        pi.description.substr(0, pi.description.find('\n')) + ": " + pi.name);
   return out;
 }
 
