@@ -193,6 +193,10 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.kind = "attention";
       gi.ops = a->nodes;
       gi.kernel = "attention";
+    } else if (const auto* r = std::get_if<RotaryStep>(&s.body)) {
+      gi.kind = "rotary";
+      gi.ops = r->nodes;
+      gi.kernel = "rotary";
     }
     d.groups.push_back(std::move(gi));
   }

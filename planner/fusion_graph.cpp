@@ -29,6 +29,7 @@ std::string_view group_kind_name(GroupKind k) {
     case GroupKind::Eager: return "eager";
     case GroupKind::Opaque: return "opaque";
     case GroupKind::Attention: return "attention";
+    case GroupKind::Rotary: return "rotary";
   }
   return "?";
 }
@@ -158,6 +159,14 @@ std::string FusionGraph::nodes_str(const std::vector<int>& nodes) const {
     for (size_t i = 0; i < nodes.size(); ++i) os << (i ? ", #" : "#") << nodes[i];
   }
   return os.str();
+}
+
+bool FusionGraph::template_writes(const Group& gr, int v) const {
+  if (gr.kind == GroupKind::Attention) return attention[gr.attention].out == v;
+  if (gr.kind != GroupKind::Rotary) return false;
+  for (const RotaryOperands& r : rotary[gr.rotary])
+    if (r.out == v) return true;
+  return false;
 }
 
 std::string FusionGraph::dump() const {

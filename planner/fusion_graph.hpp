@@ -24,7 +24,8 @@ enum class Role : uint8_t {
 };
 
 // Attention: the template step matmul(q, kᵀ) -> softmax -> matmul(., v) (pass_attention).
-enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque, Attention };
+// Rotary: the template step x * cos + rotate_half(x) * sin, one or more of them (pass_rotary).
+enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque, Attention, Rotary };
 
 // cuBLASLt epilogues a GEMM step can absorb. Residual: + a tensor of the product's shape, read
 // as cuBLASLt's C input (beta = 1), after the bias if there is one (a layer's output projection
@@ -53,6 +54,7 @@ struct Group {
   int bias_value = -1;     // value id of the epilogue's bias (matmul + add(bias))
   int residual_value = -1;  // value id of the epilogue's residual (Residual, BiasResidual)
   int attention = -1;      // attention: index into FusionGraph::attention
+  int rotary = -1;         // rotary: index into FusionGraph::rotary
 };
 
 // What an attention group reads and writes, as value ids (pass_attention matches them).
@@ -68,6 +70,13 @@ struct AttentionOperands {
   // as rows [G * t], the scores are seen as [.., G, t, sk] by the softmax (and its mask), and a
   // heads_inner result is [b, t, heads * G, dv]. 1: plain attention.
   int64_t groups = 1;
+};
+
+// One rotate-half rotary embedding a rotary group computes (pass_rotary matches it), as value
+// ids: out = x * cos + concat(-x[.., h:], x[.., :h]) * sin along the last dim.
+struct RotaryOperands {
+  int x = -1, cos = -1, sin = -1;
+  int out = -1;  // the add's value: what the step writes
 };
 
 enum class ValueKind : uint8_t {
@@ -87,6 +96,7 @@ struct PlannerOptions {
   bool attention = true;      // the fused attention template (pass_attention)
   // LIVEFUSE_ATTENTION=auto on CUDA: only shapes a fast CUDA kernel takes (attention_fast_on_cuda)
   bool attention_fast_only = false;
+  bool rotary = true;         // the rotary template (pass_rotary)
   bool gemm_siblings = true;  // linears over one input as one GEMM (pass_gemm_siblings)
   bool cuda = false;          // planning for a CUDA device (what a step launches differs)
   // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
@@ -111,6 +121,7 @@ struct FusionGraph {
   std::vector<std::vector<std::pair<int, int>>> users;  // per value id
   std::vector<std::vector<int>> horizontal;             // sets of pointwise group ids
   std::vector<AttentionOperands> attention;             // per attention group (Group::attention)
+  std::vector<std::vector<RotaryOperands>> rotary;      // per rotary group (Group::rotary): its parts
   std::vector<Decision> decisions;
 
   void decide(std::string what, std::string reason) { decisions.push_back({std::move(what), std::move(reason)}); }
@@ -121,6 +132,8 @@ struct FusionGraph {
   std::vector<int> topo_groups() const;  // alive groups in a dependency order
   std::string dump() const;
   std::string nodes_str(const std::vector<int>& nodes) const;  // "#2..#5" / "#1, #4"
+  // Whether group `gr` is a template step (attention, rotary) and `v` a value it writes.
+  bool template_writes(const Group& gr, int v) const;
 };
 
 std::string_view role_name(Role r);

@@ -45,6 +45,24 @@ std::vector<int> group_outputs(const FusionGraph& g, const Group& gr) {
   return out;
 }
 
+std::vector<std::pair<int, int>> live_users(const FusionGraph& g, int v) {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& u : g.users[v])
+    if (g.role[u.first] != Role::Dead) out.push_back(u);
+  return out;
+}
+
+int only_user(const FusionGraph& g, int j) {
+  const ValueRef r = ValueRef::of(j);
+  if (g.seg.is_output(r)) return -1;
+  const auto users = live_users(g, g.seg.value_id(r));
+  return users.size() == 1 ? users[0].first : -1;
+}
+
+bool is_node(const FusionGraph& g, const ValueRef& r, OpId op) {
+  return !r.is_external() && g.seg.nodes[r.node].op == op;
+}
+
 bool has_cycle(const FusionGraph& g) {
   size_t units = 0;
   std::vector<bool> counted(g.groups.size(), false);

@@ -23,26 +23,6 @@
 namespace livefuse::planner {
 namespace {
 
-// Live users of value `v` (dead nodes are never computed).
-std::vector<std::pair<int, int>> live_users(const FusionGraph& g, int v) {
-  std::vector<std::pair<int, int>> out;
-  for (const auto& u : g.users[v])
-    if (g.role[u.first] != Role::Dead) out.push_back(u);
-  return out;
-}
-
-// The single live user of node j's result, when it is not observable; -1 otherwise.
-int only_user(const FusionGraph& g, int j) {
-  const ValueRef r = ValueRef::of(j);
-  if (g.seg.is_output(r)) return -1;
-  const auto users = live_users(g, g.seg.value_id(r));
-  return users.size() == 1 ? users[0].first : -1;
-}
-
-bool is_node(const FusionGraph& g, const ValueRef& r, OpId op) {
-  return !r.is_external() && g.seg.nodes[r.node].op == op;
-}
-
 // permute swapping the last two dims (transpose(x, -1, -2) and transpose(x, 2, 3) on rank 4).
 bool swaps_last_two(const SegmentNode& n) {
   const int rank = n.attrs.ni;

@@ -1,7 +1,8 @@
 // Pass "materialize": which values get memory. Observable values, values crossing from one step
 // to another, results of unfused steps and the sources of views are Materialized; layout
 // results are Views of their source; the rest live inside one fused kernel (Virtual). An
-// attention step writes only its result: scores, probabilities and absorbed views are Virtual.
+// attention step writes only its result: scores, probabilities and absorbed views are Virtual;
+// a rotary step only its results (rotate_half(x) and the products are Virtual).
 #include "planner/passes.hpp"
 
 namespace livefuse::planner {
@@ -16,12 +17,10 @@ void pass_materialize(FusionGraph& g) {
       continue;
     }
     const Role role = g.role[r.node];
-    const bool in_attention =
-        g.group_of[r.node] >= 0 && g.groups[g.group_of[r.node]].kind == GroupKind::Attention;
-    if (in_attention) {  // only what the step writes has memory; its absorbed views are Virtual too
-      g.value_kind[v] = g.attention[g.groups[g.group_of[r.node]].attention].out == v
-                            ? ValueKind::Materialized
-                            : ValueKind::Virtual;
+    const int gr = g.group_of[r.node];
+    if (gr >= 0 && (g.groups[gr].kind == GroupKind::Attention || g.groups[gr].kind == GroupKind::Rotary)) {
+      // A template step: only what it writes has memory; its absorbed views are Virtual too.
+      g.value_kind[v] = g.template_writes(g.groups[gr], v) ? ValueKind::Materialized : ValueKind::Virtual;
       continue;
     }
     if (role == Role::Dead) {

@@ -8,6 +8,7 @@ const std::vector<Pass>& pass_list() {
   static const auto* passes = new std::vector<Pass>{
       {"classify", "node roles; unobservable results dropped", pass_classify},
       {"attention", "matmul(q, kT) -> softmax -> matmul(., v) as one fused attention step", pass_attention},
+      {"rotary", "x * cos + rotate_half(x) * sin as one rotary step (q and k in one launch)", pass_rotary},
       {"vertical", "producer/consumer fusion into pointwise and row kernels", pass_vertical},
       {"cost", "split groups that do not pay for themselves", pass_cost},
       {"gemm_siblings", "linears over one input as one GEMM over concatenated weights", pass_gemm_siblings},

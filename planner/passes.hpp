@@ -17,6 +17,7 @@ struct Pass {
 
 void pass_classify(FusionGraph& g);       // node roles; dead values dropped
 void pass_attention(FusionGraph& g);      // q kᵀ -> softmax -> · v as one template step
+void pass_rotary(FusionGraph& g);         // x * cos + rotate_half(x) * sin as one template step
 void pass_vertical(FusionGraph& g);       // producer/consumer groups: pointwise and row kernels
 void pass_gemm_siblings(FusionGraph& g);  // linears over one input become one GEMM (Q/K/V)
 void pass_gemm_epilogue(FusionGraph& g);  // a GEMM takes the pointwise group after it
@@ -33,6 +34,12 @@ FusionGraph make_fusion_graph(const Segment& seg, const PlannerOptions& opts);
 std::string check_group(FusionGraph& g, int group);
 // Group-level cycle check over units (horizontal sets and gemm tails count as one).
 bool has_cycle(const FusionGraph& g);
+// Live users (node, input index) of value `v` (dead nodes are never computed).
+std::vector<std::pair<int, int>> live_users(const FusionGraph& g, int v);
+// The single live user of node j's result, when it is not observable; -1 otherwise.
+int only_user(const FusionGraph& g, int j);
+// Whether `r` is the result of an `op` node.
+bool is_node(const FusionGraph& g, const ValueRef& r, OpId op);
 // Merges group `from` into `into` (nodes, assignments).
 void merge_groups(FusionGraph& g, int into, int from);
 // Merged sibling linears (pass_gemm_siblings) whose weights all have one N: on CUDA one

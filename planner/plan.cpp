@@ -14,6 +14,7 @@
 #include "livefuse/stream.hpp"
 #include "planner/attention_step.hpp"
 #include "planner/plan_siblings.hpp"
+#include "planner/rotary_step.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
@@ -227,6 +228,20 @@ AttentionArgs bind_attention(const AttentionStep& a, std::span<const Tensor> val
   return attention_args(q, k, v, o.mask >= 0 ? value(values, o.mask) : Tensor{}, out, o.heads_inner, o.scale, o.groups);
 }
 
+// Every part of a rotary step, bound (at most kRotaryMaxParts).
+int bind_rotary(const RotaryStep& r, std::span<const Tensor> values, RotaryArgs* out) {
+  int n = 0;
+  for (const RotaryOperands& o : r.parts) {
+    const Tensor& res = value(values, o.out);
+    ensure_storage(res);
+    for (int v : {o.x, o.cos, o.sin})
+      LF_CHECK(value(values, v).impl()->storage != nullptr || value(values, v).numel() == 0, "plan",
+               "a rotary input has no storage");
+    out[n++] = rotary_args(value(values, o.x), value(values, o.cos), value(values, o.sin), res);
+  }
+  return n;
+}
+
 }  // namespace
 
 void set_gemm_epilogue_runner(GemmEpilogueRunner r) { g_epilogue_runner.store(r); }
@@ -254,6 +269,9 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
     run_node(p, o->node, values, nullptr);
   } else if (const auto* a = std::get_if<AttentionStep>(&s.body)) {
     cpu::run_attention(bind_attention(*a, values));
+  } else if (const auto* r = std::get_if<RotaryStep>(&s.body)) {
+    RotaryArgs args[kRotaryMaxParts];
+    cpu::run_rotary(args, bind_rotary(*r, values, args));
   }
 }
 
@@ -348,6 +366,14 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     cuda::launch_attention(bind_attention(*a, values), stream);
 #else
     (void)a;
+    throw Error("[plan] " + s.label + ": this build has no CUDA backend");
+#endif
+  } else if (const auto* r = std::get_if<RotaryStep>(&s.body)) {
+#if LIVEFUSE_HAS_CUDA
+    RotaryArgs args[kRotaryMaxParts];
+    cuda::launch_rotary(args, bind_rotary(*r, values, args), stream);
+#else
+    (void)r;
     throw Error("[plan] " + s.label + ": this build has no CUDA backend");
 #endif
   }

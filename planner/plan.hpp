@@ -25,6 +25,8 @@
 //   Opaque       a user kernel
 //   Attention    softmax(q kᵀ * scale + mask) v as one kernel (kernels/attention_args.hpp):
 //                scores and probabilities are never written
+//   Rotary       x * cos + rotate_half(x) * sin, one or more, as one kernel
+//                (kernels/rotary_args.hpp)
 #include <future>
 #include <memory>
 #include <mutex>
@@ -102,12 +104,17 @@ struct AttentionStep {
   std::vector<int> nodes;  // segment nodes it computes
 };
 
+struct RotaryStep {
+  std::vector<RotaryOperands> parts;  // at most kRotaryMaxParts (kernels/rotary_args.hpp)
+  std::vector<int> nodes;             // segment nodes it computes
+};
+
 struct EagerStep { int node = -1; };
 struct ViewStep { int node = -1; };
 struct OpaqueStep { int node = -1; };
 
 struct Step {
-  std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep, AttentionStep> body;
+  std::variant<FusedKernelStep, GemmStep, EagerStep, ViewStep, OpaqueStep, AttentionStep, RotaryStep> body;
   std::string label;
   int launches() const;  // kernels it launches (views: 0)
   std::vector<int> nodes() const;  // the segment nodes it computes

@@ -26,6 +26,7 @@ PlannerOptions default_planner_options(Device device) {
   // (runtime/include/livefuse/config.hpp has the figures).
   o.attention = config().attention != 0;
   o.attention_fast_only = config().attention < 0 && device.is_cuda();
+  o.rotary = config().rotary;
 #if LIVEFUSE_HAS_CUDA
   if (device.is_cuda() && config().split_k_rows)
     o.split_k = [](int64_t rows, int64_t n, int64_t k, DType dtype, bool bias) {
@@ -47,13 +48,14 @@ PlannerOptions default_planner_options(Device device) {
 }
 
 namespace {
-// The summary's launches and fused kernels (generated ones, GEMM tails, the attention template).
+// The summary's launches and fused kernels (generated ones, GEMM tails, the templates).
 void count_launches(PlannedSegment& p) {
   p.summary.plan_launches = 0;
   p.summary.fused_kernels = 0;
   for (const Step& s : p.steps) {
     p.summary.plan_launches += s.launches();
-    if (std::holds_alternative<FusedKernelStep>(s.body) || std::holds_alternative<AttentionStep>(s.body))
+    if (std::holds_alternative<FusedKernelStep>(s.body) || std::holds_alternative<AttentionStep>(s.body) ||
+        std::holds_alternative<RotaryStep>(s.body))
       ++p.summary.fused_kernels;
     if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->tail) ++p.summary.fused_kernels;
   }

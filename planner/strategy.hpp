@@ -6,7 +6,7 @@
 // One file each: strategy_pointwise.cpp (vertical elementwise), strategy_row.cpp (reductions
 // and normalisations with prologue/epilogue), strategy_gemm.cpp (GEMM + bias/activation),
 // strategy_horizontal.cpp (siblings in one launch), strategy_single.cpp (unfused ops),
-// strategy_attention.cpp (the fused attention template).
+// strategy_attention.cpp (the fused attention template), strategy_rotary.cpp (the rotary template).
 #include <optional>
 #include <span>
 #include <string>

@@ -110,6 +110,7 @@ FusedKernelStep* Step::generated_kernel() {
 std::vector<int> Step::nodes() const {
   if (const auto* f = std::get_if<FusedKernelStep>(&body)) return f->nodes;
   if (const auto* a = std::get_if<AttentionStep>(&body)) return a->nodes;
+  if (const auto* r = std::get_if<RotaryStep>(&body)) return r->nodes;
   if (const auto* g = std::get_if<GemmStep>(&body)) {
     std::vector<int> n = g->siblings.empty() ? std::vector<int>{g->node} : g->siblings;
     if (g->prologue >= 0) n.insert(n.begin(), g->prologue);
@@ -133,6 +134,7 @@ const Strategy& row_strategy();
 const Strategy& gemm_strategy();
 const Strategy& single_strategy();
 const Strategy& attention_strategy();
+const Strategy& rotary_strategy();
 
 const Strategy& strategy_for(GroupKind kind) {
   switch (kind) {
@@ -140,6 +142,7 @@ const Strategy& strategy_for(GroupKind kind) {
     case GroupKind::Row: return row_strategy();
     case GroupKind::Gemm: return gemm_strategy();
     case GroupKind::Attention: return attention_strategy();
+    case GroupKind::Rotary: return rotary_strategy();
     default: return single_strategy();
   }
 }

@@ -126,6 +126,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
          return false;
        }},
       bool_row("LIVEFUSE_GEMM_SIBLINGS", &Config::gemm_siblings),
+      bool_row("LIVEFUSE_ROTARY", &Config::rotary),
       bool_row("LIVEFUSE_SEAM", &Config::seam),
       bool_row("LIVEFUSE_SETTLE", &Config::settle),
       bool_row("LIVEFUSE_PACK_CACHE", &Config::pack_cache),

@@ -44,6 +44,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_PROFILE") return yes_no(c.profile);
   if (name == "LIVEFUSE_ATTENTION") return c.attention < 0 ? "auto" : yes_no(c.attention == 1);
   if (name == "LIVEFUSE_GEMM_SIBLINGS") return yes_no(c.gemm_siblings);
+  if (name == "LIVEFUSE_ROTARY") return yes_no(c.rotary);
   if (name == "LIVEFUSE_SEAM") return yes_no(c.seam);
   if (name == "LIVEFUSE_SETTLE") return yes_no(c.settle);
   if (name == "LIVEFUSE_FAMILY_GRAPH") return yes_no(c.family_graph);

@@ -50,6 +50,7 @@ struct Config {
   // ms a forward; 1: everywhere; 0: nowhere.
   int attention = -1;
   bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
+  bool rotary = true;  // LIVEFUSE_ROTARY: x * cos + rotate_half(x) * sin as one step (pass_rotary)
   // LIVEFUSE_SEAM: the monitor cuts a layer after the norm that follows its residual add, so
   // the two are one row kernel (monitor/stream_window.hpp, note 3); 0: before the norm.
   bool seam = true;

@@ -1,0 +1,13 @@
+#pragma once
+// Binding a RotaryStep: the kernels' 4-D strided operands (kernels/rotary_args.hpp) from the
+// bound tensors, with the shapes checked as bound (one the kernels do not take throws
+// livefuse::Error and the window runs eagerly).
+#include "kernels/rotary_args.hpp"
+#include "livefuse/tensor.hpp"
+
+namespace livefuse::planner {
+
+// out: the dense result, of x's shape; cos and sin broadcast to it.
+RotaryArgs rotary_args(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
+
+}  // namespace livefuse::planner
