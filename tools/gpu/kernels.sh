@@ -7,7 +7,7 @@
 # Also a decoder's kernels: one more generation of 2 tokens after its timed runs (prefill
 # included; DECODE_LAST=N shows only the last N kernels).
 # Usage (device tool): bash tools/gpu/kernels.sh   [KERNEL_RUNS="bert:f16:1:128 bert:f16:8:128
-#   gpt2:f16:concat llama-1b:bf16:static" KERNEL_LINES=60 DECODE_LAST=0]
+#   gpt2:f16:concat llama-1b:bf16:static:4096" KERNEL_LINES=60 DECODE_LAST=0]
 . "$(dirname "$0")/prelude.sh" lf-kernels-out
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "kernels.sh: no ncu on this machine"; exit 0; }
@@ -18,9 +18,10 @@ for run in ${KERNEL_RUNS-bert:f16:1:128 gpt2:f16:concat}; do
     cmd=("$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype "$dtype" --batch "$a" --seq "$b"
          --device cuda --iters 50 --warmup-ms 3000 --quiet --profile-final)
     last=0
-  else  # a decoder preset (gpt2, llama-1b); a = the cache; the last step's kernels: DECODE_LAST
+  else  # a decoder preset (gpt2, llama-1b); a = the cache, b = the prompt's length (32); the
+        # last step's kernels: DECODE_LAST
     cmd=("$B/tools/generate/livefuse-generate" --random 1 --preset "$model" --dtype "$dtype" --device cuda
-         --cache "$a" --prompt-len 32 --steps 128 --runs 3 --quiet --profile-final 2)
+         --cache "$a" --prompt-len "${b:-32}" --steps 128 --runs 3 --quiet --profile-final 2)
     last=${DECODE_LAST:-0}
   fi
   timeout -k 5 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
