@@ -136,8 +136,18 @@ bool sample_choice(Plan& p);
 inline constexpr int64_t kSamplePutOffMs = 500;
 bool put_sample_off(Plan& p);
 // Adds a sample; after sample_pairs() of each, a verdict: the plan becomes active, or is
-// sampled once more before it is rejected.
+// sampled once more before it is rejected (and sampled again later: retry_rejected).
 void record_sample(Plan& p, bool via_plan, double us);
+// A rejected plan is sampled again, from fresh samples, once its first op has opened
+// kRetryWindows windows since the rejection (4x as many after each further one; at most
+// kMaxRetries times). Sampling early in a process can mislead: a Llama decode layer plan that
+// replays in 106 us sampled at 286-346 us in one process of the H200 and ran every token of it
+// eagerly, 3.4x slower. A plan that is slower loses a few sampled windows per retry.
+inline constexpr int kRetryWindows = 256;
+inline constexpr int kMaxRetries = 2;
+// Called by the matcher when `p`'s first op opens a window while p is not usable: true when p
+// is a rejected plan whose retry is due -- it is sampling again, and usable.
+bool retry_rejected(Plan& p);
 // LIVEFUSE_VERIFY (see matcher_checks.cpp). Ends the window.
 void verify_against_eager(StreamWindow& sw, const std::vector<std::pair<int, int>>& needed, Plan& plan);
 

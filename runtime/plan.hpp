@@ -195,6 +195,9 @@ class Plan {
   std::mutex sample_mu;
   std::vector<double> sampled_plan_us, sampled_eager_us;
   int sample_rounds = 0;  // verdicts reached so far (a rejection is sampled once more)
+  int sample_retries = 0;  // times a rejection was sampled again later (retry_rejected)
+  // Rejected: windows its first op opens before it is sampled again; 0: no retry left.
+  std::atomic<int> retry_countdown{0};
   // Steady-clock ns of the first window that found livefuse's threads busy and put its sample
   // off (runtime/background.hpp); 0: none yet.
   std::atomic<int64_t> sample_put_off_since{0};

@@ -127,7 +127,30 @@ void record_sample(Plan& p, bool via_plan, double us) {
     record_transition_locked(p, PlanState::sampling, std::string(buf) + "; sampling once more");
     return;
   }
+  if (!keep && p.sample_retries < kMaxRetries) {
+    const int windows = kRetryWindows << (2 * p.sample_retries);
+    p.retry_countdown.store(windows, std::memory_order_relaxed);
+    record_transition_locked(p, PlanState::rejected,
+                             livefuse::detail::concat(buf, "; sampled again after ", windows, " more windows"));
+    return;
+  }
   record_transition_locked(p, keep ? PlanState::active : PlanState::rejected, buf);
+}
+
+bool retry_rejected(Plan& p) {
+  if (p.state.load(std::memory_order_relaxed) != PlanState::rejected ||
+      p.retry_countdown.load(std::memory_order_relaxed) <= 0 || p.retry_countdown.fetch_sub(1) != 1)
+    return false;
+  std::lock_guard<std::mutex> g(p.sample_mu);
+  if (p.state.load() != PlanState::rejected) return false;
+  ++p.sample_retries;
+  p.sampled_plan_us.clear();
+  p.sampled_eager_us.clear();
+  p.sample_rounds = 1;  // this round's verdict stands
+  record_transition_locked(p, PlanState::sampling,
+                           livefuse::detail::concat("sampling again (retry ", p.sample_retries, " of ", kMaxRetries,
+                                          "): a verdict reached early in a process can mislead"));
+  return true;
 }
 
 // LIVEFUSE_VERIFY: runs the window again eagerly, on fresh outputs, and compares every value

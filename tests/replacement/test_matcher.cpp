@@ -229,6 +229,71 @@ TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at 
   CHECK(tie->sampled_plan_us.size() == 20);
 }
 
+TEST_CASE("matcher: a rejected plan is sampled again after kRetryWindows of its windows, at most kMaxRetries times") {
+  namespace md = lf::matcher::detail;
+  struct Timed : lf::Plan {  // only its samples matter here
+    bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
+    bool writes(int, int) const override { return false; }
+  };
+  auto pairs = [](lf::Plan& p, double plan_us, double eager_us, size_t n) {
+    for (size_t i = 0; i < n && p.state == lf::PlanState::sampling; ++i) {
+      md::record_sample(p, true, plan_us);
+      md::record_sample(p, false, eager_us);
+    }
+  };
+  // Windows opened until the retry: false before the last one.
+  auto open_until_retry = [](lf::Plan& p) {
+    int opened = 0;
+    while (!md::retry_rejected(p) && opened < 100000) ++opened;
+    return opened + 1;
+  };
+  auto p = std::make_shared<Timed>();
+  p->state = lf::PlanState::sampling;
+  pairs(*p, 120, 100, 10);  // two rounds, both lost
+  REQUIRE(p->state == lf::PlanState::rejected);
+  CHECK(p->last_reason.find("sampled again after 256 more windows") != std::string::npos);
+  CHECK(open_until_retry(*p) == md::kRetryWindows);
+  CHECK(p->state == lf::PlanState::sampling);
+  CHECK(p->last_reason.find("sampling again (retry 1 of 2)") != std::string::npos);
+  CHECK(p->sampled_plan_us.empty());
+  pairs(*p, 120, 100, 5);  // a retry's loss is its verdict: no second round
+  REQUIRE(p->state == lf::PlanState::rejected);
+  CHECK(open_until_retry(*p) == 4 * md::kRetryWindows);
+  pairs(*p, 120, 100, 5);
+  REQUIRE(p->state == lf::PlanState::rejected);
+  CHECK(p->last_reason.find("sampled again") == std::string::npos);  // no retry left
+  CHECK(p->retry_countdown == 0);
+  for (int i = 0; i < 100; ++i) CHECK_FALSE(md::retry_rejected(*p));
+  // Lost early in the process, fast when sampled again: kept.
+  auto q = std::make_shared<Timed>();
+  q->state = lf::PlanState::sampling;
+  pairs(*q, 300, 250, 10);
+  REQUIRE(q->state == lf::PlanState::rejected);
+  open_until_retry(*q);
+  pairs(*q, 106, 250, 5);
+  CHECK(q->state == lf::PlanState::active);
+}
+
+TEST_CASE("matcher: a rejected plan's retry comes from the windows its first op opens") {
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({64}, 31, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({64}, 32, -1, 1, lf::DType::f32, cpu);
+  auto plan = published_block_plan(x, w, lf::PlanState::rejected);
+  plan->retry_countdown = 3;
+  for (int i = 0; i < 2; ++i) CHECK(lftest::allclose(block(x, w).to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+  CHECK(plan->state == lf::PlanState::rejected);
+  CHECK(plan->retry_countdown == 1);
+  CHECK(plan->runs == 0);
+  // The third window is the retry's first: the plan samples (and serves) again.
+  CHECK(lftest::allclose(block(x, w).to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+  CHECK(plan->state == lf::PlanState::sampling);
+  sample_until_decided(*plan, x, w);
+  CHECK(plan->state != lf::PlanState::sampling);
+  CHECK(plan->last_reason.find("sampled: plan") != std::string::npos);
+  CHECK(plan->sample_retries == 1);
+  CHECK(lftest::allclose(block(x, w).to_doubles(), eager_block(x, w), 1e-5, 1e-6));
+}
+
 TEST_CASE("matcher: samples wait while livefuse's threads work, for at most kSamplePutOffMs") {
   namespace md = lf::matcher::detail;
   lftest::HandMadePlans f;
