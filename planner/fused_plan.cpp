@@ -166,7 +166,7 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.kind = !m->siblings.empty() ? "gemm_siblings" : m->tail ? "gemm_epilogue" : "gemm";
       if (m->prologue >= 0) gi.ops.push_back(m->prologue);
       if (m->siblings.empty()) gi.ops.push_back(m->node);
-      else gi.ops = m->siblings;
+      else gi.ops.insert(gi.ops.end(), m->siblings.begin(), m->siblings.end());
       if (m->merged) {
         // How the concatenated weight copies fare (merged_weights.hpp): served as they were,
         // copied again because a source may have changed, made for a new binding, evicted.
