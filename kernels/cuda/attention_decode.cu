@@ -1,7 +1,7 @@
 // Decode attention (flash-decoding): out = softmax(q kᵀ * scale + mask) v for a few query rows
 // per (batch, K/V head) -- one token of each query head, the G heads of a grouped-query K/V head
 // stacked as rows -- against a long KV cache. The general kernel (attention.cu) gives such a
-// head one block that walks every key; here the keys are split over up to 16 blocks so that even
+// head one block that walks every key; here the keys are split over up to 8 blocks so that even
 // batch 1 with 8 K/V heads keeps most SMs streaming the cache.
 //
 // Layout. A block of 8 warps takes one (batch, K/V head, up to kRows rows) and one split: a
@@ -18,11 +18,11 @@
 // splits of a head are one thread-block cluster (sm_90), and after a cluster barrier each block
 // reads every block's partial (m, l, acc) and writes its share of the outputs. So there is no
 // global workspace to size, to grow while a CUDA graph is being captured, or to keep apart
-// between streams, and it is one launch. The price is at most 16 splits (sm_90's non-portable
-// cluster size; 8, the portable one, where that is not granted); devices without clusters get
-// one block per head and row block. (Llama-1B at 4096 keys: 8 K/V heads x 8 splits walked ~520
-// keys a block and took 39-40 us a layer by Nsight Compute, where its 8.4 MB take 2 us at the
-// copy bandwidth.)
+// between streams, and it is one launch. The price is at most 8 splits (the portable cluster
+// size); devices without clusters get one block per head and row block. Measured on the H200
+// (Llama-1B bf16, 4096 keys, 8 K/V heads): 16 splits (sm_90's non-portable cluster size) took
+// 45 us a layer where 8 took 39-40 -- and 27.5 cold in the benchmark once the group sums were
+// unrolled (37.2 before); the 8.4 MB of K and V take 2 us at the copy bandwidth: not reached.
 //
 // Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
 // the mask; a row whose scores are all -inf, or hold a NaN or +inf, is NaN; a step of keys that
@@ -46,8 +46,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
-constexpr int kPortableSplits = 8;      // the portable cluster size
-constexpr int kMaxSplits = 16;          // sm_90's non-portable cluster size, where it is granted
+constexpr int kMaxSplits = 8;           // the portable cluster size
 constexpr int64_t kMinSplitKeys = 128;  // a split shorter than this costs more than it hides
 constexpr int kScalarW = 4;             // columns per thread on the strided path: 32 * 4 = kMaxD
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -364,9 +363,8 @@ bool vector_rows(const void* base, const int64_t (&st)[4], int64_t cols, const A
 }
 
 // The most blocks per cluster this kernel can run with on an sm_90+ device: kMaxSplits where the
-// device grants the non-portable size and can place such a cluster, else kPortableSplits where
-// the code that runs has clusters (not sm_80 code on sm_90) and one fits, else 1. Asked once per
-// kernel (the first such device's answer stands for all).
+// code that runs has clusters (not sm_80 code on sm_90) and the scheduler can place one that
+// size, else 1. Asked once per kernel (the first such device's answer stands for all).
 template <class Kernel>
 int max_splits(Kernel kernel) {
   static const int n = [&] {
@@ -375,26 +373,21 @@ int max_splits(Kernel kernel) {
       (void)cudaGetLastError();
       return 1;
     }
-    const auto fits = [&](int size) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(static_cast<unsigned>(size));
-      cfg.blockDim = dim3(kThreads);
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = static_cast<unsigned>(size);
-      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      int clusters = 0;
-      const bool ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
-      if (!ok) (void)cudaGetLastError();
-      return ok;
-    };
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-        fits(kMaxSplits))
-      return kMaxSplits;
-    (void)cudaGetLastError();
-    return fits(kPortableSplits) ? kPortableSplits : 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kMaxSplits);
+    cfg.blockDim = dim3(kThreads);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kMaxSplits;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 1;
+    }
+    return clusters > 0 ? kMaxSplits : 1;
   }();
   return n;
 }

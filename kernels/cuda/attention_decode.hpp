@@ -19,8 +19,8 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream);
 // its general kernel (the benchmark times both through the one entry point).
 void set_attention_decode_enabled(bool on);
 
-// Caps the splits a head's keys take (0, the default: the device's most -- 16 on sm_90); for
-// the benchmark's comparison of cluster sizes.
+// Caps the splits a head's keys take (0, the default: the device's most, 8 with clusters); for
+// the benchmark's comparison.
 void set_attention_decode_max_splits(int most);
 
 }  // namespace livefuse::cuda
