@@ -6,6 +6,7 @@
 
 #include "livefuse/config.hpp"
 #include "livefuse/detail/median.hpp"
+#include "livefuse/error.hpp"
 #include "runtime/background.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
