@@ -63,6 +63,17 @@ bool is_node(const FusionGraph& g, const ValueRef& r, OpId op) {
   return !r.is_external() && g.seg.nodes[r.node].op == op;
 }
 
+int add_template_group(FusionGraph& g, GroupKind kind, const std::vector<int>& nodes, const Shape& shape) {
+  Group gr;
+  gr.id = static_cast<int>(g.groups.size());
+  gr.kind = kind;
+  gr.nodes = nodes;
+  gr.shape = shape;
+  for (int j : gr.nodes) g.group_of[j] = gr.id;
+  g.groups.push_back(gr);
+  return gr.id;
+}
+
 bool has_cycle(const FusionGraph& g) {
   size_t units = 0;
   std::vector<bool> counted(g.groups.size(), false);

@@ -191,15 +191,9 @@ void pass_attention(FusionGraph& g) {
       g.decide(at + " stays unfused", why);
       continue;
     }
-    Group gr;
-    gr.id = static_cast<int>(g.groups.size());
-    gr.kind = GroupKind::Attention;
-    gr.nodes = m.nodes;
-    gr.shape = g.seg.shape(g.seg.value_ref(m.ops.out));
-    gr.attention = static_cast<int>(g.attention.size());
+    const int gr = add_template_group(g, GroupKind::Attention, m.nodes, g.seg.shape(g.seg.value_ref(m.ops.out)));
+    g.groups[gr].attention = static_cast<int>(g.attention.size());
     g.attention.push_back(m.ops);
-    for (int j : gr.nodes) g.group_of[j] = gr.id;
-    g.groups.push_back(gr);
     g.decide("fuse " + g.nodes_str(m.nodes) + " into one attention step",
              std::string("scores and probabilities stay in the kernel") +
                  (m.ops.mask >= 0 ? " (masked)" : "") +

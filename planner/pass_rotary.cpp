@@ -152,16 +152,9 @@ void pass_rotary(FusionGraph& g) {
         continue;
       }
     }
-    Group gr;
-    gr.id = static_cast<int>(g.groups.size());
-    gr.kind = GroupKind::Rotary;
-    gr.nodes = m.nodes;
-    gr.shape = g.seg.shape(g.seg.value_ref(m.ops.out));
-    gr.rotary = static_cast<int>(g.rotary.size());
+    last = add_template_group(g, GroupKind::Rotary, m.nodes, g.seg.shape(g.seg.value_ref(m.ops.out)));
+    g.groups[last].rotary = static_cast<int>(g.rotary.size());
     g.rotary.push_back({m.ops});
-    for (int j : gr.nodes) g.group_of[j] = gr.id;
-    g.groups.push_back(gr);
-    last = gr.id;
     g.decide("fuse " + g.nodes_str(m.nodes) + " into one rotary step",
              "x * cos + rotate_half(x) * sin in one kernel: the halves, their concat and the products stay in registers");
   }

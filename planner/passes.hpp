@@ -40,6 +40,8 @@ std::vector<std::pair<int, int>> live_users(const FusionGraph& g, int v);
 int only_user(const FusionGraph& g, int j);
 // Whether `r` is the result of an `op` node.
 bool is_node(const FusionGraph& g, const ValueRef& r, OpId op);
+// A new group of a template step (attention, rotary) over `nodes`; returns its id.
+int add_template_group(FusionGraph& g, GroupKind kind, const std::vector<int>& nodes, const Shape& shape);
 // Merges group `from` into `into` (nodes, assignments).
 void merge_groups(FusionGraph& g, int into, int from);
 // Merged sibling linears (pass_gemm_siblings) whose weights all have one N: on CUDA one

@@ -135,6 +135,12 @@ inline Attrs cast_attrs(DType d) {
   a.dtype = d;
   return a;
 }
+// Attrs of integers only (slice, permute, reshape, concat).
+inline Attrs ints(std::initializer_list<int64_t> v) {
+  Attrs a;
+  for (int64_t d : v) a.push_int(d);
+  return a;
+}
 inline Attrs linear_attrs(bool bias) {
   Attrs a;
   a.push_int(bias ? 1 : 0);

@@ -24,12 +24,6 @@ std::vector<size_t> merged_steps(const PlannedSegment& p) {
   return n;
 }
 
-Attrs ints(std::initializer_list<int64_t> v) {
-  Attrs a;
-  for (int64_t d : v) a.push_int(d);
-  return a;
-}
-
 // BERT's self-attention over h [b, s, hidden]: q, k, v = split_heads(linear(h, w, bias)), then
 // softmax(q k^T * scale) v. Output: the context [b, heads, s, d].
 Segment bert_attention(DType dt, bool bias, int64_t b = 2, int64_t s = 8, int64_t heads = 4,

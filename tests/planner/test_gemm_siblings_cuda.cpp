@@ -9,12 +9,6 @@ using namespace plantest;
 
 namespace {
 
-Attrs ints(std::initializer_list<int64_t> v) {
-  Attrs a;
-  for (int64_t d : v) a.push_int(d);
-  return a;
-}
-
 const GemmStep* merged_step(const PlannedSegment& p) {
   for (const Step& s : p.steps)
     if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && !gs->siblings.empty()) return gs;

@@ -10,12 +10,6 @@ using namespace plantest;
 
 namespace {
 
-Attrs ints(std::initializer_list<int64_t> v) {
-  Attrs a;
-  for (int64_t x : v) a.push_int(x);
-  return a;
-}
-
 struct RotaryShape {
   int64_t b = 2, t = 3, hq = 4, hk = 2, d = 16;
   DType dtype = DType::f32;
