@@ -180,8 +180,13 @@ void refresh_snapshot() {
 void open_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool shadow) {
   const DeviceKind kind = sw.stream.device().kind;
   for (const auto& p : t_state.snap->plans) {
-    if (p->ops.empty() || !op_matches(p->ops[0], call, h)) continue;
-    if (!usable(*p, kind) && !(p->device_kind == kind && detail::retry_rejected(*p))) continue;
+    // A rejected plan's first op counts the windows toward its retry (retry_rejected).
+    const bool use = usable(*p, kind);
+    if (!use && (p->ops.empty() || p->device_kind != kind ||
+                 p->state.load(std::memory_order_relaxed) != PlanState::rejected))
+      continue;
+    if (!op_matches(p->ops[0], call, h)) continue;
+    if (!use && !detail::retry_rejected(*p)) continue;
     Candidate c{p.get(), std::vector<Tensor>(p->n_external)};
     if (wiring_matches(p->ops[0], call, sw, c, shadow)) sw.candidates.push_back(std::move(c));
   }
