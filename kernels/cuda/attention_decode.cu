@@ -23,6 +23,9 @@
 // (Llama-1B bf16, 4096 keys, 8 K/V heads): 16 splits (sm_90's non-portable cluster size) took
 // 45 us a layer where 8 took 39-40 -- and 27.5 cold in the benchmark once the group sums were
 // unrolled (37.2 before); the 8.4 MB of K and V take 2 us at the copy bandwidth: not reached.
+// ncu there: 250 GB/s, 64 blocks on 132 SMs, 222 registers (2 warps a scheduler), ~150
+// instructions a key per lane -- bound by instructions and latency, not memory (bench/RESULTS.md,
+// session 23).
 //
 // Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
 // the mask; a row whose scores are all -inf, or hold a NaN or +inf, is NaN; a step of keys that
