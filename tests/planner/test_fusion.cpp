@@ -4,6 +4,8 @@
 #include <set>
 
 #include "monitor/candidate.hpp"
+#include "livefuse/inspect.hpp"
+#include "planner/fused_plan.hpp"
 #include "planner/passes.hpp"
 #include "tests/planner/planner_util.hpp"
 
@@ -12,7 +14,7 @@ using namespace plantest;
 namespace {
 
 bool has_decision(const PlannedSegment& p, const std::string& needle) {
-  for (const Decision& d : p.decisions)
+  for (const planner::Decision& d : p.decisions)
     if ((d.what + " " + d.reason).find(needle) != std::string::npos) return true;
   return false;
 }
@@ -387,5 +389,17 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
     INFO("rows " << rows << "\n" << q.describe());
     CHECK(prologues(q) == (rows == 1 ? 1 : 0));
     CHECK(q.num_kernels() == (rows == 1 ? 1 : 3));
+    if (rows == 1) {
+      // The report's fusion group of the merged GEMM lists the norm it runs (node #0) with the
+      // siblings (the siblings once overwrote it).
+      FusedPlan plan(q, DeviceKind::cuda);
+      PlanDetails d;
+      plan.details(d);
+      bool listed = false;
+      for (const FusionGroupInfo& g : d.groups)
+        if (g.kind == "gemm_siblings")
+          listed = std::find(g.ops.begin(), g.ops.end(), 0) != g.ops.end() && g.ops.size() == 4;
+      CHECK(listed);
+    }
   }
 }
