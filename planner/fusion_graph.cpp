@@ -163,7 +163,6 @@ std::string FusionGraph::nodes_str(const std::vector<int>& nodes) const {
 
 bool FusionGraph::template_writes(const Group& gr, int v) const {
   if (gr.kind == GroupKind::Attention) return attention[gr.attention].out == v;
-  if (gr.kind != GroupKind::Rotary) return false;
   for (const RotaryOperands& r : rotary[gr.rotary])
     if (r.out == v) return true;
   return false;

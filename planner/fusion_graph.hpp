@@ -26,6 +26,8 @@ enum class Role : uint8_t {
 // Attention: the template step matmul(q, kᵀ) -> softmax -> matmul(., v) (pass_attention).
 // Rotary: the template step x * cos + rotate_half(x) * sin, one or more of them (pass_rotary).
 enum class GroupKind : uint8_t { Pointwise, Row, Gemm, View, Eager, Opaque, Attention, Rotary };
+// A template step's group: a kernel of its own over operands its pass matched.
+inline bool is_template(GroupKind k) { return k == GroupKind::Attention || k == GroupKind::Rotary; }
 
 // cuBLASLt epilogues a GEMM step can absorb. Residual: + a tensor of the product's shape, read
 // as cuBLASLt's C input (beta = 1), after the bias if there is one (a layer's output projection
@@ -132,7 +134,7 @@ struct FusionGraph {
   std::vector<int> topo_groups() const;  // alive groups in a dependency order
   std::string dump() const;
   std::string nodes_str(const std::vector<int>& nodes) const;  // "#2..#5" / "#1, #4"
-  // Whether group `gr` is a template step (attention, rotary) and `v` a value it writes.
+  // Whether `v` is a value template group `gr` (is_template) writes.
   bool template_writes(const Group& gr, int v) const;
 };
 

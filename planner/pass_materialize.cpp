@@ -18,7 +18,7 @@ void pass_materialize(FusionGraph& g) {
     }
     const Role role = g.role[r.node];
     const int gr = g.group_of[r.node];
-    if (gr >= 0 && (g.groups[gr].kind == GroupKind::Attention || g.groups[gr].kind == GroupKind::Rotary)) {
+    if (gr >= 0 && is_template(g.groups[gr].kind)) {
       // A template step: only what it writes has memory; its absorbed views are Virtual too.
       g.value_kind[v] = g.template_writes(g.groups[gr], v) ? ValueKind::Materialized : ValueKind::Virtual;
       continue;

@@ -136,18 +136,15 @@ void pass_rotary(FusionGraph& g) {
     if (taken) continue;
     // Join the previous rotary step when neither depends on the other and there is room.
     if (last >= 0) {
-      Group& prev = g.groups[last];
-      auto& parts = g.rotary[prev.rotary];
+      auto& parts = g.rotary[g.groups[last].rotary];
+      const std::vector<int> prev = g.groups[last].nodes;
       if (static_cast<int>(parts.size()) < kRotaryMaxParts &&
           g.seg.dtype(g.seg.value_ref(parts[0].out)) == g.seg.dtype(g.seg.value_ref(m.ops.out)) &&
-          !reaches(g, prev.nodes, m.nodes) && !reaches(g, m.nodes, prev.nodes)) {
+          !reaches(g, prev, m.nodes) && !reaches(g, m.nodes, prev)) {
         parts.push_back(m.ops);
-        for (int j : m.nodes) {
-          prev.nodes.push_back(j);
-          g.group_of[j] = last;
-        }
-        std::sort(prev.nodes.begin(), prev.nodes.end());
-        g.decide("fuse " + g.nodes_str(m.nodes) + " into rotary step " + g.nodes_str(prev.nodes),
+        const int mine = add_template_group(g, GroupKind::Rotary, m.nodes, g.seg.shape(g.seg.value_ref(m.ops.out)));
+        merge_groups(g, last, mine);
+        g.decide("fuse " + g.nodes_str(m.nodes) + " into rotary step " + g.nodes_str(g.groups[last].nodes),
                  "independent rotaries of one dtype: one launch");
         continue;
       }

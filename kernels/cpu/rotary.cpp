@@ -2,8 +2,6 @@
 // pairs with c + h; out[c] = x[c] cos[c] - x[c + h] sin[c], out[c + h] = x[c + h] cos[c + h] +
 // x[c] sin[c + h], each product rounded to the dtype before the sum as eager's mul, mul, add
 // round them.
-#include <vector>
-
 #include "kernels/cpu/cpu_common.hpp"
 #include "kernels/rotary_args.hpp"
 
