@@ -1,14 +1,14 @@
 // livefuse-bench-gemv-chain: a decode step's products as one CUDA graph of back-to-back GEMVs
-// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh):
-// what a chain of short dependent kernels costs per kernel, and what launching each while the
-// one before runs (its weights prefetched into L2) saves. Per layer, as the plans run them:
+// (kernels/cuda/gemv.hpp): the GEMV's rounds and streaming forms, and the streaming form with
+// programmatic dependent launch (kernels/cuda/pdl.cuh) -- what a chain of short dependent kernels
+// costs per kernel; then each product of a layer alone, chained over the layers. Per layer, as the plans run them:
 //   gpt2 f16 (12 layers):  QKV 2304x768 (layer_norm inside), out 768x768 (+ residual),
 //                          FFN1 3072x768 (layer_norm inside, gelu_tanh), FFN2 768x3072 (+ residual)
 //   llama bf16 (16 layers): QKV 3072x2048 (rms_norm inside), out 2048x2048 (+ residual),
 //                          gate/up 16384x2048 (rms_norm inside), down 2048x8192 (+ residual)
 // Every layer has its own weights (nothing stays in L2 from one layer to the next), and each
 // product reads the one before's output. The floor is the weights' bytes at --bw GB/s.
-// Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS]   (exit 2 on a CUDA error)
+// Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS] [--rows 1..8]   (exit 2 on a CUDA error)
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -30,6 +30,7 @@ namespace cu = livefuse::cuda;
 using livefuse::DType;
 
 struct Product {
+  const char* name;
   int64_t n, k;
   cu::GemvNorm norm;
   cu::GemvAct act;
@@ -48,11 +49,11 @@ std::vector<Model> models() {
   using A = cu::GemvAct;
   return {
       {"gpt2", DType::f16, 12,
-       {{2304, 768, N::layer, A::none, false}, {768, 768, N::none, A::none, true},
-        {3072, 768, N::layer, A::gelu_tanh, false}, {768, 3072, N::none, A::none, true}}},
+       {{"qkv", 2304, 768, N::layer, A::none, false}, {"out", 768, 768, N::none, A::none, true},
+        {"ffn1", 3072, 768, N::layer, A::gelu_tanh, false}, {"ffn2", 768, 3072, N::none, A::none, true}}},
       {"llama-1b", DType::bf16, 16,
-       {{3072, 2048, N::rms, A::none, false}, {2048, 2048, N::none, A::none, true},
-        {16384, 2048, N::rms, A::none, false}, {2048, 8192, N::none, A::none, true}}},
+       {{"qkv", 3072, 2048, N::rms, A::none, false}, {"out", 2048, 2048, N::none, A::none, true},
+        {"gate_up", 16384, 2048, N::rms, A::none, false}, {"down", 2048, 8192, N::none, A::none, true}}},
   };
 }
 
@@ -80,19 +81,23 @@ struct Chain {
   std::vector<void*> owned;
   double weight_bytes = 0;
 
-  explicit Chain(const Model& m) {
+  // Every product of every layer, or (only >= 0) that one product of every layer; `rows` rows.
+  Chain(const Model& m, int only, int rows) {
     int64_t widest = 0;
     for (const Product& p : m.layer) widest = std::max({widest, p.n, p.k});
+    widest *= rows;
     void* act[2] = {device_random(widest, 1.0f, 1), device_random(widest, 1.0f, 2)};
     void* res = device_random(widest, 1.0f, 3);
     void* gamma = device_random(widest, 1.0f, 4);
     owned = {act[0], act[1], res, gamma};
     int cur = 0;
     for (int l = 0; l < m.layers; ++l) {
-      for (const Product& p : m.layer) {
+      for (size_t pi = 0; pi < m.layer.size(); ++pi) {
+        if (only >= 0 && static_cast<int>(pi) != only) continue;
+        const Product& p = m.layer[pi];
         cu::GemvArgs g;
         g.dtype = m.dtype;
-        g.rows = 1;
+        g.rows = rows;
         g.n = p.n;
         g.k = p.k;
         g.x = act[cur];
@@ -125,19 +130,21 @@ struct Chain {
   }
 };
 
-// The variants compared: no PDL; PDL with the weights prefetched into L2 before the wait (the
-// default); PDL alone.
+// The variants compared: the rounds form and the streaming form (gemv.cu) without PDL; the
+// streaming form with PDL, its weights prefetched into L2 before the wait.
 struct Variant {
   const char* name;
-  bool pdl, prefetch;
+  bool stream, pdl, prefetch;
 };
-constexpr Variant kVariants[] = {{"off", false, false}, {"pdl", true, true}, {"pdl_nopf", true, false}};
+constexpr Variant kVariants[] = {{"rounds", false, false, false}, {"stream", true, false, false},
+                                 {"stream_pdl", true, true, true}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
   c.pdl = v.pdl;
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
+  cu::set_gemv_streaming(v.stream);
 }
 
 // Median microseconds of one replay of the chain captured as one graph.
@@ -173,13 +180,18 @@ double time_chain(const Chain& c, cudaStream_t s, int reps) {
 
 int main(int argc, char** argv) {
   std::string json;
-  int reps = 50;
+  int reps = 50, rows = 1;
   double bw = 4140;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json" && i + 1 < argc) json = argv[++i];
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--bw" && i + 1 < argc) bw = std::atof(argv[++i]);
+    else if (a == "--rows" && i + 1 < argc) rows = std::atoi(argv[++i]);
+  }
+  if (rows < 1 || rows > cu::kGemvMaxRows) {
+    std::fprintf(stderr, "--rows must be 1..%d\n", cu::kGemvMaxRows);
+    return 2;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -189,20 +201,26 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::vector<lfbench::Record> recs;
-  std::printf("%-9s %-8s %9s %7s %11s %11s %8s\n", "model", "variant", "kernels", "us", "us/kernel", "floor us", "of bw");
+  std::printf("%-16s %-10s %7s %8s %9s %9s %7s\n", "chain", "variant", "kernels", "us", "us/kernel", "floor us",
+              "of bw");
   for (const Model& m : models()) {
-    const Chain c(m);
-    const double floor_us = c.weight_bytes / (bw * 1e3);
-    // Alternating, twice each: the machine's drift shows as a spread, not as a side's gain.
-    for (int round = 0; round < 2; ++round) {
-      for (const Variant& v : kVariants) {
-        set_variant(v);
-        const double us = time_chain(c, s, reps);
-        const double n = static_cast<double>(c.steps.size());
-        std::printf("%-9s %-8s %9zu %7.1f %11.2f %11.1f %7.0f%%\n", m.name, v.name, c.steps.size(), us, us / n,
-                    floor_us, 100.0 * floor_us / us);
-        recs.push_back({"gemv_chain", v.name, m.name, us,
-                        {{"kernels", n}, {"us_per_kernel", us / n}, {"floor_us", floor_us}, {"round", round}}});
+    // The whole step, then each product alone (16 or 12 of it, one a layer).
+    for (int only = -1; only < static_cast<int>(m.layer.size()); ++only) {
+      const Chain c(m, only, rows);
+      const std::string name = std::string(m.name) + (only < 0 ? "" : std::string(":") + m.layer[only].name);
+      const double floor_us = c.weight_bytes / (bw * 1e3);
+      // Alternating, twice each: the machine's drift shows as a spread, not as a side's gain.
+      for (int round = 0; round < 2; ++round) {
+        for (const Variant& v : kVariants) {
+          set_variant(v);
+          const double us = time_chain(c, s, reps);
+          const double n = static_cast<double>(c.steps.size());
+          std::printf("%-16s %-10s %7zu %8.1f %9.2f %9.1f %6.0f%%\n", name.c_str(), v.name, c.steps.size(), us,
+                      us / n, floor_us, 100.0 * floor_us / us);
+          recs.push_back({"gemv_chain", v.name, name, us,
+                          {{"kernels", n}, {"us_per_kernel", us / n}, {"floor_us", floor_us}, {"round", round},
+                           {"rows", rows}}});
+        }
       }
     }
   }

@@ -2,16 +2,19 @@
 //  * row: the reduced dim is contiguous (stride 1) and long enough: a warp (or, for long rows,
 //    a whole block) per output, coalesced reads, shuffle reduction. Long float rows with few
 //    outputs (a decoder's argmax over its vocabulary) take 1024 threads with four 16-byte
-//    loads in flight each: one block of 256 doing one dependent load at a time took 90 us for
-//    GPT-2's 50257 logits on an H200.
+//    loads in flight each -- one block of 256 doing one dependent load at a time took 90 us for
+//    GPT-2's 50257 logits on an H200 -- and, on sm_90+, a cluster of 8 such blocks a row.
 //  * col: anything else (typically reducing a leading dim): 32 consecutive outputs per block
 //    along x, the reduced dim split over 8 y-threads, combined through shared memory.
 // Reducers are templated on accumulator type only; storage dtypes are a runtime switch.
+#include <cooperative_groups.h>
+
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/offset_calc.cuh"
@@ -134,25 +137,31 @@ __global__ void __launch_bounds__(256) reduce_row_kernel(const ReduceArgs a, int
 }
 
 constexpr int kLongRowThreads = 1024, kLongRowUnroll = 4;
+// Blocks a long row is split over on sm_90+: one thread-block cluster, the blocks' states
+// combined through distributed shared memory (no workspace, still one launch). Llama's 128256
+// bf16 logits took ~22 us as one block (one SM's share of the bandwidth, ncu, H200).
+constexpr int kLongRowBlocks = 8;  // the portable cluster size
 
-// One block per output; the storage type S is compile-time. Each thread reads the row in
-// 16-byte chunks, kLongRowUnroll of them issued before any is combined (eight 2-byte loads at
-// a time took 25 us for Llama's 128256 bf16 logits on an H200: 10 GB/s); the elements before
-// the first 16-byte boundary and after the last whole chunk are read one by one.
+// One block's state over chunks [c_begin, c_end) of row `o` (in 16-byte chunks of the row's
+// 16-byte-aligned part); `edges` also takes the elements before the first 16-byte boundary and
+// after the last whole chunk, one by one. Thread 0 gets the block's state. Each thread reads
+// kLongRowUnroll chunks before it combines any (eight 2-byte loads at a time took 25 us for
+// Llama's 128256 bf16 logits on an H200: 10 GB/s).
 template <class R, class S>
-__global__ void __launch_bounds__(kLongRowThreads) reduce_long_row_kernel(const ReduceArgs a) {
+__device__ typename R::State long_row_state(const ReduceArgs& a, int64_t o, int part, int parts,
+                                            typename R::State* smem) {
   using State = typename R::State;
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);
-  __shared__ State smem[32];
   int64_t base[1];
-  a.oc.get(blockIdx.x, base);
+  a.oc.get(o, base);
   const Bits* in = static_cast<const Bits*>(a.in) + base[0];
   const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(in) % 16);
   const int64_t head = misalign % int64_t{sizeof(Bits)} != 0
                            ? a.r  // not even element-aligned: all one by one
                            : min(a.r, (16 - misalign) % 16 / int64_t{sizeof(Bits)});
   const int64_t chunks = (a.r - head) / kPer;
+  const int64_t c_begin = chunks * part / parts, c_end = chunks * (part + 1) / parts;
   const uint4* vin = reinterpret_cast<const uint4*>(in + head);
   State st = R::init();
   const int64_t t = threadIdx.x, nt = blockDim.x;
@@ -163,20 +172,107 @@ __global__ void __launch_bounds__(kLongRowThreads) reduce_long_row_kernel(const 
 #pragma unroll
     for (int e = 0; e < kPer; ++e) st = R::combine(st, R::make(S::to(b[e]), head + c * kPer + e));
   };
-  int64_t c = t;
-  for (; c + (kLongRowUnroll - 1) * nt < chunks; c += nt * kLongRowUnroll) {
+  int64_t c = c_begin + t;
+  for (; c + (kLongRowUnroll - 1) * nt < c_end; c += nt * kLongRowUnroll) {
     uint4 v[kLongRowUnroll];
 #pragma unroll
     for (int u = 0; u < kLongRowUnroll; ++u) v[u] = __ldg(vin + c + u * nt);
 #pragma unroll
     for (int u = 0; u < kLongRowUnroll; ++u) take(v[u], c + u * nt);
   }
-  for (; c < chunks; c += nt) take(__ldg(vin + c), c);
-  for (int64_t j = t; j < head; j += nt) st = R::combine(st, R::make(S::to(in[j]), j));
-  for (int64_t j = head + chunks * kPer + t; j < a.r; j += nt)
-    st = R::combine(st, R::make(S::to(in[j]), j));
-  st = block_combine<R>(st, smem);
+  for (; c < c_end; c += nt) take(__ldg(vin + c), c);
+  if (part == 0) {
+    for (int64_t j = t; j < head; j += nt) st = R::combine(st, R::make(S::to(in[j]), j));
+    for (int64_t j = head + chunks * kPer + t; j < a.r; j += nt) st = R::combine(st, R::make(S::to(in[j]), j));
+  }
+  return block_combine<R>(st, smem);
+}
+
+// One block per output; the storage type S is compile-time.
+template <class R, class S>
+__global__ void __launch_bounds__(kLongRowThreads) reduce_long_row_kernel(const ReduceArgs a) {
+  __shared__ typename R::State smem[32];
+  const auto st = long_row_state<R, S>(a, blockIdx.x, 0, 1, smem);
   if (threadIdx.x == 0) store_result<R, float>(a, blockIdx.x, st);
+}
+
+// One cluster of kLongRowBlocks blocks per output (sm_90+): block `rank` takes the rank-th share
+// of the row's chunks; rank 0 combines the shares in rank order (a fixed order: the same bits
+// every call, sums included) and writes.
+template <class R, class S>
+__global__ void __launch_bounds__(kLongRowThreads) reduce_long_row_cluster_kernel(const ReduceArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  using State = typename R::State;
+  __shared__ State smem[32];
+  __shared__ State mine;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int64_t o = blockIdx.x / ranks;
+  const State st = long_row_state<R, S>(a, o, rank, ranks, smem);
+  if (threadIdx.x == 0) mine = st;
+  cluster.sync();  // every share is written
+  if (rank == 0 && threadIdx.x == 0) {
+    State all = *cluster.map_shared_rank(&mine, 0);
+    for (int i = 1; i < ranks; ++i) all = R::combine(all, *cluster.map_shared_rank(&mine, i));
+    store_result<R, float>(a, o, all);
+  }
+  cluster.sync();  // and read: a block's shared memory lives only as long as the block
+#else
+  (void)a;  // launched only where clusters run (cluster_ready)
+#endif
+}
+
+// Whether `kernel` runs as clusters of kLongRowBlocks here: sm_90 code and a device that can
+// place one. Asked once per kernel.
+template <class Kernel>
+bool cluster_ready(Kernel kernel) {
+  static const bool ok = [&] {
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kLongRowBlocks);
+    cfg.blockDim = dim3(kLongRowThreads);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kLongRowBlocks;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return clusters > 0;
+  }();
+  return ok;
+}
+
+template <class R, class S>
+void launch_long_rows(const ReducePlan& p, const ReduceArgs& a, cudaStream_t s) {
+  const DeviceInfo& dev = current_device_info();
+  const auto cluster_kernel = reduce_long_row_cluster_kernel<R, S>;
+  // Clusters while the outputs leave most SMs idle (a decoder's argmax: one or a few rows).
+  if (dev.cc_major >= 9 && p.n_out * kLongRowBlocks <= int64_t{dev.sm_count} * 2 && cluster_ready(cluster_kernel)) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(p.n_out * kLongRowBlocks));
+    cfg.blockDim = dim3(kLongRowThreads);
+    cfg.stream = s;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = kLongRowBlocks;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, cluster_kernel, a));
+    return;
+  }
+  reduce_long_row_kernel<R, S><<<static_cast<unsigned>(p.n_out), kLongRowThreads, 0, s>>>(a);
+  LF_CUDA_LAUNCH_CHECK("reduce_long_row_kernel");
 }
 
 constexpr int kColX = 32, kColY = 8;
@@ -209,11 +305,7 @@ void launch(const ReducePlan& p, const ReduceArgs& a, cudaStream_t s) {
     const bool block_mode = p.r >= 4096 && p.n_out < int64_t{current_device_info().sm_count} * 8;
     if constexpr (std::is_same_v<Acc, float>) {
       if (block_mode && is_floating(p.in_dtype)) {
-        with_float_storage(p.in_dtype, [&](auto storage) {
-          reduce_long_row_kernel<R, decltype(storage)>
-              <<<static_cast<unsigned>(p.n_out), kLongRowThreads, 0, s>>>(a);
-        });
-        LF_CUDA_LAUNCH_CHECK("reduce_long_row_kernel");
+        with_float_storage(p.in_dtype, [&](auto storage) { launch_long_rows<R, decltype(storage)>(p, a, s); });
         return;
       }
     }
