@@ -142,9 +142,9 @@ constexpr Variant kVariants[] = {{"rounds", false, false, false}, {"stream", tru
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
   c.pdl = v.pdl;
+  c.gemv_stream = v.stream;
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
-  cu::set_gemv_streaming(v.stream);
 }
 
 // Median microseconds of one replay of the chain captured as one graph.

@@ -15,6 +15,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -445,7 +446,6 @@ bool gemv_supported(const GemvArgs& a) {
 
 namespace {
 std::atomic<bool> g_prefetch{true};
-std::atomic<bool> g_stream{true};
 std::atomic<int> g_split{0};
 
 // Warps a weight row in the rounds form: more while the grid would leave loads per SM short and
@@ -505,14 +505,13 @@ void launch_stream_typed(const GemvArgs& a, int split, cudaStream_t s) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
-void set_gemv_streaming(bool on) { g_stream.store(on, std::memory_order_relaxed); }
 void set_gemv_split(int warps) { g_split.store(warps, std::memory_order_relaxed); }
 
 void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
   a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
   const int64_t chunks = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype)));
-  const bool stream = g_stream.load(std::memory_order_relaxed);
+  const bool stream = config().gemv_stream;
   int split = stream ? stream_split(a, (chunks + 31) / 32) : rounds_split(a, chunks / 32);
   if (const int forced = g_split.load(std::memory_order_relaxed); forced > 0) split = forced >= 4 ? 4 : forced >= 2 ? 2 : 1;
   with_float_storage(a.dtype, [&](auto storage) {

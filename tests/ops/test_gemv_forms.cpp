@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemv.hpp"
+#include "livefuse/config.hpp"
 #include "tests/ops/ops_util.hpp"
 
 namespace cu = livefuse::cuda;
@@ -97,11 +98,14 @@ std::vector<std::vector<uint8_t>> run(const Shape3& s, DType t, const Extras& e,
   }
   REQUIRE(cu::gemv_supported(a));
   lf::synchronize(dev);
-  cu::set_gemv_streaming(stream);
+  const lf::Config saved = lf::config();
+  lf::Config c = saved;
+  c.gemv_stream = stream;
+  lf::set_config_for_testing(c);
   cu::set_gemv_split(split);
   cu::launch_gemv(a, nullptr);
   const cudaError_t err = cudaDeviceSynchronize();
-  cu::set_gemv_streaming(true);
+  lf::set_config_for_testing(saved);
   cu::set_gemv_split(0);
   REQUIRE(err == cudaSuccess);
   std::vector<std::vector<uint8_t>> bytes;

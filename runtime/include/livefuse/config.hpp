@@ -65,6 +65,10 @@ struct Config {
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
+  // LIVEFUSE_GEMV_STREAM: the GEMV runs its streaming form (a fixed grid, each warp's rows one
+  // stream of loads: kernels/cuda/gemv.cu); 0: its rounds form (a block a row group), for
+  // comparison. Both give the same bits for the same split of a row over warps.
+  bool gemv_stream = true;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose
