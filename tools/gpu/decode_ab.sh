@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One GPU call for a launch-level change on the decode path, run THERE after tools/gpu/pack.sh:
 # livefuse-bench-gemv-chain (a decode step's GEMVs as one graph, AB_VAR on and off inside one
-# process), then Llama-1B-shaped bf16 processes alternating the default and AB_ENV, then the
+# process), then decode processes (Llama-1B-shaped bf16 unless AB_MODELS says otherwise)
+# alternating the default and AB_ENV, then the
 # warm-up of GPT-2 f16 (either cache, 2 runs) under LIVEFUSE_TRACE: its stalls on the program's
 # thread (tools/gpu/trace_stalls.py) and the served steps' host time (tools/gpu/trace_host.py). Logs in $OUT/decode_ab.tgz.
 # Usage (device tool): bash tools/gpu/decode_ab.sh   [AB_ENV=LIVEFUSE_PDL=0 AB_PAIRS=2 AB_STEPS=256
-#   AB_TRACE="concat static"]
+#   AB_MODELS="llama-1b:bf16 gpt2:f16" AB_TRACE="concat static" (AB_TRACE= : no traces)]
 . "$(dirname "$0")/prelude.sh" lf-ab-out
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
@@ -14,18 +15,21 @@ pack_out() { tar -czf "$REAL_OUT/decode_ab.tgz" -C "$D" . 2>/dev/null; }
 at "GEMV chain"
 timeout -s KILL 120 "$B/bench/livefuse-bench-gemv-chain" --json "$D/gemv_chain.json" 2>&1 | tee "$D/gemv_chain.log"
 
-at "Llama-1B bf16 concat, 32 + ${AB_STEPS:-256} tokens x 2 runs, one process each"
 AB=${AB_ENV-LIVEFUSE_PDL=0}
-for i in $(seq 1 "${AB_PAIRS:-2}"); do
-  modes=(default "$AB"); [ $((i % 2)) = 0 ] && modes=("$AB" default)
-  for mode in "${modes[@]}"; do
-    envs=(); [ "$mode" != default ] && envs=("$mode")
-    tag="${i}_${mode%%=*}"
-    env "${envs[@]}" LIVEFUSE_REPORT="$D/llama_report_$tag.json" timeout -s KILL 120 "$B/tools/generate/livefuse-generate" \
-      --random 1 --preset llama-1b --dtype bf16 --device cuda --prompt-len 32 --steps "${AB_STEPS:-256}" --runs 2 \
-      --cache concat --quiet --json "$D/llama_$tag.json" > "$D/llama_$tag.log" 2>&1
-    python3 tools/gpu/decode_summary.py "$D/llama_$tag.json" "$D/llama_report_$tag.json" \
-      "  $(printf '%-20s' "$mode") rc=$?" 2>/dev/null | head -4
+for model in ${AB_MODELS:-llama-1b:bf16}; do
+  IFS=: read -r preset dtype <<< "$model"
+  at "$preset $dtype concat, 32 + ${AB_STEPS:-256} tokens x 2 runs, one process each"
+  for i in $(seq 1 "${AB_PAIRS:-2}"); do
+    modes=(default "$AB"); [ $((i % 2)) = 0 ] && modes=("$AB" default)
+    for mode in "${modes[@]}"; do
+      envs=(); [ "$mode" != default ] && envs=("$mode")
+      tag="${preset}_${i}_${mode%%=*}"
+      env "${envs[@]}" LIVEFUSE_REPORT="$D/report_$tag.json" timeout -s KILL 120 "$B/tools/generate/livefuse-generate" \
+        --random 1 --preset "$preset" --dtype "$dtype" --device cuda --prompt-len 32 --steps "${AB_STEPS:-256}" \
+        --runs 2 --cache concat --quiet --json "$D/gen_$tag.json" > "$D/gen_$tag.log" 2>&1
+      python3 tools/gpu/decode_summary.py "$D/gen_$tag.json" "$D/report_$tag.json" \
+        "  $(printf '%-24s' "$mode") rc=$?" 2>/dev/null | head -4
+    done
   done
 done
 pack_out
