@@ -26,7 +26,7 @@ struct Shape3 {
 };
 
 struct Extras {
-  bool bias = false, residual = false, parts = false;
+  bool bias = false, residual = false, parts = false, round_first = false;
   cu::GemvAct act = cu::GemvAct::none;
   cu::GemvNorm norm = cu::GemvNorm::none;
   int64_t batch = 1;
@@ -76,6 +76,7 @@ std::vector<std::vector<uint8_t>> run(const Shape3& s, DType t, const Extras& e,
     a.norm_w = gamma.data_ptr();
     if (e.norm == cu::GemvNorm::layer) a.norm_b = beta.data_ptr();
     a.eps = 1e-5f;
+    a.norm_round_first = e.round_first;
   }
   if (e.parts) {  // three siblings of uneven widths
     const int64_t cut[4] = {0, s.n / 3, s.n / 3 + s.n / 4, s.n};
@@ -126,7 +127,7 @@ LF_CUDA_TEST_CASE("gemv forms: the streaming form gives the rounds form's bits a
       {5, 9000, 64},   // tall: several row groups a block
       {1, 4100, 2048}, // more row groups than one wave of blocks, not a multiple of it
   };
-  std::vector<Extras> extras(7);
+  std::vector<Extras> extras(8);
   extras[1].bias = true;
   extras[1].act = cu::GemvAct::gelu_tanh;
   extras[1].name = "bias + gelu_tanh";
@@ -144,6 +145,10 @@ LF_CUDA_TEST_CASE("gemv forms: the streaming form gives the rounds form's bits a
   extras[5].name = "three outputs";
   extras[6].batch = 3;
   extras[6].name = "batch of 3";
+  extras[7].norm = cu::GemvNorm::rms;
+  extras[7].round_first = true;
+  extras[7].parts = true;
+  extras[7].name = "Llama's norm chain first, three outputs";
   uint64_t seed = 7000;
   for (DType t : float_dtypes())
     for (const Shape3& s : shapes) {

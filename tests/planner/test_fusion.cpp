@@ -377,6 +377,29 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
     CHECK(prologues(q) == 1);
     CHECK(q.num_kernels() == 2);
   }
+  // Llama's norm as examples/decoder writes it -- cast(rms_norm(cast(x, f32)), dtype) * w in
+  // f16/bf16, rms_norm(x) * w in f32 -- before Q/K/V: folded into their GEMV all the same (the
+  // GEMV rounds the normalized element before the weight, as those ops do). Not when a value of
+  // the chain is observable.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (bool observable : {false, true}) {
+      SegmentBuilder s;
+      const ValueRef x = s.input({1, 1, 64}, dt), lw = s.input({64}, dt);
+      ValueRef n = s.add(OpId::rms_norm, {dt == DType::f32 ? x : s.add(OpId::cast, {x}, cast_attrs(DType::f32))},
+                         norm_attrs(1e-6, false, false));
+      if (observable) s.output(n);
+      if (dt != DType::f32) n = s.add(OpId::cast, {n}, cast_attrs(dt));
+      n = s.add(OpId::mul, {n, lw});
+      for (int64_t cols : {64, 16, 16})
+        s.output(s.add(OpId::linear, {n, s.input({cols, 64}, dt)}, linear_attrs(false)));
+      const PlannedSegment q = plan_segment(s.build(), default_planner_options(Device::cuda(0)));
+      INFO(dtype_name(dt) << (observable ? " observable" : "") << "\n" << q.describe());
+      CHECK(prologues(q) == (observable ? 0 : 1));
+      CHECK(q.num_kernels() == (observable ? 2 : 1));
+      for (const Step& st : q.steps)
+        if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->prologue >= 0)
+          CHECK(gs->prologue_nodes().size() == (dt == DType::f32 ? 2u : 4u));
+    }
   // A Llama layer's rms_norm before Q/K/V (merged siblings): one GEMV writes all three outputs,
   // normalizing its input itself -- one launch; at 16 rows the norm, the GEMM and its split.
   for (int64_t rows : {int64_t{1}, int64_t{16}}) {
