@@ -347,6 +347,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int l
 
 std::atomic<bool> g_enabled{true};
 std::atomic<int> g_max_splits{0};
+std::atomic<int> g_max_rows{0};
 
 int64_t next_pow2(int64_t x) {
   int64_t p = 1;
@@ -442,6 +443,7 @@ void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 
 void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::memory_order_relaxed); }
+void set_attention_decode_max_rows(int most) { g_max_rows.store(most, std::memory_order_relaxed); }
 
 bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
@@ -453,8 +455,16 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   with_float_storage(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    if (a.sq == 1)
+    // A GQA group of 2-4 rows as two row blocks of 2 while that still fits the SMs once (Llama-1B
+    // at batch 1: 8 heads x 8 splits x 2 = 128 blocks on 132 SMs, where 64 blocks of 4 rows
+    // left half the SMs idle and each block's rows cost it instructions a key).
+    const int cap = g_max_rows.load(std::memory_order_relaxed);
+    const int64_t halves = a.batch * a.heads * kMaxSplits * 2;
+    const bool two = a.sq > 1 && a.sq <= 4 && (cap == 2 || (cap == 0 && halves <= current_device_info().sm_count));
+    if (a.sq == 1 || cap == 1)
       launch_rows<S, 1>(a, s);
+    else if (two)
+      launch_rows<S, 2>(a, s);
     else if (a.sq <= 4)
       launch_rows<S, 4>(a, s);
     else

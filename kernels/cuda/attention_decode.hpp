@@ -22,5 +22,9 @@ void set_attention_decode_enabled(bool on);
 // Caps the splits a head's keys take (0, the default: the device's most, 8 with clusters); for
 // the benchmark's comparison.
 void set_attention_decode_max_splits(int most);
+// Query rows a block takes at most: 1, 2, 4, or 0 (default) for the launch's own choice
+// (two-row blocks for a GQA group of 2-4 rows while those blocks fit the SMs at once); for the
+// benchmark.
+void set_attention_decode_max_rows(int most);
 
 }  // namespace livefuse::cuda
