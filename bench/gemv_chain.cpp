@@ -1,7 +1,8 @@
 // livefuse-bench-gemv-chain: a decode step's products as one CUDA graph of back-to-back GEMVs
-// (kernels/cuda/gemv.hpp): the GEMV's rounds and streaming forms, and the streaming form with
-// programmatic dependent launch (kernels/cuda/pdl.cuh) -- what a chain of short dependent kernels
-// costs per kernel; then each product of a layer alone, chained over the layers. Per layer, as the plans run them:
+// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh):
+// what a chain of short dependent kernels costs per kernel, and what launching each while the
+// one before runs (its weights prefetched into L2) saves; then each product of a layer alone,
+// chained over the layers. Per layer, as the plans run them:
 //   gpt2 f16 (12 layers):  QKV 2304x768 (layer_norm inside), out 768x768 (+ residual),
 //                          FFN1 3072x768 (layer_norm inside, gelu_tanh), FFN2 768x3072 (+ residual)
 //   llama bf16 (16 layers): QKV 3072x2048 (rms_norm inside), out 2048x2048 (+ residual),
@@ -130,19 +131,17 @@ struct Chain {
   }
 };
 
-// The variants compared: the rounds form and the streaming form (gemv.cu) without PDL; the
-// streaming form with PDL, its weights prefetched into L2 before the wait.
+// The variants compared: no PDL; PDL with the weights prefetched into L2 before the wait; PDL
+// alone.
 struct Variant {
   const char* name;
-  bool stream, pdl, prefetch;
+  bool pdl, prefetch;
 };
-constexpr Variant kVariants[] = {{"rounds", false, false, false}, {"stream", true, false, false},
-                                 {"stream_pdl", true, true, true}};
+constexpr Variant kVariants[] = {{"off", false, false}, {"pdl", true, true}, {"pdl_nopf", true, false}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
   c.pdl = v.pdl;
-  c.gemv_stream = v.stream;
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
 }

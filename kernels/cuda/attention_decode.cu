@@ -455,12 +455,15 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   with_float_storage(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    // A GQA group of 2-4 rows as two row blocks of 2 while that still fits the SMs once (Llama-1B
-    // at batch 1: 8 heads x 8 splits x 2 = 128 blocks on 132 SMs, where 64 blocks of 4 rows
-    // left half the SMs idle and each block's rows cost it instructions a key).
+    // A GQA group of 2-4 rows as two row blocks of 2 while those blocks take at most 3/4 of the
+    // SMs (their clusters must all be resident at once). H200, Llama-1B batch 1 (8 K/V heads),
+    // us a layer: 128 keys 11.6 -> 9.2, 777 keys 17.7 -> 13.5; but at 1024 and 4096 keys, 8
+    // splits a head, 13.7 -> 18.5 and 27.6 -> 37.5 (128 blocks in clusters of 8 on 132 SMs).
     const int cap = g_max_rows.load(std::memory_order_relaxed);
-    const int64_t halves = a.batch * a.heads * kMaxSplits * 2;
-    const bool two = a.sq > 1 && a.sq <= 4 && (cap == 2 || (cap == 0 && halves <= current_device_info().sm_count));
+    const int64_t splits = std::clamp<int64_t>(a.sk / kMinSplitKeys, 1, kMaxSplits);
+    const int64_t halves = a.batch * a.heads * splits * 2;
+    const bool two = a.sq > 1 && a.sq <= 4 &&
+                     (cap == 2 || (cap == 0 && 4 * halves <= 3 * int64_t{current_device_info().sm_count}));
     if (a.sq == 1 || cap == 1)
       launch_rows<S, 1>(a, s);
     else if (two)

@@ -4,18 +4,15 @@
 // FFN2: 768 rows of 3072) still have enough loads in flight per SM, while tall ones (a
 // vocabulary head) use one warp a row. Sums are float, in a fixed order: the same call gives
 // the same bits every time.
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
-#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -230,183 +227,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   }
 }
 
-// The streaming form: a fixed grid of blocks, each taking row groups blockIdx.x, + gridDim.x,
-// ...; every warp walks its (row, round) sequence as one stream with kDepth 16-byte loads a lane
-// always in flight -- the next row's first loads are issued while this row's last are summed,
-// so no warp drains its loads at a row's end and no block is launched per row group. A round is
-// 32 chunks (one a lane); part p of a row takes rounds p, p + kSplit, ... as the rounds form
-// does, so both forms add the same products in the same order for the same split: same bits.
-// Every warp of a block runs the same number of steps (rounds past the row predicated off), so
-// the split's barrier at each row's end is reached by all of them at the same step.
-template <class S, int kRows, int kSplit, bool kNorm, int kDepth>
-__global__ void __launch_bounds__(kWarps * 32) gemv_stream_kernel(const GemvArgs a) {
-  using Bits = typename S::Bits;
-  constexpr int kPer = 16 / sizeof(Bits);
-  constexpr int kRowsPerBlock = kWarps / kSplit;
-  __shared__ float partial[2][kWarps][kRows];
-
-  const int64_t batch = blockIdx.y;
-  const char* x = static_cast<const char*>(a.x) + batch * a.x_bstride * int64_t{sizeof(Bits)};
-  const char* w = static_cast<const char*>(a.w) + batch * a.w_bstride * int64_t{sizeof(Bits)};
-  Bits* out = static_cast<Bits*>(a.out) + batch * a.o_bstride;
-  const int64_t groups = (a.n + kRowsPerBlock - 1) / kRowsPerBlock;
-  const int64_t g0 = blockIdx.x, gstep = gridDim.x;
-  if (a.prefetch && threadIdx.x == 0 && g0 < groups) {  // the first group's weights (pdl.cuh)
-    const int64_t es = sizeof(Bits), n0 = g0 * kRowsPerBlock;
-    const int64_t last = (n0 + kRowsPerBlock < a.n ? n0 + kRowsPerBlock : a.n) - 1;
-    if ((last * a.ldw + a.k) * es <= kPrefetchBytes)
-      prefetch_l2(w + n0 * a.ldw * es, ((last - n0) * a.ldw + a.k) * es);
-  }
-  pdl_wait();  // nothing above reads x or writes anything
-
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int part = warp % kSplit, slot = warp / kSplit;
-  const int64_t chunks = a.k / kPer;
-  const int rounds = static_cast<int>(((chunks + 31) / 32 + kSplit - 1) / kSplit);  // a row's, per part
-  const int nrows = g0 < groups ? static_cast<int>((groups - g0 + gstep - 1) / gstep) : 0;
-  const int64_t wld = a.ldw * int64_t{sizeof(Bits)}, xstride = a.ldx * int64_t{sizeof(Bits)};
-  const auto row_of = [&](int i) { return (g0 + int64_t{i} * gstep) * kRowsPerBlock + slot; };
-  const auto chunk_of = [&](int j) { return (int64_t{part} + int64_t{j} * kSplit) * 32 + lane; };
-
-  // The load cursor runs kDepth steps ahead of the use cursor.
-  uint4 ring[kDepth];
-  int li = 0, lj = 0;
-  const char* lrow = w + row_of(0) * wld;
-  bool lvalid = row_of(0) < a.n;
-  const auto issue = [&](uint4& dst) {
-    if (li >= nrows) return;
-    const int64_t c = chunk_of(lj);
-    if (lvalid && c < chunks) dst = load_stream(lrow + c * 16);
-    if (++lj == rounds) {
-      lj = 0;
-      ++li;
-      lrow = w + row_of(li) * wld;
-      lvalid = row_of(li) < a.n;
-    }
-  };
-#pragma unroll
-  for (int u = 0; u < kDepth; ++u) issue(ring[u]);
-
-  float mean[kRows], rstd[kRows];
-  if constexpr (kNorm) {  // as the rounds form: each warp takes its rows' statistics itself
-    const float inv_n = 1.0f / static_cast<float>(a.k);
-#pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      mean[m] = 0.0f;
-      rstd[m] = 0.0f;
-      if (m >= a.rows || nrows == 0) continue;
-      const char* row = x + m * xstride;
-      if (a.norm == GemvNorm::layer)
-        mean[m] = warp_sum(row_sum<S>(row, chunks, lane, [](float e) { return e; })) * inv_n;
-      const float mu = mean[m];
-      const float sq = warp_sum(row_sum<S>(row, chunks, lane, [mu](float e) { return (e - mu) * (e - mu); }));
-      rstd[m] = lf_rsqrt(sq * inv_n + a.eps);
-    }
-  }
-
-  float acc[kRows];
-#pragma unroll
-  for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
-  int ui = 0, uj = 0;
-  int64_t un = row_of(0);
-  // The epilogue's operands of the row being summed, loaded as its first round is used.
-  float bias = 0.0f, resid = 0.0f;
-  const auto epilogue_operands = [&] {
-    bias = resid = 0.0f;
-    if (un < a.n && lane < a.rows && part == 0) {
-      if (a.bias) bias = S::to(static_cast<const Bits*>(a.bias)[un]);
-      if (a.residual && a.parts == 0) resid = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + un]);
-    }
-  };
-  if (nrows > 0) epilogue_operands();
-  const int steps = nrows * rounds;
-  for (int t0 = 0; t0 < steps; t0 += kDepth) {
-#pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      if (t0 + u >= steps) break;
-      const uint4 v = ring[u];
-      issue(ring[u]);
-      const int64_t c = chunk_of(uj);
-      if (un < a.n && c < chunks) {
-        float wf[kPer], gf[kPer], bf[kPer];
-        widen<S>(v, wf);
-        if constexpr (kNorm) {
-          if (a.norm_w) widen<S>(__ldg(static_cast<const uint4*>(a.norm_w) + c), gf);
-          if (a.norm_b) widen<S>(__ldg(static_cast<const uint4*>(a.norm_b) + c), bf);
-        }
-#pragma unroll
-        for (int m = 0; m < kRows; ++m) {
-          if (m >= a.rows) break;
-          float xf[kPer];
-          widen<S>(__ldg(reinterpret_cast<const uint4*>(x + m * xstride + c * 16)), xf);
-#pragma unroll
-          for (int j = 0; j < kPer; ++j) {
-            float xv = xf[j];
-            if constexpr (kNorm) {  // as the rounds form
-              xv = (xv - mean[m]) * rstd[m];
-              if (a.norm_round_first) {
-                xv = rounded<S>(xv);
-                if (a.norm_w) xv = __fmul_rn(xv, gf[j]);
-              } else {
-                if (a.norm_w) xv *= gf[j];
-                if (a.norm_b) xv += bf[j];
-              }
-              xv = rounded<S>(xv);
-            }
-            acc[m] = fmaf(wf[j], xv, acc[m]);
-          }
-        }
-      }
-      if (++uj < rounds) continue;
-      // The row's end: its sum, the split's partial sums added by part 0, the epilogue.
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
-      bool write = part == 0;
-      if constexpr (kSplit > 1) {
-        const int buf = ui & 1;  // two buffers: row i + 1's writes never meet row i's reads
-        if (lane == 0) {
-#pragma unroll
-          for (int m = 0; m < kRows; ++m) partial[buf][warp][m] = acc[m];
-        }
-        __syncthreads();
-        if (write) {
-#pragma unroll
-          for (int m = 0; m < kRows; ++m) {
-            float s = 0.0f;
-#pragma unroll
-            for (int p = 0; p < kSplit; ++p) s += partial[buf][warp + p][m];
-            acc[m] = s;
-          }
-        }
-      }
-      if (write && un < a.n) {
-#pragma unroll
-        for (int m = 0; m < kRows; ++m) {
-          if (lane != m || m >= a.rows) continue;
-          float y = acc[m];
-          if (a.bias) y += bias;
-          y = rounded<S>(y);
-          if (a.act == GemvAct::relu) y = lf_relu(y);
-          else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
-          if (a.parts > 0) {
-            int p = 0;
-            while (p + 1 < a.parts && un >= a.begin[p + 1]) ++p;
-            static_cast<Bits*>(a.part_out[p])[m * (a.begin[p + 1] - a.begin[p]) + un - a.begin[p]] = S::from(y);
-            continue;
-          }
-          if (a.residual) y = y + resid;
-          out[m * a.ldo + un] = S::from(y);
-        }
-      }
-#pragma unroll
-      for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
-      uj = 0;
-      un = row_of(++ui);
-      if (ui < nrows) epilogue_operands();
-    }
-  }
-}
-
 template <class S, int kRows, bool kNorm>
 void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
   const auto grid = [&](int k) {
@@ -456,84 +276,21 @@ bool gemv_supported(const GemvArgs& a) {
 
 namespace {
 std::atomic<bool> g_prefetch{true};
-std::atomic<int> g_split{0};
-
-// Warps a weight row in the rounds form: more while the grid would leave loads per SM short and
-// each lane would otherwise wait on more than one round of kUnroll loads.
-int rounds_split(const GemvArgs& a, int64_t runs) {
-  int split = 1;
-  while (split < kWarps && a.n * split < 8192 && runs > int64_t{kUnroll} * split) split *= 2;
-  return split;
-}
-
-// In the streaming form a warp keeps kDepth loads in flight whatever its rows, so a row is split
-// only while there are too few warps to keep ~16 a SM streaming. A function of the shape and the
-// SM count alone: every call of one shape adds in one order (the eager and the fused launch of a
-// product give the same bits).
-int stream_split(const GemvArgs& a, int64_t runs) {
-  const int64_t want = int64_t{current_device_info().sm_count} * 16;
-  int split = 1;
-  while (split < kWarps && 2 * split <= runs && a.n * split * a.batch < want) split *= 2;
-  return split;
-}
-
-template <class S, int kRows, int kSplit, bool kNorm>
-void launch_stream(const GemvArgs& a, cudaStream_t s) {
-  constexpr int kDepth = kRows <= 2 ? 8 : 4;
-  constexpr auto kernel = gemv_stream_kernel<S, kRows, kSplit, kNorm, kDepth>;
-  // Resident blocks a SM, asked once a kernel (the grid's size, never the sums, depends on it).
-  static const int per_sm = [] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kWarps * 32, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      b = 1;
-    }
-    return b < 1 ? 1 : b;
-  }();
-  const int64_t groups = (a.n + kWarps / kSplit - 1) / (kWarps / kSplit);
-  const int64_t cap = std::max<int64_t>(1, int64_t{current_device_info().sm_count} * per_sm / a.batch);
-  const int64_t waves = (groups + cap - 1) / cap;
-  const dim3 grid(static_cast<unsigned>((groups + waves - 1) / waves), static_cast<unsigned>(a.batch));
-  launch_pdl("gemv_stream_kernel", kernel, grid, kWarps * 32, 0, s, a);
-}
-
-template <class S, int kRows, bool kNorm>
-void launch_stream_rows(const GemvArgs& a, int split, cudaStream_t s) {
-  if (split == 1) return launch_stream<S, kRows, 1, kNorm>(a, s);
-  if (split == 2) return launch_stream<S, kRows, 2, kNorm>(a, s);
-  launch_stream<S, kRows, 4, kNorm>(a, s);
-}
-
-template <class S, bool kNorm>
-void launch_stream_typed(const GemvArgs& a, int split, cudaStream_t s) {
-  if (a.rows == 1) return launch_stream_rows<S, 1, kNorm>(a, split, s);
-  if (a.rows == 2) return launch_stream_rows<S, 2, kNorm>(a, split, s);
-  if (a.rows <= 4) return launch_stream_rows<S, 4, kNorm>(a, split, s);
-  launch_stream_rows<S, 8, kNorm>(a, split, s);
-}
-
 }  // namespace
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
-void set_gemv_split(int warps) { g_split.store(warps, std::memory_order_relaxed); }
 
 void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
   a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
-  const int64_t chunks = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype)));
-  const bool stream = config().gemv_stream;
-  int split = stream ? stream_split(a, (chunks + 31) / 32) : rounds_split(a, chunks / 32);
-  if (const int forced = g_split.load(std::memory_order_relaxed); forced > 0) split = forced >= 4 ? 4 : forced >= 2 ? 2 : 1;
+  // Warps a weight row: more while the grid would leave loads per SM short and each lane would
+  // otherwise wait on more than one round of kUnroll loads.
+  const int64_t runs = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype))) / 32;
+  int split = 1;
+  while (split < kWarps && a.n * split < 8192 && runs > int64_t{kUnroll} * split) split *= 2;
   with_float_storage(a.dtype, [&](auto storage) {
-    using S = decltype(storage);
-    if (stream) {
-      if (a.norm != GemvNorm::none) launch_stream_typed<S, true>(a, split, s);
-      else launch_stream_typed<S, false>(a, split, s);
-    } else if (a.norm != GemvNorm::none) {
-      launch_typed<S, true>(a, split, s);
-    } else {
-      launch_typed<S, false>(a, split, s);
-    }
+    if (a.norm != GemvNorm::none) launch_typed<decltype(storage), true>(a, split, s);
+    else launch_typed<decltype(storage), false>(a, split, s);
   });
 }
 

@@ -95,8 +95,5 @@ void launch_gemv(const GemvArgs& a, cudaStream_t s);
 // Whether a GEMV launched with PDL (LIVEFUSE_PDL=1) prefetches its weights into L2 first
 // (default on); for livefuse-bench-gemv-chain's comparison.
 void set_gemv_prefetch(bool on);
-// Warps a weight row (1, 2 or 4) for every launch; 0 (default): each form's own choice. Tests
-// set it to compare the two forms' bits at every split.
-void set_gemv_split(int warps);
 
 }  // namespace livefuse::cuda

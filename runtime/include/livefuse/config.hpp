@@ -65,10 +65,6 @@ struct Config {
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
-  // LIVEFUSE_GEMV_STREAM: the GEMV runs its streaming form (a fixed grid, each warp's rows one
-  // stream of loads: kernels/cuda/gemv.cu); 0: its rounds form (a block a row group), for
-  // comparison. Both give the same bits for the same split of a row over warps.
-  bool gemv_stream = true;
   // LIVEFUSE_GEMV_NORM: a decode step's norm whose only reader is a few-row linear runs inside
   // that linear's GEMV (its prologue: planner.cpp, fold_norm_prologues); 0: the norm stays a row
   // kernel before it, for comparison.
