@@ -164,7 +164,7 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.kernel = kernel_info(*f);
     } else if (const auto* m = std::get_if<GemmStep>(&s.body)) {
       gi.kind = !m->siblings.empty() ? "gemm_siblings" : m->tail ? "gemm_epilogue" : "gemm";
-      for (int j : m->prologue_nodes()) gi.ops.push_back(j);
+      if (m->prologue >= 0) gi.ops.push_back(m->prologue);
       if (m->siblings.empty()) gi.ops.push_back(m->node);
       else gi.ops.insert(gi.ops.end(), m->siblings.begin(), m->siblings.end());
       if (m->merged) {

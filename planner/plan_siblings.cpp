@@ -168,16 +168,16 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
 }
 
 bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
-                             const OpCall& norm, bool round_first, void* stream) {
+                             const OpCall& norm, void* stream) {
 #if LIVEFUSE_HAS_CUDA
   Operands o = operands(p, gs, values);
   const Stream st = stream_on(o.outs[0].device(), stream);
   const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
   if (!c.defined()) return false;
   for (const Tensor& t : o.outs) ensure_storage(t);
-  return cuda::run_gemv_split(&norm, merged_call(p, gs, values, c), o.outs, st.handle(), round_first);
+  return cuda::run_gemv_split(&norm, merged_call(p, gs, values, c), o.outs, st.handle());
 #else
-  (void)p, (void)gs, (void)values, (void)norm, (void)round_first, (void)stream;
+  (void)p, (void)gs, (void)values, (void)norm, (void)stream;
   return false;
 #endif
 }

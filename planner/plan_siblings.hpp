@@ -14,11 +14,11 @@ bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
                          std::span<const Tensor> values);
 bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
                              std::span<const Tensor> values, void* stream);
-// The merged GEMM with its norm prologue (GemmStep::prologue, `norm` the norm's call; round_first
-// for a chain: GemmStep::prologue_chain) as one few-row GEMV writing every sibling's output.
-// False: nothing launched; the caller runs the norm, then the merged GEMM.
+// The merged GEMM with its norm prologue (GemmStep::prologue, `norm` that node's call) as one
+// few-row GEMV writing every sibling's output. False: nothing launched; the caller runs the norm,
+// then the merged GEMM.
 bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
-                             const OpCall& norm, bool round_first, void* stream);
+                             const OpCall& norm, void* stream);
 // plan.cpp: a pending Materialized value gets dense storage (`s`, or a fresh allocation).
 void ensure_storage(const Tensor& t, std::shared_ptr<Storage> s = nullptr);
 // A merged step whose siblings have one width and need no split: one strided-batched GEMM (over

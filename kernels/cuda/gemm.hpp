@@ -18,19 +18,17 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
 
 // The same with a layer_norm / rms_norm call `norm` whose output is the linear's input applied
 // first, inside the few-row GEMV (gemv.hpp, its prologue): out = epilogue(norm(x) W^T (+ b)).
-// The norm's output is not written. round_first: the normalized element is rounded to the
-// dtype before the norm's weight scales it (GemvArgs::norm_round_first). False when the GEMV
-// cannot take it (rows, layouts, dtypes): nothing was launched then; the caller runs the norm
-// and the GEMM.
+// The norm's output is not written. False when the GEMV cannot take it (rows, layouts, dtypes):
+// nothing was launched then; the caller runs the norm and the GEMM.
 bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Tensor* bias,
-                   const Tensor* residual, const Tensor& out, void* stream, bool round_first = false);
+                   const Tensor* residual, const Tensor& out, void* stream);
 
 // A merged sibling linear `call` (its weight the siblings' concatenated, its bias too) as one
 // few-row GEMV writing each sibling's dense output: the product's columns in the order of
 // `outs`, their widths `outs`' last dims; with `norm` (or null) in its prologue as above. False:
 // nothing was launched (the caller's product + split path runs).
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream, bool round_first = false);
+                    void* stream);
 
 // A merged sibling linear `call` (weights [parts * N, K] concatenated, bias [parts * N] too) as
 // one strided-batched GEMM: batch i multiplies the input by weight rows [i N, (i + 1) N) and

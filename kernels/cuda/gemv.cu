@@ -171,13 +171,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
             float v = xf[j];
             if constexpr (kNorm) {  // eager's layer_norm / rms_norm of the element, as written
               v = (v - mean[m]) * rstd[m];
-              if (a.norm_round_first) {  // cast(norm(x), dtype) * w: rounded, scaled, rounded
-                v = rounded<S>(v);
-                if (a.norm_w) v = __fmul_rn(v, gf[j]);
-              } else {
-                if (a.norm_w) v *= gf[j];
-                if (a.norm_b) v += bf[j];
-              }
+              if (a.norm_w) v *= gf[j];
+              if (a.norm_b) v += bf[j];
               v = rounded<S>(v);
             }
             acc[m] = fmaf(wf[j], v, acc[m]);

@@ -47,10 +47,6 @@ struct GemvArgs {
   const void* norm_w = nullptr;    // [k] dense, 16-byte aligned, or null (no scale)
   const void* norm_b = nullptr;    // [k] dense, 16-byte aligned, or null (layer only)
   float eps = 0;
-  // The normalized element is rounded to the dtype before the scale, and again after it: Llama's
-  // norm, cast(rms_norm(cast(x, f32)), dtype) * w, two eager ops (the lone norm op scales in f32
-  // and rounds once).
-  bool norm_round_first = false;
   // parts > 0: out is unused, and column n of the product, begin[p] <= n < begin[p + 1], goes to
   // part_out[p] at [m, n - begin[p]] (dense rows of the part's width): each sibling of a merged
   // GEMM gets its output as eager gives it, without a split kernel. Never with a residual.

@@ -141,12 +141,11 @@ bool linear_bias(const OpCall& call, DType dt, const void** p) {
 }  // namespace
 
 bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Tensor* bias,
-                   const Tensor* residual, const Tensor& out, void* stream, bool round_first) {
+                   const Tensor* residual, const Tensor& out, void* stream) {
   const void* bias_ptr = nullptr;
   if (!epilogue_operands(out, act, bias, residual, &bias_ptr)) return false;
   GemvArgs g;
   if (!gemv_linear_args(&norm, call, out_view(out), &g)) return false;
-  g.norm_round_first = round_first;
   // An epilogue's bias is the linear's own (pass_gemm_epilogue) or one added to a linear
   // without: without an epilogue the linear's own is added here.
   if (!bias && !linear_bias(call, out.dtype(), &bias_ptr)) return false;
@@ -158,10 +157,9 @@ bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Te
 }
 
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream, bool round_first) {
+                    void* stream) {
   if (outs.empty() || outs.size() > static_cast<size_t>(kGemvMaxParts)) return false;
   GemvArgs g;
-  g.norm_round_first = norm && round_first;
   g.parts = static_cast<int>(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& o = outs[i];

@@ -149,22 +149,6 @@ std::vector<Case> cases(DType dt) {
                      linear_attrs(false)));
     out.push_back({"rms_norm in a GEMV's prologue, or before it", b2.build(), 1});
   }
-  {
-    // Llama's norm chain (cast -> rms_norm -> cast -> mul by the weight; in f32 rms_norm -> mul)
-    // in the prologue of merged Q/K/V's GEMV: one launch; and the same before one linear.
-    for (bool merged : {true, false}) {
-      SegmentBuilder b;
-      const ValueRef x = b.input({1, 1, 256}, dt), lw = b.input({256}, dt);
-      ValueRef n = b.add(OpId::rms_norm, {dt == DType::f32 ? x : b.add(OpId::cast, {x}, cast_attrs(DType::f32))},
-                         norm_attrs(1e-6, false, false));
-      if (dt != DType::f32) n = b.add(OpId::cast, {n}, cast_attrs(dt));
-      n = b.add(OpId::mul, {n, lw});
-      for (int64_t cols : merged ? std::vector<int64_t>{256, 64, 64} : std::vector<int64_t>{96})
-        b.output(b.add(OpId::linear, {n, b.input({cols, 256}, dt)}, linear_attrs(false)));
-      out.push_back({std::string("Llama norm chain in the GEMV's prologue") + (merged ? ", merged Q/K/V" : ""),
-                     b.build(), 1});
-    }
-  }
   // A norm inside the GEMV over row counts and widths that split a weight row over 1, 2 and 4
   // warps (the norm's sums then meet in shared memory).
   for (int64_t rows : {1, 5})
