@@ -37,6 +37,7 @@
 
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -371,28 +372,7 @@ bool vector_rows(const void* base, const int64_t (&st)[4], int64_t cols, const A
 // size, else 1. Asked once per kernel (the first such device's answer stands for all).
 template <class Kernel>
 int max_splits(Kernel kernel) {
-  static const int n = [&] {
-    cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
-      (void)cudaGetLastError();
-      return 1;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kMaxSplits);
-    cfg.blockDim = dim3(kThreads);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kMaxSplits;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 1;
-    }
-    return clusters > 0 ? kMaxSplits : 1;
-  }();
+  static const int n = clusters_fit(kernel, kMaxSplits, kThreads) ? kMaxSplits : 1;
   return n;
 }
 
@@ -420,9 +400,7 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
   cfg.stream = stream;
   cudaLaunchAttribute attrs[2]{};
   if (splits > 1) {
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = static_cast<unsigned>(splits);
-    attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+    attrs[0] = cluster_attr(static_cast<unsigned>(splits));
     cfg.attrs = attrs;
     cfg.numAttrs = 1;
   }

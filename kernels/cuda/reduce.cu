@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_util.hpp"
@@ -223,49 +224,18 @@ __global__ void __launch_bounds__(kLongRowThreads) reduce_long_row_cluster_kerne
 #endif
 }
 
-// Whether `kernel` runs as clusters of kLongRowBlocks here: sm_90 code and a device that can
-// place one. Asked once per kernel.
-template <class Kernel>
-bool cluster_ready(Kernel kernel) {
-  static const bool ok = [&] {
-    cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kLongRowBlocks);
-    cfg.blockDim = dim3(kLongRowThreads);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kLongRowBlocks;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return clusters > 0;
-  }();
-  return ok;
-}
-
 template <class R, class S>
 void launch_long_rows(const ReducePlan& p, const ReduceArgs& a, cudaStream_t s) {
   const DeviceInfo& dev = current_device_info();
   const auto cluster_kernel = reduce_long_row_cluster_kernel<R, S>;
   // Clusters while the outputs leave most SMs idle (a decoder's argmax: one or a few rows).
-  if (dev.cc_major >= 9 && p.n_out * kLongRowBlocks <= int64_t{dev.sm_count} * 2 && cluster_ready(cluster_kernel)) {
+  static const bool fits = clusters_fit(cluster_kernel, kLongRowBlocks, kLongRowThreads);  // once a kernel
+  if (dev.cc_major >= 9 && p.n_out * kLongRowBlocks <= int64_t{dev.sm_count} * 2 && fits) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(p.n_out * kLongRowBlocks));
     cfg.blockDim = dim3(kLongRowThreads);
     cfg.stream = s;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = kLongRowBlocks;
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cudaLaunchAttribute attr = cluster_attr(kLongRowBlocks);
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, cluster_kernel, a));

@@ -1,0 +1,41 @@
+#pragma once
+// Thread-block clusters (sm_90+), the host side shared by the kernels that combine their blocks
+// through distributed shared memory (the decode attention's splits, a long row's reduction).
+#include <cuda_runtime.h>
+
+namespace livefuse::cuda {
+
+// The launch attribute for clusters of `blocks` blocks along x.
+inline cudaLaunchAttribute cluster_attr(unsigned blocks) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = blocks;
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  return attr;
+}
+
+// Whether `kernel` can run as clusters of `blocks` blocks of `threads` here: the code that runs
+// is sm_90 code (not sm_80 code on an sm_90 device) and the scheduler can place one such
+// cluster. Callers ask once per kernel and keep the answer.
+template <class Kernel>
+bool clusters_fit(Kernel kernel, unsigned blocks, unsigned threads) {
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cudaLaunchAttribute attr = cluster_attr(blocks);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return clusters > 0;
+}
+
+}  // namespace livefuse::cuda
