@@ -143,11 +143,11 @@ constexpr int kLongRowThreads = 1024, kLongRowUnroll = 4;
 // bf16 logits took ~22 us as one block (one SM's share of the bandwidth, ncu, H200).
 constexpr int kLongRowBlocks = 8;  // the portable cluster size
 
-// One block's state over chunks [c_begin, c_end) of row `o` (in 16-byte chunks of the row's
-// 16-byte-aligned part); `edges` also takes the elements before the first 16-byte boundary and
-// after the last whole chunk, one by one. Thread 0 gets the block's state. Each thread reads
-// kLongRowUnroll chunks before it combines any (eight 2-byte loads at a time took 25 us for
-// Llama's 128256 bf16 logits on an H200: 10 GB/s).
+// One block's state over its share of row `o`'s chunks (16-byte chunks of the row's
+// 16-byte-aligned part, split into `parts` shares: this is share `part`); share 0 also takes the
+// elements before the first 16-byte boundary and after the last whole chunk, one by one.
+// Thread 0 gets the block's state. Each thread reads kLongRowUnroll chunks before it combines
+// any (eight 2-byte loads at a time took 25 us for Llama's 128256 bf16 logits on an H200).
 template <class R, class S>
 __device__ typename R::State long_row_state(const ReduceArgs& a, int64_t o, int part, int parts,
                                             typename R::State* smem) {
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kLongRowThreads) reduce_long_row_cluster_kerne
   }
   cluster.sync();  // and read: a block's shared memory lives only as long as the block
 #else
-  (void)a;  // launched only where clusters run (cluster_ready)
+  (void)a;  // launched only where clusters run (clusters_fit)
 #endif
 }
 
