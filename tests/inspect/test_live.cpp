@@ -89,10 +89,16 @@ TEST_CASE("live: the CLI follows a running program's report until its final one"
   check_states_valid(s);
   const lf::PlanInfo* p = s.find_plan(1000000);  // the driver's plan
   REQUIRE(p);
-  CHECK_MESSAGE((p->state == "active" || p->state == "rejected"), "state ", p->state, ": ",
+  // Decided -- or, in a slow run (the sanitizer builds), rejected and being sampled again at exit
+  // (a rejected plan's retry, runtime/matcher_window.hpp): its reason then names the retry, which
+  // only follows a verdict.
+  const bool retrying = p->state == "sampling" && p->last_reason.find("sampling again (retry") != std::string::npos;
+  CHECK_MESSAGE((p->state == "active" || p->state == "rejected" || retrying), "state ", p->state, ": ",
                 p->last_reason);
-  CHECK(p->last_reason.find("sampled") != std::string::npos);
-  CHECK(p->sampled_fused_us.size() >= 5);
+  if (!retrying) {
+    CHECK(p->last_reason.find("sampled") != std::string::npos);
+    CHECK(p->sampled_fused_us.size() >= 5);
+  }
   // The matcher sets states itself (no record_transition yet), so history holds what the
   // snapshots saw: at least the decided state, last.
   REQUIRE(!p->history.empty());
