@@ -163,9 +163,10 @@ std::string FusionGraph::nodes_str(const std::vector<int>& nodes) const {
 
 bool FusionGraph::template_writes(const Group& gr, int v) const {
   if (gr.kind == GroupKind::Attention) return attention[gr.attention].out == v;
-  for (const RotaryOperands& r : rotary[gr.rotary])
-    if (r.out == v) return true;
-  return false;
+  if (gr.kind == GroupKind::Rotary)
+    for (const RotaryOperands& r : rotary[gr.rotary])
+      if (r.out == v) return true;
+  return false;  // not a template group: it has no template outputs (and gr.rotary is -1)
 }
 
 std::string FusionGraph::dump() const {

@@ -134,7 +134,7 @@ struct FusionGraph {
   std::vector<int> topo_groups() const;  // alive groups in a dependency order
   std::string dump() const;
   std::string nodes_str(const std::vector<int>& nodes) const;  // "#2..#5" / "#1, #4"
-  // Whether `v` is a value template group `gr` (is_template) writes.
+  // Whether `v` is a value template group `gr` (is_template) writes; false for other groups.
   bool template_writes(const Group& gr, int v) const;
 };
 
