@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for a launch-level change on the decode path, run THERE after tools/gpu/pack.sh:
-# livefuse-bench-gemv-chain (a decode step's GEMVs as one graph, AB_VAR on and off inside one
-# process), then decode processes (Llama-1B-shaped bf16 unless AB_MODELS says otherwise)
+# livefuse-bench-gemv-chain (a decode step's GEMVs as one graph, with and without PDL inside one
+# process; then each product alone), then decode processes (Llama-1B-shaped bf16 unless AB_MODELS says otherwise)
 # alternating the default and AB_ENV, then the
 # warm-up of GPT-2 f16 (either cache, 2 runs) under LIVEFUSE_TRACE: its stalls on the program's
 # thread (tools/gpu/trace_stalls.py) and the served steps' host time (tools/gpu/trace_host.py). Logs in $OUT/decode_ab.tgz.
