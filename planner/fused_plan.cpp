@@ -33,10 +33,20 @@ constexpr uint64_t kGraphProbation = 64;
 FusedPlan::FusedPlan(PlannedSegment planned, DeviceKind kind) : planned_(std::move(planned)) {
   device_kind = kind;
   const Segment& seg = planned_.segment;
+  // Values with memory that a step may leave unwritten (the memory is its fallback's): a norm
+  // run inside a GEMV's prologue, a gated pair's own outputs. The program must not hold them
+  // when the plan runs (the window is then served eagerly: matcher_end.cpp, complete()).
+  std::vector<bool> unwritten(planned_.values.size(), false);
+  for (const Step& s : planned_.steps)
+    if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+      for (int j : gs->prologue_nodes()) unwritten[seg.value_id(ValueRef::of(j))] = true;
+      if (gs->epilogue == GemmEpilogue::Gated)
+        for (int j : gs->siblings) unwritten[seg.value_id(ValueRef::of(j))] = true;
+    }
   written_.assign(planned_.values.size(), false);
   for (int v = 0; v < static_cast<int>(planned_.values.size()); ++v) {
     const ValueKind k = planned_.values[v];
-    if (k == ValueKind::Materialized || k == ValueKind::External) {
+    if (k == ValueKind::External || (k == ValueKind::Materialized && !unwritten[v])) {
       written_[v] = true;
     } else if (k == ValueKind::View) {
       const ValueRef r = seg.value_ref(v);
@@ -164,7 +174,7 @@ void FusedPlan::details(PlanDetails& d) const {
       gi.kernel = kernel_info(*f);
     } else if (const auto* m = std::get_if<GemmStep>(&s.body)) {
       gi.kind = !m->siblings.empty() ? "gemm_siblings" : m->tail ? "gemm_epilogue" : "gemm";
-      if (m->prologue >= 0) gi.ops.push_back(m->prologue);
+      for (int j : m->prologue_nodes()) gi.ops.push_back(j);
       if (m->siblings.empty()) gi.ops.push_back(m->node);
       else gi.ops.insert(gi.ops.end(), m->siblings.begin(), m->siblings.end());
       if (m->merged) {

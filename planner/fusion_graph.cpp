@@ -53,6 +53,7 @@ std::string_view epilogue_name(GemmEpilogue e) {
     case GemmEpilogue::GeluBias: return "GELU_BIAS";
     case GemmEpilogue::Residual: return "C (residual)";
     case GemmEpilogue::BiasResidual: return "BIAS + C (residual)";
+    case GemmEpilogue::Gated: return "gated (act(gate) * up, GEMV)";
   }
   return "?";
 }

@@ -31,8 +31,10 @@ inline bool is_template(GroupKind k) { return k == GroupKind::Attention || k == 
 
 // cuBLASLt epilogues a GEMM step can absorb. Residual: + a tensor of the product's shape, read
 // as cuBLASLt's C input (beta = 1), after the bias if there is one (a layer's output projection
-// and its residual add).
-enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, BiasResidual };
+// and its residual add). Gated: merged gate and up siblings whose outputs only act(gate) * up
+// reads -- a gated MLP's -- written as that product by the few-row GEMV (GemvArgs::gated; no
+// cuBLASLt form: other row counts run the merged GEMM, then the tail kernel).
+enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, BiasResidual, Gated };
 // Products of at most this many rows run as the CUDA GEMV (kernels/cuda/gemv.hpp,
 // kGemvMaxRows), whose epilogue rounds as eager's ops do: there a half-precision residual can be
 // fused (pass_gemm_epilogue.cpp, residual_of).
@@ -55,6 +57,8 @@ struct Group {
   GemmEpilogue epilogue = GemmEpilogue::None;
   int bias_value = -1;     // value id of the epilogue's bias (matmul + add(bias))
   int residual_value = -1;  // value id of the epilogue's residual (Residual, BiasResidual)
+  OpId gate_act{};          // Gated: the gate's activation (silu, gelu, gelu_tanh, relu)
+  bool gate_second = false;  // Gated: the gate is the second sibling (the first is up)
   int attention = -1;      // attention: index into FusionGraph::attention
   int rotary = -1;         // rotary: index into FusionGraph::rotary
 };
@@ -104,6 +108,9 @@ struct PlannerOptions {
   // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
   // (planner.cpp, fold_norm_prologues).
   bool gemv_prologue = false;
+  // CUDA, LIVEFUSE_GEMV_NORM (with gemv_prologue): the fold itself; 0 keeps each norm a row
+  // kernel of its own before the GEMV, for comparison.
+  bool gemv_norm_fold = false;
   // CUDA, LIVEFUSE_SPLIT_K_ROWS: how many K slices a linear of rows x N x K should be split into
   // when a row kernel is its only reader (planner/split_k_rows.hpp); returns < 2 for none. Set
   // to cuBLASLt's own choice on CUDA (cuda::linear_split_k); tests set it directly.

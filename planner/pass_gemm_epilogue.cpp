@@ -4,6 +4,8 @@
 // (BIAS, RELU_BIAS, GELU_BIAS); a bias-add [+ add of a residual of the product's shape] too, the
 // residual read as cuBLASLt's C (a layer's FFN2 + bias + residual: one launch). The tail kernel
 // remains the fallback for backends without it, and for a residual it cannot read as C.
+// Merged gate and up siblings (pass_gemm_siblings) whose outputs only act(gate) * up reads take
+// that tail as a gated epilogue on CUDA over few rows (take_gate): the GEMV writes the product.
 #include "planner/passes.hpp"
 
 namespace livefuse::planner {
@@ -107,12 +109,83 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
   return e;
 }
 
+// Merged siblings `gm` that are a gated MLP's gate and up, read by nothing but one pointwise
+// group act(gate) * up (either operand order), take that group as a Gated epilogue: over few
+// rows on CUDA the GEMV writes act(gate) * up itself (kernels/cuda/gemv.hpp, GemvArgs::gated),
+// one launch where the product and the tail kernel were two, and neither sibling's output is
+// written. Elsewhere (more rows, a call the GEMV cannot take) the merged GEMM runs, then the tail
+// kernel. Silent when `gm` is no such pair; a Decision when it is one but cannot be taken.
+void take_gate(FusionGraph& g, Group& gm) {
+  if (gm.nodes.size() != 2 || !g.opts.cuda || !g.opts.gemv_prologue) return;
+  const ValueRef ya = ValueRef::of(gm.nodes[0]), yb = ValueRef::of(gm.nodes[1]);
+  const Shape& s = g.seg.shape(ya);
+  if (!gemv_rows(s) || !(g.seg.shape(yb) == s) || g.seg.dtype(ya) != g.seg.dtype(yb)) return;
+  int tail = -1;
+  for (const ValueRef& y : {ya, yb}) {
+    if (g.seg.is_output(y)) return;
+    for (const auto& [u, idx] : g.users[g.seg.value_id(y)]) {
+      if (g.role[u] == Role::Dead) continue;
+      if (tail >= 0 && g.group_of[u] != tail) return;
+      tail = g.group_of[u];
+    }
+  }
+  if (tail < 0) return;
+  Group& t = g.groups[tail];
+  if (t.kind != GroupKind::Pointwise || t.tail_of >= 0 || t.horizontal >= 0 || t.nodes.size() != 2) return;
+  const int act_node = t.nodes[0], mul_node = t.nodes[1];
+  const SegmentNode& act = g.seg.nodes[act_node];
+  const SegmentNode& mul = g.seg.nodes[mul_node];
+  if (act.inputs.size() != 1 || !(act.inputs[0] == ya || act.inputs[0] == yb)) return;
+  const ValueRef up = act.inputs[0] == ya ? yb : ya;
+  const ValueRef av = ValueRef::of(act_node);
+  if (mul.op != OpId::mul || mul.inputs.size() != 2 || mul.attrs.scalar_operand ||
+      !((mul.inputs[0] == av && mul.inputs[1] == up) || (mul.inputs[1] == av && mul.inputs[0] == up)))
+    return;
+  const std::string at = "GEMM " + g.nodes_str(gm.nodes) + " + " + g.nodes_str(t.nodes);
+  if (act.op != OpId::silu && act.op != OpId::gelu && act.op != OpId::gelu_tanh && act.op != OpId::relu) {
+    g.decide(at + " stay a GEMM and a kernel", std::string(op_name(act.op)) + " is no gate activation the GEMV has");
+    return;
+  }
+  const DType dt = g.seg.dtype(ya);
+  if ((dt != DType::f32 && dt != DType::f16 && dt != DType::bf16) || g.seg.dtype(av) != dt ||
+      mul.outputs[0].dtype != dt || !(mul.outputs[0].shape == s)) {
+    g.decide(at + " stay a GEMM and a kernel", "the gate's values change dtype or shape");
+    return;
+  }
+  if (g.seg.is_output(av) || only_user(g, act_node) != mul_node) {
+    g.decide(at + " stay a GEMM and a kernel", "act(gate) is read by more than the product");
+    return;
+  }
+  if (!g.opts.gemm_epilogue) {
+    g.decide(at + " stay a GEMM and a kernel", "GEMM epilogues disabled");
+    return;
+  }
+  FusionGraph trial = g;
+  trial.groups[gm.id].tail = tail;
+  trial.groups[tail].tail_of = gm.id;
+  if (has_cycle(trial)) {
+    g.decide(at + " stay a GEMM and a kernel", "taking the tail would create a cycle between kernels");
+    return;
+  }
+  gm.tail = tail;
+  t.tail_of = gm.id;
+  gm.epilogue = GemmEpilogue::Gated;
+  gm.gate_act = act.op;
+  gm.gate_second = act.inputs[0] == yb;
+  g.decide(at + " as one gated GEMV", std::string(op_name(act.op)) +
+                                          "(gate) * up written by the product itself: one launch, and neither "
+                                          "sibling's output in memory (fallback: the merged GEMM, then the kernel)");
+}
+
 }  // namespace
 
 void pass_gemm_epilogue(FusionGraph& g) {
   for (Group& gm : g.groups) {
     if (!gm.alive || gm.kind != GroupKind::Gemm) continue;
-    if (gm.nodes.size() > 1) continue;  // merged siblings (pass_gemm_siblings): no tail
+    if (gm.nodes.size() > 1) {  // merged siblings (pass_gemm_siblings): only a gate's tail
+      take_gate(g, gm);
+      continue;
+    }
     const int m = gm.nodes[0];
     const ValueRef y = ValueRef::of(m);
     const int yv = g.seg.value_id(y);

@@ -4,6 +4,7 @@
 // (check_group: shapes, per-row vs per-element values, io limit, the strategy's can_plan) and
 // the group graph stays acyclic. Every refusal is a Decision.
 #include <algorithm>
+#include <optional>
 
 #include "planner/passes.hpp"
 
@@ -50,14 +51,38 @@ bool read_by_linears(const FusionGraph& g, const ValueRef& v) {
   return true;
 }
 
+// The node that reads `v` and nothing else does, or -1.
+int lone_reader(const FusionGraph& g, const ValueRef& v) {
+  const auto& users = g.users[g.seg.value_id(v)];
+  return users.size() == 1 && !g.seg.is_output(v) ? users[0].first : -1;
+}
+
+// The value a decode norm starting at node j leaves for the linears after it: j's own for a
+// layer_norm / rms_norm; for Llama's chain, cast(x, f32) -> rms_norm without weight -> [cast
+// back] -> mul, the mul's (each value before it read by the next node alone: the chain
+// fold_norm_prologues takes, planner.cpp). Else none.
+std::optional<ValueRef> norm_value(const FusionGraph& g, int j) {
+  const SegmentNode& n = g.seg.nodes[j];
+  if (n.op == OpId::layer_norm || n.op == OpId::rms_norm) return ValueRef::of(j);
+  if (n.op != OpId::cast || n.attrs.dtype != DType::f32) return std::nullopt;
+  int k = lone_reader(g, ValueRef::of(j));
+  if (k < 0 || g.seg.nodes[k].op != OpId::rms_norm || g.seg.nodes[k].attrs.i[0] != 0) return std::nullopt;
+  k = lone_reader(g, ValueRef::of(k));
+  if (k >= 0 && g.seg.nodes[k].op == OpId::cast) k = lone_reader(g, ValueRef::of(k));
+  if (k < 0 || g.seg.nodes[k].op != OpId::mul) return std::nullopt;
+  return ValueRef::of(k);
+}
+
 // On CUDA, a few-row residual add before a norm that only linears read is better left apart
 // from it: the add rides on the GEMV epilogue of the linear that produced one of its operands
 // (pass_gemm_epilogue), the norm on the GEMV of the linears that read it (planner.cpp,
 // fold_norm_prologues) -- no launch for either, where one row kernel for both is one launch.
+// `norm` is the norm's first node (Llama's chain starts with a cast).
 bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
   const SegmentNode& nn = g.seg.nodes[norm];
-  if (!g.opts.gemv_prologue || (nn.op != OpId::layer_norm && nn.op != OpId::rms_norm)) return false;
-  if (!gemv_rows(nn.outputs[0].shape)) return false;
+  if (!g.opts.gemv_prologue || !g.opts.gemv_norm_fold) return false;
+  const std::optional<ValueRef> y = norm_value(g, norm);
+  if (!y || !gemv_rows(nn.outputs[0].shape)) return false;
   if (producer.kind != GroupKind::Pointwise || producer.nodes.size() != 1) return false;
   const SegmentNode& add = g.seg.nodes[producer.nodes[0]];
   if (add.op != OpId::add || add.inputs.size() != 2 || !(nn.inputs[0] == ValueRef::of(producer.nodes[0])))
@@ -66,8 +91,7 @@ bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
     return !r.is_external() && g.seg.nodes[r.node].op == OpId::linear &&
            only_reader(g, r, producer.nodes[0]);
   };
-  return (from_linear(add.inputs[0]) || from_linear(add.inputs[1])) &&
-         read_by_linears(g, ValueRef::of(norm));
+  return (from_linear(add.inputs[0]) || from_linear(add.inputs[1])) && read_by_linears(g, *y);
 }
 
 }  // namespace

@@ -167,23 +167,42 @@ EpilogueValues epilogue_values(const GemmStep& gs, std::span<const Tensor> value
   return e;
 }
 
+// The prologue of a GEMM step as the norm call the GEMV takes: the lone norm node's, or for a
+// chain (GemmStep::prologue_chain) an rms_norm of its x with its weight.
+OpCall prologue_call(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values) {
+  TensorList outs;
+  OpCall c = node_call(p, gs.prologue, values, &outs);
+  if (gs.prologue_chain.empty()) return c;
+  c.inputs.clear();
+  c.inputs.push_back(value(values, gs.prologue_x));
+  c.inputs.push_back(value(values, gs.prologue_scale));
+  c.attrs.i[0] = 1;  // weighted
+  return c;
+}
+
+// Runs the prologue's nodes eagerly (a call the GEMV does not take).
+void run_prologue(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {
+  for (int j : gs.prologue_nodes()) run_node(p, j, values, stream);
+}
+
 // A GEMM step with a norm prologue as one GEMV (cuda::run_gemv_norm): the norm's input through
 // the norm into the product, then the epilogue when there is one; a tail without an epilogue
 // is the caller's to launch after. False: nothing launched.
 bool launch_gemv_prologue(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
                           void* stream) {
 #if LIVEFUSE_HAS_CUDA
-  TensorList outs, norm_outs;
+  TensorList outs;
   const OpCall c = node_call(p, gs.node, values, &outs);
-  const OpCall nc = node_call(p, gs.prologue, values, &norm_outs);
+  const OpCall nc = prologue_call(p, gs, values);
+  const bool round_first = !gs.prologue_chain.empty();
   if (gs.epilogue == GemmEpilogue::None || gs.final_value < 0) {
     ensure_storage(outs[0]);
-    return cuda::run_gemv_norm(nc, c, 0, nullptr, nullptr, outs[0], stream);
+    return cuda::run_gemv_norm(nc, c, 0, nullptr, nullptr, outs[0], stream, round_first);
   }
   const EpilogueValues e = epilogue_values(gs, values);
   if (wants_residual(gs.epilogue) && !e.residual) return false;
   return cuda::run_gemv_norm(nc, c, static_cast<uint8_t>(lt_act(gs.epilogue)), e.bias, e.residual, *e.out,
-                             stream);
+                             stream, round_first);
 #else
   (void)p, (void)gs, (void)values, (void)stream;
   return false;
@@ -252,12 +271,13 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
     jit::run_spec_cpu(*fk->spec, b);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
     if (!gs->siblings.empty()) {
-      if (gs->prologue >= 0) run_node(p, gs->prologue, values, nullptr);  // (CUDA plans only)
-      if (detail::run_merged_gemm_cpu(p, *gs, values)) return;
-      for (int j : gs->siblings) run_node(p, j, values, nullptr);
+      run_prologue(p, *gs, values, nullptr);  // (CUDA plans only)
+      if (!detail::run_merged_gemm_cpu(p, *gs, values))
+        for (int j : gs->siblings) run_node(p, j, values, nullptr);
+      if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));  // (CUDA plans only)
       return;
     }
-    if (gs->prologue >= 0) run_node(p, gs->prologue, values, nullptr);  // (CUDA plans only)
+    run_prologue(p, *gs, values, nullptr);  // (CUDA plans only)
     if (gs->tail && run_gemm_tail_cpu(p, *gs, values)) return;
     run_node(p, gs->node, values, nullptr);
     if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));
@@ -325,13 +345,14 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
     if (!gs->siblings.empty()) {
       if (gs->prologue >= 0) {
-        TensorList norm_outs;
-        const OpCall nc = node_call(p, gs->prologue, values, &norm_outs);
-        if (detail::launch_merged_gemv_cuda(p, *gs, values, nc, stream)) return;
-        run_node(p, gs->prologue, values, stream);
+        const OpCall nc = prologue_call(p, *gs, values);
+        if (detail::launch_merged_gemv_cuda(p, *gs, values, &nc, !gs->prologue_chain.empty(), stream)) return;
+        run_prologue(p, *gs, values, stream);
       }
-      if (detail::launch_merged_gemm_cuda(p, *gs, values, stream)) return;
-      for (int j : gs->siblings) run_node(p, j, values, stream);
+      if (gs->tail && detail::launch_merged_gemv_cuda(p, *gs, values, nullptr, false, stream)) return;
+      if (!detail::launch_merged_gemm_cuda(p, *gs, values, stream))
+        for (int j : gs->siblings) run_node(p, j, values, stream);
+      if (gs->tail) launch(*gs->tail);  // a Gated step's act(gate) * up, as its own kernel
       return;
     }
     if (gs->partials > 1) {
@@ -343,7 +364,7 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
         if (gs->tail && gs->epilogue == GemmEpilogue::None) launch(*gs->tail);
         return;
       }
-      run_node(p, gs->prologue, values, stream);
+      run_prologue(p, *gs, values, stream);
     }
     if (gs->epilogue != GemmEpilogue::None && gs->final_value >= 0) {
       if (GemmEpilogueRunner r = g_epilogue_runner.load()) {

@@ -89,10 +89,25 @@ struct GemmStep {
   std::vector<int> siblings;
   std::shared_ptr<MergedWeights> merged;
   bool split_kernel = false;  // CUDA: one more launch splits the merged product (plan_siblings.cpp)
+  // Gated (a merged gate/up pair, `tail` their act(gate) * up): the gate's activation, and
+  // whether the gate is the second sibling. The GEMV writes final_value (plan_siblings.cpp).
+  OpId gate_act{};
+  bool gate_second = false;
   // CUDA, few rows: the layer_norm / rms_norm node whose output only this linear reads, run
   // inside the GEMV (kernels/cuda/gemv.hpp, its prologue; planner.cpp, fold_norm_prologues).
   // A call the GEMV cannot take runs that node eagerly first, then the GEMM as without it.
   int prologue = -1;
+  // The norm as Llama writes it, [cast(x, f32)] -> rms_norm (no weight) -> [cast(dtype)] -> mul
+  // by a weight: every node of it (ascending; `prologue` is the rms_norm), the norm's input x
+  // and the weight as value ids. The GEMV rounds the normalized element to the dtype before the
+  // weight scales it, as those ops do. Empty: `prologue` is a lone layer_norm / rms_norm.
+  std::vector<int> prologue_chain;
+  int prologue_x = -1, prologue_scale = -1;
+  // The prologue's nodes, in order (none, the lone norm, or the chain).
+  std::vector<int> prologue_nodes() const {
+    if (!prologue_chain.empty()) return prologue_chain;
+    return prologue >= 0 ? std::vector<int>{prologue} : std::vector<int>{};
+  }
   // CUDA, > 1: the linear writes this many f32 partial products over K slices into its output
   // value's storage (cuda::run_linear_partials) and the row kernel that alone reads it adds them
   // up with the bias (planner/split_k_rows.hpp): cuBLASLt's split-K reduction kernel is not run.

@@ -23,6 +23,7 @@
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/split_columns.hpp"
 #endif
 
@@ -74,6 +75,17 @@ void give_storage_run(std::span<const Tensor> outs, const Stream& st) {
   const auto run = allocate_storage_run(outs[0].device(), outs[0].impl()->nbytes(),
                                         static_cast<int>(outs.size()), st.handle());
   for (size_t i = 0; i < outs.size(); ++i) detail::ensure_storage(outs[i], run[i]);
+}
+#endif
+
+#if LIVEFUSE_HAS_CUDA
+// A Gated step's activation as the GEMV names it (take_gate admits only these).
+uint8_t gemv_gate_act(OpId op) {
+  const cuda::GemvAct a = op == OpId::silu        ? cuda::GemvAct::silu
+                          : op == OpId::gelu      ? cuda::GemvAct::gelu
+                          : op == OpId::gelu_tanh ? cuda::GemvAct::gelu_tanh
+                                                  : cuda::GemvAct::relu;
+  return static_cast<uint8_t>(a);
 }
 #endif
 
@@ -168,16 +180,24 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
 }
 
 bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
-                             const OpCall& norm, void* stream) {
+                             const OpCall* norm, bool round_first, void* stream) {
 #if LIVEFUSE_HAS_CUDA
+  const bool gated = gs.epilogue == GemmEpilogue::Gated && gs.tail && gs.final_value >= 0;
+  if (!gated && !norm) return false;  // the merged GEMM's own path takes a plain GEMV
   Operands o = operands(p, gs, values);
   const Stream st = stream_on(o.outs[0].device(), stream);
   const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
   if (!c.defined()) return false;
+  if (gated) {
+    const Tensor& out = values[gs.final_value];
+    ensure_storage(out);
+    return cuda::run_gemv_gated(norm, merged_call(p, gs, values, c), gemv_gate_act(gs.gate_act), gs.gate_second,
+                                out, st.handle(), round_first);
+  }
   for (const Tensor& t : o.outs) ensure_storage(t);
-  return cuda::run_gemv_split(&norm, merged_call(p, gs, values, c), o.outs, st.handle());
+  return cuda::run_gemv_split(norm, merged_call(p, gs, values, c), o.outs, st.handle(), round_first);
 #else
-  (void)p, (void)gs, (void)values, (void)norm, (void)stream;
+  (void)p, (void)gs, (void)values, (void)norm, (void)round_first, (void)stream;
   return false;
 #endif
 }

@@ -14,11 +14,12 @@ bool run_merged_gemm_cpu(const PlannedSegment& p, const GemmStep& gs,
                          std::span<const Tensor> values);
 bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
                              std::span<const Tensor> values, void* stream);
-// The merged GEMM with its norm prologue (GemmStep::prologue, `norm` that node's call) as one
-// few-row GEMV writing every sibling's output. False: nothing launched; the caller runs the norm,
-// then the merged GEMM.
+// The merged GEMM as one few-row GEMV: with its norm prologue (GemmStep::prologue, `norm` the
+// norm's call, or null; round_first for a chain: GemmStep::prologue_chain), writing every
+// sibling's output -- or, for a Gated step, act(gate) * up into its final value. False: nothing
+// launched; the caller runs the norm, the merged GEMM, then the tail.
 bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
-                             const OpCall& norm, void* stream);
+                             const OpCall* norm, bool round_first, void* stream);
 // plan.cpp: a pending Materialized value gets dense storage (`s`, or a fresh allocation).
 void ensure_storage(const Tensor& t, std::shared_ptr<Storage> s = nullptr);
 // A merged step whose siblings have one width and need no split: one strided-batched GEMM (over

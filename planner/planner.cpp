@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include "livefuse/config.hpp"
 #include "planner/passes.hpp"
@@ -20,6 +21,7 @@ PlannerOptions default_planner_options(Device device) {
   o.fusion = config().fusion;
   o.cuda = device.is_cuda();
   o.gemv_prologue = device.is_cuda() && config().gemv;
+  o.gemv_norm_fold = o.gemv_prologue && config().gemv_norm;
   o.gemm_siblings = config().gemm_siblings;
   // auto: on CUDA only where a fast kernel takes the shapes (the tensor-core one, the decode
   // one); the general FMA kernel loses to the GEMMs and the softmax it would replace
@@ -63,20 +65,75 @@ void count_launches(PlannedSegment& p) {
 
 constexpr int64_t kNormFoldOutputsPerColumn = 8;
 
-// CUDA, few rows: a step that is a lone layer_norm / rms_norm whose output nothing but one
-// linear reads becomes that linear's prologue (GemmStep::prologue): the GEMV normalizes the row
-// itself, one launch less for each norm of a decode layer (GPT-2: 2 of 8). The norm's value
-// keeps its memory for the calls the GEMV cannot take, which run the norm first.
+// The norm a fused step computes when it computes nothing else: a lone layer_norm / rms_norm, or
+// the chain Llama writes, [cast(x, f32)] -> rms_norm without weight -> [cast(dtype)] -> mul by a
+// weight of x's dtype (each value but the last one Virtual: read by the next node alone).
+struct FoldableNorm {
+  int norm = -1;           // the layer_norm / rms_norm node
+  std::vector<int> chain;  // every node of a chain (empty: the lone norm)
+  int x = -1, scale = -1;  // a chain's input and weight, as value ids
+  ValueRef y;              // the value the linears read
+};
+
+std::optional<FoldableNorm> foldable_norm(const PlannedSegment& p, const std::vector<int>& nodes) {
+  const Segment& seg = p.segment;
+  const auto op_of = [&](size_t k) { return seg.nodes[nodes[k]].op; };
+  if (nodes.size() == 1) {
+    if (op_of(0) != OpId::layer_norm && op_of(0) != OpId::rms_norm) return std::nullopt;
+    return FoldableNorm{nodes[0], {}, -1, -1, ValueRef::of(nodes[0])};
+  }
+  if (nodes.size() > 4) return std::nullopt;
+  size_t k = 0;
+  FoldableNorm f;
+  f.chain = nodes;
+  // Reads node nodes[k - 1]'s result, which nothing else reads.
+  const auto reads_previous = [&](const SegmentNode& n, size_t in) {
+    const ValueRef prev = ValueRef::of(nodes[k - 1]);
+    return n.inputs[in] == prev && p.values[seg.value_id(prev)] == ValueKind::Virtual;
+  };
+  if (op_of(0) == OpId::cast && seg.nodes[nodes[0]].attrs.dtype == DType::f32) {
+    f.x = seg.value_id(seg.nodes[nodes[0]].inputs[0]);
+    ++k;
+  }
+  const SegmentNode& norm = seg.nodes[nodes[k]];
+  if (op_of(k) != OpId::rms_norm || norm.attrs.i[0] != 0) return std::nullopt;
+  if (k > 0 && !reads_previous(norm, 0)) return std::nullopt;
+  if (k == 0) f.x = seg.value_id(norm.inputs[0]);
+  f.norm = nodes[k++];
+  const DType dt = seg.dtype(seg.value_ref(f.x));
+  if (k < nodes.size() && op_of(k) == OpId::cast) {
+    if (seg.nodes[nodes[k]].attrs.dtype != dt || !reads_previous(seg.nodes[nodes[k]], 0)) return std::nullopt;
+    ++k;
+  }
+  if (k + 1 != nodes.size() || op_of(k) != OpId::mul) return std::nullopt;
+  const SegmentNode& mul = seg.nodes[nodes[k]];
+  if (mul.inputs.size() != 2 || mul.attrs.scalar_operand) return std::nullopt;
+  const int side = reads_previous(mul, 0) ? 0 : reads_previous(mul, 1) ? 1 : -1;
+  if (side < 0) return std::nullopt;
+  const ValueRef w = mul.inputs[1 - side];
+  const Shape& ws = seg.shape(w);
+  const Shape& xs = seg.shape(seg.value_ref(f.x));
+  if (seg.dtype(w) != dt || mul.outputs[0].dtype != dt || ws.rank != 1 || xs.rank < 1 || ws.v[0] != xs.v[xs.rank - 1])
+    return std::nullopt;
+  f.scale = seg.value_id(w);
+  f.y = ValueRef::of(nodes[k]);
+  return f;
+}
+
+// CUDA, few rows: a step that is a norm (foldable_norm) whose output nothing but one linear
+// reads becomes that linear's prologue (GemmStep::prologue): the GEMV normalizes the row
+// itself, one launch less for each norm of a decode layer (GPT-2: 2 of 8; Llama: 1 of 10). The
+// norm's value keeps its memory for the calls the GEMV cannot take, which run the norm first.
 void fold_norm_prologues(PlannedSegment& p) {
   const Segment& seg = p.segment;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const auto* fk = std::get_if<FusedKernelStep>(&p.steps[i].body);
-    if (!fk || fk->nodes.size() != 1) continue;
-    const int j = fk->nodes[0];
-    const OpId op = seg.nodes[j].op;
-    const ValueRef y = ValueRef::of(j);
+    if (!fk) continue;
+    const std::optional<FoldableNorm> f = foldable_norm(p, fk->nodes);
+    if (!f) continue;
+    const ValueRef y = f->y;
     const Shape& ys = seg.shape(y);
-    if ((op != OpId::layer_norm && op != OpId::rms_norm) || seg.is_output(y) || !gemv_rows(ys)) continue;
+    if (seg.is_output(y) || !gemv_rows(ys)) continue;
     // Its readers: linears reading it as their input (not as a weight), all of one GEMM step
     // (one linear, or merged siblings over it: Q/K/V, gate/up).
     int readers = 0, in_gemm = 0;
@@ -104,7 +161,10 @@ void fold_norm_prologues(PlannedSegment& p) {
     for (int n : gemm->siblings.empty() ? std::vector<int>{gemm->node} : gemm->siblings)
       outputs += seg.shape(seg.nodes[n].inputs[1]).v[0];
     if (outputs > kNormFoldOutputsPerColumn * ys.v[ys.rank - 1]) continue;
-    gemm->prologue = j;
+    gemm->prologue = f->norm;
+    gemm->prologue_chain = f->chain;
+    gemm->prologue_x = f->x;
+    gemm->prologue_scale = f->scale;
     Step& gs = p.steps[gemm_step];
     p.decisions.push_back({p.steps[i].label + " runs inside the GEMV of " + gs.label + " (its prologue)",
                            "a product of few rows normalizes its input row itself: one launch less "
@@ -142,7 +202,7 @@ PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
     p.summary.eager_bytes += eager_node_bytes(seg, j);
   }
   p.decisions = std::move(g.decisions);
-  if (opts.gemv_prologue) fold_norm_prologues(p);
+  if (opts.gemv_prologue && opts.gemv_norm_fold) fold_norm_prologues(p);
   fold_split_k_into_rows(p, opts);
   count_launches(p);
   if (opts.dump) opts.dump("plan", p.describe());

@@ -113,7 +113,8 @@ std::vector<int> Step::nodes() const {
   if (const auto* r = std::get_if<RotaryStep>(&body)) return r->nodes;
   if (const auto* g = std::get_if<GemmStep>(&body)) {
     std::vector<int> n = g->siblings.empty() ? std::vector<int>{g->node} : g->siblings;
-    if (g->prologue >= 0) n.insert(n.begin(), g->prologue);
+    const std::vector<int> pro = g->prologue_nodes();
+    n.insert(n.begin(), pro.begin(), pro.end());
     if (g->tail) n.insert(n.end(), g->tail->nodes.begin(), g->tail->nodes.end());
     return n;
   }

@@ -74,6 +74,12 @@ class GemmStrategy final : public Strategy {
       p.launches = 2;
     }
     p.detail = std::to_string(gr.nodes.size()) + " siblings over concatenated weights";
+    if (gr.epilogue == GemmEpilogue::Gated) {  // act(gate) * up written instead of the siblings
+      const int t = gr.tail;
+      for (int j : gr.nodes) p.bytes -= value_bytes(g.seg, g.seg.value_id(ValueRef::of(j)));
+      for (int v : group_outputs(g, g.groups[t])) p.bytes += value_bytes(g.seg, v);
+      p.detail += ", gated epilogue";
+    }
     return p;
   }
 
@@ -93,6 +99,16 @@ class GemmStrategy final : public Strategy {
     gs.split_kernel = splits(g, gr);
     Step s;
     s.label = "linear " + g.nodes_str(gr.nodes) + " as one GEMM";
+    if (gr.tail >= 0) {  // a gate's tail (pass_gemm_epilogue, take_gate)
+      const int t = gr.tail;
+      Step tail = pointwise_strategy().emit(g, std::span<const int>(&t, 1));
+      gs.tail = std::make_shared<FusedKernelStep>(std::get<FusedKernelStep>(std::move(tail.body)));
+      gs.final_value = gs.tail->parts[0].outputs.empty() ? -1 : gs.tail->parts[0].outputs.back();
+      gs.epilogue = gr.epilogue;
+      gs.gate_act = gr.gate_act;
+      gs.gate_second = gr.gate_second;
+      s.label += " + " + g.nodes_str(g.groups[t].nodes) + " (epilogue " + std::string(epilogue_name(gr.epilogue)) + ")";
+    }
     s.body = std::move(gs);
     return s;
   }

@@ -18,17 +18,26 @@ bool run_gemm_epilogue(const OpCall& call, uint8_t act, const Tensor* bias,
 
 // The same with a layer_norm / rms_norm call `norm` whose output is the linear's input applied
 // first, inside the few-row GEMV (gemv.hpp, its prologue): out = epilogue(norm(x) W^T (+ b)).
-// The norm's output is not written. False when the GEMV cannot take it (rows, layouts, dtypes):
-// nothing was launched then; the caller runs the norm and the GEMM.
+// The norm's output is not written. round_first: the normalized element is rounded to the
+// dtype before the norm's weight scales it (GemvArgs::norm_round_first). False when the GEMV
+// cannot take it (rows, layouts, dtypes): nothing was launched then; the caller runs the norm
+// and the GEMM.
 bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Tensor* bias,
-                   const Tensor* residual, const Tensor& out, void* stream);
+                   const Tensor* residual, const Tensor& out, void* stream, bool round_first = false);
 
 // A merged sibling linear `call` (its weight the siblings' concatenated, its bias too) as one
 // few-row GEMV writing each sibling's dense output: the product's columns in the order of
 // `outs`, their widths `outs`' last dims; with `norm` (or null) in its prologue as above. False:
 // nothing was launched (the caller's product + split path runs).
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream);
+                    void* stream, bool round_first = false);
+
+// A merged gate/up pair `call` (weights [2 N, K] concatenated, bias [2 N] too) as one few-row
+// GEMV writing act(gate) * up to the dense `out` [.., N] (gemv.hpp, GemvArgs::gated): `act` a
+// GemvAct, the gate the second half when gate_second; `norm` (or null) and round_first as for
+// run_gemv_norm. Neither half's own output is written. False: nothing was launched.
+bool run_gemv_gated(const OpCall* norm, const OpCall& call, uint8_t act, bool gate_second, const Tensor& out,
+                    void* stream, bool round_first = false);
 
 // A merged sibling linear `call` (weights [parts * N, K] concatenated, bias [parts * N] too) as
 // one strided-batched GEMM: batch i multiplies the input by weight rows [i N, (i + 1) N) and

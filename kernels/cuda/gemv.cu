@@ -23,6 +23,9 @@ constexpr int kUnroll = 4;
 // (pdl.cuh): a third of the H200's L2, so a vocabulary head's or a Llama MLP's prefetch does not
 // evict the running kernel's data; the rest streams as before.
 constexpr int64_t kPrefetchBytes = int64_t{16} << 20;
+// A norm's normalized rows live in shared memory (gemv_kernel): at most the default 48 KB a
+// block, 8 rows of 3072 16-bit elements. Larger rows run the norm's own kernel first.
+constexpr int64_t kNormedBytes = int64_t{48} << 10;
 
 // 16 bytes of the weight: read once per call, so kept out of L1 (x, re-read by every warp,
 // stays there).
@@ -73,20 +76,24 @@ __device__ __forceinline__ float row_sum(const char* row, int64_t chunks, int la
   return s;
 }
 
-// kRows: at most that many rows (a.rows of them are computed).
+// kRows: at most that many rows (a.rows of them are computed). kGate: each warp (or kSplit of
+// them) takes two weight rows, output column n of a gated product's two halves (GemvArgs::gated).
 //
-// With a norm (kNorm) each warp first takes its rows' mean and rstd itself -- two passes over
-// the row as eager's norm kernels do, from L1/L2, while its first weight loads are in flight --
-// and then normalizes each element as it multiplies it, rounded to the dtype as eager's norm
-// output is: no barrier and no shared memory. (Normalizing the row into shared memory once a
-// block, behind two block-wide reductions, took a GPT-2 QKV GEMV from 4.5 to 8.5 us, H200;
-// folding the norm into the sums algebraically was as fast, but skipped that rounding.)
-template <class S, int kRows, int kSplit, bool kNorm>
+// With a norm (kNorm) the block normalizes x's rows once, into shared memory, while its first
+// weight loads are in flight: warp m % 4 takes row m's mean and rstd -- two passes over the row
+// as eager's norm kernels do -- then every thread normalizes its share of the elements, rounded
+// to the dtype as eager's norm output is, and the products read those. (Normalizing each
+// element as it was multiplied, in every warp, made the norm's arithmetic once per weight row:
+// Llama's gate/up GEMV took 34.9 us a layer with its rms_norm inside against ~26 for the two
+// kernels apart, H200, session 24. An earlier shared-memory form took the statistics with two
+// block-wide reductions: GPT-2's QKV GEMV went from 4.5 to 8.5 us.)
+template <class S, int kRows, int kSplit, bool kNorm, bool kGate>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);  // elements in one 16-byte chunk
   constexpr int kRowsPerBlock = kWarps / kSplit;
-  __shared__ float partial[kWarps][kRows];
+  constexpr int kW = kGate ? 2 : 1;  // weight rows a warp reads
+  __shared__ float partial[kWarps][kW][kRows];
 
   // The b-th product of a batch. Pointers of its own, never `a` written: a written kernel
   // parameter struct is copied to local memory and every read of it goes there (ptxas: a
@@ -96,87 +103,122 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   const char* x = static_cast<const char*>(a.x) + batch * a.x_bstride * int64_t{sizeof(Bits)};
   const char* w = static_cast<const char*>(a.w) + batch * a.w_bstride * int64_t{sizeof(Bits)};
   Bits* out = static_cast<Bits*>(a.out) + batch * a.o_bstride;
+  const int64_t cols = kGate ? a.n / 2 : a.n;  // output columns (a gated product's: one half)
   const int64_t n0 = int64_t{blockIdx.x} * kRowsPerBlock;
-  if (a.prefetch && threadIdx.x == 0 && n0 < a.n) {  // this block's weights, while the kernel before ends
-    const int64_t es = sizeof(Bits), last = (n0 + kRowsPerBlock < a.n ? n0 + kRowsPerBlock : a.n) - 1;
-    if ((last * a.ldw + a.k) * es <= kPrefetchBytes)
-      prefetch_l2(w + n0 * a.ldw * es, ((last - n0) * a.ldw + a.k) * es);
+  if (a.prefetch && threadIdx.x == 0 && n0 < cols) {  // this block's weights, while the kernel before ends
+    const int64_t es = sizeof(Bits), last = (n0 + kRowsPerBlock < cols ? n0 + kRowsPerBlock : cols) - 1;
+#pragma unroll
+    for (int h = 0; h < kW; ++h) {
+      const int64_t first = n0 + h * cols, end = last + h * cols;
+      if ((end * a.ldw + a.k) * es <= kPrefetchBytes)
+        prefetch_l2(w + first * a.ldw * es, ((end - first) * a.ldw + a.k) * es);
+    }
   }
   pdl_wait();  // nothing above reads x or writes anything
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int part = warp % kSplit;
   const int64_t n = n0 + warp / kSplit;
-  float acc[kRows];
+  float acc[kW][kRows];
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
+  for (int h = 0; h < kW; ++h)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[h][m] = 0.0f;
   const int64_t xstride = a.ldx * int64_t{sizeof(Bits)};
   const int64_t chunks = a.k / kPer;
-  const char* wrow = w + n * a.ldw * int64_t{sizeof(Bits)};
+  const char* wrow[kW];
+#pragma unroll
+  for (int h = 0; h < kW; ++h) wrow[h] = w + (n + h * cols) * a.ldw * int64_t{sizeof(Bits)};
   constexpr int64_t kStep = int64_t{32} * kSplit;
   // The epilogue's operands first (the lane that writes row m reads them): loaded after the
   // reductions they were one more dependent round trip at the end of every product.
-  float bias = 0.0f, resid = 0.0f;
-  if (n < a.n && lane < a.rows && part == 0) {
-    if (a.bias) bias = S::to(static_cast<const Bits*>(a.bias)[n]);
+  float bias[kW] = {}, resid = 0.0f;
+  if (n < cols && lane < a.rows && part == 0) {
+#pragma unroll
+    for (int h = 0; h < kW; ++h)
+      if (a.bias) bias[h] = S::to(static_cast<const Bits*>(a.bias)[n + h * cols]);
     if (a.residual && a.parts == 0) resid = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n]);
   }
-  uint4 wv[kUnroll];
+  uint4 wv[kW][kUnroll];
   const auto load_weights = [&](int64_t c0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u * kStep;
-      if (c < chunks) wv[u] = load_stream(wrow + c * 16);
-    }
+    for (int h = 0; h < kW; ++h)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * kStep;
+        if (c < chunks) wv[h][u] = load_stream(wrow[h] + c * 16);
+      }
   };
   int64_t c0 = int64_t{part} * 32 + lane;
-  if (n < a.n) load_weights(c0);  // in flight while a norm's statistics are taken
+  if (n < cols) load_weights(c0);  // in flight while a norm's rows are normalized
 
-  float mean[kRows], rstd[kRows];
+  // kNorm: x's rows normalized, dense [a.rows, a.k] (gemv_supported bounds its size).
+  extern __shared__ __align__(16) unsigned char normed[];
   if constexpr (kNorm) {
+    __shared__ float stats[kRows][2];
     const float inv_n = 1.0f / static_cast<float>(a.k);
 #pragma unroll
     for (int m = 0; m < kRows; ++m) {
-      mean[m] = 0.0f;
-      rstd[m] = 0.0f;
-      if (m >= a.rows || n >= a.n) continue;
+      if (m >= a.rows || m % kWarps != warp) continue;
       const char* row = x + m * xstride;
+      float mean = 0.0f;
       if (a.norm == GemvNorm::layer)
-        mean[m] = warp_sum(row_sum<S>(row, chunks, lane, [](float e) { return e; })) * inv_n;
-      const float mu = mean[m];
-      const float sq = warp_sum(row_sum<S>(row, chunks, lane, [mu](float e) { return (e - mu) * (e - mu); }));
-      rstd[m] = lf_rsqrt(sq * inv_n + a.eps);
+        mean = warp_sum(row_sum<S>(row, chunks, lane, [](float e) { return e; })) * inv_n;
+      const float sq = warp_sum(row_sum<S>(row, chunks, lane, [mean](float e) { return (e - mean) * (e - mean); }));
+      if (lane == 0) {
+        stats[m][0] = mean;
+        stats[m][1] = lf_rsqrt(sq * inv_n + a.eps);
+      }
     }
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < a.rows * chunks; i += kWarps * 32) {
+      const int64_t m = i / chunks, c = i % chunks;
+      const float mean = stats[m][0], rstd = stats[m][1];
+      float v[kPer], gf[kPer], bf[kPer];
+      widen<S>(__ldg(reinterpret_cast<const uint4*>(x + m * xstride) + c), v);
+      if (a.norm_w) widen<S>(__ldg(static_cast<const uint4*>(a.norm_w) + c), gf);
+      if (a.norm_b) widen<S>(__ldg(static_cast<const uint4*>(a.norm_b) + c), bf);
+      Bits o[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {  // eager's layer_norm / rms_norm of the element, as written
+        float e = (v[j] - mean) * rstd;
+        if (a.norm_round_first) {  // cast(norm(x), dtype) * w: rounded, scaled, rounded
+          e = rounded<S>(e);
+          if (a.norm_w) e = __fmul_rn(e, gf[j]);
+        } else {
+          if (a.norm_w) e *= gf[j];
+          if (a.norm_b) e += bf[j];
+        }
+        o[j] = S::from(e);
+      }
+      __builtin_memcpy(normed + i * 16, o, 16);
+    }
+    __syncthreads();
   }
+  // Row m of what the products read: x's, or its normalized copy.
+  const auto x_chunk = [&](int m, int64_t c) {
+    if constexpr (kNorm) return reinterpret_cast<const uint4*>(normed)[m * chunks + c];
+    else return __ldg(reinterpret_cast<const uint4*>(x + m * xstride + c * 16));
+  };
 
-  if (n < a.n) {
+  if (n < cols) {
     for (; c0 < chunks;) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * kStep;
         if (c >= chunks) break;
-        float wf[kPer], gf[kPer], bf[kPer];
-        widen<S>(wv[u], wf);
-        if constexpr (kNorm) {
-          if (a.norm_w) widen<S>(__ldg(static_cast<const uint4*>(a.norm_w) + c), gf);
-          if (a.norm_b) widen<S>(__ldg(static_cast<const uint4*>(a.norm_b) + c), bf);
-        }
+        float wf[kW][kPer];
+#pragma unroll
+        for (int h = 0; h < kW; ++h) widen<S>(wv[h][u], wf[h]);
 #pragma unroll
         for (int m = 0; m < kRows; ++m) {
           if (m >= a.rows) break;
           float xf[kPer];
-          widen<S>(__ldg(reinterpret_cast<const uint4*>(x + m * xstride + c * 16)), xf);
+          widen<S>(x_chunk(m, c), xf);
 #pragma unroll
-          for (int j = 0; j < kPer; ++j) {
-            float v = xf[j];
-            if constexpr (kNorm) {  // eager's layer_norm / rms_norm of the element, as written
-              v = (v - mean[m]) * rstd[m];
-              if (a.norm_w) v *= gf[j];
-              if (a.norm_b) v += bf[j];
-              v = rounded<S>(v);
-            }
-            acc[m] = fmaf(wf[j], v, acc[m]);
-          }
+          for (int j = 0; j < kPer; ++j)
+#pragma unroll
+            for (int h = 0; h < kW; ++h) acc[h][m] = fmaf(wf[h][j], xf[j], acc[h][m]);
         }
       }
       c0 += kStep * kUnroll;
@@ -184,29 +226,48 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     }
   }
 #pragma unroll
-  for (int m = 0; m < kRows; ++m) acc[m] = warp_sum(acc[m]);
+  for (int h = 0; h < kW; ++h)
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc[h][m] = warp_sum(acc[h][m]);
   if constexpr (kSplit > 1) {
     if (lane == 0) {
 #pragma unroll
-      for (int m = 0; m < kRows; ++m) partial[warp][m] = acc[m];
+      for (int h = 0; h < kW; ++h)
+#pragma unroll
+        for (int m = 0; m < kRows; ++m) partial[warp][h][m] = acc[h][m];
     }
     __syncthreads();
     if (part != 0) return;
 #pragma unroll
-    for (int m = 0; m < kRows; ++m) {
-      float t = 0.0f;
+    for (int h = 0; h < kW; ++h)
 #pragma unroll
-      for (int p = 0; p < kSplit; ++p) t += partial[warp + p][m];
-      acc[m] = t;
-    }
+      for (int m = 0; m < kRows; ++m) {
+        float t = 0.0f;
+#pragma unroll
+        for (int p = 0; p < kSplit; ++p) t += partial[warp + p][h][m];
+        acc[h][m] = t;
+      }
   }
-  if (n >= a.n) return;
+  if (n >= cols) return;
   // Lane m writes row m: the epilogue, rounding as eager's ops do one after another.
 #pragma unroll
   for (int m = 0; m < kRows; ++m) {
     if (lane != m || m >= a.rows) continue;
-    float y = acc[m];
-    if (a.bias) y += bias;
+    if constexpr (kGate) {
+      // Each half as its linear writes it, then act(gate) as the activation's kernel, then the
+      // product as mul's.
+      const float first = rounded<S>(acc[0][m] + bias[0]), second = rounded<S>(acc[kW - 1][m] + bias[kW - 1]);
+      float g = a.gate_second ? second : first;
+      const float up = a.gate_second ? first : second;
+      if (a.act == GemvAct::silu) g = lf_silu(g);
+      else if (a.act == GemvAct::gelu) g = lf_gelu(g);
+      else if (a.act == GemvAct::gelu_tanh) g = lf_gelu_tanh(g);
+      else if (a.act == GemvAct::relu) g = lf_relu(g);
+      out[m * a.ldo + n] = S::from(rounded<S>(g) * up);
+      continue;
+    }
+    float y = acc[0][m];
+    if (a.bias) y += bias[0];
     y = rounded<S>(y);
     if (a.act == GemvAct::relu) y = lf_relu(y);
     else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
@@ -222,30 +283,32 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   }
 }
 
-template <class S, int kRows, bool kNorm>
+template <class S, int kRows, bool kNorm, bool kGate>
 void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
+  const int64_t cols = kGate ? a.n / 2 : a.n;
+  const size_t smem = kNorm ? static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits) : 0;
   const auto grid = [&](int k) {
-    return dim3(static_cast<unsigned>((a.n + kWarps / k - 1) / (kWarps / k)), static_cast<unsigned>(a.batch));
+    return dim3(static_cast<unsigned>((cols + kWarps / k - 1) / (kWarps / k)), static_cast<unsigned>(a.batch));
   };
   switch (split) {
     case 1:
-      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 1, kNorm>, grid(1), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 1, kNorm, kGate>, grid(1), kWarps * 32, smem, s, a);
       break;
     case 2:
-      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 2, kNorm>, grid(2), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 2, kNorm, kGate>, grid(2), kWarps * 32, smem, s, a);
       break;
     default:
-      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 4, kNorm>, grid(4), kWarps * 32, 0, s, a);
+      launch_pdl("gemv_kernel", gemv_kernel<S, kRows, 4, kNorm, kGate>, grid(4), kWarps * 32, smem, s, a);
       break;
   }
 }
 
-template <class S, bool kNorm>
+template <class S, bool kNorm, bool kGate>
 void launch_typed(const GemvArgs& a, int split, cudaStream_t s) {
-  if (a.rows == 1) return launch_rows<S, 1, kNorm>(a, split, s);
-  if (a.rows == 2) return launch_rows<S, 2, kNorm>(a, split, s);
-  if (a.rows <= 4) return launch_rows<S, 4, kNorm>(a, split, s);
-  return launch_rows<S, 8, kNorm>(a, split, s);
+  if (a.rows == 1) return launch_rows<S, 1, kNorm, kGate>(a, split, s);
+  if (a.rows == 2) return launch_rows<S, 2, kNorm, kGate>(a, split, s);
+  if (a.rows <= 4) return launch_rows<S, 4, kNorm, kGate>(a, split, s);
+  return launch_rows<S, 8, kNorm, kGate>(a, split, s);
 }
 
 }  // namespace
@@ -254,19 +317,23 @@ bool gemv_supported(const GemvArgs& a) {
   if (a.dtype != DType::f32 && a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
   if (a.rows < 1 || a.rows > kGemvMaxRows || a.n < 1 || a.k < 1) return false;
   if (a.n > int64_t{1} << 31 || (a.residual && a.act != GemvAct::none)) return false;
+  // silu / erf gelu only gate; a gated pair has two halves, and writes neither parts nor a sum
+  if ((a.act == GemvAct::silu || a.act == GemvAct::gelu) && !a.gated) return false;
+  if (a.gated && (a.n % 2 != 0 || a.residual || a.parts > 0 || a.batch > 1 || a.ldo < a.n / 2)) return false;
   if (a.parts < 0 || a.parts > kGemvMaxParts || (a.parts > 0 && (a.residual || a.begin[a.parts] != a.n)))
     return false;
   const int64_t es = static_cast<int64_t>(dtype_size(a.dtype)), per = 16 / es;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (a.norm != GemvNorm::none &&
-      ((a.norm == GemvNorm::rms && a.norm_b) || !aligned(a.norm_w) || !aligned(a.norm_b)))
+      ((a.norm == GemvNorm::rms && a.norm_b) || !aligned(a.norm_w) || !aligned(a.norm_b) ||
+       a.rows * a.k * es > kNormedBytes))
     return false;
   if (!aligned(a.x) || (a.rows > 1 && a.ldx % per != 0)) return false;
   if (a.batch < 1 || a.batch > 65535) return false;
   if (a.batch > 1 && (a.bias || a.residual || a.norm != GemvNorm::none || a.parts > 0 ||
                       a.x_bstride % per != 0 || a.w_bstride % per != 0))
     return false;
-  return a.k % per == 0 && a.ldw % per == 0 && aligned(a.w) && a.ldo >= a.n;
+  return a.k % per == 0 && a.ldw % per == 0 && aligned(a.w) && (a.gated || a.ldo >= a.n);
 }
 
 namespace {
@@ -279,13 +346,16 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
   a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
   // Warps a weight row: more while the grid would leave loads per SM short and each lane would
-  // otherwise wait on more than one round of kUnroll loads.
+  // otherwise wait on more than one round of kUnroll loads. (A gated product's warp reads two
+  // rows: its warps are counted by the rows they read.)
   const int64_t runs = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype))) / 32;
   int split = 1;
   while (split < kWarps && a.n * split < 8192 && runs > int64_t{kUnroll} * split) split *= 2;
   with_float_storage(a.dtype, [&](auto storage) {
-    if (a.norm != GemvNorm::none) launch_typed<decltype(storage), true>(a, split, s);
-    else launch_typed<decltype(storage), false>(a, split, s);
+    using S = decltype(storage);
+    const bool norm = a.norm != GemvNorm::none;
+    if (a.gated) norm ? launch_typed<S, true, true>(a, split, s) : launch_typed<S, false, true>(a, split, s);
+    else norm ? launch_typed<S, true, false>(a, split, s) : launch_typed<S, false, false>(a, split, s);
   });
 }
 

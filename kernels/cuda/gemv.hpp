@@ -20,8 +20,9 @@ namespace livefuse::cuda {
 
 inline constexpr int kGemvMaxRows = 8;
 
-// The activation applied after the bias (values as LtAct's: none, relu, gelu_tanh).
-enum class GemvAct : uint8_t { none, relu, gelu_tanh };
+// The activation applied after the bias (the first three as LtAct's: none, relu, gelu_tanh);
+// silu and erf gelu only as a gate's (GemvArgs::gated).
+enum class GemvAct : uint8_t { none, relu, gelu_tanh, silu, gelu };
 // A normalization of x's rows applied first, inside the kernel: a decode layer's layer_norm /
 // rms_norm before its QKV or FFN1 product is then no launch of its own. Each warp takes the
 // rows' mean and rstd itself, then normalizes every element as it multiplies it, rounded to
@@ -47,12 +48,23 @@ struct GemvArgs {
   const void* norm_w = nullptr;    // [k] dense, 16-byte aligned, or null (no scale)
   const void* norm_b = nullptr;    // [k] dense, 16-byte aligned, or null (layer only)
   float eps = 0;
+  // The normalized element is rounded to the dtype before the scale, and again after it: Llama's
+  // norm, cast(rms_norm(cast(x, f32)), dtype) * w, two eager ops (the lone norm op scales in f32
+  // and rounds once).
+  bool norm_round_first = false;
   // parts > 0: out is unused, and column n of the product, begin[p] <= n < begin[p + 1], goes to
   // part_out[p] at [m, n - begin[p]] (dense rows of the part's width): each sibling of a merged
   // GEMM gets its output as eager gives it, without a split kernel. Never with a residual.
   int parts = 0;
   void* part_out[kGemvMaxParts] = {};
   int64_t begin[kGemvMaxParts + 1] = {};
+  // gated: a merged pair of siblings of n / 2 rows each (a gated MLP's gate and up), and what is
+  // written is act(gate) * up, [rows, n / 2] at out (ldo >= n / 2): gate is the first half's
+  // product (+ bias), up the second's -- or the other way round with gate_second -- each
+  // rounded as its linear writes it, act's result rounded, then the product rounded, as eager's
+  // silu(gate) * up gives it. The siblings' own outputs are not written. Never with a residual
+  // or parts.
+  bool gated = false, gate_second = false;
   // batch > 1: that many independent products (a decode step's eager q·kᵀ, one per head), the
   // b-th reading x, w and writing out `*_bstride` elements past the first; no bias, residual,
   // norm or parts then.
@@ -84,7 +96,8 @@ void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s);
 
 // Whether launch_gemv takes `a`: dtype, rows, k a whole number of 16-byte loads, x and w
 // 16-byte aligned (pointers and row strides), no activation together with a residual; a norm's
-// vectors 16-byte aligned, and no shift for rms_norm.
+// vectors 16-byte aligned, its rows at most 48 KB (kNormedBytes), and no shift for rms_norm;
+// silu / gelu only as a gate's; a gated product's n even.
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.
 void launch_gemv(const GemvArgs& a, cudaStream_t s);

@@ -141,11 +141,12 @@ bool linear_bias(const OpCall& call, DType dt, const void** p) {
 }  // namespace
 
 bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Tensor* bias,
-                   const Tensor* residual, const Tensor& out, void* stream) {
+                   const Tensor* residual, const Tensor& out, void* stream, bool round_first) {
   const void* bias_ptr = nullptr;
   if (!epilogue_operands(out, act, bias, residual, &bias_ptr)) return false;
   GemvArgs g;
   if (!gemv_linear_args(&norm, call, out_view(out), &g)) return false;
+  g.norm_round_first = round_first;
   // An epilogue's bias is the linear's own (pass_gemm_epilogue) or one added to a linear
   // without: without an epilogue the linear's own is added here.
   if (!bias && !linear_bias(call, out.dtype(), &bias_ptr)) return false;
@@ -157,9 +158,10 @@ bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Te
 }
 
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream) {
+                    void* stream, bool round_first) {
   if (outs.empty() || outs.size() > static_cast<size_t>(kGemvMaxParts)) return false;
   GemvArgs g;
+  g.norm_round_first = norm && round_first;
   g.parts = static_cast<int>(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& o = outs[i];
@@ -176,6 +178,26 @@ bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tens
       !linear_bias(call, outs[0].dtype(), &bias_ptr))
     return false;
   g.bias = bias_ptr;
+  launch_gemv(g, static_cast<cudaStream_t>(stream));
+  return true;
+}
+
+bool run_gemv_gated(const OpCall* norm, const OpCall& call, uint8_t act, bool gate_second, const Tensor& out,
+                    void* stream, bool round_first) {
+  if (!out.is_contiguous() || out.numel() == 0 || out.rank() < 1) return false;
+  Shape whole = out.shape();  // the merged product's: both halves
+  whole.v[whole.rank - 1] *= 2;
+  GemvArgs g;
+  const void* bias_ptr = nullptr;
+  if (!gemv_linear_args(norm, call, out_view_of(whole, out), &g) || !linear_bias(call, out.dtype(), &bias_ptr))
+    return false;
+  g.norm_round_first = norm && round_first;
+  g.bias = bias_ptr;
+  g.gated = true;
+  g.gate_second = gate_second;
+  g.act = static_cast<GemvAct>(act);
+  g.ldo = g.n / 2;
+  if (!gemv_supported(g)) return false;
   launch_gemv(g, static_cast<cudaStream_t>(stream));
   return true;
 }

@@ -377,6 +377,48 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
     CHECK(prologues(q) == 1);
     CHECK(q.num_kernels() == 2);
   }
+  // The same half with the norm as examples/decoder writes it in bf16 (the chain below): the
+  // residual add on o_proj's GEMV, the chain on the gate/up GEMV -- two launches, where the add
+  // and the chain as one row kernel were three. With LIVEFUSE_GEMV_NORM=0's option, three.
+  for (bool fold : {true, false}) {
+    SegmentBuilder s;
+    const DType bf = DType::bf16;
+    const ValueRef h = s.input({1, 1, 64}, bf), a = s.input({1, 1, 64}, bf);
+    const ValueRef x = s.add(OpId::add, {h, s.add(OpId::linear, {a, s.input({64, 64}, bf)}, linear_attrs(false))});
+    ValueRef n = s.add(OpId::rms_norm, {s.add(OpId::cast, {x}, cast_attrs(DType::f32))}, norm_attrs(1e-6, false, false));
+    n = s.add(OpId::mul, {s.add(OpId::cast, {n}, cast_attrs(bf)), s.input({64}, bf)});
+    s.output(x);
+    for (int k = 0; k < 2; ++k) s.output(s.add(OpId::linear, {n, s.input({128, 64}, bf)}, linear_attrs(false)));
+    PlannerOptions o = default_planner_options(Device::cuda(0));
+    o.gemv_norm_fold = fold;
+    const PlannedSegment q = plan_segment(s.build(), o);
+    INFO((fold ? "fold" : "no fold") << "\n" << q.describe());
+    CHECK(prologues(q) == (fold ? 1 : 0));
+    CHECK(q.num_kernels() == (fold ? 2 : 3));
+  }
+  // Llama's norm as examples/decoder writes it -- cast(rms_norm(cast(x, f32)), dtype) * w in
+  // f16/bf16, rms_norm(x) * w in f32 -- before Q/K/V: folded into their GEMV all the same (the
+  // GEMV rounds the normalized element before the weight, as those ops do). Not when a value of
+  // the chain is observable.
+  for (DType dt : {DType::f32, DType::bf16})
+    for (bool observable : {false, true}) {
+      SegmentBuilder s;
+      const ValueRef x = s.input({1, 1, 64}, dt), lw = s.input({64}, dt);
+      ValueRef n = s.add(OpId::rms_norm, {dt == DType::f32 ? x : s.add(OpId::cast, {x}, cast_attrs(DType::f32))},
+                         norm_attrs(1e-6, false, false));
+      if (observable) s.output(n);
+      if (dt != DType::f32) n = s.add(OpId::cast, {n}, cast_attrs(dt));
+      n = s.add(OpId::mul, {n, lw});
+      for (int64_t cols : {64, 16, 16})
+        s.output(s.add(OpId::linear, {n, s.input({cols, 64}, dt)}, linear_attrs(false)));
+      const PlannedSegment q = plan_segment(s.build(), default_planner_options(Device::cuda(0)));
+      INFO(dtype_name(dt) << (observable ? " observable" : "") << "\n" << q.describe());
+      CHECK(prologues(q) == (observable ? 0 : 1));
+      CHECK(q.num_kernels() == (observable ? 2 : 1));
+      for (const Step& st : q.steps)
+        if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->prologue >= 0)
+          CHECK(gs->prologue_nodes().size() == (dt == DType::f32 ? 2u : 4u));
+    }
   // A Llama layer's rms_norm before Q/K/V (merged siblings): one GEMV writes all three outputs,
   // normalizing its input itself -- one launch; at 16 rows the norm, the GEMM and its split.
   for (int64_t rows : {int64_t{1}, int64_t{16}}) {

@@ -101,6 +101,54 @@ TEST_CASE("gemm siblings: gate and up of a Llama MLP become one GEMM") {
   CHECK(p.summary.plan_bytes < before.summary.plan_bytes);
 }
 
+TEST_CASE("gemm siblings: on CUDA a few-row gate/up pair takes silu(gate) * up as a gated epilogue") {
+  // Planned for CUDA (the plan is not run here: tests/planner/test_gpu.cpp runs it): at most
+  // kExactEpilogueRows rows, gate, up and silu * mul are one gated GEMV step.
+  for (const int64_t m : {int64_t{1}, kExactEpilogueRows, kExactEpilogueRows + 1}) {
+    const PlannedSegment p = plan_segment(llama_mlp(DType::bf16, m), default_planner_options(Device::cuda(0)));
+    INFO("rows " << m << "\n" << p.describe());
+    const bool gated = m <= kExactEpilogueRows;
+    CHECK(has_decision(p, "as one gated GEMV") == gated);
+    int gated_steps = 0;
+    for (const Step& s : p.steps)
+      if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->epilogue == GemmEpilogue::Gated) {
+        ++gated_steps;
+        CHECK(gs->siblings.size() == 2);
+        CHECK(gs->gate_act == OpId::silu);
+        CHECK_FALSE(gs->gate_second);
+        REQUIRE(gs->tail);
+        CHECK(gs->tail->nodes.size() == 2);
+        CHECK(s.launches() == 1);
+      }
+    CHECK(gated_steps == (gated ? 1 : 0));
+    // gate/up + silu * mul, then down: two launches (past 8 rows, three).
+    CHECK(p.num_kernels() == (gated ? 2 : 3));
+  }
+  // Not on the CPU, and not when up or silu(gate) is read elsewhere (an output).
+  CHECK_FALSE(has_decision(plan_segment(llama_mlp(DType::f32, 1), default_planner_options(Device::cpu())),
+                           "as one gated GEMV"));
+  for (int escape = 0; escape < 2; ++escape) {
+    SegmentBuilder sb;
+    const ValueRef x = sb.input({1, 32}, DType::bf16);
+    const ValueRef gate = sb.add(OpId::linear, {x, sb.input({48, 32}, DType::bf16)}, linear_attrs(false));
+    const ValueRef up = sb.add(OpId::linear, {x, sb.input({48, 32}, DType::bf16)}, linear_attrs(false));
+    const ValueRef act = sb.add(OpId::silu, {gate});
+    sb.output(sb.add(OpId::mul, {up, act}));
+    sb.output(escape == 0 ? up : act);
+    const PlannedSegment p = plan_segment(sb.build(), default_planner_options(Device::cuda(0)));
+    INFO(p.describe());
+    CHECK_FALSE(has_decision(p, "as one gated GEMV"));
+  }
+  // An activation the GEMV does not have stays a kernel, with the reason.
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({1, 32}, DType::bf16);
+  const ValueRef gate = sb.add(OpId::linear, {x, sb.input({48, 32}, DType::bf16)}, linear_attrs(false));
+  const ValueRef up = sb.add(OpId::linear, {x, sb.input({48, 32}, DType::bf16)}, linear_attrs(false));
+  sb.output(sb.add(OpId::mul, {sb.add(OpId::tanh, {gate}), up}));
+  const PlannedSegment p = plan_segment(sb.build(), default_planner_options(Device::cuda(0)));
+  CHECK(has_decision(p, "tanh is no gate activation the GEMV has"));
+}
+
 TEST_CASE("gemm siblings: f16 and bf16, with and without bias, equal eager") {
   const PlannerOptions no_attention = siblings_only();
   for (const DType dt : {DType::f16, DType::bf16}) {

@@ -149,6 +149,52 @@ std::vector<Case> cases(DType dt) {
                      linear_attrs(false)));
     out.push_back({"rms_norm in a GEMV's prologue, or before it", b2.build(), 1});
   }
+  {
+    // Llama's norm chain (cast -> rms_norm -> cast -> mul by the weight; in f32 rms_norm -> mul)
+    // in the prologue of merged Q/K/V's GEMV: one launch; and the same before one linear.
+    for (bool merged : {true, false}) {
+      SegmentBuilder b;
+      const ValueRef x = b.input({1, 1, 256}, dt), lw = b.input({256}, dt);
+      ValueRef n = b.add(OpId::rms_norm, {dt == DType::f32 ? x : b.add(OpId::cast, {x}, cast_attrs(DType::f32))},
+                         norm_attrs(1e-6, false, false));
+      if (dt != DType::f32) n = b.add(OpId::cast, {n}, cast_attrs(dt));
+      n = b.add(OpId::mul, {n, lw});
+      for (int64_t cols : merged ? std::vector<int64_t>{256, 64, 64} : std::vector<int64_t>{96})
+        b.output(b.add(OpId::linear, {n, b.input({cols, 256}, dt)}, linear_attrs(false)));
+      out.push_back({std::string("Llama norm chain in the GEMV's prologue") + (merged ? ", merged Q/K/V" : ""),
+                     b.build(), 1});
+    }
+  }
+  {
+    // A gated MLP's gate and up over few rows: one gated GEMV writes silu(gate) * up (operands
+    // either way round, with and without the Llama norm chain in its prologue, biases or not);
+    // gelu_tanh as the gate too. 3 rows: the GEMV's 4-row form with a row idle.
+    for (int form = 0; form < 4; ++form) {
+      SegmentBuilder b;
+      const int64_t C = 256, F = 320;
+      const bool norm = form == 1 || form == 3, bias = form == 2, swap = form == 3;
+      const ValueRef x = b.input({3, 1, C}, dt);
+      ValueRef in = x;
+      if (norm) {
+        const ValueRef lw = b.input({C}, dt);
+        in = b.add(OpId::rms_norm, {dt == DType::f32 ? x : b.add(OpId::cast, {x}, cast_attrs(DType::f32))},
+                   norm_attrs(1e-6, false, false));
+        if (dt != DType::f32) in = b.add(OpId::cast, {in}, cast_attrs(dt));
+        in = b.add(OpId::mul, {in, lw});
+      }
+      const auto linear = [&](const ValueRef& v) {
+        std::vector<ValueRef> ins{v, b.input({F, C}, dt)};
+        if (bias) ins.push_back(b.input({F}, dt));
+        return b.add(OpId::linear, ins, linear_attrs(bias));
+      };
+      const ValueRef up0 = swap ? linear(in) : ValueRef{};  // up first: the gate is the second sibling
+      const ValueRef gate = linear(in);
+      const ValueRef up = swap ? up0 : linear(in);
+      const ValueRef act = b.add(form == 2 ? OpId::gelu_tanh : OpId::silu, {gate});
+      b.output(swap ? b.add(OpId::mul, {up, act}) : b.add(OpId::mul, {act, up}));
+      out.push_back({"gated MLP as one GEMV (form " + std::to_string(form) + ")", b.build(), 1});
+    }
+  }
   // A norm inside the GEMV over row counts and widths that split a weight row over 1, 2 and 4
   // warps (the norm's sums then meet in shared memory).
   for (int64_t rows : {1, 5})
