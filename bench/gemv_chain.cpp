@@ -6,7 +6,8 @@
 //   gpt2 f16 (12 layers):  QKV 2304x768 (layer_norm inside), out 768x768 (+ residual),
 //                          FFN1 3072x768 (layer_norm inside, gelu_tanh), FFN2 768x3072 (+ residual)
 //   llama bf16 (16 layers): QKV 3072x2048 (rms_norm inside), out 2048x2048 (+ residual),
-//                          gate/up 16384x2048 (rms_norm inside), down 2048x8192 (+ residual)
+//                          gate/up 16384x2048 (rms_norm inside, gated: silu(gate) * up written),
+//                          down 2048x8192 (+ residual)
 // Every layer has its own weights (nothing stays in L2 from one layer to the next), and each
 // product reads the one before's output. The floor is the weights' bytes at --bw GB/s.
 // Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS] [--rows 1..8]   (exit 2 on a CUDA error)
@@ -36,6 +37,7 @@ struct Product {
   cu::GemvNorm norm;
   cu::GemvAct act;
   bool residual;
+  bool gated = false;  // act(first half) * second half written (GemvArgs::gated)
 };
 
 struct Model {
@@ -54,7 +56,7 @@ std::vector<Model> models() {
         {"ffn1", 3072, 768, N::layer, A::gelu_tanh, false}, {"ffn2", 768, 3072, N::none, A::none, true}}},
       {"llama-1b", DType::bf16, 16,
        {{"qkv", 3072, 2048, N::rms, A::none, false}, {"out", 2048, 2048, N::none, A::none, true},
-        {"gate_up", 16384, 2048, N::rms, A::none, false}, {"down", 2048, 8192, N::none, A::none, true}}},
+        {"gate_up", 16384, 2048, N::rms, A::silu, false, true}, {"down", 2048, 8192, N::none, A::none, true}}},
   };
 }
 
@@ -107,7 +109,8 @@ struct Chain {
         owned.push_back(const_cast<void*>(g.w));
         g.ldw = p.k;
         g.out = act[1 - cur];
-        g.ldo = p.n;
+        g.ldo = p.gated ? p.n / 2 : p.n;
+        g.gated = p.gated;
         g.act = p.act;
         g.norm = p.norm;
         if (p.norm != cu::GemvNorm::none) {
