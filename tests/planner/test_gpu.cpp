@@ -168,10 +168,11 @@ std::vector<Case> cases(DType dt) {
   {
     // A gated MLP's gate and up over few rows: one gated GEMV writes silu(gate) * up (operands
     // either way round, with and without the Llama norm chain in its prologue, biases or not);
-    // gelu_tanh as the gate too. 3 rows: the GEMV's 4-row form with a row idle.
-    for (int form = 0; form < 4; ++form) {
+    // gelu_tanh as the gate too. 3 rows: the GEMV's 4-row form with a row idle. Forms 4 and 5:
+    // K long enough that two and four warps share a weight row (their sums meet in shared memory).
+    for (int form = 0; form < 6; ++form) {
       SegmentBuilder b;
-      const int64_t C = 256, F = 320;
+      const int64_t C = form == 4 ? 2048 : form == 5 ? 4096 : 256, F = form >= 4 ? 40 : 320;
       const bool norm = form == 1 || form == 3, bias = form == 2, swap = form == 3;
       const ValueRef x = b.input({3, 1, C}, dt);
       ValueRef in = x;

@@ -310,23 +310,25 @@ int main(int argc, char** argv) {
       ref[r] = s;
     }
     std::vector<Variant> vs;
-    // rounds: the split rule of launch_gemv
+    // rounds: the split rule of launch_gemv ("*" marks it), and with LAB_SWEEP=1 every split
+    // (warps a row) and unroll (loads in flight a lane)
     {
       const int64_t runs = k / 8 / 32;
-      int split = 1;
-      while (split < 4 && n * split < 8192 && runs > 4 * split) split *= 2;
-      for (int unroll : {4, 8}) {
-        vs.push_back({"rounds s" + std::to_string(split) + " u" + std::to_string(unroll),
-                      [=](const bf* xx, const bf* w, bf* out, cudaStream_t s) {
-                        const unsigned g = static_cast<unsigned>((n + 4 / split - 1) / (4 / split));
-                        if (split == 1) unroll == 4 ? rounds_kernel<1, 4><<<g, 128, 0, s>>>(xx, w, out, n, k)
-                                                    : rounds_kernel<1, 8><<<g, 128, 0, s>>>(xx, w, out, n, k);
-                        else if (split == 2) unroll == 4 ? rounds_kernel<2, 4><<<g, 128, 0, s>>>(xx, w, out, n, k)
-                                                         : rounds_kernel<2, 8><<<g, 128, 0, s>>>(xx, w, out, n, k);
-                        else unroll == 4 ? rounds_kernel<4, 4><<<g, 128, 0, s>>>(xx, w, out, n, k)
-                                         : rounds_kernel<4, 8><<<g, 128, 0, s>>>(xx, w, out, n, k);
-                      }});
-      }
+      int rule = 1;
+      while (rule < 4 && n * rule < 8192 && runs > 4 * rule) rule *= 2;
+      const bool sweep = std::getenv("LAB_SWEEP") != nullptr;
+      for (int split : {1, 2, 4})
+        for (int unroll : {2, 4, 8}) {
+          if (!sweep && (split != rule || unroll == 2)) continue;
+          vs.push_back({"rounds s" + std::to_string(split) + " u" + std::to_string(unroll) + (split == rule ? "*" : ""),
+                        [=](const bf* xx, const bf* w, bf* out, cudaStream_t s) {
+                          const unsigned g = static_cast<unsigned>((n + 4 / split - 1) / (4 / split));
+                          auto go = [&](auto kern) { kern<<<g, 128, 0, s>>>(xx, w, out, n, k); };
+                          if (split == 1) unroll == 2 ? go(rounds_kernel<1, 2>) : unroll == 4 ? go(rounds_kernel<1, 4>) : go(rounds_kernel<1, 8>);
+                          else if (split == 2) unroll == 2 ? go(rounds_kernel<2, 2>) : unroll == 4 ? go(rounds_kernel<2, 4>) : go(rounds_kernel<2, 8>);
+                          else unroll == 2 ? go(rounds_kernel<4, 2>) : unroll == 4 ? go(rounds_kernel<4, 4>) : go(rounds_kernel<4, 8>);
+                        }});
+        }
     }
     {
       const int64_t runs = k / 8 / 32;
