@@ -196,6 +196,7 @@ bool run_gemv_gated(const OpCall* norm, const OpCall& call, uint8_t act, bool ga
   g.gated = true;
   g.gate_second = gate_second;
   g.act = static_cast<GemvAct>(act);
+  g.out = out.impl()->data();  // (out_view_of carries no pointer: the merged shape has no storage)
   g.ldo = g.n / 2;
   if (!gemv_supported(g)) return false;
   launch_gemv(g, static_cast<cudaStream_t>(stream));
