@@ -108,9 +108,9 @@ struct PlannerOptions {
   // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
   // (planner.cpp, fold_norm_prologues).
   bool gemv_prologue = false;
-  // CUDA, LIVEFUSE_GEMV_NORM (with gemv_prologue): the fold itself; 0 keeps each norm a row
-  // kernel of its own before the GEMV, for comparison.
-  bool gemv_norm_fold = false;
+  // CUDA, LIVEFUSE_GEMV_NORM (with gemv_prologue): which norms fold -- 0 none, 1 a lone
+  // layer_norm / rms_norm, 2 also Llama's cast -> rms_norm -> cast -> mul chain.
+  int gemv_norm_fold = 0;
   // CUDA, LIVEFUSE_SPLIT_K_ROWS: how many K slices a linear of rows x N x K should be split into
   // when a row kernel is its only reader (planner/split_k_rows.hpp); returns < 2 for none. Set
   // to cuBLASLt's own choice on CUDA (cuda::linear_split_k); tests set it directly.

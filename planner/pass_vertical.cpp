@@ -64,7 +64,7 @@ int lone_reader(const FusionGraph& g, const ValueRef& v) {
 std::optional<ValueRef> norm_value(const FusionGraph& g, int j) {
   const SegmentNode& n = g.seg.nodes[j];
   if (n.op == OpId::layer_norm || n.op == OpId::rms_norm) return ValueRef::of(j);
-  if (n.op != OpId::cast || n.attrs.dtype != DType::f32) return std::nullopt;
+  if (n.op != OpId::cast || n.attrs.dtype != DType::f32 || g.opts.gemv_norm_fold < 2) return std::nullopt;
   int k = lone_reader(g, ValueRef::of(j));
   if (k < 0 || g.seg.nodes[k].op != OpId::rms_norm || g.seg.nodes[k].attrs.i[0] != 0) return std::nullopt;
   k = lone_reader(g, ValueRef::of(k));
@@ -80,7 +80,7 @@ std::optional<ValueRef> norm_value(const FusionGraph& g, int j) {
 // `norm` is the norm's first node (Llama's chain starts with a cast).
 bool leave_for_gemv(const FusionGraph& g, int norm, const Group& producer) {
   const SegmentNode& nn = g.seg.nodes[norm];
-  if (!g.opts.gemv_prologue || !g.opts.gemv_norm_fold) return false;
+  if (!g.opts.gemv_prologue || g.opts.gemv_norm_fold == 0) return false;
   const std::optional<ValueRef> y = norm_value(g, norm);
   if (!y || !gemv_rows(nn.outputs[0].shape)) return false;
   if (producer.kind != GroupKind::Pointwise || producer.nodes.size() != 1) return false;

@@ -21,7 +21,7 @@ PlannerOptions default_planner_options(Device device) {
   o.fusion = config().fusion;
   o.cuda = device.is_cuda();
   o.gemv_prologue = device.is_cuda() && config().gemv;
-  o.gemv_norm_fold = o.gemv_prologue && config().gemv_norm;
+  o.gemv_norm_fold = o.gemv_prologue ? config().gemv_norm : 0;
   o.gemm_siblings = config().gemm_siblings;
   // auto: on CUDA only where a fast kernel takes the shapes (the tensor-core one, the decode
   // one); the general FMA kernel loses to the GEMMs and the softmax it would replace
@@ -122,15 +122,19 @@ std::optional<FoldableNorm> foldable_norm(const PlannedSegment& p, const std::ve
 
 // CUDA, few rows: a step that is a norm (foldable_norm) whose output nothing but one linear
 // reads becomes that linear's prologue (GemmStep::prologue): the GEMV normalizes the row
-// itself, one launch less for each norm of a decode layer (GPT-2: 2 of 8; Llama: 1 of 10). The
+// itself, one launch less for each norm of a decode layer (GPT-2: 2 of 8; Llama: 2 of 9). The
 // norm's value keeps its memory for the calls the GEMV cannot take, which run the norm first.
-void fold_norm_prologues(PlannedSegment& p) {
+// `level` is PlannerOptions::gemv_norm_fold: Llama's chain folds only at 2 (on the H200 its
+// decode measured 1.292 ms a token with the chains folded against 1.185 without: the Q/K/V
+// GEMV with the norm inside runs two warps a row, 1536 blocks of 60 registers in two waves,
+// 14.3 us in ncu against 6.9 for a product alone -- bench/RESULTS.md, session 25).
+void fold_norm_prologues(PlannedSegment& p, int level) {
   const Segment& seg = p.segment;
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const auto* fk = std::get_if<FusedKernelStep>(&p.steps[i].body);
     if (!fk) continue;
     const std::optional<FoldableNorm> f = foldable_norm(p, fk->nodes);
-    if (!f) continue;
+    if (!f || (!f->chain.empty() && level < 2)) continue;
     const ValueRef y = f->y;
     const Shape& ys = seg.shape(y);
     if (seg.is_output(y) || !gemv_rows(ys)) continue;
@@ -202,7 +206,7 @@ PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
     p.summary.eager_bytes += eager_node_bytes(seg, j);
   }
   p.decisions = std::move(g.decisions);
-  if (opts.gemv_prologue && opts.gemv_norm_fold) fold_norm_prologues(p);
+  if (opts.gemv_prologue && opts.gemv_norm_fold > 0) fold_norm_prologues(p, opts.gemv_norm_fold);
   fold_split_k_into_rows(p, opts);
   count_launches(p);
   if (opts.dump) opts.dump("plan", p.describe());

@@ -379,8 +379,10 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
   }
   // The same half with the norm as examples/decoder writes it in bf16 (the chain below): the
   // residual add on o_proj's GEMV, the chain on the gate/up GEMV -- two launches, where the add
-  // and the chain as one row kernel were three. With LIVEFUSE_GEMV_NORM=0's option, three.
-  for (bool fold : {true, false}) {
+  // and the chain as one row kernel were three (LIVEFUSE_GEMV_NORM=2's option). With 0's, three;
+  // and with 1's, the default, three too: a lone norm folds, the chain does not.
+  for (int level : {2, 1, 0}) {
+    const bool fold = level == 2;
     SegmentBuilder s;
     const DType bf = DType::bf16;
     const ValueRef h = s.input({1, 1, 64}, bf), a = s.input({1, 1, 64}, bf);
@@ -390,16 +392,16 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
     s.output(x);
     for (int k = 0; k < 2; ++k) s.output(s.add(OpId::linear, {n, s.input({128, 64}, bf)}, linear_attrs(false)));
     PlannerOptions o = default_planner_options(Device::cuda(0));
-    o.gemv_norm_fold = fold;
+    o.gemv_norm_fold = level;
     const PlannedSegment q = plan_segment(s.build(), o);
-    INFO((fold ? "fold" : "no fold") << "\n" << q.describe());
+    INFO("level " << level << "\n" << q.describe());
     CHECK(prologues(q) == (fold ? 1 : 0));
     CHECK(q.num_kernels() == (fold ? 2 : 3));
   }
   // Llama's norm as examples/decoder writes it -- cast(rms_norm(cast(x, f32)), dtype) * w in
   // f16/bf16, rms_norm(x) * w in f32 -- before Q/K/V: folded into their GEMV all the same (the
   // GEMV rounds the normalized element before the weight, as those ops do). Not when a value of
-  // the chain is observable.
+  // the chain is observable. (LIVEFUSE_GEMV_NORM=2's option: by default the chain stays a kernel.)
   for (DType dt : {DType::f32, DType::bf16})
     for (bool observable : {false, true}) {
       SegmentBuilder s;
@@ -411,9 +413,14 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
       n = s.add(OpId::mul, {n, lw});
       for (int64_t cols : {64, 16, 16})
         s.output(s.add(OpId::linear, {n, s.input({cols, 64}, dt)}, linear_attrs(false)));
-      const PlannedSegment q = plan_segment(s.build(), default_planner_options(Device::cuda(0)));
+      PlannerOptions o = default_planner_options(Device::cuda(0));
+      o.gemv_norm_fold = 2;
+      const Segment seg = s.build();
+      const PlannedSegment q = plan_segment(seg, o);
       INFO(dtype_name(dt) << (observable ? " observable" : "") << "\n" << q.describe());
       CHECK(prologues(q) == (observable ? 0 : 1));
+      // Not folded at the default level (in f32 the chain is rms_norm -> mul: not a lone norm either).
+      CHECK(prologues(plan_segment(seg, default_planner_options(Device::cuda(0)))) == 0);
       CHECK(q.num_kernels() == (observable ? 2 : 1));
       for (const Step& st : q.steps)
         if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->prologue >= 0)

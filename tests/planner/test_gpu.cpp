@@ -21,6 +21,7 @@ struct Case {
   std::string name;
   Segment seg;
   int kernels;
+  int norm_fold = -1;  // PlannerOptions::gemv_norm_fold to plan with (-1: the default options')
 };
 
 std::vector<Case> cases(DType dt) {
@@ -162,7 +163,7 @@ std::vector<Case> cases(DType dt) {
       for (int64_t cols : merged ? std::vector<int64_t>{256, 64, 64} : std::vector<int64_t>{96})
         b.output(b.add(OpId::linear, {n, b.input({cols, 256}, dt)}, linear_attrs(false)));
       out.push_back({std::string("Llama norm chain in the GEMV's prologue") + (merged ? ", merged Q/K/V" : ""),
-                     b.build(), 1});
+                     b.build(), 1, 2});
     }
   }
   {
@@ -193,7 +194,7 @@ std::vector<Case> cases(DType dt) {
       const ValueRef up = swap ? up0 : linear(in);
       const ValueRef act = b.add(form == 2 ? OpId::gelu_tanh : OpId::silu, {gate});
       b.output(swap ? b.add(OpId::mul, {up, act}) : b.add(OpId::mul, {act, up}));
-      out.push_back({"gated MLP as one GEMV (form " + std::to_string(form) + ")", b.build(), 1});
+      out.push_back({"gated MLP as one GEMV (form " + std::to_string(form) + ")", b.build(), 1, norm ? 2 : -1});
     }
   }
   // A norm inside the GEMV over row counts and widths that split a weight row over 1, 2 and 4
@@ -221,8 +222,11 @@ std::vector<Tensor> to_gpu(const std::vector<Tensor>& xs) {
   return g;
 }
 
-void check_gpu(const Segment& seg, const std::vector<Tensor>& xs_cpu, double tol, int kernels = -1) {
-  PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+void check_gpu(const Segment& seg, const std::vector<Tensor>& xs_cpu, double tol, int kernels = -1,
+               int norm_fold = -1) {
+  PlannerOptions o = default_planner_options(Device::cuda(0));
+  if (norm_fold >= 0) o.gemv_norm_fold = norm_fold;
+  PlannedSegment p = plan_segment(seg, o);
   INFO(p.describe());
   CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
   if (kernels >= 0) CHECK(p.num_kernels() == kernels);
@@ -261,7 +265,7 @@ LF_CUDA_TEST_CASE("gpu: every strategy and dtype matches eager CUDA") {
     for (const Case& c : cases(dt)) {
       INFO(c.name << " " << dtype_name(dt));
       const double tol = dt == DType::f32 ? 1e-4 : lftest::tolerance(dt) * 4;
-      check_gpu(c.seg, random_externals(c.seg, 9), tol, c.kernels);
+      check_gpu(c.seg, random_externals(c.seg, 9), tol, c.kernels, c.norm_fold);
     }
   }
 }

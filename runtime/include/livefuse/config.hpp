@@ -65,10 +65,12 @@ struct Config {
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
-  // LIVEFUSE_GEMV_NORM: a decode step's norm whose only reader is a few-row linear runs inside
-  // that linear's GEMV (its prologue: planner.cpp, fold_norm_prologues); 0: the norm stays a row
-  // kernel before it, for comparison.
-  bool gemv_norm = true;
+  // LIVEFUSE_GEMV_NORM: which decode-step norms whose only reader is a few-row linear run inside
+  // that linear's GEMV (its prologue: planner.cpp, fold_norm_prologues). 1 (default): a lone
+  // layer_norm / rms_norm (GPT-2's); 2: also Llama's cast -> rms_norm -> cast -> mul chain, the
+  // residual add before it moved onto the previous GEMV's epilogue (measured slower on the H200,
+  // bench/RESULTS.md, session 25); 0: none, each norm a row kernel of its own.
+  int gemv_norm = 1;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose
