@@ -5,12 +5,14 @@
 // chained over the layers. Per layer, as the plans run them:
 //   gpt2 f16 (12 layers):  QKV 2304x768 (layer_norm inside), out 768x768 (+ residual),
 //                          FFN1 3072x768 (layer_norm inside, gelu_tanh), FFN2 768x3072 (+ residual)
-//   llama bf16 (16 layers): QKV 3072x2048 (rms_norm inside), out 2048x2048 (+ residual),
-//                          gate/up 16384x2048 (rms_norm inside, gated: silu(gate) * up written),
-//                          down 2048x8192 (+ residual)
+//   llama bf16 (16 layers): QKV 3072x2048, out 2048x2048 (+ residual), gate/up 16384x2048
+//                          (gated: silu(gate) * up written), down 2048x8192 (+ residual); with
+//                          --norm-chain, QKV and gate/up take the rms_norm inside as the plans
+//                          do under LIVEFUSE_GEMV_NORM=2 (by default Llama's norms are kernels)
 // Every layer has its own weights (nothing stays in L2 from one layer to the next), and each
 // product reads the one before's output. The floor is the weights' bytes at --bw GB/s.
-// Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS] [--rows 1..8]   (exit 2 on a CUDA error)
+// Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS] [--rows 1..8] [--norm-chain]
+//        (exit 2 on a CUDA error)
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -47,16 +49,17 @@ struct Model {
   std::vector<Product> layer;
 };
 
-std::vector<Model> models() {
+std::vector<Model> models(bool norm_chain) {
   using N = cu::GemvNorm;
   using A = cu::GemvAct;
+  const N ln = norm_chain ? N::rms : N::none;
   return {
       {"gpt2", DType::f16, 12,
        {{"qkv", 2304, 768, N::layer, A::none, false}, {"out", 768, 768, N::none, A::none, true},
         {"ffn1", 3072, 768, N::layer, A::gelu_tanh, false}, {"ffn2", 768, 3072, N::none, A::none, true}}},
       {"llama-1b", DType::bf16, 16,
-       {{"qkv", 3072, 2048, N::rms, A::none, false}, {"out", 2048, 2048, N::none, A::none, true},
-        {"gate_up", 16384, 2048, N::rms, A::silu, false, true}, {"down", 2048, 8192, N::none, A::none, true}}},
+       {{"qkv", 3072, 2048, ln, A::none, false}, {"out", 2048, 2048, N::none, A::none, true},
+        {"gate_up", 16384, 2048, ln, A::silu, false, true}, {"down", 2048, 8192, N::none, A::none, true}}},
   };
 }
 
@@ -183,6 +186,7 @@ double time_chain(const Chain& c, cudaStream_t s, int reps) {
 int main(int argc, char** argv) {
   std::string json;
   int reps = 50, rows = 1;
+  bool norm_chain = false;
   double bw = 4140;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -190,6 +194,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--bw" && i + 1 < argc) bw = std::atof(argv[++i]);
     else if (a == "--rows" && i + 1 < argc) rows = std::atoi(argv[++i]);
+    else if (a == "--norm-chain") norm_chain = true;
   }
   if (rows < 1 || rows > cu::kGemvMaxRows) {
     std::fprintf(stderr, "--rows must be 1..%d\n", cu::kGemvMaxRows);
@@ -205,7 +210,7 @@ int main(int argc, char** argv) {
   std::vector<lfbench::Record> recs;
   std::printf("%-16s %-10s %7s %8s %9s %9s %7s\n", "chain", "variant", "kernels", "us", "us/kernel", "floor us",
               "of bw");
-  for (const Model& m : models()) {
+  for (const Model& m : models(norm_chain)) {
     // The whole step, then each product alone (16 or 12 of it, one a layer).
     for (int only = -1; only < static_cast<int>(m.layer.size()); ++only) {
       const Chain c(m, only, rows);
