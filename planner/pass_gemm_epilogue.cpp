@@ -109,6 +109,15 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
   return e;
 }
 
+// Whether GEMM group `gemm` taking pointwise group `tail` as its tail (one unit) would make a
+// cycle between kernels.
+bool tail_makes_cycle(const FusionGraph& g, int gemm, int tail) {
+  FusionGraph trial = g;
+  trial.groups[gemm].tail = tail;
+  trial.groups[tail].tail_of = gemm;
+  return has_cycle(trial);
+}
+
 // Merged siblings `gm` that are a gated MLP's gate and up, read by nothing but one pointwise
 // group act(gate) * up (either operand order), take that group as a Gated epilogue: over few
 // rows on CUDA the GEMV writes act(gate) * up itself (kernels/cuda/gemv.hpp, GemvArgs::gated),
@@ -160,10 +169,7 @@ void take_gate(FusionGraph& g, Group& gm) {
     g.decide(at + " stay a GEMM and a kernel", "GEMM epilogues disabled");
     return;
   }
-  FusionGraph trial = g;
-  trial.groups[gm.id].tail = tail;
-  trial.groups[tail].tail_of = gm.id;
-  if (has_cycle(trial)) {
+  if (tail_makes_cycle(g, gm.id, tail)) {
     g.decide(at + " stay a GEMM and a kernel", "taking the tail would create a cycle between kernels");
     return;
   }
@@ -207,10 +213,7 @@ void pass_gemm_epilogue(FusionGraph& g) {
       g.decide(at + " runs alone", "GEMM epilogues disabled");
       continue;
     }
-    FusionGraph trial = g;
-    trial.groups[gm.id].tail = tail;
-    trial.groups[tail].tail_of = gm.id;
-    if (has_cycle(trial)) {
+    if (tail_makes_cycle(g, gm.id, tail)) {
       g.decide(at + " runs alone", "taking its tail would create a cycle between kernels");
       continue;
     }

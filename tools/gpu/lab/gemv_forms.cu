@@ -275,6 +275,37 @@ struct Variant {
   std::function<void(const bf*, const bf*, bf*, cudaStream_t)> launch;
 };
 
+// Median microseconds of one replay of what `capture` enqueues on `st`, captured as one graph.
+template <class F>
+double time_graph_us(cudaStream_t st, int reps, F capture) {
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  capture();
+  CK(cudaStreamEndCapture(st, &g));
+  cudaGraphExec_t e;
+  CK(cudaGraphInstantiate(&e, g, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(e, st));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, st));
+    CK(cudaGraphLaunch(e, st));
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    us.push_back(ms * 1000.0);
+  }
+  std::sort(us.begin(), us.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  CK(cudaGraphExecDestroy(e));
+  CK(cudaGraphDestroy(g));
+  return us[us.size() / 2];
+}
+
 int main(int argc, char** argv) {
   const int layers = 16, reps = argc > 1 ? std::atoi(argv[1]) : 30;
   cudaDeviceProp prop;
@@ -387,33 +418,11 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(ho.data(), o, n * 2, cudaMemcpyDeviceToHost));
         for (int64_t r = 0; r < n; ++r) err = std::max(err, std::fabs(bf2f(ho[r]) - ref[r]) / (std::fabs(ref[r]) + 0.05));
       }
-      cudaGraph_t g;
-      CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      for (int l = 0; l < layers; ++l) v.launch(x, ws[l], o + n * l, st);
-      CK(cudaStreamEndCapture(st, &g));
-      cudaGraphExec_t e;
-      CK(cudaGraphInstantiate(&e, g, 0));
-      for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(e, st));
-      cudaEvent_t a, b;
-      CK(cudaEventCreate(&a));
-      CK(cudaEventCreate(&b));
-      std::vector<double> us;
-      for (int i = 0; i < reps; ++i) {
-        CK(cudaEventRecord(a, st));
-        CK(cudaGraphLaunch(e, st));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        us.push_back(ms * 1000.0 / layers);
-      }
-      std::sort(us.begin(), us.end());
-      const double med = us[us.size() / 2];
+      const double med =
+          time_graph_us(st, reps, [&] { for (int l = 0; l < layers; ++l) v.launch(x, ws[l], o + n * l, st); }) / layers;
       const double gbs = wbytes / (med * 1e3);
       std::printf("%-8s %-22s %9.2f %9.0f %7.0f%% %9.2e\n", sh.name, v.name.c_str(), med, gbs, 100.0 * gbs / 4140,
                   err);
-      CK(cudaGraphExecDestroy(e));
-      CK(cudaGraphDestroy(g));
     }
     for (bf* p : ws) CK(cudaFree(p));
     CK(cudaFree(x));
@@ -457,33 +466,13 @@ int main(int argc, char** argv) {
           else if (split == 2) go(std::integral_constant<int, 2>{});
           else go(std::integral_constant<int, 4>{});
         };
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        for (int l = 0; l < layers; ++l)
-          for (int p = 0; p < 4; ++p) one(p, l);
-        CK(cudaStreamEndCapture(st, &g));
-        cudaGraphExec_t e;
-        CK(cudaGraphInstantiate(&e, g, 0));
-        for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(e, st));
-        cudaEvent_t a, b;
-        CK(cudaEventCreate(&a));
-        CK(cudaEventCreate(&b));
-        std::vector<double> us;
-        for (int i = 0; i < reps; ++i) {
-          CK(cudaEventRecord(a, st));
-          CK(cudaGraphLaunch(e, st));
-          CK(cudaEventRecord(b, st));
-          CK(cudaEventSynchronize(b));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, a, b));
-          us.push_back(ms * 1000.0);
-        }
-        std::sort(us.begin(), us.end());
+        const double med = time_graph_us(st, reps, [&] {
+          for (int l = 0; l < layers; ++l)
+            for (int p = 0; p < 4; ++p) one(p, l);
+        });
         const char* names[] = {"plain", "pdl wait-first", "pdl loads-then-wait", "pdl prefetch-L2", "pdl early+loads"};
-        std::printf("layer chain (64 GEMVs) %-20s %8.1f us  (floor %.1f)\n", names[mode], us[us.size() / 2],
+        std::printf("layer chain (64 GEMVs) %-20s %8.1f us  (floor %.1f)\n", names[mode], med,
                     bytes / 4140e3);
-        CK(cudaGraphExecDestroy(e));
-        CK(cudaGraphDestroy(g));
       }
   }
   return 0;
