@@ -46,22 +46,26 @@ class GemmStrategy final : public Strategy {
     gs.epilogue = gr.epilogue;
     gs.bias_value = gr.bias_value;
     gs.residual_value = gr.residual_value;
-    std::string label = std::string(op_name(g.seg.nodes[gs.node].op)) + " #" + std::to_string(gs.node);
-    if (gr.tail >= 0) {
-      const int t = gr.tail;
-      Step tail = pointwise_strategy().emit(g, std::span<const int>(&t, 1));
-      gs.tail = std::make_shared<FusedKernelStep>(std::get<FusedKernelStep>(std::move(tail.body)));
-      gs.final_value = gs.tail->parts[0].outputs.empty() ? -1 : gs.tail->parts[0].outputs.back();
-      label += " + " + g.nodes_str(g.groups[t].nodes);
-      if (gr.epilogue != GemmEpilogue::None) label += " (epilogue " + std::string(epilogue_name(gr.epilogue)) + ")";
-    }
     Step s;
-    s.label = label;
+    s.label = std::string(op_name(g.seg.nodes[gs.node].op)) + " #" + std::to_string(gs.node);
+    emit_tail(g, gr, gs, s.label);
     s.body = std::move(gs);
     return s;
   }
 
  private:
+  // The group's tail, if it has one, as the step's fused kernel (what an epilogue writes is its
+  // last output), and named in the label.
+  static void emit_tail(const FusionGraph& g, const Group& gr, GemmStep& gs, std::string& label) {
+    if (gr.tail < 0) return;
+    const int t = gr.tail;
+    Step tail = pointwise_strategy().emit(g, std::span<const int>(&t, 1));
+    gs.tail = std::make_shared<FusedKernelStep>(std::get<FusedKernelStep>(std::move(tail.body)));
+    gs.final_value = gs.tail->parts[0].outputs.empty() ? -1 : gs.tail->parts[0].outputs.back();
+    label += " + " + g.nodes_str(g.groups[t].nodes);
+    if (gr.epilogue != GemmEpilogue::None) label += " (epilogue " + std::string(epilogue_name(gr.epilogue)) + ")";
+  }
+
   // Sibling linears over one input (pass_gemm_siblings): the input is read once, and where the
   // product is split (splits()) it is written and read once more by the split.
   static StrategyParams merged_params(const FusionGraph& g, const Group& gr) {
@@ -99,16 +103,10 @@ class GemmStrategy final : public Strategy {
     gs.split_kernel = splits(g, gr);
     Step s;
     s.label = "linear " + g.nodes_str(gr.nodes) + " as one GEMM";
-    if (gr.tail >= 0) {  // a gate's tail (pass_gemm_epilogue, take_gate)
-      const int t = gr.tail;
-      Step tail = pointwise_strategy().emit(g, std::span<const int>(&t, 1));
-      gs.tail = std::make_shared<FusedKernelStep>(std::get<FusedKernelStep>(std::move(tail.body)));
-      gs.final_value = gs.tail->parts[0].outputs.empty() ? -1 : gs.tail->parts[0].outputs.back();
-      gs.epilogue = gr.epilogue;
-      gs.gate_act = gr.gate_act;
-      gs.gate_second = gr.gate_second;
-      s.label += " + " + g.nodes_str(g.groups[t].nodes) + " (epilogue " + std::string(epilogue_name(gr.epilogue)) + ")";
-    }
+    gs.epilogue = gr.epilogue;  // a gate's tail (pass_gemm_epilogue, take_gate), or none
+    gs.gate_act = gr.gate_act;
+    gs.gate_second = gr.gate_second;
+    emit_tail(g, gr, gs, s.label);
     s.body = std::move(gs);
     return s;
   }
