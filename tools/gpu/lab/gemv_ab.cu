@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/device/lf_math.cuh"
+#include "tools/gpu/lab/lab_timing.cuh"
 
 namespace livefuse::cuda {
 bool pdl_enabled() { return false; }
@@ -68,30 +69,9 @@ struct Prod {
 };
 
 double time_graph(const std::vector<cu::GemvArgs>& steps, cudaStream_t s, int reps) {
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (const auto& a : steps) cu::launch_gemv(a, s);
-  CK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t e;
-  CK(cudaGraphInstantiate(&e, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(e, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(e, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(ms * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  CK(cudaGraphExecDestroy(e));
-  CK(cudaGraphDestroy(g));
-  return us[us.size() / 2];
+  return lab_time_graph_us(s, reps, [&] {
+    for (const auto& a : steps) cu::launch_gemv(a, s);
+  });
 }
 
 int main(int argc, char** argv) {

@@ -25,14 +25,8 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                        \
-    }                                                                                      \
-  } while (0)
+#include "lab_timing.cuh"
+#define CK LAB_CK
 
 using bf = __nv_bfloat16;
 
@@ -275,37 +269,6 @@ struct Variant {
   std::function<void(const bf*, const bf*, bf*, cudaStream_t)> launch;
 };
 
-// Median microseconds of one replay of what `capture` enqueues on `st`, captured as one graph.
-template <class F>
-double time_graph_us(cudaStream_t st, int reps, F capture) {
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  capture();
-  CK(cudaStreamEndCapture(st, &g));
-  cudaGraphExec_t e;
-  CK(cudaGraphInstantiate(&e, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(e, st));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(e, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(ms * 1000.0);
-  }
-  std::sort(us.begin(), us.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaGraphExecDestroy(e));
-  CK(cudaGraphDestroy(g));
-  return us[us.size() / 2];
-}
-
 int main(int argc, char** argv) {
   const int layers = 16, reps = argc > 1 ? std::atoi(argv[1]) : 30;
   cudaDeviceProp prop;
@@ -419,7 +382,7 @@ int main(int argc, char** argv) {
         for (int64_t r = 0; r < n; ++r) err = std::max(err, std::fabs(bf2f(ho[r]) - ref[r]) / (std::fabs(ref[r]) + 0.05));
       }
       const double med =
-          time_graph_us(st, reps, [&] { for (int l = 0; l < layers; ++l) v.launch(x, ws[l], o + n * l, st); }) / layers;
+          lab_time_graph_us(st, reps, [&] { for (int l = 0; l < layers; ++l) v.launch(x, ws[l], o + n * l, st); }) / layers;
       const double gbs = wbytes / (med * 1e3);
       std::printf("%-8s %-22s %9.2f %9.0f %7.0f%% %9.2e\n", sh.name, v.name.c_str(), med, gbs, 100.0 * gbs / 4140,
                   err);
@@ -466,7 +429,7 @@ int main(int argc, char** argv) {
           else if (split == 2) go(std::integral_constant<int, 2>{});
           else go(std::integral_constant<int, 4>{});
         };
-        const double med = time_graph_us(st, reps, [&] {
+        const double med = lab_time_graph_us(st, reps, [&] {
           for (int l = 0; l < layers; ++l)
             for (int p = 0; p < 4; ++p) one(p, l);
         });
