@@ -408,7 +408,8 @@ def bench_model(args, name, binary, workdir, bw, skip):
                 res = t.get("result", {})
                 rec["timing"] = {k: res.get(k) for k in ("prefill_ms", "step_median_ms", "step_p99_ms",
                                                         "tokens_per_s", "served_calls", "active_plans",
-                                                        "warmup_to_served_ms", "warmup_max_step_ms")}
+                                                        "warmup_to_served_ms", "warmup_max_step_ms",
+                                                        "first_run_step_ms", "first_run_first_served_step")}
                 rec["timing"]["median_ms"] = res.get("step_median_ms")
                 if "error" in t:
                     rec["timing_error"] = t["error"]
@@ -483,6 +484,18 @@ def print_table(results):
                       else f"plans serving {first:.0f} ms into the first run (decode + prefill time)")
             slowest = "-" if not worst else f"{worst:.3f} ms"
             vs = f" = {ratio:.2f}x lf off's median" if ratio else ""
+            # The same tokens of the off process's first run: eager pays its own cold start there.
+            on_steps, off_steps = on.get("first_run_step_ms") or [], off.get("first_run_step_ms") or []
+            upto = on.get("first_run_first_served_step")
+            upto = len(on_steps) if upto is None or upto < 0 else upto + 1
+            if on_steps and off_steps:
+                n = min(upto, len(off_steps))
+                worst_k = max(range(n), key=lambda k: on_steps[k] / off_steps[k]) if n else None
+                if worst_k is not None:
+                    vs += (f"; against off's first run token by token, at most "
+                           f"{on_steps[worst_k] / off_steps[worst_k]:.2f}x (token {worst_k}: "
+                           f"{on_steps[worst_k]:.3f} vs {off_steps[worst_k]:.3f} ms), off's own "
+                           f"slowest of those {max(off_steps[:n]):.3f} ms")
             log(f"  warm-up {r['model']} {r['dtype']} {c}: {served}; slowest token until then {slowest}{vs}")
 
 

@@ -84,11 +84,15 @@ int run(const lfd::GenerateArgs& a) {
   // slowest token until then.
   double to_served_ms = 0, warmup_max_step_ms = 0;
   bool served_yet = false;
+  std::vector<double> first_run_step_ms;  // every token of the first run: what warm-up compares
   for (int i = 0; i < a.runs; ++i) {
     before = lfd::plan_use();
     r = lfd::generate(model, prompt, a.steps, kind, a.sample, keep_logits && i + 1 == a.runs);
     after = lfd::plan_use();
-    if (i == 0) first = r;
+    if (i == 0) {
+      first = r;
+      first_run_step_ms = r.step_ms;
+    }
     if (!served_yet) {
       to_served_ms += r.prefill_ms;
       const size_t upto = r.first_served_step >= 0 ? static_cast<size_t>(r.first_served_step) + 1 : r.step_ms.size();
@@ -140,6 +144,8 @@ int run(const lfd::GenerateArgs& a) {
                  {"tokens_same_every_run", same_as_first},
                  {"warmup_to_served_ms", served_yet ? to_served_ms : -1.0},
                  {"warmup_max_step_ms", warmup_max_step_ms},
+                 {"first_run_step_ms", first_run_step_ms},
+                 {"first_run_first_served_step", first.first_served_step},
                  {"runs", runs},
                  {"tokens", r.tokens}};
   if (!a.out.empty()) {
