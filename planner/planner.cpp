@@ -126,8 +126,10 @@ std::optional<FoldableNorm> foldable_norm(const PlannedSegment& p, const std::ve
 // norm's value keeps its memory for the calls the GEMV cannot take, which run the norm first.
 // `level` is PlannerOptions::gemv_norm_fold: Llama's chain folds only at 2 (on the H200 its
 // decode measured 1.292 ms a token with the chains folded against 1.185 without: the Q/K/V
-// GEMV with the norm inside runs two warps a row, 1536 blocks of 60 registers in two waves,
-// 14.3 us in ncu against 6.9 for a product alone -- bench/RESULTS.md, session 25).
+// GEMV with the norm inside ran 1536 blocks in two waves, 14.3 us in ncu against 6.9 for a
+// product alone -- bench/RESULTS.md, session 25. In one wave since session 26; the decode A/B
+// then, two processes each: 1.291 / 1.278 folded against 1.343 / 1.267 -- inside the spread,
+// so the default stays).
 void fold_norm_prologues(PlannedSegment& p, int level) {
   const Segment& seg = p.segment;
   for (size_t i = 0; i < p.steps.size(); ++i) {
