@@ -43,9 +43,6 @@ void run_rotary(const RotaryArgs* parts, int count);
 namespace cuda {
 // Enqueues one kernel for every part on `stream` (a cudaStream_t); never synchronises.
 void launch_rotary(const RotaryArgs* parts, int count, void* stream);
-// Loads the rotary kernel of `dt` onto the current device ahead of a plan's first run
-// (kernels/cuda/launch_util.hpp, load_kernel).
-void preload_rotary_kernels(DType dt);
 }  // namespace cuda
 
 }  // namespace livefuse

@@ -31,10 +31,6 @@
 
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime.h>
-
-#include "kernels/cuda/attention_decode.hpp"
-#include "kernels/cuda/gemv.hpp"
-#include "kernels/rotary_args.hpp"
 #endif
 
 namespace livefuse::planner {
@@ -74,33 +70,10 @@ int device_arch(const Device& d) {
   return 90;
 }
 
-// The library's own kernels that plans launch and eager calls mostly do not (GEMVs with a norm
-// or a gate inside, decode attention, the rotary template), loaded on `d` for `dt` once a
-// process. CUDA loads a kernel at its first launch: with a GPT-2 decode's first plans that was
-// ~1 ms inside one token (H200, session 26: warm-up tokens up to 2.9x eager's, 1.5-1.8x with
-// CUDA_MODULE_LOADING=EAGER). 57 kernels a dtype, on the planner thread.
-void preload_library_kernels(const Device& d, DType dt) {
-#if LIVEFUSE_HAS_CUDA
-  static std::mutex mu;
-  static std::set<std::pair<int, DType>> done;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    if (!done.insert({d.index, dt}).second) return;
-  }
-  cuda::preload_gemv_kernels(dt);
-  cuda::preload_attention_decode_kernels(dt);
-  cuda::preload_rotary_kernels(dt);
-#else
-  (void)d;
-  (void)dt;
-#endif
-}
-
 // Loads every compiled kernel's module on `d` here, on the planner thread. A module is loaded
 // at its first launch otherwise: that is the plan's first run, on the program's thread, and a
 // load costs a good fraction of a millisecond -- a stall just as the plan starts to serve. A
-// failed load is left for that launch to report. Likewise the library's kernels for the
-// plan's float dtypes.
+// failed load is left for that launch to report.
 void preload_modules(PlannedSegment& p, const Device& d) {
 #if LIVEFUSE_HAS_CUDA
   if (cudaSetDevice(d.index) != cudaSuccess) {
@@ -113,11 +86,6 @@ void preload_modules(PlannedSegment& p, const Device& d) {
       (void)fk->compiled->module(&error);
     }
   }
-  std::set<DType> floats;
-  for (const SegmentNode& n : p.segment.nodes)
-    for (const auto& o : n.outputs)
-      if (o.dtype == DType::f32 || o.dtype == DType::f16 || o.dtype == DType::bf16) floats.insert(o.dtype);
-  for (DType dt : floats) preload_library_kernels(d, dt);
 #else
   (void)p;
   (void)d;

@@ -34,14 +34,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
-#include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
@@ -424,23 +422,6 @@ void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::memory_order_relaxed); }
 void set_attention_decode_max_rows(int most) { g_max_rows.store(most, std::memory_order_relaxed); }
-
-void preload_attention_decode_kernels(DType dt) {
-  with_float_storage(dt, [](auto tag) {
-    using S = decltype(tag);
-    constexpr int kVecW = 16 / sizeof(typename S::Bits);
-    const auto rows = [&](auto r) {
-      constexpr int kRows = decltype(r)::value;
-      load_kernel(decode_kernel<S, kRows, kVecW, true>);
-      load_kernel(decode_kernel<S, kRows, kScalarW, false>);
-    };
-    rows(std::integral_constant<int, 1>{});
-    rows(std::integral_constant<int, 2>{});
-    rows(std::integral_constant<int, 4>{});
-    rows(std::integral_constant<int, 8>{});
-    (void)max_splits(decode_kernel<S, 1, kVecW, true>);  // its cluster query, once a process
-  });
-}
 
 bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;

@@ -14,9 +14,6 @@ namespace livefuse::cuda {
 // kAttentionDecodeMaxRows rows, a float dtype, 0 < d, dv <= kAttentionMaxHeadDim and sk > 0.
 // Returns false, enqueuing nothing, otherwise (or when disabled). Never synchronises.
 bool launch_attention_decode(const AttentionArgs& a, void* stream);
-// Loads every decode kernel of `dt` onto the current device ahead of a plan's first run
-// (launch_util.hpp, load_kernel; planner/service.cpp, preload_modules).
-void preload_attention_decode_kernels(DType dt);
 
 // On by default. Off: launch_attention_decode declines every shape, so launch_attention runs
 // its general kernel (the benchmark times both through the one entry point).

@@ -53,10 +53,6 @@ __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryLaunch l) 
 
 }  // namespace
 
-void preload_rotary_kernels(DType dt) {
-  with_float_storage(dt, [](auto tag) { load_kernel(rotary_kernel<decltype(tag)>); });
-}
-
 void launch_rotary(const RotaryArgs* parts, int count, void* stream) {
   LF_ASSERT(count >= 1 && count <= kRotaryMaxParts, "rotary: ", count, " parts");
   RotaryLaunch l{};
