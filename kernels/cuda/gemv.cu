@@ -11,7 +11,6 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/gemv.hpp"
-#include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
@@ -341,21 +340,6 @@ void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
   }
 }
 
-template <class S, int kRows, int kSplit>
-void load_split() {
-  load_kernel(gemv_kernel<S, kRows, kSplit, false, false>);
-  load_kernel(gemv_kernel<S, kRows, kSplit, true, false>);
-  load_kernel(gemv_kernel<S, kRows, kSplit, false, true>);
-  load_kernel(gemv_kernel<S, kRows, kSplit, true, true>);
-}
-
-template <class S, int kRows>
-void load_rows() {
-  load_split<S, kRows, 1>();
-  load_split<S, kRows, 2>();
-  load_split<S, kRows, 4>();
-}
-
 template <class S, bool kNorm, bool kGate>
 void launch_typed(const GemvArgs& a, int split, cudaStream_t s) {
   if (a.rows == 1) return launch_rows<S, 1, kNorm, kGate>(a, split, s);
@@ -393,15 +377,6 @@ namespace {
 std::atomic<bool> g_prefetch{true};
 }  // namespace
 
-void preload_gemv_kernels(DType dt) {
-  with_float_storage(dt, [](auto storage) {
-    using S = decltype(storage);
-    load_rows<S, 1>();
-    load_rows<S, 2>();
-    load_rows<S, 4>();
-    load_rows<S, 8>();
-  });
-}
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
 

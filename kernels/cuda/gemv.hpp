@@ -101,9 +101,6 @@ void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s);
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.
 void launch_gemv(const GemvArgs& a, cudaStream_t s);
-// Loads every GEMV kernel of `dt` onto the current device (launch_util.hpp, load_kernel): the
-// planner's thread does so before a plan first runs (planner/service.cpp, preload_modules).
-void preload_gemv_kernels(DType dt);
 // Whether a GEMV launched with PDL (LIVEFUSE_PDL=1) prefetches its weights into L2 first
 // (default on); for livefuse-bench-gemv-chain's comparison.
 void set_gemv_prefetch(bool on);

@@ -9,15 +9,6 @@
 
 namespace livefuse::cuda {
 
-// Loads `kernel`'s code onto the current device now. CUDA loads a kernel lazily, at its first
-// launch, and that load took ~1 ms of a GPT-2 decode token as a plan first served (H200,
-// session 26); an error is left for the launch to report.
-template <class... P>
-inline void load_kernel(void (*kernel)(P...)) {
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)) != cudaSuccess) (void)cudaGetLastError();
-}
-
 inline constexpr int kEwThreads = 256;
 
 // Blocks for a grid-stride loop over `items`: enough to fill every SM a few times over (so
