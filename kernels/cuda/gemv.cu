@@ -133,11 +133,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     if constexpr (kNorm) return reinterpret_cast<const uint4*>(normed)[m * chunks + c];
     else return __ldg(reinterpret_cast<const uint4*>(x + m * xstride + c * 16));
   };
-  // The block's groups of kRowsPerBlock weight rows: blockIdx.x, then every gridDim.x-th. Without
-  // a norm the grid has a block a group; with one, at most a wave of blocks (launch_rows), so the
-  // norm's prologue is paid once a block, not once a group.
-  // (Without a norm the loop is one pass, known at compile time: looping there cost 2-4% at
-  // four rows, H200, session 26.)
+  // The block's groups of kRowsPerBlock weight rows: blockIdx.x, then every gridDim.x-th. With a
+  // norm the grid is at most a wave of blocks (launch_split), so the norm's prologue is paid once
+  // a block, not once a group. Without one the grid has a block a group and the loop is one pass
+  // known at compile time (looping there cost 2-4% at four rows, H200, session 26).
   bool first_group = true;
   for (int64_t g0 = n0; g0 < cols; g0 = kNorm ? g0 + int64_t{gridDim.x} * kRowsPerBlock : cols, first_group = false) {
     const int64_t n = g0 + warp / kSplit;
