@@ -319,11 +319,9 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
   const int64_t cols = kGate ? a.n / 2 : a.n;
   const size_t smem = kNorm ? static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits) : 0;
   int64_t blocks = (cols + kWarps / kSplit - 1) / (kWarps / kSplit);  // a group of rows each
-  if constexpr (kNorm) {
-    // At most one wave, the groups spread evenly over it: every block normalizes x once
-    // (Llama's Q/K/V with its rms_norm inside was 1536 blocks in two waves, each wave paying
-    // the prologue's latency: 14.3 us by ncu against 6.9 without the norm, session 25).
-    const int64_t rounds = (blocks + wave_blocks<kKernel>(smem) - 1) / wave_blocks<kKernel>(smem);
+  if constexpr (kNorm) {  // at most one wave, the groups spread evenly over it (gemv_kernel)
+    const int64_t wave = wave_blocks<kKernel>(smem);
+    const int64_t rounds = (blocks + wave - 1) / wave;
     blocks = (blocks + rounds - 1) / rounds;
   }
   launch_pdl("gemv_kernel", kKernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.batch)),
