@@ -235,5 +235,70 @@ bool PatchableGraph::patch(const KernelChain& c) {
   return true;
 }
 
+bool KernelChain::recorded_by(const cuda::LaunchRecorder& r) const {
+  const std::vector<cuda::RecordedLaunch>& ls = r.launches();
+  if (!ok_ || ls.size() != nodes_.size() || !api().ok()) return false;
+  for (size_t i = 0; i < ls.size(); ++i) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(nodes_[i], &type) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (type != (ls[i].func ? cudaGraphNodeTypeKernel : cudaGraphNodeTypeMemcpy)) return false;
+    if (!ls[i].func) continue;
+    CUDA_KERNEL_NODE_PARAMS kp{};
+    cudaFunction_t f = nullptr;
+    if (api().get(reinterpret_cast<CUgraphNode>(nodes_[i]), &kp) != CUDA_SUCCESS ||
+        cudaGetFuncBySymbol(&f, ls[i].func) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (reinterpret_cast<CUfunction>(f) != kp.func || kp.blockDimX != ls[i].block.x ||
+        kp.blockDimY != ls[i].block.y || kp.blockDimZ != ls[i].block.z || kp.gridDimX != ls[i].grid.x ||
+        kp.gridDimY != ls[i].grid.y || kp.gridDimZ != ls[i].grid.z || kp.sharedMemBytes != ls[i].smem)
+      return false;
+  }
+  return true;
+}
+
+bool PatchableGraph::patch(const cuda::LaunchRecorder& r) {
+  const std::vector<cuda::RecordedLaunch>& ls = r.launches();
+  if (!ok_ || ls.size() != nodes_.size() || !api().ok()) return false;
+  if (funcs_.empty()) {
+    funcs_.assign(nodes_.size(), nullptr);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!ls[i].func) continue;
+      CUDA_KERNEL_NODE_PARAMS kp{};
+      if (api().get(reinterpret_cast<CUgraphNode>(nodes_[i]), &kp) != CUDA_SUCCESS) {
+        funcs_.clear();
+        return false;
+      }
+      funcs_[i] = kp.func;
+    }
+  }
+  for (size_t i = 0; i < ls.size(); ++i) {
+    const cuda::RecordedLaunch& l = ls[i];
+    if (!l.func != !funcs_[i]) return false;  // a copy where a kernel was, or the reverse
+    if (!l.func) {
+      if (cudaGraphExecMemcpyNodeSetParams1D(exec_.get(), nodes_[i], l.dst, l.src, l.bytes,
+                                             cudaMemcpyDeviceToDevice) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      continue;
+    }
+    CUDA_KERNEL_NODE_PARAMS kp{};
+    kp.func = static_cast<CUfunction>(funcs_[i]);
+    kp.gridDimX = l.grid.x, kp.gridDimY = l.grid.y, kp.gridDimZ = l.grid.z;
+    kp.blockDimX = l.block.x, kp.blockDimY = l.block.y, kp.blockDimZ = l.block.z;
+    kp.sharedMemBytes = l.smem;
+    kp.kernelParams = const_cast<void**>(l.params.data());
+    if (api().set(reinterpret_cast<CUgraphExec>(exec_.get()), reinterpret_cast<CUgraphNode>(nodes_[i]), &kp) !=
+        CUDA_SUCCESS)
+      return false;
+  }
+  return true;
+}
+
 }  // namespace livefuse::graphs
 #endif

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "graphs/cuda_graph.hpp"
+#include "kernels/cuda/launch_record.hpp"
 
 namespace livefuse::graphs {
 
@@ -36,6 +37,9 @@ class KernelChain {
   bool ok() const { return ok_; }
   size_t size() const { return nodes_.size(); }
   uint64_t shape() const { return shape_; }  // functions, block and cluster dims, count
+  // Whether `r` recorded these nodes: kinds, functions and block dims, in order (a recording
+  // is trusted to patch a graph once its shape was seen to match a captured chain).
+  bool recorded_by(const cuda::LaunchRecorder& r) const;
 
  private:
   friend class PatchableGraph;
@@ -77,6 +81,9 @@ class PatchableGraph {
   // Sets the marked nodes to `c`'s parameters (its nodes are the regions' in order). False when
   // the shapes differ or CUDA refuses one; the graph must not be launched then.
   bool patch(const KernelChain& c);
+  // The same from recorded launches (cuda/launch_record.hpp) of a shape that recorded_by()
+  // matched with this graph's chain: no capture. False when CUDA refuses one.
+  bool patch(const cuda::LaunchRecorder& r);
   void launch(cudaStream_t s) const { exec_.launch(s); }
 
  private:
@@ -84,6 +91,9 @@ class PatchableGraph {
   CudaGraph graph_;
   CudaGraphExec exec_;
   std::vector<cudaGraphNode_t> nodes_;  // the regions' kernel nodes, in order
+  // Each node's driver function (nullptr: a copy), read once: patching from a recording through
+  // the driver's call with it skips the runtime's lookup of a kernel's stub at every node.
+  std::vector<void*> funcs_;
   uint64_t shape_ = 0;
   bool ok_ = true;
 };

@@ -142,7 +142,8 @@ void FusedPlan::details(PlanDetails& d) const {
     if (device_kind == DeviceKind::cuda)
       d.notes.emplace_back("family graph",
                            "runs as one graph with the varying kernels patched " +
-                               std::to_string(patched_replays_) + ", captured " +
+                               std::to_string(patched_replays_) + " (from recorded launches " +
+                               std::to_string(recorded_replays_) + "), captured " +
                                std::to_string(patched_captures_) +
                                (patchable_ ? std::string() : "; off: " + patch_off_));
   }

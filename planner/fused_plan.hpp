@@ -79,6 +79,13 @@ class FusedPlan final : public Plan {
   bool patchable_ = true;     // cleared once a run's varying steps were not a kernel chain
   std::string patch_off_;     // why it was cleared
   uint64_t patched_replays_ = 0, patched_captures_ = 0;
+  // The varying steps' parameters without a capture (kernels/cuda/launch_record.hpp): only when
+  // every varying step reaches instrumented launch sites alone (concats, views, attention); a
+  // recorded shape patches once it was seen to match a captured chain's (recorded shape ->
+  // chain shape, bounded).
+  bool varying_recordable_ = false;
+  std::unordered_map<uint64_t, uint64_t> recorded_shapes_;
+  uint64_t recorded_replays_ = 0;
   std::string describe_family() const;
   int64_t n_last_ = -1, n_seen_lo_ = -1, n_seen_hi_ = -1;
   // LIVEFUSE_PROFILE: the steps one by one between events; adds each step's GPU time.

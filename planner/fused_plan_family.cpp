@@ -25,13 +25,24 @@
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/plan.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/memory_pool.hpp"
+
+#include <optional>
 #if LIVEFUSE_HAS_CUDA
 #include "graphs/patchable_graph.hpp"
+#include "kernels/cuda/launch_record.hpp"
 #endif
 
 namespace livefuse::planner {
 using detail::mix_key;
+
+#if LIVEFUSE_HAS_CUDA
+// Recorded shapes a plan remembers (each matched once to a captured chain): a decode step meets
+// a few (the attention's key splits change with the length); more than this and the map starts
+// over rather than grow.
+constexpr size_t kMaxRecordedShapes = 64;
+#endif
 
 void FusedPlan::plan_family_segments() {
   const Segment& seg = planned_.segment;
@@ -50,6 +61,17 @@ void FusedPlan::plan_family_segments() {
     if (stretches_.empty() || stretches_.back().varying != varies) stretches_.push_back({s, s, varies});
     stretches_.back().end = s + 1;
   }
+  // Recorded only where every varying step reaches launch sites that record: the copies of
+  // concats and of views that need one (kernels/cuda/layout.cu), the attention kernels.
+  varying_recordable_ = true;
+  for (const FixedStretch& f : stretches_)
+    for (size_t s = f.begin; f.varying && s < f.end; ++s) {
+      const auto& b = planned_.steps[s].body;
+      const auto* e = std::get_if<EagerStep>(&b);
+      varying_recordable_ = varying_recordable_ && (std::holds_alternative<ViewStep>(b) ||
+                                                    std::holds_alternative<AttentionStep>(b) ||
+                                                    (e && seg.nodes[e->node].op == OpId::concat));
+    }
 }
 
 // A stretch's steps on `stream`; a varying stretch of concats as one copy launch.
@@ -61,6 +83,7 @@ void FusedPlan::launch_stretch(const FixedStretch& f, std::span<const Tensor> va
 bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
 #if LIVEFUSE_HAS_CUDA
   auto st = static_cast<cudaStream_t>(w.stream_handle);
+  std::optional<trace::Scope> bind_span(std::in_place, "family", "bind");
   // The set holds the fixed values; the varying ones take fresh storage at every run.
   uint64_t fixed_key = 0x3c;
   for (size_t v = 0; v < values.size(); ++v) {
@@ -85,6 +108,7 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
   // thread captures; without a set (every one still held) the addresses never repeat.
   const bool may_capture = set >= 0 && Stream::current(w.device).handle() == w.stream_handle;
   bool cold = runs_ <= 2;
+  bind_span.reset();
   if (may_capture && patchable_ && config().family_graph &&
       run_family_patched(values, w, base, set, st, &cold)) {
     if (cold) w.cold_run = true;
@@ -133,12 +157,43 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
   // The views the varying steps read that fixed steps make: those steps do not run on the host
   // now (their kernels are in the graph).
   bind_written_views(values, w);
+  const auto launch_varying = [&] {
+    for (const FixedStretch& f : stretches_)
+      if (f.varying) launch_stretch(f, values, st);
+  };
+  // Recorded first (nothing runs: kernels/cuda/launch_record.hpp, the Note): a recorded shape
+  // already matched to a captured chain patches its graph straight from the recording.
+  std::optional<cuda::LaunchRecorder> rec;
+  if (varying_recordable_ && config().family_record) {
+    rec.emplace();
+    try {
+      const trace::Scope span("family", "record_varying");
+      const cuda::RecordingScope scope(&*rec);
+      launch_varying();
+    } catch (const KernelNotReady&) {
+      throw;
+    } catch (const std::exception&) {
+      varying_recordable_ = false;  // the capture below says why, if it fails too
+      rec.reset();
+    }
+    const auto known = rec ? recorded_shapes_.find(rec->shape()) : recorded_shapes_.end();
+    if (known != recorded_shapes_.end())
+      if (graphs::PatchableGraph* g = graphs_->find_patchable(mix_key(mix_key(base, 0x9a7c4), known->second))) {
+        std::optional<trace::Scope> patch_span(std::in_place, "family", "patch");
+        if (g->patch(*rec)) {
+          ++patched_replays_, ++recorded_replays_;
+          patch_span.reset();
+          const trace::Scope span("family", "launch");
+          g->launch(st);
+          return true;
+        }
+        // Refused by CUDA: the captured chain's parameters below are the check.
+      }
+  }
   graphs::KernelChain chain;
   try {
-    chain = graphs::KernelChain::capture(st, [&] {
-      for (const FixedStretch& f : stretches_)
-        if (f.varying) launch_stretch(f, values, st);
-    });
+    const trace::Scope span("family", "capture_varying");
+    chain = graphs::KernelChain::capture(st, launch_varying);
   } catch (const KernelNotReady&) {
     throw;
   } catch (const std::exception& e) {
@@ -149,8 +204,13 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
     patch_off_ = "the varying steps launch more than kernels and copies (a memset, an allocation)";
     return false;
   }
+  if (rec && !recorded_shapes_.count(rec->shape()) && chain.recorded_by(*rec)) {
+    if (recorded_shapes_.size() >= kMaxRecordedShapes) recorded_shapes_.clear();
+    recorded_shapes_.emplace(rec->shape(), chain.shape());
+  }
   const uint64_t key = mix_key(mix_key(base, 0x9a7c4), chain.shape());
   if (graphs::PatchableGraph* g = graphs_->find_patchable(key)) {
+    std::optional<trace::Scope> patch_span(std::in_place, "family", "patch");
     if (!g->patch(chain)) {
       graphs_->drop_patchable(key);
       patchable_ = false;
@@ -158,6 +218,8 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
       return false;
     }
     ++patched_replays_;
+    patch_span.reset();
+    const trace::Scope span("family", "launch");
     g->launch(st);
     return true;
   }

@@ -133,7 +133,9 @@ GenerateResult generate(const DecoderModel& model, const Tensor& prompt, int64_t
   for (int64_t s = 1; s < steps; ++s) {
     t0 = std::chrono::steady_clock::now();
     const Tensor ids = from_int64s(next, {B, 1}, DType::i64, model.device());
-    next = take(model.forward(ids, cache));
+    const Tensor logits = model.forward(ids, cache);
+    r.step_issue_ms.push_back(ms_since(t0));
+    next = take(logits);
     r.step_ms.push_back(ms_since(t0));
     if (r.first_served_step < 0 && (s % kServedProbeEvery == 0 || s + 1 == steps) &&
         served_calls() > served_before)

@@ -26,6 +26,10 @@ struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  // [batch][steps] new tokens
   double prefill_ms = 0;                     // prompt forward up to its first token on the host
   std::vector<double> step_ms;               // each decode step, token on the host (steps - 1)
+  // The part of each step the program's thread spends issuing it: until the forward returned its
+  // (maybe deferred) logits, before the token is read back. Near step_ms: the step is bound by
+  // the host's calls, not by the GPU.
+  std::vector<double> step_issue_ms;
   // The first decode step (index into step_ms) after which plans had served calls of this run,
   // looked at every kServedProbeEvery steps outside the timed spans; -1: none by the end.
   int64_t first_served_step = -1;

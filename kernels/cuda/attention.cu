@@ -19,6 +19,7 @@
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/warp.cuh"
 
@@ -160,6 +161,9 @@ void launch_attention_general(const AttentionArgs& a, void* stream) {
   const int64_t row_tiles = (a.sq + kRows - 1) / kRows;
   const int64_t blocks = a.batch * a.heads * row_tiles;
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
+  if (record_launch(attention_general_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, 1, a,
+                    row_tiles))
+    return;
   attention_general_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0,
                              static_cast<cudaStream_t>(stream)>>>(a, row_tiles);
   LF_CUDA_LAUNCH_CHECK("attention_general_kernel");

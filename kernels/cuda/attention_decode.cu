@@ -37,6 +37,7 @@
 
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
@@ -404,6 +405,8 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
     cfg.attrs = attrs;
     cfg.numAttrs = 1;
   }
+  if (record_launch(kernel, cfg.gridDim, cfg.blockDim, 0, static_cast<unsigned>(splits), a, lanes, splits))
+    return;
   add_pdl(cfg, attrs);
   LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, lanes, splits));
 }

@@ -42,6 +42,7 @@
 
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "livefuse/config.hpp"
@@ -486,6 +487,9 @@ void launch_for(const AttentionArgs& a, cudaStream_t stream) {
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
   const bool mask_by_key = a.mask_st[2] == 0 && a.mask_st_g == 0;
   const MaskKind kind = !a.mask ? MaskKind::none : mask_by_key ? MaskKind::keys : MaskKind::rows;
+  if (record_launch(attention_mma_kernel<S, D, RW, KW>, dim3(static_cast<unsigned>(blocks)),
+                    dim3(kThreads<RW, KW>), 0, 1, a, row_tiles, kind))
+    return;
   attention_mma_kernel<S, D, RW, KW>
       <<<static_cast<unsigned>(blocks), kThreads<RW, KW>, 0, stream>>>(a, row_tiles, kind);
   LF_CUDA_LAUNCH_CHECK("attention_mma_kernel");

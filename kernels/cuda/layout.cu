@@ -194,6 +194,7 @@ void launch_transpose(void* dst, const void* src, const StridedLayout& l, int p,
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(tq, 1 << 30)),
                   static_cast<unsigned>(std::min<int64_t>(tp, 65535)),
                   static_cast<unsigned>(std::min<int64_t>(a.batch, 65535)));
+  if (record_launch(transpose_kernel<Word>, grid, dim3(kTile, kTileRows), 0, 1, a)) return;
   transpose_kernel<Word><<<grid, dim3(kTile, kTileRows), 0, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("transpose_kernel");
 }
@@ -269,6 +270,7 @@ void launch_alone(const PreparedCopy& c, cudaStream_t s) {
     case PreparedCopy::Kind::none:
       return;
     case PreparedCopy::Kind::memcpy:
+      if (LaunchRecorder* r = recorder()) return r->copy(c.dst, c.src, c.bytes);
       LF_CUDA_CALL(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s));
       return;
     case PreparedCopy::Kind::transpose:

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch_record.hpp"
 
 namespace livefuse::cuda {
 
@@ -25,10 +26,12 @@ inline void add_pdl(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with PDL when enabled; a failed launch throws
-// naming `name`, as LF_CUDA_LAUNCH_CHECK does after a <<<>>> launch.
+// naming `name`, as LF_CUDA_LAUNCH_CHECK does after a <<<>>> launch. Recorded instead while the
+// thread records (launch_record.hpp).
 template <class... Params, class... Args>
 void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                 cudaStream_t stream, Args&&... args) {
+  if (record_launch(kernel, grid, block, smem, 1, std::forward<Args>(args)...)) return;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

@@ -48,6 +48,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_SEAM") return yes_no(c.seam);
   if (name == "LIVEFUSE_SETTLE") return yes_no(c.settle);
   if (name == "LIVEFUSE_FAMILY_GRAPH") return yes_no(c.family_graph);
+  if (name == "LIVEFUSE_FAMILY_RECORD") return yes_no(c.family_record);
   if (name == "LIVEFUSE_GEMV") return yes_no(c.gemv);
   if (name == "LIVEFUSE_GEMV_NORM") return std::to_string(c.gemv_norm);
   if (name == "LIVEFUSE_PACK_CACHE") return yes_no(c.pack_cache);

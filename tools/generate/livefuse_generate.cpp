@@ -104,6 +104,7 @@ int run(const lfd::GenerateArgs& a) {
     }
     runs.push_back({{"prefill_ms", r.prefill_ms},
                     {"step_median_ms", percentile(r.step_ms, 0.5)},
+                    {"step_issue_median_ms", percentile(r.step_issue_ms, 0.5)},
                     {"served_calls", after.served_calls - before.served_calls}});
   }
   if (a.profile_final > 0) {
@@ -137,6 +138,7 @@ int run(const lfd::GenerateArgs& a) {
                  {"prefill_ms", r.prefill_ms},
                  {"step_median_ms", median},
                  {"step_p99_ms", p99},
+                 {"step_issue_median_ms", percentile(r.step_issue_ms, 0.5)},
                  {"step_ms", r.step_ms},
                  {"tokens_per_s", tokens_per_s},
                  {"served_calls", after.served_calls - before.served_calls},

@@ -14,7 +14,8 @@ def main():
     label = sys.argv[3] if len(sys.argv) > 3 else ""
     try:
         d = json.load(open(gen))
-        print(f"{label} ms/token {round(d.get('step_median_ms', -1), 4)} served {d.get('served_calls')};"
+        print(f"{label} ms/token {round(d.get('step_median_ms', -1), 4)}"
+              f" (issued in {round(d.get('step_issue_median_ms', -1), 4)}) served {d.get('served_calls')};"
               f" warm-up: served after {round(d.get('warmup_to_served_ms', -1), 1)} ms,"
               f" slowest token until then {round(d.get('warmup_max_step_ms', -1), 3)} ms")
     except Exception as e:

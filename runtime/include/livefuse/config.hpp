@@ -62,6 +62,10 @@ struct Config {
   // run, its varying steps' kernel nodes patched (graphs/patchable_graph.hpp); 0: its fixed
   // stretches replay as graphs and the varying steps launch directly between them.
   bool family_graph = true;
+  // LIVEFUSE_FAMILY_RECORD: that graph's varying kernel nodes take parameters the varying steps'
+  // launches recorded (kernels/cuda/launch_record.hpp); 0: from a stream capture of those steps at
+  // every run, for comparison.
+  bool family_record = true;
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
