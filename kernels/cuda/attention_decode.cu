@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
@@ -41,8 +42,10 @@
 #include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
+#include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/warp.cuh"
 
 namespace livefuse::cuda {
@@ -421,6 +424,22 @@ void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void preload_attention_decode_kernels(DType dt) {
+  with_float_storage(dt, [](auto tag) {
+    using S = decltype(tag);
+    constexpr int kVecW = 16 / sizeof(typename S::Bits);
+    const auto rows = [](auto r) {
+      constexpr int kRows = decltype(r)::value;
+      load_kernel(decode_kernel<S, kRows, kVecW, true>);
+      load_kernel(decode_kernel<S, kRows, kScalarW, false>);
+    };
+    rows(std::integral_constant<int, 1>{});
+    rows(std::integral_constant<int, 2>{});
+    rows(std::integral_constant<int, 4>{});
+    rows(std::integral_constant<int, 8>{});
+  });
+}
 
 void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::memory_order_relaxed); }

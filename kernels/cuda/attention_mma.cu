@@ -43,6 +43,8 @@
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/launch_record.hpp"
+#include "kernels/cuda/launch_util.hpp"
+#include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "livefuse/config.hpp"
@@ -505,6 +507,20 @@ void launch_config(const AttentionArgs& a, AttentionMmaConfig c, cudaStream_t st
 }
 
 }  // namespace
+
+void preload_attention_mma_kernels(DType dt) {
+  const auto d = [](auto tag, auto dim) {
+    using S = decltype(tag);
+    constexpr int D = decltype(dim)::value;
+    load_kernel(attention_mma_kernel<S, D, 4, 1>);
+    if constexpr (D == 64) {
+      load_kernel(attention_mma_kernel<S, D, 2, 2>);
+      load_kernel(attention_mma_kernel<S, D, 1, 2>);
+    }
+  };
+  if (dt == DType::f16) d(F16{}, std::integral_constant<int, 64>{}), d(F16{}, std::integral_constant<int, 128>{});
+  if (dt == DType::bf16) d(BF16{}, std::integral_constant<int, 64>{}), d(BF16{}, std::integral_constant<int, 128>{});
+}
 
 bool attention_mma_fits(const AttentionArgs& a) {
   if (a.dtype != DType::f16 && a.dtype != DType::bf16) return false;

@@ -3,7 +3,9 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/ops_host.hpp"
+#include "kernels/cuda/preload.hpp"
 #include "kernels/jit/custom_eager.hpp"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 
@@ -22,6 +24,8 @@ void run(const OpCall& call, std::span<const Tensor> outputs, void* stream) {
     case OpCategory::Normalization:
       return run_normalization(call, out, s);
     case OpCategory::Matmul:
+      // The kernels plans launch load before the first plan runs (preload.hpp, the Note).
+      if (config().mode == Mode::on) preload_plan_kernels(out.dtype());
       return call.op == OpId::matmul ? run_matmul(call, out, stream)
                                      : run_linear(call, out, stream);
     case OpCategory::Layout:

@@ -11,6 +11,8 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/launch_util.hpp"
+#include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
@@ -337,6 +339,20 @@ void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
   }
 }
 
+template <class S, int kRows>
+void load_rows() {
+  const auto split = [](auto k) {
+    constexpr int kSplit = decltype(k)::value;
+    load_kernel(gemv_kernel<S, kRows, kSplit, false, false>);
+    load_kernel(gemv_kernel<S, kRows, kSplit, true, false>);
+    load_kernel(gemv_kernel<S, kRows, kSplit, false, true>);
+    load_kernel(gemv_kernel<S, kRows, kSplit, true, true>);
+  };
+  split(std::integral_constant<int, 1>{});
+  split(std::integral_constant<int, 2>{});
+  split(std::integral_constant<int, 4>{});
+}
+
 template <class S, bool kNorm, bool kGate>
 void launch_typed(const GemvArgs& a, int split, cudaStream_t s) {
   if (a.rows == 1) return launch_rows<S, 1, kNorm, kGate>(a, split, s);
@@ -376,6 +392,16 @@ std::atomic<bool> g_prefetch{true};
 
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
+
+void preload_gemv_kernels(DType dt) {
+  with_float_storage(dt, [](auto storage) {
+    using S = decltype(storage);
+    load_rows<S, 1>();
+    load_rows<S, 2>();
+    load_rows<S, 4>();
+    load_rows<S, 8>();
+  });
+}
 
 void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;

@@ -5,9 +5,19 @@
 #include <limits>
 #include <type_traits>
 
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/device_info.hpp"
 
 namespace livefuse::cuda {
+
+// Loads `kernel`'s code onto the current device now, instead of at its first launch
+// (preload.hpp, the Note); an error is left for the launch to report.
+template <class... P>
+inline void load_kernel(void (*kernel)(P...)) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)) != cudaSuccess) (void)cudaGetLastError();
+}
 
 inline constexpr int kEwThreads = 256;
 

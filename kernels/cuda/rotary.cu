@@ -11,6 +11,7 @@
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
+#include "kernels/cuda/preload.hpp"
 #include "kernels/rotary_args.hpp"
 
 namespace livefuse::cuda {
@@ -52,6 +53,10 @@ __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryLaunch l) 
 }
 
 }  // namespace
+
+void preload_rotary_kernels(DType dt) {
+  with_float_storage(dt, [](auto tag) { load_kernel(rotary_kernel<decltype(tag)>); });
+}
 
 void launch_rotary(const RotaryArgs* parts, int count, void* stream) {
   LF_ASSERT(count >= 1 && count <= kRotaryMaxParts, "rotary: ", count, " parts");

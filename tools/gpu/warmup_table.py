@@ -18,5 +18,7 @@ print(f"  off: median {med:.3f} ms a token, its first run's slowest of tokens 0.
       f" on: first served at token {served} of run 1, median (last run) {on.get('step_median_ms', 0):.3f}")
 print(f"  on's slowest until served {max(a[:n]):.3f} ms = {max(a[:n]) / med:.2f}x off's median;"
       f" token by token at most {max(a[k] / b[k] for k in range(n)):.2f}x off's same token")
+first_prefill = lambda d: (d.get("runs") or [{}])[0].get("prefill_ms", -1)
+print(f"  first run's prefill (the prompt's forward): on {first_prefill(on):.2f} ms, off {first_prefill(off):.2f} ms")
 for k in sorted(range(n), key=lambda k: -a[k])[:5]:
     print(f"    token {k:3d}: on {a[k]:.3f} ms, off {b[k]:.3f} ms ({a[k] / b[k]:.2f}x; {a[k] / med:.2f}x off's median)")
