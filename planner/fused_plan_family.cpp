@@ -21,14 +21,14 @@
 // the stretches.
 #include "planner/fused_plan.hpp"
 
+#include <optional>
+
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/plan.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/memory_pool.hpp"
-
-#include <optional>
 #if LIVEFUSE_HAS_CUDA
 #include "graphs/patchable_graph.hpp"
 #include "kernels/cuda/launch_record.hpp"
