@@ -2,7 +2,8 @@
 // while the kernel before it runs, so every such kernel must wait before it reads what that
 // kernel wrote or writes what it reads. Checked on chains in which each kernel writes the buffer
 // the one before it read (a write-after-read a missing wait would race) and reads what it wrote,
-// run eagerly, as a captured graph and as a patched PatchableGraph: the same bits as the chain
+// run eagerly, as a captured graph and as a PatchableGraph patched from a capture or from recorded
+// launches (kernels/cuda/launch_record.hpp): the same bits as the chain
 // without PDL. Needs a GPU (sm_90 for the overlap itself; older ones run the same code unchained).
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 #include "graphs/patchable_graph.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/pdl.hpp"
 #include "livefuse/config.hpp"
@@ -191,6 +193,47 @@ LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one b
     REQUIRE(pg->patch(k));
     pg->launch(s);
     CHECK(c.result(s) == want1);
+  }
+  SUBCASE("a PatchableGraph patched from recorded launches: nothing runs while recording") {
+    std::vector<uint16_t> want1;
+    {
+      const lftest::ScopedConfig off(&livefuse::Config::pdl, false);
+      c.enqueue(c.in1, s);
+      want1 = c.result(s);
+    }
+    auto pg = gr::PatchableGraph::capture(s, [&](gr::RegionMarks& m) {
+      m.begin();
+      c.enqueue(c.in0, s);
+      m.end();
+    });
+    REQUIRE(pg);
+    REQUIRE(pg->ok());
+    CU_OK(cudaMemsetAsync(c.d, 0, kRows * kCols * 2, s));
+    cu::LaunchRecorder rec;
+    {
+      const cu::RecordingScope scope(&rec);
+      c.enqueue(c.in1, s);
+    }
+    CHECK(cu::recorder() == nullptr);
+    CHECK(rec.launches().size() == 2 * kSteps);
+    CHECK(c.result(s) == std::vector<uint16_t>(kRows * kCols, 0));  // nothing ran
+    // Trusted after one match with a capture of the same launches.
+    const gr::KernelChain k = gr::KernelChain::capture(s, [&] { c.enqueue(c.in1, s); });
+    REQUIRE(k.ok());
+    REQUIRE(k.recorded_by(rec));
+    REQUIRE(pg->patch(rec));
+    pg->launch(s);
+    CHECK(c.result(s) == want1);
+    // And back to the first input, from another recording of the same shape.
+    cu::LaunchRecorder again;
+    {
+      const cu::RecordingScope scope(&again);
+      c.enqueue(c.in0, s);
+    }
+    CHECK(again.shape() == rec.shape());
+    REQUIRE(pg->patch(again));
+    pg->launch(s);
+    CHECK(c.result(s) == want);
   }
   CU_OK(cudaStreamDestroy(s));
 }
