@@ -161,6 +161,14 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
     for (const FixedStretch& f : stretches_)
       if (f.varying) launch_stretch(f, values, st);
   };
+  // The whole graph of a chain shape, and its run once patched.
+  const auto graph_key = [&](uint64_t chain_shape) { return mix_key(mix_key(base, 0x9a7c4), chain_shape); };
+  const auto launch_patched = [&](const graphs::PatchableGraph& g) {
+    ++patched_replays_;
+    const trace::Scope span("family", "launch");
+    g.launch(st);
+    return true;
+  };
   // Recorded first (nothing runs: kernels/cuda/launch_record.hpp, the Note): a recorded shape
   // already matched to a captured chain patches its graph straight from the recording.
   std::optional<cuda::LaunchRecorder> rec;
@@ -178,14 +186,15 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
     }
     const auto known = rec ? recorded_shapes_.find(rec->shape()) : recorded_shapes_.end();
     if (known != recorded_shapes_.end())
-      if (graphs::PatchableGraph* g = graphs_->find_patchable(mix_key(mix_key(base, 0x9a7c4), known->second))) {
-        std::optional<trace::Scope> patch_span(std::in_place, "family", "patch");
-        if (g->patch(*rec)) {
-          ++patched_replays_, ++recorded_replays_;
-          patch_span.reset();
-          const trace::Scope span("family", "launch");
-          g->launch(st);
-          return true;
+      if (graphs::PatchableGraph* g = graphs_->find_patchable(graph_key(known->second))) {
+        bool patched;
+        {
+          const trace::Scope span("family", "patch");
+          patched = g->patch(*rec);
+        }
+        if (patched) {
+          ++recorded_replays_;
+          return launch_patched(*g);
         }
         // Refused by CUDA: the captured chain's parameters below are the check.
       }
@@ -208,20 +217,20 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
     if (recorded_shapes_.size() >= kMaxRecordedShapes) recorded_shapes_.clear();
     recorded_shapes_.emplace(rec->shape(), chain.shape());
   }
-  const uint64_t key = mix_key(mix_key(base, 0x9a7c4), chain.shape());
+  const uint64_t key = graph_key(chain.shape());
   if (graphs::PatchableGraph* g = graphs_->find_patchable(key)) {
-    std::optional<trace::Scope> patch_span(std::in_place, "family", "patch");
-    if (!g->patch(chain)) {
+    bool patched;
+    {
+      const trace::Scope span("family", "patch");
+      patched = g->patch(chain);
+    }
+    if (!patched) {
       graphs_->drop_patchable(key);
       patchable_ = false;
       patch_off_ = "CUDA refused the varying kernels' parameters";
       return false;
     }
-    ++patched_replays_;
-    patch_span.reset();
-    const trace::Scope span("family", "launch");
-    g->launch(st);
-    return true;
+    return launch_patched(*g);
   }
   if (runs_directly(key, true)) return false;  // first sight: stretch by stretch, as before
   std::unique_ptr<graphs::PatchableGraph> built;

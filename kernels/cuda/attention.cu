@@ -19,8 +19,8 @@
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/warp.cuh"
 
 namespace livefuse::cuda {

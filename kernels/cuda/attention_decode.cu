@@ -38,10 +38,10 @@
 
 #include "kernels/cuda/attention_decode.hpp"
 #include "kernels/cuda/check.cuh"
-#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"

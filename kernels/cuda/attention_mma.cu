@@ -42,11 +42,11 @@
 
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/launch_util.hpp"
 #include "kernels/cuda/preload.hpp"
-#include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/dtype_io.cuh"
 #include "livefuse/config.hpp"
 
 namespace livefuse::cuda {

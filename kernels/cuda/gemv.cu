@@ -12,9 +12,9 @@
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/launch_util.hpp"
-#include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
+#include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/warp.cuh"
 
 namespace livefuse::cuda {
