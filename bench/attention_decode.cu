@@ -3,9 +3,10 @@
 // decoders' decode shapes: GPT-2 small (12 heads, d 64, one row) and Llama-3.2-1B (8 K/V heads of
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
-// Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N]
+// Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
 // (--max-splits: cap the blocks a head's keys are split over, to compare cluster sizes;
-// --max-rows 1 | 2 | 4: query rows a block takes at most, 0 the launch's own choice.)
+// --max-rows 1 | 2 | 4: query rows a block takes at most, 0 the launch's own choice; --wide: the
+// kernel built for one block an SM, as before the lean build.)
 // Exit status 1 when any case differs from the reference beyond its dtype's tolerance.
 //
 // Timing: each launch is timed alone with CUDA events, after a short spin kernel so that the
@@ -313,8 +314,10 @@ int main(int argc, char** argv) {
       livefuse::cuda::set_attention_decode_max_splits(std::max(0, std::atoi(argv[++i])));
     else if (arg == "--max-rows" && i + 1 < argc)
       livefuse::cuda::set_attention_decode_max_rows(std::max(0, std::atoi(argv[++i])));
+    else if (arg == "--wide")
+      livefuse::cuda::set_attention_decode_lean(false);
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide]\n", argv[0]);
       return 2;
     }
   }

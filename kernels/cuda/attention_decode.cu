@@ -25,7 +25,8 @@
 // unrolled (37.2 before); the 8.4 MB of K and V take 2 us at the copy bandwidth: not reached.
 // ncu there: 250 GB/s, 64 blocks on 132 SMs, 222 registers (2 warps a scheduler), ~150
 // instructions a key per lane -- bound by instructions and latency, not memory (bench/RESULTS.md,
-// session 23).
+// session 23). The lean build (unroll_for below) fits two blocks an SM: 4096 keys 27.4 -> 23.1.
+// A workspace and more splits than a cluster holds is the next step.
 //
 // Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
 // the mask; a row whose scores are all -inf, or hold a NaN or +inf, is NaN; a step of keys that
@@ -47,6 +48,7 @@
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/warp.cuh"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -60,8 +62,16 @@ constexpr int kScalarW = 4;             // columns per thread on the strided pat
 constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Keys per group and step: more bytes in flight with few rows, fewer registers with many.
-constexpr int unroll_for(int rows) { return rows == 1 ? 8 : rows <= 4 ? 4 : 2; }
+// Keys per group and step: more bytes in flight with few rows, fewer registers with many. The
+// lean build (the default; LIVEFUSE_DECODE_LEAN=0 turns it off) halves it and asks for two
+// blocks an SM (115-128 registers a thread instead of 191-223): in the wide build one block
+// filled an SM, so a head's cluster of 8 splits held 8 SMs and a long cache streamed at ~250
+// GB/s (the note above). H200, livefuse-bench-attention-decode, cold us: GPT-2 f16 128 / 1024
+// keys 8.9 / 11.0 -> 8.0 / 10.0 (4096: 21.5 either way); Llama GQA with two-row blocks below.
+constexpr int unroll_for(int rows, bool lean) {
+  const int u = rows == 1 ? 8 : rows <= 4 ? 4 : 2;
+  return lean ? (u > 1 ? u / 2 : 1) : u;
+}
 
 // The running softmax of one row over some keys, as the blocks of a split leave it.
 template <int kRows>
@@ -148,10 +158,10 @@ __device__ __forceinline__ void fold(int n, Part part, int r, int c, float& m, f
 }
 
 // The per-thread state of one block's walk over its keys.
-template <class S, int kRows, int W, bool kVec>
+template <class S, int kRows, int W, bool kVec, bool kLean>
 struct Walker {
   using Bits = typename S::Bits;
-  static constexpr int kUnroll = unroll_for(kRows);
+  static constexpr int kUnroll = unroll_for(kRows, kLean);
 
   const AttentionArgs& a;
   int lanes, c0;
@@ -309,8 +319,9 @@ __device__ void prefetch_rows(const void* base, const int64_t (&st)[4], int64_t 
 }
 
 // Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head), y = row blocks.
-template <class S, int kRows, int W, bool kVec>
-__global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int lanes, int splits) {
+template <class S, int kRows, int W, bool kVec, bool kLean>
+__global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
+    decode_kernel(AttentionArgs a, int lanes, int splits) {
   __shared__ Shared<kRows> sh;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int split = static_cast<int>(blockIdx.x % splits);
@@ -327,8 +338,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int l
   }
   pdl_wait();  // nothing above reads q, K or V, or writes anything
 
-  Walker<S, kRows, W, kVec> st(a, b, h, row0, lanes, (lane % lanes) * W);
-  constexpr int kUnroll = Walker<S, kRows, W, kVec>::kUnroll;
+  Walker<S, kRows, W, kVec, kLean> st(a, b, h, row0, lanes, (lane % lanes) * W);
+  constexpr int kUnroll = Walker<S, kRows, W, kVec, kLean>::kUnroll;
   for (int64_t j0 = begin; j0 < end; j0 += int64_t{groups} * kUnroll)
     st.step(j0 + group, groups, end);
   st.merge_warp();
@@ -353,6 +364,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionArgs a, int l
 std::atomic<bool> g_enabled{true};
 std::atomic<int> g_max_splits{0};
 std::atomic<int> g_max_rows{0};
+std::atomic<bool> g_lean{true};
+
+// The lean build for blocks of one or two rows (LIVEFUSE_DECODE_LEAN, and the benchmark's switch).
+bool lean_build() { return g_lean.load(std::memory_order_relaxed) && config().decode_lean; }
 
 int64_t next_pow2(int64_t x) {
   int64_t p = 1;
@@ -388,9 +403,9 @@ int choose_splits(const AttentionArgs& a, int64_t row_blocks, int64_t sms, int m
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sms, by_keys), 1, most));
 }
 
-template <class S, int kRows, int W, bool kVec>
+template <class S, int kRows, int W, bool kVec, bool kLean>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  const auto kernel = decode_kernel<S, kRows, W, kVec>;
+  const auto kernel = decode_kernel<S, kRows, W, kVec, kLean>;
   const int lanes = static_cast<int>(next_pow2((std::max(a.d, a.dv) + W - 1) / W));
   const int64_t row_blocks = (a.sq + kRows - 1) / kRows;
   const DeviceInfo& dev = current_device_info();
@@ -417,10 +432,18 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
 template <class S, int kRows>
 void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int kVecW = 16 / sizeof(typename S::Bits);
-  if (vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW))
-    launch<S, kRows, kVecW, true>(a, stream);
-  else
-    launch<S, kRows, kScalarW, false>(a, stream);
+  const bool vec =
+      vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW);
+  // Lean for blocks of one or two rows only: a block of 8 rows (9-16 query rows, e.g. a GQA
+  // group of 4 over 4 tokens) spilled under the cap and took 27.6 us where the wide build took
+  // 18.4 (H200, 512 keys).
+  if constexpr (kRows <= 2) {
+    if (lean_build())
+      return vec ? launch<S, kRows, kVecW, true, true>(a, stream)
+                 : launch<S, kRows, kScalarW, false, true>(a, stream);
+  }
+  vec ? launch<S, kRows, kVecW, true, false>(a, stream)
+      : launch<S, kRows, kScalarW, false, false>(a, stream);
 }
 
 }  // namespace
@@ -431,8 +454,15 @@ void preload_attention_decode_kernels(DType dt) {
     constexpr int kVecW = 16 / sizeof(typename S::Bits);
     const auto rows = [](auto r) {
       constexpr int kRows = decltype(r)::value;
-      load_kernel(decode_kernel<S, kRows, kVecW, true>);
-      load_kernel(decode_kernel<S, kRows, kScalarW, false>);
+      if constexpr (kRows <= 2) {
+        if (lean_build()) {
+          load_kernel(decode_kernel<S, kRows, kVecW, true, true>);
+          load_kernel(decode_kernel<S, kRows, kScalarW, false, true>);
+          return;
+        }
+      }
+      load_kernel(decode_kernel<S, kRows, kVecW, true, false>);
+      load_kernel(decode_kernel<S, kRows, kScalarW, false, false>);
     };
     rows(std::integral_constant<int, 1>{});
     rows(std::integral_constant<int, 2>{});
@@ -444,6 +474,7 @@ void preload_attention_decode_kernels(DType dt) {
 void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::memory_order_relaxed); }
 void set_attention_decode_max_rows(int most) { g_max_rows.store(most, std::memory_order_relaxed); }
+void set_attention_decode_lean(bool on) { g_lean.store(on, std::memory_order_relaxed); }
 
 bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
@@ -455,15 +486,20 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   with_float_storage(a.dtype, [&](auto tag) {
     using S = decltype(tag);
-    // A GQA group of 2-4 rows as two row blocks of 2 while those blocks take at most 3/4 of the
-    // SMs (their clusters must all be resident at once). H200, Llama-1B batch 1 (8 K/V heads),
-    // us a layer: 128 keys 11.6 -> 9.2, 777 keys 17.7 -> 13.5; but at 1024 and 4096 keys, 8
-    // splits a head, 13.7 -> 18.5 and 27.6 -> 37.5 (128 blocks in clusters of 8 on 132 SMs).
+    // A GQA group of 2-4 rows as two row blocks of 2. The wide build (one block an SM) did so
+    // only while those blocks took at most 3/4 of the SMs (their clusters must all be resident
+    // at once): H200, Llama-1B batch 1 (8 K/V heads), us a layer: 128 keys 11.6 -> 9.2, 777 keys
+    // 17.7 -> 13.5; but at 1024 and 4096 keys, 8 splits a head, 13.7 -> 18.5 and 27.6 -> 37.5
+    // (128 blocks in clusters of 8 on 132 SMs). The lean build fits two blocks an SM, and two-row
+    // blocks win at every length (livefuse-bench-attention-decode, cold, us: 1024 keys 13.5 ->
+    // 11.6, 4096 keys 27.4 -> 23.1 against the wide build's choice; four-row lean blocks 14.8
+    // and 32.0).
     const int cap = g_max_rows.load(std::memory_order_relaxed);
+    const bool lean = lean_build();
     const int64_t splits = std::clamp<int64_t>(a.sk / kMinSplitKeys, 1, kMaxSplits);
     const int64_t halves = a.batch * a.heads * splits * 2;
-    const bool two = a.sq > 1 && a.sq <= 4 &&
-                     (cap == 2 || (cap == 0 && 4 * halves <= 3 * int64_t{current_device_info().sm_count}));
+    const bool fit = 4 * halves <= 3 * int64_t{current_device_info().sm_count};
+    const bool two = a.sq > 1 && a.sq <= 4 && (cap == 2 || (cap == 0 && (lean || fit)));
     if (a.sq == 1 || cap == 1)
       launch_rows<S, 1>(a, s);
     else if (two)

@@ -26,5 +26,9 @@ void set_attention_decode_max_splits(int most);
 // (two-row blocks for a GQA group of 2-4 rows while those blocks fit the SMs at once); for the
 // benchmark.
 void set_attention_decode_max_rows(int most);
+// The lean build for blocks of one or two rows (on by default, and while LIVEFUSE_DECODE_LEAN is
+// not 0): half the keys in flight per group and step, registers capped for two blocks an SM.
+// Off: the wide build, one block an SM; for the benchmark's comparison.
+void set_attention_decode_lean(bool on);
 
 }  // namespace livefuse::cuda

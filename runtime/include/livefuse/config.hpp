@@ -84,6 +84,10 @@ struct Config {
   // groups when it has fewer blocks than SMs (kernels/cuda/attention_kernels.hpp); 0: never,
   // for comparison.
   bool attention_split = true;
+  // LIVEFUSE_DECODE_LEAN: the CUDA decode attention's blocks of one or two query rows run the
+  // build that fits two blocks an SM (kernels/cuda/attention_decode.cu); 0: the wide build, one
+  // block an SM, and four-row blocks for a GQA group over a long cache, for comparison.
+  bool decode_lean = true;
   // LIVEFUSE_SPLIT_K_ROWS: a CUDA linear that cuBLASLt would split over K, read only by a row
   // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
   // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.
