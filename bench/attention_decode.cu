@@ -4,9 +4,12 @@
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
 // Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
+//        [--no-workspace] [--split-keys N]
 // (--max-splits: cap the blocks a head's keys are split over, to compare cluster sizes;
 // --max-rows 1 | 2 | 4: query rows a block takes at most, 0 the launch's own choice; --wide: the
-// kernel built for one block an SM, as before the lean build.)
+// kernel built for one block an SM, as before the lean build; --no-workspace: splits meet in a
+// cluster only (at most 8), as before the workspace; --split-keys: the fewest keys a split
+// meeting in the workspace takes.)
 // Exit status 1 when any case differs from the reference beyond its dtype's tolerance.
 //
 // Timing: each launch is timed alone with CUDA events, after a short spin kernel so that the
@@ -316,8 +319,15 @@ int main(int argc, char** argv) {
       livefuse::cuda::set_attention_decode_max_rows(std::max(0, std::atoi(argv[++i])));
     else if (arg == "--wide")
       livefuse::cuda::set_attention_decode_lean(false);
+    else if (arg == "--no-workspace")
+      livefuse::cuda::set_attention_decode_workspace(false);
+    else if (arg == "--split-keys" && i + 1 < argc)
+      livefuse::cuda::set_attention_decode_split_keys(std::max(0, std::atoi(argv[++i])));
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide] "
+                   "[--no-workspace] [--split-keys N]\n",
+                   argv[0]);
       return 2;
     }
   }

@@ -1,7 +1,7 @@
 // Decode attention (flash-decoding): out = softmax(q kᵀ * scale + mask) v for a few query rows
 // per (batch, K/V head) -- one token of each query head, the G heads of a grouped-query K/V head
 // stacked as rows -- against a long KV cache. The general kernel (attention.cu) gives such a
-// head one block that walks every key; here the keys are split over up to 8 blocks so that even
+// head one block that walks every key; here the keys are split over several blocks so that even
 // batch 1 with 8 K/V heads keeps most SMs streaming the cache.
 //
 // Layout. A block of 8 warps takes one (batch, K/V head, up to kRows rows) and one split: a
@@ -13,20 +13,24 @@
 // before the first use, for bytes in flight), reduces the dot products over its lanes with
 // shuffles, and rescales once per step.
 //
-// Combining without a workspace. The groups of a warp merge by shuffles, the warps of a block
-// through shared memory, and the splits of a head through distributed shared memory: the
-// splits of a head are one thread-block cluster (sm_90), and after a cluster barrier each block
-// reads every block's partial (m, l, acc) and writes its share of the outputs. So there is no
-// global workspace to size, to grow while a CUDA graph is being captured, or to keep apart
-// between streams, and it is one launch. The price is at most 8 splits (the portable cluster
-// size); devices without clusters get one block per head and row block. Measured on the H200
-// (Llama-1B bf16, 4096 keys, 8 K/V heads): 16 splits (sm_90's non-portable cluster size) took
-// 45 us a layer where 8 took 39-40 -- and 27.5 cold in the benchmark once the group sums were
-// unrolled (37.2 before); the 8.4 MB of K and V take 2 us at the copy bandwidth: not reached.
-// ncu there: 250 GB/s, 64 blocks on 132 SMs, 222 registers (2 warps a scheduler), ~150
-// instructions a key per lane -- bound by instructions and latency, not memory (bench/RESULTS.md,
-// session 23). The lean build (unroll_for below) fits two blocks an SM: 4096 keys 27.4 -> 23.1.
-// A workspace and more splits than a cluster holds is the next step.
+// Combining. The groups of a warp merge by shuffles, the warps of a block through shared memory,
+// and the splits of a head in one of two ways:
+//  * in a thread-block cluster (sm_90): after a cluster barrier each block reads every block's
+//    partial (m, l, acc) through distributed shared memory and writes its share of the outputs.
+//    No workspace, one launch, but at most 8 splits (the portable cluster size). Measured on the
+//    H200 (Llama-1B bf16, 4096 keys, 8 K/V heads): 16 splits (sm_90's non-portable cluster size)
+//    took 45 us a layer where 8 took 39-40 -- and 27.5 cold in the benchmark once the group sums
+//    were unrolled (37.2 before); the 8.4 MB of K and V take 2 us at the copy bandwidth. ncu
+//    there: 250 GB/s, 64 blocks on 132 SMs, 222 registers (2 warps a scheduler), ~150
+//    instructions a key per lane -- bound by instructions and latency, not memory (bench/
+//    RESULTS.md, session 23). The lean build (unroll_for below) fits two blocks an SM: 4096
+//    keys 27.4 -> 23.1.
+//  * in the stream's workspace (split_space.hpp), when a wave of the device wants more splits
+//    than a cluster holds (long caches, few heads): each block writes its partial to its slot,
+//    and the last split of a tile to arrive (an atomic count, set back to zero by that block)
+//    folds them and writes the rows. Still one launch; the count makes it graph-safe. Devices
+//    without clusters take this path too. A stream being captured before it ever had a
+//    workspace uses clusters.
 //
 // Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
 // the mask; a row whose scores are all -inf, or hold a NaN or +inf, is NaN; a step of keys that
@@ -47,6 +51,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/preload.hpp"
+#include "kernels/cuda/split_space.hpp"
 #include "kernels/cuda/warp.cuh"
 #include "livefuse/config.hpp"
 
@@ -57,6 +62,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
 constexpr int kMaxSplits = 8;           // the portable cluster size
+constexpr int kMaxMeetSplits = 64;      // splits meeting in the workspace (split_space.hpp)
 constexpr int64_t kMinSplitKeys = 128;  // a split shorter than this costs more than it hides
 constexpr int kScalarW = 4;             // columns per thread on the strided path: 32 * 4 = kMaxD
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -70,7 +76,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // keys 8.9 / 11.0 -> 8.0 / 10.0 (4096: 21.5 either way); Llama GQA with two-row blocks below.
 constexpr int unroll_for(int rows, bool lean) {
   const int u = rows == 1 ? 8 : rows <= 4 ? 4 : 2;
-  return lean ? (u > 1 ? u / 2 : 1) : u;
+  return lean ? u / 2 : u;
 }
 
 // The running softmax of one row over some keys, as the blocks of a split leave it.
@@ -142,20 +148,28 @@ __device__ __forceinline__ void merge(float& m, float& l, float (&acc)[W], float
 }
 
 // Row r, column c of the merge of n partials (part(i): the i-th): max, sum and accumulator.
-template <int kRows, class Part>
-__device__ __forceinline__ void fold(int n, Part part, int r, int c, float& m, float& l,
+// ld(x) reads x: plainly, or past L1 for partials other blocks wrote to global memory.
+template <int kRows, class Part, class Ld>
+__device__ __forceinline__ void fold(int n, Part part, Ld ld, int r, int c, float& m, float& l,
                                      float& acc) {
   m = kNegInf;
-  for (int i = 0; i < n; ++i) m = lf_max(m, part(i)->m[r]);
+  for (int i = 0; i < n; ++i) m = lf_max(m, ld(part(i)->m[r]));
   l = 0.0f;
   acc = 0.0f;
   for (int i = 0; i < n; ++i) {
     const Partial<kRows>* p = part(i);
-    const float w = weight(p->m[r], m);
-    l += p->l[r] * w;
-    acc += p->acc[r][c] * w;
+    const float w = weight(ld(p->m[r]), m);
+    l += ld(p->l[r]) * w;
+    acc += ld(p->acc[r][c]) * w;
   }
 }
+
+struct PlainLoad {
+  __device__ float operator()(const float& x) const { return x; }
+};
+struct GlobalLoad {  // ld.global.cg: from L2, where the writers' fenced stores are
+  __device__ float operator()(const float& x) const { return __ldcg(&x); }
+};
 
 // The per-thread state of one block's walk over its keys.
 template <class S, int kRows, int W, bool kVec, bool kLean>
@@ -275,32 +289,32 @@ struct Walker {
   }
 };
 
-// The block's warps' partials into sh.block.
+// The block's warps' partials into `dst` (shared memory, or the block's slot in the workspace).
 template <int kRows>
-__device__ void merge_block(Shared<kRows>& sh, int dv) {
+__device__ void merge_block(Shared<kRows>& sh, int dv, Partial<kRows>& dst) {
   for (int i = threadIdx.x; i < kRows * dv; i += kThreads) {
     const int r = i / dv, c = i % dv;
     float m, l, acc;
     fold<kRows>(
-        kWarps, [&](int w) { return &sh.warp[w]; }, r, c, m, l, acc);
-    sh.block.acc[r][c] = acc;
-    if (c == 0) sh.block.m[r] = m, sh.block.l[r] = l;
+        kWarps, [&](int w) { return &sh.warp[w]; }, PlainLoad{}, r, c, m, l, acc);
+    dst.acc[r][c] = acc;
+    if (c == 0) dst.m[r] = m, dst.l[r] = l;
   }
 }
 
-// Outputs (this split's share of them: the cluster's blocks divide the elements) from the
-// splits' partials (part(i): split i's).
-template <class S, int kRows, class Part>
-__device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int64_t row0, int split,
-                          int splits, Part part) {
+// Outputs from the `splits` partials (part(i): split i's), share `share` of `shares` of them
+// (the blocks of a cluster divide the elements; the workspace's last block writes them all).
+template <class S, int kRows, class Part, class Ld>
+__device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int64_t row0, int share,
+                          int shares, int splits, Part part, Ld ld) {
   auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
   const int dv = static_cast<int>(a.dv);
-  for (int i = split * kThreads + threadIdx.x; i < kRows * dv; i += splits * kThreads) {
+  for (int i = share * kThreads + threadIdx.x; i < kRows * dv; i += shares * kThreads) {
     const int r = i / dv, c = i % dv;
     const int64_t row = row0 + r;
     if (row >= a.sq) break;  // rows ascend with i
     float m, l, acc;
-    fold<kRows>(splits, part, r, c, m, l, acc);
+    fold<kRows>(splits, part, ld, r, c, m, l, acc);
     // All -inf, or a NaN or +inf score: eager's softmax gives NaN.
     const float y = isfinite(m) ? acc * (1.0f / l) : __int_as_float(0x7fc00000);
     out[row_offset(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
@@ -318,10 +332,19 @@ __device__ void prefetch_rows(const void* base, const int64_t (&st)[4], int64_t 
   prefetch_l2(p, ((end - 1 - begin) * st[2] + cols) * es);
 }
 
-// Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head), y = row blocks.
+// Where the splits of a head meet when they are more than a cluster holds (split_space.hpp):
+// part holds [tile][split] partials (a tile: one batch, head and row block), count[tile] the
+// splits that have arrived. Null part: the splits are one cluster.
+struct SplitMeet {
+  Partial<1>* part = nullptr;  // cast to Partial<kRows> by the kernel
+  unsigned* count = nullptr;
+};
+
+// Grid: x = (batch * head) * splits (a cluster of `splits` blocks per head unless `meet` has a
+// workspace), y = row blocks.
 template <class S, int kRows, int W, bool kVec, bool kLean>
 __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
-    decode_kernel(AttentionArgs a, int lanes, int splits) {
+    decode_kernel(AttentionArgs a, int lanes, int splits, SplitMeet meet) {
   __shared__ Shared<kRows> sh;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int split = static_cast<int>(blockIdx.x % splits);
@@ -345,29 +368,58 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
   st.merge_warp();
   st.store(sh.warp[warp], lane);
   __syncthreads();
-  merge_block(sh, static_cast<int>(a.dv));
+  const int dv = static_cast<int>(a.dv);
+  if (meet.part) {
+    // Through the workspace: the block's partial into its slot, then the last split of the
+    // tile to arrive (each thread's stores fenced before the arrival, the arrival's count read
+    // before the loads: the threadFenceReduction pattern) folds them all and writes the rows.
+    const int64_t tile = bh * gridDim.y + blockIdx.y;
+    auto* slots = reinterpret_cast<Partial<kRows>*>(meet.part) + tile * splits;
+    merge_block(sh, dv, slots[split]);
+    __threadfence();
+    __syncthreads();
+    __shared__ bool last;
+    if (threadIdx.x == 0)
+      last = atomicAdd(&meet.count[tile], 1u) == static_cast<unsigned>(splits - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    write_out<S, kRows>(a, b, h, row0, 0, 1, splits, [&](int i) { return &slots[i]; }, GlobalLoad{});
+    if (threadIdx.x == 0) meet.count[tile] = 0;  // as the next launch on the stream expects it
+    return;
+  }
+  merge_block(sh, dv, sh.block);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's partial is written
-    write_out<S, kRows>(a, b, h, row0, split, splits,
-                        [&](int i) { return cluster.map_shared_rank(&sh.block, i); });
+    write_out<S, kRows>(a, b, h, row0, split, splits, splits,
+                        [&](int i) { return cluster.map_shared_rank(&sh.block, i); }, PlainLoad{});
     cluster.sync();  // and read: a block's shared memory lives only as long as the block
     return;
   }
 #endif
   __syncthreads();
-  write_out<S, kRows>(a, b, h, row0, 0, 1, [&](int) { return &sh.block; });
+  write_out<S, kRows>(a, b, h, row0, 0, 1, 1, [&](int) { return &sh.block; }, PlainLoad{});
 }
 
 std::atomic<bool> g_enabled{true};
 std::atomic<int> g_max_splits{0};
 std::atomic<int> g_max_rows{0};
 std::atomic<bool> g_lean{true};
+std::atomic<bool> g_meet_in_workspace{true};
+std::atomic<int64_t> g_split_keys{0};
 
-// The lean build for blocks of one or two rows (LIVEFUSE_DECODE_LEAN, and the benchmark's switch).
-bool lean_build() { return g_lean.load(std::memory_order_relaxed) && config().decode_lean; }
+// The lean build for blocks of one or two rows (LIVEFUSE_DECODE_LEAN, and the benchmark's
+// switch). Never for 4 or 8 rows: a block of 8 rows (9-16 query rows, e.g. a GQA group of 4
+// over 4 tokens) spilled under the cap and took 27.6 us where the wide build took 18.4 (H200,
+// 512 keys); `if constexpr` on kRows keeps those lean kernels from being instantiated at all.
+template <int kRows>
+bool lean_rows() {
+  if constexpr (kRows <= 2) return g_lean.load(std::memory_order_relaxed) && config().decode_lean;
+  return false;
+}
 
 int64_t next_pow2(int64_t x) {
   int64_t p = 1;
@@ -395,12 +447,41 @@ int max_splits(Kernel kernel) {
   return n;
 }
 
-// Splits per head: enough blocks for two per SM, no split shorter than kMinSplitKeys.
+// Blocks of `kernel` an SM holds at once (asked once per kernel, as max_splits).
+template <class Kernel>
+int64_t blocks_per_sm(Kernel kernel) {
+  static const int64_t n = [&] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      b = 1;
+    }
+    return int64_t{b > 0 ? b : 1};
+  }();
+  return n;
+}
+
+// Splits per head in a cluster: enough blocks for two per SM, no split shorter than
+// kMinSplitKeys.
 int choose_splits(const AttentionArgs& a, int64_t row_blocks, int64_t sms, int most) {
   const int64_t blocks = a.batch * a.heads * row_blocks;
   const int64_t by_sms = (2 * sms + blocks - 1) / blocks;
   const int64_t by_keys = std::max<int64_t>(1, a.sk / kMinSplitKeys);
   return static_cast<int>(std::clamp<int64_t>(std::min(by_sms, by_keys), 1, most));
+}
+
+// Splits per head through the workspace (0: none): at most one wave of blocks -- `resident` of
+// them fit the device at once; rounding up left a second wave of a few blocks, H200 Llama GQA
+// 4096 keys: 17 splits 26.7 us against 8 in clusters 23.4 --, no split shorter than the
+// minimum, as many partials as the space holds.
+int workspace_splits(const AttentionArgs& a, int64_t row_blocks, int64_t resident, size_t part) {
+  const int64_t tiles = a.batch * a.heads * row_blocks;
+  if (!g_meet_in_workspace.load(std::memory_order_relaxed) || tiles > kSplitSpaceCounters) return 0;
+  const int64_t min_keys = g_split_keys.load(std::memory_order_relaxed);
+  const int64_t by_sms = resident / tiles;
+  const int64_t by_keys = a.sk / (min_keys > 0 ? min_keys : kMinSplitKeys);
+  const int64_t by_space = static_cast<int64_t>(kSplitSpaceBytes / part) / tiles;
+  return static_cast<int>(std::clamp<int64_t>(std::min({by_sms, by_keys, by_space}), 0, kMaxMeetSplits));
 }
 
 template <class S, int kRows, int W, bool kVec, bool kLean>
@@ -410,23 +491,37 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t row_blocks = (a.sq + kRows - 1) / kRows;
   const DeviceInfo& dev = current_device_info();
   int most = dev.cc_major >= 9 ? max_splits(kernel) : 1;  // clusters: sm_90+
-  if (const int cap = g_max_splits.load(std::memory_order_relaxed); cap > 0) most = std::min(most, cap);
-  const int splits = choose_splits(a, row_blocks, dev.sm_count, most);
+  const int cap = g_max_splits.load(std::memory_order_relaxed);
+  if (cap > 0) most = std::min(most, cap);
+  int splits = choose_splits(a, row_blocks, dev.sm_count, most);
+  // More splits than a cluster holds meet in the stream's workspace (the note at the top).
+  SplitMeet meet;
+  int wide = workspace_splits(a, row_blocks, blocks_per_sm(kernel) * dev.sm_count, sizeof(Partial<kRows>));
+  if (cap > 0) wide = std::min(wide, cap);
+  if (wide > splits) {
+    const SplitSpace space = split_space(stream);
+    if (space.part) {
+      meet = SplitMeet{static_cast<Partial<1>*>(space.part), space.count};
+      splits = wide;
+    }
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim =
       dim3(static_cast<unsigned>(a.batch * a.heads * splits), static_cast<unsigned>(row_blocks));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attrs[2]{};
-  if (splits > 1) {
+  const bool cluster = splits > 1 && !meet.part;
+  if (cluster) {
     attrs[0] = cluster_attr(static_cast<unsigned>(splits));
     cfg.attrs = attrs;
     cfg.numAttrs = 1;
   }
-  if (record_launch(kernel, cfg.gridDim, cfg.blockDim, 0, static_cast<unsigned>(splits), a, lanes, splits))
+  if (record_launch(kernel, cfg.gridDim, cfg.blockDim, 0, cluster ? static_cast<unsigned>(splits) : 1u, a,
+                    lanes, splits, meet))
     return;
   add_pdl(cfg, attrs);
-  LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, lanes, splits));
+  LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, lanes, splits, meet));
 }
 
 template <class S, int kRows>
@@ -434,11 +529,8 @@ void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int kVecW = 16 / sizeof(typename S::Bits);
   const bool vec =
       vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW);
-  // Lean for blocks of one or two rows only: a block of 8 rows (9-16 query rows, e.g. a GQA
-  // group of 4 over 4 tokens) spilled under the cap and took 27.6 us where the wide build took
-  // 18.4 (H200, 512 keys).
   if constexpr (kRows <= 2) {
-    if (lean_build())
+    if (lean_rows<kRows>())
       return vec ? launch<S, kRows, kVecW, true, true>(a, stream)
                  : launch<S, kRows, kScalarW, false, true>(a, stream);
   }
@@ -455,7 +547,7 @@ void preload_attention_decode_kernels(DType dt) {
     const auto rows = [](auto r) {
       constexpr int kRows = decltype(r)::value;
       if constexpr (kRows <= 2) {
-        if (lean_build()) {
+        if (lean_rows<kRows>()) {
           load_kernel(decode_kernel<S, kRows, kVecW, true, true>);
           load_kernel(decode_kernel<S, kRows, kScalarW, false, true>);
           return;
@@ -475,6 +567,8 @@ void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_ord
 void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::memory_order_relaxed); }
 void set_attention_decode_max_rows(int most) { g_max_rows.store(most, std::memory_order_relaxed); }
 void set_attention_decode_lean(bool on) { g_lean.store(on, std::memory_order_relaxed); }
+void set_attention_decode_workspace(bool on) { g_meet_in_workspace.store(on, std::memory_order_relaxed); }
+void set_attention_decode_split_keys(int64_t keys) { g_split_keys.store(keys, std::memory_order_relaxed); }
 
 bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
@@ -482,7 +576,7 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   if (!floats || a.sq < 1 || a.sq > kAttentionDecodeMaxRows || a.sk < 1 || a.d < 1 || a.d > kMaxD ||
       a.dv < 1 || a.dv > kMaxD || a.batch < 1 || a.heads < 1)
     return false;
-  if (a.batch * a.heads * kMaxSplits >= (int64_t{1} << 31)) return false;  // grid.x
+  if (a.batch * a.heads * std::max(kMaxSplits, kMaxMeetSplits) >= (int64_t{1} << 31)) return false;  // grid.x
   const auto s = static_cast<cudaStream_t>(stream);
   with_float_storage(a.dtype, [&](auto tag) {
     using S = decltype(tag);
@@ -495,7 +589,7 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream) {
     // 11.6, 4096 keys 27.4 -> 23.1 against the wide build's choice; four-row lean blocks 14.8
     // and 32.0).
     const int cap = g_max_rows.load(std::memory_order_relaxed);
-    const bool lean = lean_build();
+    const bool lean = lean_rows<2>();
     const int64_t splits = std::clamp<int64_t>(a.sk / kMinSplitKeys, 1, kMaxSplits);
     const int64_t halves = a.batch * a.heads * splits * 2;
     const bool fit = 4 * halves <= 3 * int64_t{current_device_info().sm_count};

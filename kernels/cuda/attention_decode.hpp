@@ -1,6 +1,7 @@
 #pragma once
 // Decode attention on CUDA (kernels/cuda/attention_decode.cu): a few query rows per (batch,
-// K/V head) against a long KV cache, the keys split over the blocks of a thread-block cluster.
+// K/V head) against a long KV cache, the keys split over the blocks of a thread-block cluster, or
+// over more blocks that meet in a per-stream workspace (split_space.hpp).
 // launch_attention (attention.cu) tries it first and runs its general kernel when it declines.
 #include <cstdint>
 
@@ -30,5 +31,11 @@ void set_attention_decode_max_rows(int most);
 // not 0): half the keys in flight per group and step, registers capped for two blocks an SM.
 // Off: the wide build, one block an SM; for the benchmark's comparison.
 void set_attention_decode_lean(bool on);
+// More splits than a cluster holds, meeting in the stream's workspace, where they beat the
+// cluster's (on by default). Off: clusters only, as before the workspace; for the benchmark.
+void set_attention_decode_workspace(bool on);
+// The fewest keys a split meeting in the workspace takes (0, the default: the cluster's 128);
+// for the benchmark's sweep.
+void set_attention_decode_split_keys(int64_t keys);
 
 }  // namespace livefuse::cuda
