@@ -135,6 +135,10 @@ bool sample_choice(Plan& p);
 // livefuse's own threads work (runtime/background.hpp), for at most kSamplePutOffMs a plan.
 inline constexpr int64_t kSamplePutOffMs = 500;
 bool put_sample_off(Plan& p);
+// Sampled runs through a plan that were cold (a capture, module loads: not what a run costs)
+// and so went untimed; past this many a plan's cold runs are timed too -- a plan whose every
+// run is cold costs just that, and one never timed would stay sampling for good (complete()).
+inline constexpr int kColdUntimedAtMost = 16;
 // Adds a sample; after sample_pairs() of each, a verdict: the plan becomes active, or is
 // sampled once more before it is rejected (and sampled again later: retry_rejected).
 void record_sample(Plan& p, bool via_plan, double us);

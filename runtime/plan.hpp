@@ -201,6 +201,8 @@ class Plan {
   // Steady-clock ns of the first window that found livefuse's threads busy and put its sample
   // off (runtime/background.hpp); 0: none yet.
   std::atomic<int64_t> sample_put_off_since{0};
+  // Sampled runs through the plan left untimed because they were cold (kColdUntimedAtMost).
+  std::atomic<int> cold_untimed{0};
   std::string last_reason;
 };
 

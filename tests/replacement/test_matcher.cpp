@@ -175,6 +175,19 @@ TEST_CASE("matcher: live sampling keeps a faster plan and rejects a slower one w
   CHECK(plan->sampled_eager_us.size() >= 5);
 }
 
+TEST_CASE("matcher: a plan whose every run is cold still gets its sampled verdict") {
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({64}, 13, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({64}, 14, -1, 1, lf::DType::f32, cpu);
+  auto plan = published_block_plan(x, w, lf::PlanState::sampling);
+  plan->always_cold = true;
+  sample_until_decided(*plan, x, w);
+  // Cold runs go untimed only up to kColdUntimedAtMost; after that they are the plan's samples.
+  CHECK(plan->state != lf::PlanState::sampling);
+  CHECK(plan->cold_untimed.load() > lf::matcher::detail::kColdUntimedAtMost);
+  CHECK(plan->last_reason.find("sampled: plan") != std::string::npos);
+}
+
 TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at five pairs, a rejection after a second round") {
   namespace md = lf::matcher::detail;
   struct Timed : lf::Plan {  // only its samples matter here

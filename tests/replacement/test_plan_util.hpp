@@ -19,6 +19,7 @@ class RecordingPlan : public livefuse::Plan {
       throw livefuse::Error("[test] injected failure");
     }
     if (decline) return false;
+    if (always_cold) w.cold_run = true;  // as a plan that captures a graph every run
     if (w.early.launched()) {  // an early launch is taken by the completion that follows it
       ++early_taken;
       w.early = {};
@@ -42,7 +43,7 @@ class RecordingPlan : public livefuse::Plan {
   bool early = false, early_all_bound = true;
   int early_launched = 0, early_taken = 0, early_cancelled = 0;
   int runs = 0;
-  bool decline = false, fail_next = false;
+  bool decline = false, fail_next = false, always_cold = false;
   std::optional<int> hidden_op;  // an intermediate the plan "keeps in registers"
 };
 
