@@ -30,7 +30,7 @@ using detail::StreamWindow;
 using detail::clear;
 using detail::complete;
 using detail::flush;
-using detail::held_outside;
+using detail::window_refs;
 using detail::snapshot_reachable;
 
 namespace {
@@ -402,10 +402,12 @@ void settle_quietly(StreamWindow& sw) {
     std::lock_guard<std::recursive_mutex> lock(sw.mu);
     if (!sw.active) return;
     // Values nobody else holds can never be observed: dropped without running anything.
+    std::vector<long>& refs = sw.own_refs;
+    window_refs(sw, refs);
     bool held = false;
-    const size_t n = sw.w.calls.size();
-    for (size_t j = 0; j < n && !held; ++j)
-      for (const Tensor& t : sw.w.outputs[j]) held |= held_outside(sw, j, t);
+    size_t f = 0;
+    for (const TensorList& outs : sw.w.outputs)
+      for (const Tensor& t : outs) held |= t.impl_ptr().use_count() > refs[f++];
     if (!held) return clear(sw);
     sw.ready.reset();  // the window stays active: flushed eagerly below
     flush(sw, matcher_counters().flush_sync);
