@@ -30,7 +30,7 @@ using detail::StreamWindow;
 using detail::clear;
 using detail::complete;
 using detail::flush;
-using detail::held_outside;
+using detail::window_refs;
 using detail::snapshot_reachable;
 
 namespace {
@@ -68,21 +68,25 @@ std::unordered_set<const void*>& registry() {
   return *r;
 }
 
-StreamWindow& window_for(const Stream& s) {
-  for (auto& w : t_state.windows)
+StreamWindow& window_for(ThreadState& ts, const Stream& s) {
+  for (auto& w : ts.windows)
     if (w->stream.id() == s.id()) return *w;
-  t_state.windows.push_back(std::make_unique<StreamWindow>());
-  t_state.windows.back()->stream = s;
+  ts.windows.push_back(std::make_unique<StreamWindow>());
+  ts.windows.back()->stream = s;
   std::lock_guard<std::mutex> g(g_registry_mu);
-  registry().insert(t_state.windows.back().get());
-  return *t_state.windows.back();
+  registry().insert(ts.windows.back().get());
+  return *ts.windows.back();
 }
 
+// Per candidate per deferred call: reads the inputs' fields directly (they are defined: the
+// call's inputs were checked by infer_outputs) instead of through Tensor's checked accessors.
 bool op_matches(const PlanOp& p, const OpCall& c, uint64_t attrs_hash) {
   if (p.op != c.op || p.attrs_hash != attrs_hash || p.inputs.size() != c.inputs.size())
     return false;
-  for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (p.in_dtypes[i] != c.inputs[i].dtype() || p.in_ranks[i] != c.inputs[i].rank()) return false;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const TensorImpl& t = *c.inputs[i].impl();
+    if (p.in_dtypes[i] != t.dtype || p.in_ranks[i] != t.shape.rank) return false;
+  }
   return true;
 }
 
@@ -167,12 +171,16 @@ bool usable(const Plan& p, DeviceKind kind) {
          !p.ops.empty();
 }
 
-void refresh_snapshot() {
+// Returns the thread's state: the hot path reaches its thread_local once per call (each access
+// from this shared library is a __tls_get_addr call).
+ThreadState& refresh_snapshot() {
+  ThreadState& ts = t_state;
   PlanTable& table = PlanTable::get();
-  if (const uint64_t v = table.version(); v != t_state.version) {
-    t_state.snap = table.snapshot();
-    t_state.version = v;
+  if (const uint64_t v = table.version(); v != ts.version) {
+    ts.snap = table.snapshot();
+    ts.version = v;
   }
+  return ts;
 }
 
 // The plans whose op 0 `call` can be (the window is empty, so an input the plan expects from
@@ -292,20 +300,20 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
 }  // namespace
 
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream) {
-  refresh_snapshot();
+  ThreadState& ts = refresh_snapshot();
   auto& ctr = matcher_counters();
-  const bool any_plan = t_state.snap && !t_state.snap->plans.empty();
+  const bool any_plan = ts.snap && !ts.snap->plans.empty();
   if (!any_plan) {
     // Nothing can be deferred: only a window still open (its plan just went away) needs this
     // call, to be flushed. Checked without its lock (see StreamWindow::open).
     bool open = false;
-    for (const auto& w : t_state.windows) open |= w->open.load(std::memory_order_acquire);
+    for (const auto& w : ts.windows) open |= w->open.load(std::memory_order_acquire);
     if (!open) {
       ctr.calls.fetch_add(1, std::memory_order_relaxed);
       return std::nullopt;
     }
   }
-  StreamWindow& sw = window_for(stream);
+  StreamWindow& sw = window_for(ts, stream);
   // Inputs pending in other windows are settled first, before this window's lock is taken:
   // two threads handing each other pending values must not wait on each other's windows.
   for (const Tensor& in : call.inputs)
@@ -402,10 +410,12 @@ void settle_quietly(StreamWindow& sw) {
     std::lock_guard<std::recursive_mutex> lock(sw.mu);
     if (!sw.active) return;
     // Values nobody else holds can never be observed: dropped without running anything.
+    std::vector<long>& refs = sw.own_refs;
+    window_refs(sw, refs);
     bool held = false;
-    const size_t n = sw.w.calls.size();
-    for (size_t j = 0; j < n && !held; ++j)
-      for (const Tensor& t : sw.w.outputs[j]) held |= held_outside(sw, j, t);
+    size_t f = 0;
+    for (const TensorList& outs : sw.w.outputs)
+      for (const Tensor& t : outs) held |= t.impl_ptr().use_count() > refs[f++];
     if (!held) return clear(sw);
     sw.ready.reset();  // the window stays active: flushed eagerly below
     flush(sw, matcher_counters().flush_sync);

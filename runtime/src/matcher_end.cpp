@@ -43,11 +43,29 @@ void last_uses(const Window& w, StreamWindow::LastUses& u) {
 
 }  // namespace
 
-bool held_outside(const StreamWindow& sw, size_t j, const Tensor& t) {
-  long window_refs = 1;
-  for (size_t q = j + 1; q < sw.w.calls.size(); ++q)
-    for (const Tensor& in : sw.w.calls[q].inputs) window_refs += in.impl() == t.impl();
-  return t.impl_ptr().use_count() > window_refs;
+void window_refs(const StreamWindow& sw, std::vector<long>& refs) {
+  const Window& w = sw.w;
+  size_t total = 0;
+  for (const TensorList& outs : w.outputs) total += outs.size();
+  refs.assign(total, 1);
+  if (w.ids_begin != 0 && w.ids_next - w.ids_begin == total) {
+    // Output f's id is ids_begin + f, and a call can only read outputs of calls before it (an
+    // output is made after its call's inputs), so counting every call's reads counts the reads
+    // of the calls after f's own.
+    for (const OpCall& c : w.calls)
+      for (const Tensor& in : c.inputs)
+        if (const ValueId id = in.impl()->id; id >= w.ids_begin && id < w.ids_next)
+          ++refs[id - w.ids_begin];
+    return;
+  }
+  // The id block ran out (a window of more than Window::kIdBlock outputs): one scan per output.
+  size_t f = 0;
+  for (size_t j = 0; j < w.outputs.size(); ++j)
+    for (const Tensor& t : w.outputs[j]) {
+      for (size_t q = j + 1; q < w.calls.size(); ++q)
+        for (const Tensor& in : w.calls[q].inputs) refs[f] += in.impl() == t.impl();
+      ++f;
+    }
 }
 
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
@@ -109,12 +127,14 @@ void complete(StreamWindow& sw) {
   // own references, and the last call's outputs (the sequence's results).
   std::vector<std::pair<int, int>> needed;
   const size_t n = sw.w.calls.size();
+  std::vector<long>& refs = sw.own_refs;
+  window_refs(sw, refs);
   uint64_t outside_mask = 0;  // Window::held
   size_t f = 0;               // flat output index
   for (size_t j = 0; j < n; ++j) {
     for (size_t k = 0; k < sw.w.outputs[j].size(); ++k, ++f) {
       const Tensor& t = sw.w.outputs[j][k];
-      const bool outside = held_outside(sw, j, t);
+      const bool outside = t.impl_ptr().use_count() > refs[f];
       if (outside && f < 64) outside_mask |= uint64_t{1} << f;
       const bool held = j + 1 == n || outside;
       if (!held) continue;

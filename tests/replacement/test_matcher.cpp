@@ -126,6 +126,58 @@ TEST_CASE("matcher: an escaping intermediate the plan does not write is never lo
   CHECK(lftest::allclose(y.to_doubles(), eager_block(x, w), 1e-5, 1e-6));
 }
 
+// complete() counts the window's own references to each output in one pass (by the outputs'
+// ids, or, past Window::kIdBlock outputs, by a scan per output): a value read twice inside the
+// window is still the window's alone, and one the program holds escapes in a long window too.
+TEST_CASE("matcher: an intermediate is held only when the program holds it, read twice or in a long window") {
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({16}, 11, -1, 1, lf::DType::f32, cpu);
+  lf::Tensor w = lf::rand_uniform({16}, 12, -1, 1, lf::DType::f32, cpu);
+  auto twice = [&] {
+    lf::Tensor b = lf::tanh(lf::mul(x, w));
+    return lf::add(b, b);
+  };
+  auto plan = lftest::record_plan([&] { (void)twice(); });
+  plan->state = lf::PlanState::active;
+  plan->hidden_op = 1;  // the tanh output, read twice by the add
+  lf::PlanTable::get().publish(plan);
+  const uint64_t esc0 = lf::matcher_counters().flush_escaped;
+  lf::Tensor y = twice();
+  lf::synchronize(cpu);
+  CHECK(plan->runs == 1);
+  CHECK(lf::matcher_counters().flush_escaped == esc0);
+  const std::vector<double> expect = lftest::eager_values(twice);
+  CHECK(lftest::allclose(y.to_doubles(), expect, 1e-5, 1e-6));
+  lf::PlanTable::get().clear_for_testing();
+
+  constexpr int kLong = static_cast<int>(lf::Window::kIdBlock) + 44;
+  auto chain = [&](lf::Tensor* keep) {
+    lf::Tensor v = x;
+    for (int i = 0; i < kLong; ++i) {
+      v = i % 2 ? lf::tanh(v) : lf::mul(v, w);
+      if (keep && i == kLong - 20) *keep = v;
+    }
+    return v;
+  };
+  auto long_plan = lftest::record_plan([&] { (void)chain(nullptr); });
+  long_plan->state = lf::PlanState::active;
+  long_plan->hidden_op = kLong - 20;  // past the id block
+  lf::PlanTable::get().publish(long_plan);
+  lf::Tensor kept;
+  lf::Tensor z = chain(&kept);
+  lf::synchronize(cpu);
+  CHECK(long_plan->runs == 0);
+  CHECK(lf::matcher_counters().flush_escaped - esc0 == 1);
+  lf::Tensor z2 = chain(nullptr);
+  lf::synchronize(cpu);
+  CHECK(long_plan->runs == 1);
+  const std::vector<double> long_expect = lftest::eager_values([&] { return chain(nullptr); });
+  CHECK(lftest::allclose(z.to_doubles(), long_expect, 1e-5, 1e-6));
+  CHECK(lftest::allclose(z2.to_doubles(), long_expect, 1e-5, 1e-6));
+  CHECK(kept.defined());
+  CHECK(!kept.impl()->pending);
+}
+
 TEST_CASE("matcher: a failing plan is marked failed and the window runs eagerly") {
   lftest::HandMadePlans f;
   lf::Tensor x = lf::rand_uniform({8}, 7, -1, 1, lf::DType::f32, cpu);
