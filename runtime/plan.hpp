@@ -245,7 +245,12 @@ struct MatcherCounters {
       flush_sync{0}, flush_escaped{0}, flush_error{0}, plan_declined{0}, shadow_would_serve{0},
       verify_mismatches{0}, early_launches{0}, early_wasted{0},
       // Inputs of deferred calls the program could rewrite, copied at the call (matcher.cpp).
-      snapshots{0}, snapshot_bytes{0};
+      snapshots{0}, snapshot_bytes{0},
+      // Completions of sampling plans that gave no sample (matcher_checks.cpp): put off while
+      // livefuse's threads worked, cold and so untimed, without a free CUDA event pair, or
+      // timed but unreadable (an event query failed). A plan still sampling after many hits
+      // says which here.
+      samples_put_off{0}, samples_cold{0}, samples_no_slot{0}, samples_lost{0};
 };
 MatcherCounters& matcher_counters();
 

@@ -91,7 +91,11 @@ CounterGroup matcher_group() {
            {"early_launches", v(m.early_launches)},
            {"early_wasted", v(m.early_wasted)},
            {"snapshots", v(m.snapshots)},
-           {"snapshot_bytes", v(m.snapshot_bytes)}}};
+           {"snapshot_bytes", v(m.snapshot_bytes)},
+           {"samples_put_off", v(m.samples_put_off)},
+           {"samples_cold", v(m.samples_cold)},
+           {"samples_no_slot", v(m.samples_no_slot)},
+           {"samples_lost", v(m.samples_lost)}}};
 }
 
 CounterGroup memory_group(Device d) {

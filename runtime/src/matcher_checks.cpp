@@ -64,8 +64,10 @@ void poll_samples(StreamWindow& sw) {
     float ms = 0;
     if (q == cudaSuccess && cudaEventElapsedTime(&ms, start, end) == cudaSuccess)
       record_sample(*p.plan, p.via_plan, std::max(p.host_us, 1e3 * static_cast<double>(ms)));
-    else
+    else {
       (void)cudaGetLastError();  // a fault surfaces at the stream's next sync; this sample is lost
+      matcher_counters().samples_lost.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   sw.pending_samples.erase(sw.pending_samples.begin(),
                            sw.pending_samples.begin() + static_cast<std::ptrdiff_t>(done));
@@ -92,7 +94,9 @@ bool put_sample_off(Plan& p) {
                           .count();
   int64_t since = p.sample_put_off_since.load(std::memory_order_relaxed);
   if (since == 0 && p.sample_put_off_since.compare_exchange_strong(since, now)) since = now;
-  return now - since < kSamplePutOffMs * 1'000'000;
+  const bool off = now - since < kSamplePutOffMs * 1'000'000;
+  if (off) matcher_counters().samples_put_off.fetch_add(1, std::memory_order_relaxed);
+  return off;
 }
 
 bool sample_choice(Plan& p) {

@@ -208,6 +208,8 @@ void complete(StreamWindow& sw) {
   // against 95.5% and 1.54 in a process where its verdict came.
   const bool untimed = sampling && via_plan && cold_run &&
                        plan.cold_untimed.fetch_add(1, std::memory_order_relaxed) < kColdUntimedAtMost;
+  if (untimed) ctr.samples_cold.fetch_add(1, std::memory_order_relaxed);
+  else if (sampling && !clock->started()) ctr.samples_no_slot.fetch_add(1, std::memory_order_relaxed);
   if (sampling && clock->started() && !untimed)
     clock->finish(plan, via_plan, (via_plan && sw.timing_defer ? sw.defer_us : 0.0) - sink_us);
 }

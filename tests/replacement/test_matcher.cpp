@@ -233,10 +233,12 @@ TEST_CASE("matcher: a plan whose every run is cold still gets its sampled verdic
   lf::Tensor w = lf::rand_uniform({64}, 14, -1, 1, lf::DType::f32, cpu);
   auto plan = published_block_plan(x, w, lf::PlanState::sampling);
   plan->always_cold = true;
+  const uint64_t cold0 = lf::matcher_counters().samples_cold;
   sample_until_decided(*plan, x, w);
   // Cold runs go untimed only up to kColdUntimedAtMost; after that they are the plan's samples.
   CHECK(plan->state != lf::PlanState::sampling);
   CHECK(plan->cold_untimed.load() > lf::matcher::detail::kColdUntimedAtMost);
+  CHECK(lf::matcher_counters().samples_cold - cold0 == uint64_t{lf::matcher::detail::kColdUntimedAtMost});
   CHECK(plan->last_reason.find("sampled: plan") != std::string::npos);
 }
 
