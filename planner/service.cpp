@@ -332,6 +332,26 @@ class Service final : public monitor::CandidateConsumer {
     }
   }
 
+  // The mirror of supersede_prefixes, for a prefix planned while its longer plan is active: it
+  // would complete that plan's windows first. On the H200 (Llama-1B concat decode, prompt 4096)
+  // a 34-op prefix of the active layer plan, cut at the softmax, was planned from a prefill's
+  // windows; only a retire and revive of the layer plan in the same millisecond kept it from
+  // serving the layer as two plans without its fused attention (returned() above). So it stands
+  // aside at once -- unless its sequence occurs more than 4x as often as the longer one serves
+  // and was counted (then it runs elsewhere too, as supersede_prefixes keeps such a prefix:
+  // a decode layer re-planned while the plan of the last layer + the head is active).
+  void set_aside_if_prefix(const Plan& shorter) {
+    for (const auto& q : PlanTable::get().plans()) {
+      if (q.get() == &shorter || q->stream != shorter.stream || q->device_kind != shorter.device_kind ||
+          q->state.load() != PlanState::active || !starts_with_ops(q->ops, shorter.ops))
+        continue;
+      if (shorter.occurrences > 4 * (q->hits.load() + q->occurrences)) continue;
+      PlanTable::get().retire(shorter.id, "set aside: plan " + std::to_string(q->id) +
+                                              ", which starts with its ops, serves its windows");
+      return;
+    }
+  }
+
   // Superseded prefixes whose longer plan was rejected or failed serve again (plan_returns.hpp):
   // they served before it, and the detector, which now sees whole windows run eagerly, would not
   // cut them out again.
@@ -520,6 +540,7 @@ class Service final : public monitor::CandidateConsumer {
       plan->n_external = static_cast<int>(c.externals.size());
       plan->signature = c.signature;
       plan->stream = c.stream;
+      plan->occurrences = c.occurrences;
       for (const monitor::ShapeTuple& t : c.shapes.tuples)
         plan->shape_tuples.push_back(ShapeTupleKey::of(t.dims));
       plan->family = c.shapes.family;
@@ -538,6 +559,7 @@ class Service final : public monitor::CandidateConsumer {
       PlanTable::get().publish(std::move(plan));
       if (p.old_plan) PlanTable::get().retire(p.old_plan, "replaced: the shape mix changed");
       supersede_prefixes(*published, c.occurrences);
+      set_aside_if_prefix(*published);
       std::lock_guard<std::mutex> g(mu_);
       ++ctr_.planned;
       ++ctr_.published;

@@ -182,6 +182,7 @@ class Plan {
   // tuples seen by then. A window of any other tuple is reported call by call a few times, so
   // that the monitor learns the new shape.
   uint32_t stream = 0;
+  uint64_t occurrences = 0;  // of its sequence, counted by the monitor when it was planned
   std::vector<uint64_t> shape_tuples;
   ShapeFamily family;  // tuples of every length of one family are known too (the note above)
 
