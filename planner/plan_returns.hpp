@@ -17,6 +17,22 @@
 
 namespace livefuse::planner {
 
+// Plans that share their first ops. The matcher ends a window at the shortest plan it matches,
+// so a plan that another plan starts with takes that plan's windows; the planning service keeps
+// one of the two serving (supersede_prefixes when the longer is published or revived,
+// set_aside_if_prefix when the shorter is published), unless the shorter runs elsewhere too.
+// Whether `prefix` takes `longer`'s windows: one stream and device kind, and `longer` starts
+// with all of `prefix`'s ops (and has more).
+inline bool takes_windows_of(const Plan& prefix, const Plan& longer) {
+  return &prefix != &longer && prefix.stream == longer.stream &&
+         prefix.device_kind == longer.device_kind && starts_with_ops(longer.ops, prefix.ops);
+}
+// Whether the shorter sequence runs elsewhere too, so both plans serve: it occurred (or served)
+// more than 4x as often as the longer one (a decode layer against the last layer + the head).
+inline bool runs_elsewhere(uint64_t shorter_count, uint64_t longer_count) {
+  return shorter_count > 4 * longer_count;
+}
+
 class PlanReturns {
  public:
   using Key = std::pair<uint64_t, uint32_t>;  // (signature, stream) of a structure

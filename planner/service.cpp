@@ -314,10 +314,9 @@ class Service final : public monitor::CandidateConsumer {
     std::vector<std::shared_ptr<Plan>> prefixes;
     for (const auto& q : PlanTable::get().plans()) {
       const PlanState st = q->state.load();
-      if (q.get() == &longer || q->stream != longer.stream || q->device_kind != longer.device_kind ||
-          (st != PlanState::active && st != PlanState::sampling) || !starts_with_ops(longer.ops, q->ops))
+      if ((st != PlanState::active && st != PlanState::sampling) || !takes_windows_of(*q, longer) ||
+          runs_elsewhere(q->hits.load(), occurrences))
         continue;
-      if (q->hits.load() > 4 * occurrences) continue;
       prefixes.push_back(q);
     }
     for (const auto& q : prefixes) {
@@ -342,10 +341,9 @@ class Service final : public monitor::CandidateConsumer {
   // a decode layer re-planned while the plan of the last layer + the head is active).
   void set_aside_if_prefix(const Plan& shorter) {
     for (const auto& q : PlanTable::get().plans()) {
-      if (q.get() == &shorter || q->stream != shorter.stream || q->device_kind != shorter.device_kind ||
-          q->state.load() != PlanState::active || !starts_with_ops(q->ops, shorter.ops))
+      if (q->state.load() != PlanState::active || !takes_windows_of(shorter, *q) ||
+          runs_elsewhere(shorter.occurrences, q->hits.load() + q->occurrences))
         continue;
-      if (shorter.occurrences > 4 * (q->hits.load() + q->occurrences)) continue;
       PlanTable::get().retire(shorter.id, "set aside: plan " + std::to_string(q->id) +
                                               ", which starts with its ops, serves its windows");
       return;
