@@ -4,6 +4,25 @@
 
 namespace livefuse::planner {
 
+std::vector<std::shared_ptr<Plan>> prefixes_of(const Plan& longer, uint64_t occurrences) {
+  std::vector<std::shared_ptr<Plan>> prefixes;
+  for (const auto& q : PlanTable::get().plans()) {
+    const PlanState st = q->state.load();
+    if ((st == PlanState::active || st == PlanState::sampling) && takes_windows_of(*q, longer) &&
+        !runs_elsewhere(q->hits.load(), occurrences))
+      prefixes.push_back(q);
+  }
+  return prefixes;
+}
+
+std::shared_ptr<Plan> serving_longer_plan(const Plan& shorter) {
+  for (const auto& q : PlanTable::get().plans())
+    if (q->state.load() == PlanState::active && takes_windows_of(shorter, *q) &&
+        !runs_elsewhere(shorter.occurrences, q->hits.load() + q->occurrences))
+      return q;
+  return nullptr;
+}
+
 void PlanReturns::went_cold(const Key& k, const Plan& p) {
   const PlanState st = p.state.load();
   if (st != PlanState::active && st != PlanState::rejected) return;

@@ -32,6 +32,16 @@ inline bool takes_windows_of(const Plan& prefix, const Plan& longer) {
 inline bool runs_elsewhere(uint64_t shorter_count, uint64_t longer_count) {
   return shorter_count > 4 * longer_count;
 }
+// The plans `longer`, published or revived, supersedes: active or sampling plans it starts
+// with whose hits are not over 4x its `occurrences`. A layer's first piece, planned while the
+// detector still cut the layer, kept every window from the whole layer's plan, which then
+// sampled nothing for the rest of the run.
+std::vector<std::shared_ptr<Plan>> prefixes_of(const Plan& longer, uint64_t occurrences);
+// The active plan a newly published `shorter` would take windows from, unless `shorter` occurs
+// over 4x as often as that plan served and was counted; null: none. On the H200 (Llama-1B concat
+// decode, prompt 4096) a 34-op prefix of the active layer plan, cut at the softmax, was planned
+// from a prefill's windows and served the layer as two plans without its fused attention.
+std::shared_ptr<Plan> serving_longer_plan(const Plan& shorter);
 
 class PlanReturns {
  public:

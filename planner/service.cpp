@@ -304,22 +304,10 @@ class Service final : public monitor::CandidateConsumer {
       PlanTable::get().retire(id, "retired: the sequence is no longer hot");
   }
 
-  // Plans that `longer` starts with step aside for it: the matcher completes the shortest plan
-  // a window matches, so a layer's first piece, planned while the detector still cut the layer
-  // (its first passes), kept every window from the whole layer's plan, which then sampled
-  // nothing (0 hits) for the rest of the run. Retired; an active one comes back if the longer
-  // plan is rejected or fails (restore_superseded). Not a prefix serving 4x more windows than
-  // the longer sequence occurs: it runs elsewhere too (16 decode layers, one then the head).
+  // Plans that `longer` starts with step aside for it (prefixes_of, plan_returns.hpp). Retired;
+  // an active one comes back if the longer plan is rejected or fails (restore_superseded).
   void supersede_prefixes(const Plan& longer, uint64_t occurrences) {
-    std::vector<std::shared_ptr<Plan>> prefixes;
-    for (const auto& q : PlanTable::get().plans()) {
-      const PlanState st = q->state.load();
-      if ((st != PlanState::active && st != PlanState::sampling) || !takes_windows_of(*q, longer) ||
-          runs_elsewhere(q->hits.load(), occurrences))
-        continue;
-      prefixes.push_back(q);
-    }
-    for (const auto& q : prefixes) {
+    for (const auto& q : prefixes_of(longer, occurrences)) {
       const bool was_active = q->state.load() == PlanState::active;
       PlanTable::get().retire(q->id, "superseded by plan " + std::to_string(longer.id) +
                                          ", which starts with its ops");
@@ -331,23 +319,12 @@ class Service final : public monitor::CandidateConsumer {
     }
   }
 
-  // The mirror of supersede_prefixes, for a prefix planned while its longer plan is active: it
-  // would complete that plan's windows first. On the H200 (Llama-1B concat decode, prompt 4096)
-  // a 34-op prefix of the active layer plan, cut at the softmax, was planned from a prefill's
-  // windows; only a retire and revive of the layer plan in the same millisecond kept it from
-  // serving the layer as two plans without its fused attention (returned() above). So it stands
-  // aside at once -- unless its sequence occurs more than 4x as often as the longer one serves
-  // and was counted (then it runs elsewhere too, as supersede_prefixes keeps such a prefix:
-  // a decode layer re-planned while the plan of the last layer + the head is active).
+  // The mirror, for a new plan that an active plan starts with (serving_longer_plan): it stands
+  // aside at once, and its structure stays planned until it goes cold or its shapes change.
   void set_aside_if_prefix(const Plan& shorter) {
-    for (const auto& q : PlanTable::get().plans()) {
-      if (q->state.load() != PlanState::active || !takes_windows_of(shorter, *q) ||
-          runs_elsewhere(shorter.occurrences, q->hits.load() + q->occurrences))
-        continue;
+    if (const std::shared_ptr<Plan> q = serving_longer_plan(shorter))
       PlanTable::get().retire(shorter.id, "set aside: plan " + std::to_string(q->id) +
                                               ", which starts with its ops, serves its windows");
-      return;
-    }
   }
 
   // Superseded prefixes whose longer plan was rejected or failed serve again (plan_returns.hpp):
@@ -374,17 +351,11 @@ class Service final : public monitor::CandidateConsumer {
     if (b == PlanReturns::Back::none) return false;
     {
       std::lock_guard<std::mutex> g(mu_);
-      if (b == PlanReturns::Back::revived)
-        ++ctr_.revived;
-      else
-        ++ctr_.skipped;
+      ++(b == PlanReturns::Back::revived ? ctr_.revived : ctr_.skipped);
       planned_[{c.signature, c.stream}] = Planned::of(c, id);
     }
-    // A revived plan takes its windows back from the prefixes planned while it was away, as a
-    // published one does: on the H200 (Llama-1B concat decode, prompt 4096) the layer's plan went
-    // cold across a prefill, a 34-op prefix of it (cut at the softmax) was planned meanwhile, and
-    // once the layer's plan was back the prefix completed every window first -- the layer ran as
-    // two plans without its fused attention, 2.8 ms a token against 1.4 in other processes.
+    // A revived plan takes its windows back from prefixes planned while it was away, as a new one
+    // does (one ran Llama's layer as two plans after a prefill on the H200: 2.8 ms a token, not 1.4).
     if (b == PlanReturns::Back::revived)
       if (const std::shared_ptr<Plan> plan = PlanTable::get().find(id)) supersede_prefixes(*plan, c.occurrences);
     return true;

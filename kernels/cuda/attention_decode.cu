@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention_decode.hpp"
+#include "kernels/cuda/attention_decode_splits.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
@@ -61,9 +62,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
-constexpr int kMaxSplits = 8;           // the portable cluster size
-constexpr int kMaxMeetSplits = 64;      // splits meeting in the workspace (split_space.hpp)
-constexpr int64_t kMinSplitKeys = 128;  // a split shorter than this costs more than it hides
 constexpr int kScalarW = 4;             // columns per thread on the strided path: 32 * 4 = kMaxD
 constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kLog2e = 1.4426950408889634f;
@@ -408,8 +406,6 @@ std::atomic<bool> g_enabled{true};
 std::atomic<int> g_max_splits{0};
 std::atomic<int> g_max_rows{0};
 std::atomic<bool> g_lean{true};
-std::atomic<bool> g_meet_in_workspace{true};
-std::atomic<int64_t> g_split_keys{0};
 
 // The lean build for blocks of one or two rows (LIVEFUSE_DECODE_LEAN, and the benchmark's
 // switch). Never for 4 or 8 rows: a block of 8 rows (9-16 query rows, e.g. a GQA group of 4
@@ -459,29 +455,6 @@ int64_t blocks_per_sm(Kernel kernel) {
     return int64_t{b > 0 ? b : 1};
   }();
   return n;
-}
-
-// Splits per head in a cluster: enough blocks for two per SM, no split shorter than
-// kMinSplitKeys.
-int choose_splits(const AttentionArgs& a, int64_t row_blocks, int64_t sms, int most) {
-  const int64_t blocks = a.batch * a.heads * row_blocks;
-  const int64_t by_sms = (2 * sms + blocks - 1) / blocks;
-  const int64_t by_keys = std::max<int64_t>(1, a.sk / kMinSplitKeys);
-  return static_cast<int>(std::clamp<int64_t>(std::min(by_sms, by_keys), 1, most));
-}
-
-// Splits per head through the workspace (0: none): at most one wave of blocks -- `resident` of
-// them fit the device at once; rounding up left a second wave of a few blocks, H200 Llama GQA
-// 4096 keys: 17 splits 26.7 us against 8 in clusters 23.4 --, no split shorter than the
-// minimum, as many partials as the space holds.
-int workspace_splits(const AttentionArgs& a, int64_t row_blocks, int64_t resident, size_t part) {
-  const int64_t tiles = a.batch * a.heads * row_blocks;
-  if (!g_meet_in_workspace.load(std::memory_order_relaxed) || tiles > kSplitSpaceCounters) return 0;
-  const int64_t min_keys = g_split_keys.load(std::memory_order_relaxed);
-  const int64_t by_sms = resident / tiles;
-  const int64_t by_keys = a.sk / (min_keys > 0 ? min_keys : kMinSplitKeys);
-  const int64_t by_space = static_cast<int64_t>(kSplitSpaceBytes / part) / tiles;
-  return static_cast<int>(std::clamp<int64_t>(std::min({by_sms, by_keys, by_space}), 0, kMaxMeetSplits));
 }
 
 template <class S, int kRows, int W, bool kVec, bool kLean>
@@ -567,8 +540,6 @@ void set_attention_decode_enabled(bool on) { g_enabled.store(on, std::memory_ord
 void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::memory_order_relaxed); }
 void set_attention_decode_max_rows(int most) { g_max_rows.store(most, std::memory_order_relaxed); }
 void set_attention_decode_lean(bool on) { g_lean.store(on, std::memory_order_relaxed); }
-void set_attention_decode_workspace(bool on) { g_meet_in_workspace.store(on, std::memory_order_relaxed); }
-void set_attention_decode_split_keys(int64_t keys) { g_split_keys.store(keys, std::memory_order_relaxed); }
 
 bool launch_attention_decode(const AttentionArgs& a, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
