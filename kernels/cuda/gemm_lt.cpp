@@ -3,8 +3,9 @@
 // [ Note -- what is cached ]
 //  * one cublasLtHandle_t per device (created once, never destroyed: cuBLASLt may be torn down
 //    before static destructors run);
-//  * one workspace of kGemmWorkspaceBytes per (device, stream), allocated on the stream's
-//    first GEMM and kept: later calls allocate nothing, so they can be captured in a graph;
+//  * one workspace of kGemmWorkspaceBytes per (device, stream) (stream_buffer.hpp), allocated
+//    on the stream's first GEMM and kept: later calls allocate nothing, so they can be captured
+//    in a graph;
 //  * per thread, a GemmPlan per GemmKey: the matmul descriptor, the three matrix layouts and
 //    the heuristic's algorithm. The key holds everything the heuristic sees: dtype, tf32,
 //    transposes, m/n/k, leading dims, batch count and strides, bias on/off, the alignment of
@@ -50,6 +51,7 @@
 #include "kernels/cuda/gemm_lt_family.hpp"
 #include "kernels/cuda/gemm_lt_operands.hpp"
 #include "kernels/cuda/gpu_delay.hpp"
+#include "kernels/cuda/stream_buffer.hpp"
 #include "livefuse/config.hpp"
 #include "runtime/inspect_registry.hpp"
 
@@ -88,17 +90,9 @@ cublasLtHandle_t handle_for(int device) {
 }
 
 void* workspace_for(int device, cudaStream_t s) {
-  thread_local int last_device = -1;
-  thread_local cudaStream_t last_stream = nullptr;
-  thread_local void* last_ws = nullptr;
-  if (last_ws && last_device == device && last_stream == s) return last_ws;
-  static std::mutex mu;
-  static auto& workspaces = *new std::unordered_map<uint64_t, void*>();  // leaked (handle_for)
-  const uint64_t key = reinterpret_cast<uint64_t>(s) ^ (uint64_t(device) << 56);
-  std::lock_guard<std::mutex> lock(mu);
-  void*& ws = workspaces[key];
-  if (!ws) LF_CUDA_CALL(cudaMalloc(&ws, kGemmWorkspaceBytes));
-  last_device = device, last_stream = s, last_ws = ws;
+  void* ws = stream_buffer(StreamBuffer::gemm_workspace, device, s, kGemmWorkspaceBytes);
+  LF_CHECK(ws, "matmul", "stream ", static_cast<const void*>(s),
+           " is being captured before it ever ran a GEMM: its cuBLASLt workspace cannot be allocated now");
   return ws;
 }
 

@@ -15,6 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/stream_buffer.hpp"
+
 namespace livefuse::cuda {
 
 inline constexpr size_t kSplitSpaceBytes = size_t{2} << 20;  // partials
@@ -25,8 +28,14 @@ struct SplitSpace {
   unsigned* count = nullptr;  // kSplitSpaceCounters, all zero between launches
 };
 
-// The space of (current device, s). Empty (null pointers) when the stream has none yet and is
-// being captured: an allocation is not allowed then, and the caller takes a path without one.
-SplitSpace split_space(cudaStream_t s);
+// The space of (current device, s): the partials, then the counters, in one stream_buffer.
+// Empty (null pointers) when the stream has none yet and is being captured: an allocation is not
+// allowed then, and the caller takes a path without one.
+inline SplitSpace split_space(cudaStream_t s) {
+  constexpr size_t kCounts = kSplitSpaceCounters * sizeof(unsigned);
+  void* mem = stream_buffer(StreamBuffer::split_space, current_device(), s, kSplitSpaceBytes + kCounts, kCounts);
+  if (!mem) return {};
+  return {mem, reinterpret_cast<unsigned*>(static_cast<char*>(mem) + kSplitSpaceBytes)};
+}
 
 }  // namespace livefuse::cuda
