@@ -1,7 +1,10 @@
 // Plans that share their first ops (planner/plan_returns.hpp): the matcher completes the
-// shortest plan a window matches, so the planning service keeps one of the two serving.
+// shortest plan a window matches, so the planning service keeps one of the two serving -- the
+// rules alone, then the service applying them to plans it made from a program's loops.
 #include "planner/plan_returns.hpp"
+#include "planner/service.hpp"
 #include "runtime/plan.hpp"
+#include "served_loop.hpp"
 #include "test_plan_util.hpp"
 
 namespace lf = livefuse;
@@ -57,4 +60,87 @@ TEST_CASE("prefix plans: a shorter sequence that occurs over 4x as often runs el
   CHECK(lf::planner::runs_elsewhere(401, 100));
   CHECK_FALSE(lf::planner::runs_elsewhere(400, 100));
   CHECK_FALSE(lf::planner::runs_elsewhere(48, 2948));  // a prefix cut once from a prefill
+}
+
+namespace {
+// A chain and the sequence of its first three calls (the same ops, attributes and wiring).
+constexpr size_t kChainOps = 5, kPrefixOps = 3;
+lf::Tensor chain_head(const lf::Tensor& x) { return lf::tanh(lf::add(lf::mul(x, 1.5), 0.25)); }
+lf::Tensor chain(const lf::Tensor& x) { return lf::relu(lf::mul(chain_head(x), x)); }
+
+// The newest plan of `ops` ops in any state, or null.
+std::shared_ptr<lf::Plan> newest(size_t ops) {
+  std::shared_ptr<lf::Plan> best;
+  for (const auto& p : lf::PlanTable::get().plans())
+    if (p->ops.size() == ops && (!best || p->id > best->id)) best = p;
+  return best;
+}
+
+// Runs the chain's head alone until a plan of it is published; that plan.
+std::shared_ptr<lf::Plan> plan_the_head(const lf::Tensor& x) {
+  const uint64_t published = lf::planner::service_counters().published;
+  for (int it = 0; it < 400; ++it) {
+    lf::Tensor y = chain_head(x);
+    lf::synchronize(cpu);
+    if (it % 8 == 7) {
+      lftest::ServedLoop::catch_up();
+      if (lf::planner::service_counters().published > published && newest(kPrefixOps)) return newest(kPrefixOps);
+    }
+  }
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("prefix plans: the service sets a new plan aside when an active plan it starts with serves its windows") {
+  lftest::ServedLoop s;
+  const lf::Tensor x = lf::rand_uniform({256}, 25, -1, 1, lf::DType::f32, cpu);
+  const auto whole_loop = [&] { return chain(x); };
+  const std::shared_ptr<lf::Plan> longer = s.until_served(whole_loop, kChainOps);
+  REQUIRE(longer);
+  for (int it = 0; it < 200; ++it) {
+    lf::Tensor y = chain(x);
+    lf::synchronize(cpu);
+  }
+  // The head alone, a few dozen times: hot, planned -- and set aside at once, since the whole
+  // chain's plan served ~200 windows (a prefix occurring over 4x as often would serve too).
+  const std::shared_ptr<lf::Plan> prefix = plan_the_head(x);
+  REQUIRE(prefix);
+  CHECK(prefix->state == lf::PlanState::retired);
+  CHECK(prefix->last_reason.find("set aside: plan " + std::to_string(longer->id)) != std::string::npos);
+  CHECK(longer->state == lf::PlanState::active);
+  // The whole chain is still one plan's: a prefix serving would end each window after 3 calls.
+  CHECK(s.until_served(whole_loop, kChainOps, 20) == longer);
+}
+
+TEST_CASE("prefix plans: a plan revived when its sequence comes back takes its windows from a prefix planned meanwhile") {
+  lftest::ServedLoop s;
+  const lf::Tensor x = lf::rand_uniform({256}, 26, -1, 1, lf::DType::f32, cpu);
+  const auto whole_loop = [&] { return chain(x); };
+  const std::shared_ptr<lf::Plan> longer = s.until_served(whole_loop, kChainOps);
+  REQUIRE(longer);
+  // Other ops until the chain went cold: its plan retired, revivable.
+  REQUIRE(lftest::ServedLoop::other_ops_until(x, [&] { return longer->state == lf::PlanState::retired; }));
+  // The head alone: planned and serving (nothing active starts with it now).
+  const std::shared_ptr<lf::Plan> prefix = plan_the_head(x);
+  REQUIRE(prefix);
+  REQUIRE(s.until_served([&] { return chain_head(x); }, kPrefixOps) == prefix);
+  // The whole chain again: the prefix serves its first three calls, the monitor still hears
+  // all five, the chain's plan comes back -- and supersedes the prefix, or it would never serve.
+  const uint64_t revived = lf::planner::service_counters().revived;
+  bool back = false;
+  for (int it = 0; it < 400 && !back; ++it) {
+    lf::Tensor y = chain(x);
+    lf::synchronize(cpu);
+    if (it % 8 == 7) {
+      lftest::ServedLoop::catch_up();
+      back = lf::planner::service_counters().revived > revived;
+    }
+  }
+  REQUIRE(back);
+  CHECK(lf::planner::service_counters().revived == revived + 1);
+  // At once: left to itself the prefix would serve until its own sequence went cold.
+  CHECK(s.until_served(whole_loop, kChainOps, 16) == longer);
+  CHECK(longer->state == lf::PlanState::active);
+  CHECK(prefix->state == lf::PlanState::retired);
+  CHECK(prefix->last_reason.find("superseded by plan " + std::to_string(longer->id)) != std::string::npos);
 }

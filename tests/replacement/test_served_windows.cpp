@@ -6,6 +6,7 @@
 #include "planner/service.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
+#include "served_loop.hpp"
 #include "test_plan_util.hpp"
 
 namespace lf = livefuse;
@@ -22,61 +23,14 @@ lf::Tensor chain(const lf::Tensor& x) {
   return lf::relu(y);
 }
 
-struct Served {
-  Served() : saved(lf::config()) {
-    lf::set_config_for_testing(lftest::fresh_unsampled(lf::Mode::on));
-    // A short half-life (256 ops): a structure nobody counts goes cold within a few hundred
-    // iterations.
-    lf::monitor::MonitorOptions o = lf::monitor::MonitorOptions::from_config();
-    o.half_life_log2 = 8;
-    Monitor::instance().reset(o);
-  }
-  ~Served() {
-    lftest::reset_pipeline();
-    Monitor::instance().reset();
-    lf::set_config_for_testing(saved);
-  }
-  // Runs the chain (result held over the sync, as a program that uses it) until a plan serves
-  // it whole; returns that plan.
+// The fixture with this file's chain.
+struct Served : lftest::ServedLoop {
   std::shared_ptr<lf::Plan> until_served(const lf::Tensor& x) {
-    for (int it = 0; it < 400; ++it) {
-      const uint64_t s0 = lf::matcher_counters().served;
-      lf::Tensor y = chain(x);
-      lf::synchronize(cpu);
-      if (lf::matcher_counters().served - s0 == kChainOps) return serving();
-      if (it % 8 == 7) {
-        Monitor::instance().drain();
-        lf::planner::wait_service_idle();
-      }
-    }
-    FAIL("the chain was never served");
-    return nullptr;
+    auto plan = ServedLoop::until_served([&] { return chain(x); }, kChainOps);
+    if (!plan) FAIL("the chain was never served");
+    return plan;
   }
-  // A phase change: other ops (none of them the chain's first, so nothing is deferred and the
-  // chain's count decays on the stream's clock) until `done()`, looked at once the monitor and
-  // the planner caught up; whether it came.
-  template <class Done>
-  static bool other_ops_until(const lf::Tensor& x, Done done) {
-    for (int it = 0; it < 3000; ++it) {
-      lf::Tensor y = lf::sigmoid(lf::neg(lf::exp(x)));
-      lf::synchronize(cpu);
-      if (it % 100 == 99) {
-        REQUIRE(Monitor::instance().drain());
-        REQUIRE(lf::planner::wait_service_idle());
-        if (done()) return true;
-      }
-    }
-    return false;
-  }
-  static std::shared_ptr<lf::Plan> serving() {
-    std::shared_ptr<lf::Plan> best;
-    for (const auto& p : lf::PlanTable::get().plans())
-      if (p->ops.size() == kChainOps && p->state == lf::PlanState::active &&
-          (!best || p->id > best->id))
-        best = p;
-    return best;
-  }
-  lf::Config saved;
+  static std::shared_ptr<lf::Plan> serving() { return ServedLoop::serving(kChainOps); }
 };
 
 }  // namespace
