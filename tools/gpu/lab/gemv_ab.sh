@@ -8,8 +8,8 @@ set -e
 cd "$(dirname "$0")/../../.."
 F="-std=c++20 -arch=sm_90 -O3 -Iruntime/include"
 L=tools/gpu/lab
-nvcc $F -I. -DGATED $L/gemv_ab.cu kernels/cuda/gemv.cu -o "$OUT/ab_new" &
-nvcc $F -I$L/old -I. $L/gemv_ab.cu $L/old/kernels/cuda/gemv.cu -o "$OUT/ab_old" &
+nvcc $F -I. -DGATED $L/gemv_ab.cu kernels/cuda/gemv.cu kernels/cuda/launch_record.cpp -o "$OUT/ab_new" &
+nvcc $F -I$L/old -I. $L/gemv_ab.cu $L/old/kernels/cuda/gemv.cu kernels/cuda/launch_record.cpp -o "$OUT/ab_old" &
 wait
 for r in ${AB_ROWS:-1}; do
   "$OUT/ab_old" old "$OUT/old_r$r" "$r"
