@@ -15,6 +15,7 @@
 #include "livefuse/ops.hpp"
 #include "livefuse/stream.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 
 namespace livefuse {
@@ -40,6 +41,9 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   // monitor; then the windows of other threads that read the destination.
   synced_data(dst);
   synced_data(src);
+  // The write itself on the timeline as an op (the flush above shows as the windows it ran): a
+  // static KV cache's two writes a layer were missing from LIVEFUSE_TRACE's host breakdown.
+  trace::Scope span("op", op);
   Storage& storage = *dst.impl()->storage;
   matcher::settle_readers(storage);
   const Stream stream = Stream::current(dst.device());

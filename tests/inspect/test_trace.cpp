@@ -10,6 +10,7 @@
 
 #include "livefuse/error.hpp"
 #include "livefuse/inspect.hpp"
+#include "livefuse/ops.hpp"
 #include "runtime/inspect_registry.hpp"
 
 namespace lf = livefuse;
@@ -103,6 +104,24 @@ TEST_CASE("trace: spans, instants, async windows and counters from two threads")
   }
   CHECK(names[add[0]["tid"].get<int64_t>()] == "test-main");
   CHECK(names[nv[0]["tid"].get<int64_t>()] == "livefuse-compile-0");
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("trace: in-place writes are op spans (a static KV cache's writes, twice a layer a token)") {
+  TraceOn on;
+  const std::string path = temp_path("writes.json");
+  const lf::Device cpu = lf::Device::cpu();
+  const lf::Tensor cache = lf::zeros({2, 8, 4}, lf::DType::f32, cpu);
+  const lf::Tensor row = lf::full({2, 1, 4}, 1.5, lf::DType::f32, cpu);
+  lf::index_copy(cache, 1, 3, row);
+  lf::copy_into(lf::slice(cache, 1, 5, 6), row);
+  lf::write_trace(path);
+  const auto writes = events_named(load(path), "copy_into");
+  CHECK(writes.size() == 2);  // index_copy writes through copy_into
+  for (const json& e : writes) {
+    CHECK(e["cat"] == "op");
+    CHECK(e["ph"] == "X");
+  }
   std::filesystem::remove(path);
 }
 
