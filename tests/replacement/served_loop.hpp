@@ -55,6 +55,20 @@ struct ServedLoop {
     }
     return nullptr;
   }
+  // Runs `body` as until_served does until `done()`, looked at every 8 iterations once the
+  // monitor and the planner caught up; whether it came within `tries`.
+  template <class Body, class Done>
+  static bool run_until(Body body, Done done, int tries = 400) {
+    for (int it = 0; it < tries; ++it) {
+      livefuse::Tensor y = body();
+      livefuse::synchronize(livefuse::Device::cpu());
+      if (it % 8 == 7) {
+        catch_up();
+        if (done()) return true;
+      }
+    }
+    return false;
+  }
   // A phase change: other ops (none of them a served chain's first, so nothing is deferred and
   // the chain's count decays on the stream's clock) until `done()`, looked at once the monitor
   // and the planner caught up; whether it came.

@@ -79,15 +79,10 @@ std::shared_ptr<lf::Plan> newest(size_t ops) {
 // Runs the chain's head alone until a plan of it is published; that plan.
 std::shared_ptr<lf::Plan> plan_the_head(const lf::Tensor& x) {
   const uint64_t published = lf::planner::service_counters().published;
-  for (int it = 0; it < 400; ++it) {
-    lf::Tensor y = chain_head(x);
-    lf::synchronize(cpu);
-    if (it % 8 == 7) {
-      lftest::ServedLoop::catch_up();
-      if (lf::planner::service_counters().published > published && newest(kPrefixOps)) return newest(kPrefixOps);
-    }
-  }
-  return nullptr;
+  const bool planned = lftest::ServedLoop::run_until([&] { return chain_head(x); }, [&] {
+    return lf::planner::service_counters().published > published && newest(kPrefixOps);
+  });
+  return planned ? newest(kPrefixOps) : nullptr;
 }
 }  // namespace
 
@@ -127,16 +122,7 @@ TEST_CASE("prefix plans: a plan revived when its sequence comes back takes its w
   // The whole chain again: the prefix serves its first three calls, the monitor still hears
   // all five, the chain's plan comes back -- and supersedes the prefix, or it would never serve.
   const uint64_t revived = lf::planner::service_counters().revived;
-  bool back = false;
-  for (int it = 0; it < 400 && !back; ++it) {
-    lf::Tensor y = chain(x);
-    lf::synchronize(cpu);
-    if (it % 8 == 7) {
-      lftest::ServedLoop::catch_up();
-      back = lf::planner::service_counters().revived > revived;
-    }
-  }
-  REQUIRE(back);
+  REQUIRE(lftest::ServedLoop::run_until(whole_loop, [&] { return lf::planner::service_counters().revived > revived; }));
   CHECK(lf::planner::service_counters().revived == revived + 1);
   // At once: left to itself the prefix would serve until its own sequence went cold.
   CHECK(s.until_served(whole_loop, kChainOps, 16) == longer);
