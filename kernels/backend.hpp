@@ -20,4 +20,7 @@ void prepare_thread();
 namespace livefuse::cuda {
 // Enqueues the op on `stream` (a cudaStream_t). Never synchronises.
 void run(const OpCall& call, std::span<const Tensor> outputs, void* stream);
+// dsts[i] <- srcs[i] for every i (same shapes and dtypes, any strides; none reads what another
+// writes) in as few launches as their kinds allow: held in-place writes (runtime/write_batch.hpp).
+void run_copies(std::span<const Tensor> dsts, std::span<const Tensor> srcs, void* stream);
 }  // namespace livefuse::cuda

@@ -16,6 +16,7 @@
 #include "planner/plan_siblings.hpp"
 #include "planner/rotary_step.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/write_batch.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
@@ -427,6 +428,10 @@ bool launch_concats_cuda(const PlannedSegment& p, size_t begin, size_t end, std:
 }
 
 void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream) {
+  // A plan reads its inputs' storage: this thread's held in-place writes land first. (The
+  // matcher runs plans after a call or sync point that already enqueued them; callers that
+  // reach a plan some other way get the same order.)
+  writes::flush_own();
   bool cuda = false;
   for (const Tensor& t : values)
     if (t.defined()) {

@@ -251,7 +251,10 @@ struct MatcherCounters {
       // livefuse's threads worked, cold and so untimed, without a free CUDA event pair, or
       // timed but unreadable (an event query failed). A plan still sampling after many hits
       // says which here.
-      samples_put_off{0}, samples_cold{0}, samples_no_slot{0}, samples_lost{0};
+      samples_put_off{0}, samples_cold{0}, samples_no_slot{0}, samples_lost{0},
+      // In-place writes held to share a launch, and the launches that took them
+      // (runtime/write_batch.hpp).
+      writes_held{0}, write_launches{0};
 };
 MatcherCounters& matcher_counters();
 

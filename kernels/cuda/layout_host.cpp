@@ -1,6 +1,7 @@
 // OpCall -> plans for contiguous, concat and embedding.
 #include <vector>
 
+#include "kernels/backend.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/ops_host.hpp"
@@ -47,6 +48,20 @@ void concat_copies(const OpCall& call, const Tensor& out, std::vector<CopyJob>& 
     }
     at += x.shape()[dim];
   }
+}
+
+void run_copies(std::span<const Tensor> dsts, std::span<const Tensor> srcs, void* stream) {
+  LF_ASSERT(dsts.size() == srcs.size(), "run_copies: ", dsts.size(), " destinations for ", srcs.size(), " sources");
+  std::vector<CopyJob> jobs;
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    const Tensor &d = dsts[i], &x = srcs[i];
+    if (x.numel() == 0) continue;
+    CopyJob j{d.impl()->data(), x.impl()->data(), dtype_size(x.dtype()), make_layout(x.shape())};
+    add_operand(j.l, d.shape(), d.strides());
+    add_operand(j.l, x.shape(), x.strides());
+    jobs.push_back(j);
+  }
+  launch_copies(jobs.data(), static_cast<int>(jobs.size()), static_cast<cudaStream_t>(stream));
 }
 
 void run_embedding(const OpCall& call, const Tensor& out, cudaStream_t s) {

@@ -8,7 +8,8 @@
 // destination, gives exactly eager order; the write then goes into the stream, behind
 // everything those calls enqueued. The monitor is told it is a sync point, so no plan is
 // learnt across a write (it could never complete there). Storage::version is bumped for caches
-// keyed by the storage.
+// keyed by the storage. A write the program cannot observe before its next call is then held
+// to share a launch with the next one (runtime/write_batch.hpp).
 #include <algorithm>
 
 #include "livefuse/error.hpp"
@@ -17,8 +18,24 @@
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
+#include "runtime/trace_sink.hpp"
+#include "runtime/write_batch.hpp"
 
 namespace livefuse {
+namespace {
+
+// synced_data(t) for a write's operand, leaving this thread's held writes held: they come
+// before this write and may share its launch. Held writes (any thread's) that conflict with
+// this one are enqueued: those writing its source, and those reading or writing its
+// destination. Two writes reading one source (a step's K and V, views of one product) do not.
+void sync_operand(const Tensor& t, writes::Use use) {
+  Executor::materialize(*t.impl());
+  matcher::flush_all();
+  if (const Storage* s = t.impl()->storage.get()) writes::flush_for(*s, use);
+  if (TraceSink* sink = trace_sink()) sink->on_sync(Stream::current(t.device()).id());
+}
+
+}  // namespace
 
 void copy_into(const Tensor& dst, const Tensor& src) {
   const char* op = "copy_into";
@@ -37,16 +54,21 @@ void copy_into(const Tensor& dst, const Tensor& src) {
     LF_CHECK(dst.shape()[k] <= 1 || dst.strides()[k] != 0, op, "destination dim ", k,
              " is broadcast (stride 0): its elements share memory", got());
   if (dst.numel() == 0) return;
-  // Eager order (the note): synced_data runs this thread's deferred calls and tells the
-  // monitor; then the windows of other threads that read the destination.
-  synced_data(dst);
-  synced_data(src);
+  // Eager order (the note): this thread's deferred calls run and the monitor is told; then the
+  // windows of other threads that read the destination.
+  sync_operand(dst, writes::Use::write);
+  sync_operand(src, writes::Use::read);
   // The write itself on the timeline as an op (the flush above shows as the windows it ran): a
   // static KV cache's two writes a layer were missing from LIVEFUSE_TRACE's host breakdown.
   trace::Scope span("op", op);
   Storage& storage = *dst.impl()->storage;
   matcher::settle_readers(storage);
   const Stream stream = Stream::current(dst.device());
+  // Held for the next call's launch, or (the batch enqueued first) written now.
+  if (writes::hold(dst, src, stream)) {
+    storage.version.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
   Tensor from = src;
   if (src.impl()->storage.get() == &storage) {  // may overlap: read a copy
     from = new_dense(src.shape(), src.dtype(), src.device());
@@ -78,7 +100,7 @@ void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) 
            ") are out of range for dim ", d, " of size ", size, got());
   // The destination view is made here, not by lf::slice: a traced slice call per write would
   // enter the monitor's stream (and could itself be deferred) for nothing.
-  if (dst.numel() > 0 && src.numel() > 0) synced_data(dst);  // storage bound, pending work run
+  if (dst.numel() > 0 && src.numel() > 0) sync_operand(dst, writes::Use::write);  // storage bound, pending work run
   const TensorImpl& t = *dst.impl();
   Shape shape = t.shape;
   shape[d] = n;

@@ -16,6 +16,7 @@
 #include "runtime/plan.hpp"
 #include "runtime/registry.hpp"
 #include "runtime/trace_sink.hpp"
+#include "runtime/write_batch.hpp"
 
 namespace livefuse {
 
@@ -233,6 +234,13 @@ void start_background() {
 TensorList Executor::submit(OpCall& call) {
   // Report and trace writers run in every mode (a report of LIVEFUSE=off is useful too).
   start_background_services();
+  // In-place writes held back (runtime/write_batch.hpp) go first: this call may read them.
+  if (writes::any_held()) {
+    writes::flush_own();
+    for (const Tensor& t : call.inputs)  // another thread's, on what this call reads
+      if (t.defined())
+        if (const Storage* s = t.impl()->storage.get()) writes::flush_for(*s, writes::Use::read);
+  }
   // Held to the end of the call (matcher::hold_inputs says why).
   const std::unique_lock<std::recursive_mutex> inputs_held = matcher::hold_inputs(call);
   const OutputInfos infos = infer_outputs(call);
@@ -261,7 +269,10 @@ void Executor::materialize(const TensorImpl& t) {
   if (t.pending) matcher::flush_for(t);
 }
 
-void Executor::flush_all() { matcher::flush_all(); }
+void Executor::flush_all() {
+  matcher::flush_all();  // the windows' calls all came before any held write (submit)
+  writes::flush_own();
+}
 
 void Executor::expose(const TensorImpl& t) {
   Storage* s = t.storage.get();

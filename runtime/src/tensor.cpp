@@ -18,6 +18,7 @@
 #include "runtime/host_values.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/trace_sink.hpp"
+#include "runtime/write_batch.hpp"
 
 namespace livefuse {
 
@@ -132,6 +133,9 @@ void* synced_data(const Tensor& t) {
   // program may write through the pointer, and a window reading this tensor must not see
   // (or, launched early, miss) that write.
   Executor::flush_all();
+  // Another thread's held writes on this storage too (runtime/write_batch.hpp); the program may
+  // write through the address from now on, so those reading it as well.
+  if (const Storage* s = impl_->storage.get()) writes::flush_for(*s, writes::Use::write);
   if (TraceSink* sink = trace_sink()) sink->on_sync(Stream::current(impl_->device).id());
   return impl_->data();
 }

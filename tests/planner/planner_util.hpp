@@ -13,6 +13,7 @@
 #include "planner/planner.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/write_batch.hpp"
 #include "tests/test_util.hpp"
 
 namespace plantest {
@@ -26,6 +27,7 @@ inline std::vector<Tensor> eager_values(const Segment& seg, const std::vector<Te
   // helpers' own calls, e.g. random_externals' casts, can be planned and deferred).
   for (const Tensor& t : externals)
     if (t.impl()->pending) Executor::materialize(*t.impl());
+  writes::flush_own();  // and held in-place writes land (runtime/write_batch.hpp), as at a call
   std::vector<Tensor> values(externals.begin(), externals.end());
   values.resize(seg.num_values());
   for (int j = 0; j < static_cast<int>(seg.nodes.size()); ++j) {

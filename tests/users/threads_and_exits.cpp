@@ -1,6 +1,8 @@
 // Threads and exits with deferred work pending: a worker thread that ends with its last result
 // unread (held by another thread), two threads on their own streams, empty batches in a hot
-// loop, and -- with `--exit N` -- a process that calls std::exit(N) with results unread.
+// loop, a static cache written in place by worker threads and read by another, and -- with
+// `--exit N` -- a process that calls std::exit(N) with results unread.
+#include <algorithm>
 #include <thread>
 
 #include "user_util.hpp"
@@ -94,6 +96,49 @@ void empty_batches(const Model& m) {
   e.expect("empty batches", 0.3);
 }
 
+// A static KV cache as a decode loop keeps one: each step's K and V (views of one product) go
+// into preallocated caches with index_copy, then the step reads the caches back. Worker threads
+// take turns on the caches; each leaves its last step's writes to the next reader (the main
+// thread, or the next worker), and the last one exits right after writing.
+void static_cache_across_threads(const Model& m) {
+  constexpr int64_t S = 24;
+  const lf::Tensor kc = lf::zeros({1, S, D}, lf::DType::f32, users::device());
+  const lf::Tensor vc = lf::zeros({1, S, D}, lf::DType::f32, users::device());
+  std::vector<float> kref(S * D, 0.0f), vref(S * D, 0.0f);
+  const uint64_t held0 = users::counter("writes_held");
+  int64_t pos = 0;
+  for (int t = 0; t < 3; ++t) {
+    std::thread worker([&] {
+      for (int step = 0; step < 8; ++step, ++pos) {
+        const std::vector<float> xv = users::values(2 * D, 90 + static_cast<int>(pos));
+        const lf::Tensor x = lf::from_floats(xv, {2, D}, lf::DType::f32, users::device());
+        const lf::Tensor kv = m.run(x).reshape({1, 2, D});  // row 0: K, row 1: V
+        lf::index_copy(kc, 1, pos, lf::slice(kv, 1, 0, 1));
+        lf::index_copy(vc, 1, pos, lf::slice(kv, 1, 1, 2));
+        const std::vector<float> y = m.ref(xv, 2);
+        std::copy(y.begin(), y.begin() + D, kref.begin() + pos * D);
+        std::copy(y.begin() + D, y.end(), vref.begin() + pos * D);
+        if (step == 7) break;  // the thread ends with this step's writes just made
+        // The step reads both caches back: the writes it just made are in them.
+        const lf::Tensor both = lf::add(kc, vc);
+        std::vector<float> want(S * D);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = kref[i] + vref[i];
+        users::check(users::close(both.to_floats(), want, 1e-4), "static cache read by its writer");
+      }
+      ++pos;
+    });
+    worker.join();
+    // The exited writer's last writes, seen by this thread's op and then by a host copy.
+    users::check(users::close(lf::mul(kc, 1.0).to_floats(), kref, 1e-4), "static cache after its writer exited: K");
+    users::check(users::close(vc.to_floats(), vref, 1e-4), "static cache after its writer exited: V");
+  }
+  const uint64_t held = users::counter("writes_held") - held0;
+  std::printf("%-40s writes held %llu of %d\n", "static cache across threads", static_cast<unsigned long long>(held),
+              2 * 3 * 8);
+  if (!users::fusion_on()) users::check(held == 0, "static cache: writes held with fusion off");
+  else if (users::env("LIVEFUSE_WRITE_BATCH") != "0") users::check(held > 0, "static cache: no write was held");
+}
+
 lf::Tensor g_unread;  // results still referenced at std::exit
 }  // namespace
 
@@ -114,5 +159,6 @@ int main(int argc, char** argv) {
   worker_exits_pending(m);
   two_threads_two_streams(m);
   empty_batches(m);
+  static_cache_across_threads(m);
   return users::finish("users-threads-and-exits");
 }

@@ -6,20 +6,23 @@
 # warm-up of GPT-2 f16 (either cache, 2 runs) under LIVEFUSE_TRACE: its stalls on the program's
 # thread (tools/gpu/trace_stalls.py) and the served steps' host time (tools/gpu/trace_host.py). Logs in $OUT/decode_ab.tgz.
 # Usage (device tool): bash tools/gpu/decode_ab.sh   [AB_ENV="LIVEFUSE_PDL=0|A=0 B=1" AB_PAIRS=2 AB_STEPS=256
-#   AB_MODELS="llama-1b:bf16 gpt2:f16" AB_TRACE="concat static" (AB_TRACE= : no traces)]
+#   AB_MODELS="llama-1b:bf16 gpt2:f16" AB_CACHE=concat|static AB_CHAIN=0 (no GEMV chain)
+#   AB_TRACE="concat static" (AB_TRACE= : no traces)]
 . "$(dirname "$0")/prelude.sh" lf-ab-out
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/decode_ab.tgz" -C "$D" . 2>/dev/null; }
 
-at "GEMV chain"
-timeout -s KILL 120 "$B/bench/livefuse-bench-gemv-chain" --json "$D/gemv_chain.json" 2>&1 | tee "$D/gemv_chain.log"
+if [ "${AB_CHAIN:-1}" != 0 ]; then
+  at "GEMV chain"
+  timeout -s KILL 120 "$B/bench/livefuse-bench-gemv-chain" --json "$D/gemv_chain.json" 2>&1 | tee "$D/gemv_chain.log"
+fi
 
 # Modes: the default, then each "|"-separated setting of AB_ENV (one or more VAR=value each).
 IFS='|' read -r -a ab_modes <<< "${AB_ENV-LIVEFUSE_PDL=0}"
 for model in ${AB_MODELS:-llama-1b:bf16}; do
   IFS=: read -r preset dtype <<< "$model"
-  at "$preset $dtype concat, 32 + ${AB_STEPS:-256} tokens x 2 runs, one process each"
+  at "$preset $dtype ${AB_CACHE:-concat}, 32 + ${AB_STEPS:-256} tokens x 2 runs, one process each"
   for i in $(seq 1 "${AB_PAIRS:-2}"); do
     modes=(default "${ab_modes[@]}")
     if [ $((i % 2)) = 0 ]; then  # every other round in reverse order
@@ -30,7 +33,7 @@ for model in ${AB_MODELS:-llama-1b:bf16}; do
       tag="${preset}_${i}_$(echo "$mode" | tr -c 'A-Za-z0-9' _)"
       env "${envs[@]}" LIVEFUSE_REPORT="$D/report_$tag.json" timeout -s KILL 120 "$B/tools/generate/livefuse-generate" \
         --random 1 --preset "$preset" --dtype "$dtype" --device cuda --prompt-len 32 --steps "${AB_STEPS:-256}" \
-        --runs 2 --cache concat --quiet --json "$D/gen_$tag.json" > "$D/gen_$tag.log" 2>&1
+        --runs 2 --cache "${AB_CACHE:-concat}" --quiet --json "$D/gen_$tag.json" > "$D/gen_$tag.log" 2>&1
       python3 tools/gpu/decode_summary.py "$D/gen_$tag.json" "$D/report_$tag.json" \
         "  $(printf '%-44s' "$mode") rc=$?" 2>/dev/null | head -4
     done

@@ -66,6 +66,10 @@ struct Config {
   // launches recorded (kernels/cuda/launch_record.hpp); 0: from a stream capture of those steps at
   // every run, for comparison.
   bool family_record = true;
+  // LIVEFUSE_WRITE_BATCH: in-place writes (copy_into, index_copy) the program cannot observe
+  // before its next call are held and enqueued together, one launch for a static KV cache's K
+  // and V (runtime/write_batch.hpp); 0: each write launches at its call.
+  bool write_batch = true;
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
