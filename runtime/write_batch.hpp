@@ -20,7 +20,9 @@
 //   * the thread's exit.
 // Nothing can observe a held write before then: every livefuse path to the storages passes one
 // of those points, and the program has no pointer of its own to them. So eager order holds,
-// with one launch where there were two. Only with LIVEFUSE=on (LIVEFUSE_WRITE_BATCH=0: never).
+// with one launch where there were two. The write's checks all run at its call; only a launch
+// failure (a sticky CUDA error) can surface later, from the call that enqueued the batch. Only
+// with LIVEFUSE=on (LIVEFUSE_WRITE_BATCH=0: never).
 #include "livefuse/stream.hpp"
 #include "livefuse/tensor.hpp"
 

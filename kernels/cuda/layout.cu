@@ -70,20 +70,24 @@ __global__ void __launch_bounds__(kEwThreads) copy_kernel(const CopyArgs<Word, I
 }
 
 // Several copies of one word size in one launch (a concat's inputs into their slabs; a decode
-// step's two cache concats): each copy owns a run of the grid's blocks. One launch costs the
-// host 3-4 us on the H200 machine; a KV-cache concat is two copies of a few hundred KB.
+// step's two cache concats; a static cache's held K and V writes): each copy owns a run of the
+// grid's blocks. One launch costs the host 3-4 us on the H200 machine; a KV-cache concat is two
+// copies of a few hundred KB. The arguments come in 2, 4 and 8 slots: a launch's parameter
+// block is copied at every launch (and every patch of a recorded one); eight slots are ~1.5 KB.
 constexpr int kMaxBatchedCopies = 8;
-template <class Word, class Idx>
+template <class Word, class Idx, int kSlots>
 struct CopyBatchArgs {
   int n = 0;
-  unsigned first_block[kMaxBatchedCopies + 1] = {};
-  CopyArgs<Word, Idx> copy[kMaxBatchedCopies];
+  unsigned first_block[kSlots + 1] = {};
+  CopyArgs<Word, Idx> copy[kSlots];
 };
 
-static_assert(sizeof(CopyBatchArgs<Vec16<uint32_t>, int64_t>) <= 4096, "kernel parameters over 4 KB");
+static_assert(sizeof(CopyBatchArgs<Vec16<uint32_t>, int64_t, kMaxBatchedCopies>) <= 4096,
+              "kernel parameters over 4 KB");
 
-template <class Word, class Idx>
-__global__ void __launch_bounds__(kEwThreads) copy_batch_kernel(const CopyBatchArgs<Word, Idx> a) {
+template <class Word, class Idx, int kSlots>
+__global__ void __launch_bounds__(kEwThreads)
+    copy_batch_kernel(const CopyBatchArgs<Word, Idx, kSlots> a) {
   pdl_wait();
   int j = 0;
   while (j + 1 < a.n && blockIdx.x >= a.first_block[j + 1]) ++j;
@@ -111,10 +115,10 @@ void launch_word(void* dst, const void* src, const StridedLayout& l, cudaStream_
   }
 }
 
-// Copies of one (Word, Idx) kind, at most kMaxBatchedCopies, in one launch.
-template <class Word, class Idx>
-void launch_batch(const PreparedCopy* const* cs, int n, cudaStream_t s) {
-  CopyBatchArgs<Word, Idx> a{};
+// Copies of one (Word, Idx) kind, at most kSlots, in one launch.
+template <class Word, class Idx, int kSlots>
+void launch_slots(const PreparedCopy* const* cs, int n, cudaStream_t s) {
+  CopyBatchArgs<Word, Idx, kSlots> a{};
   a.n = n;
   unsigned blocks = 0;
   for (int j = 0; j < n; ++j) {
@@ -127,7 +131,16 @@ void launch_batch(const PreparedCopy* const* cs, int n, cudaStream_t s) {
     blocks += grid_for((c.l.numel() + kCopyUnroll - 1) / kCopyUnroll);
   }
   a.first_block[n] = blocks;
-  launch_pdl("copy_batch_kernel", copy_batch_kernel<Word, Idx>, blocks, kEwThreads, 0, s, a);
+  launch_pdl("copy_batch_kernel", copy_batch_kernel<Word, Idx, kSlots>, blocks, kEwThreads, 0, s,
+             a);
+}
+
+// Copies of one (Word, Idx) kind, at most kMaxBatchedCopies, in one launch of the fewest slots.
+template <class Word, class Idx>
+void launch_batch(const PreparedCopy* const* cs, int n, cudaStream_t s) {
+  if (n <= 2) return launch_slots<Word, Idx, 2>(cs, n, s);
+  if (n <= 4) return launch_slots<Word, Idx, 4>(cs, n, s);
+  launch_slots<Word, Idx, kMaxBatchedCopies>(cs, n, s);
 }
 
 // ---- tiled transpose ------------------------------------------------------------------------

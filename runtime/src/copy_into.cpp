@@ -100,7 +100,8 @@ void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) 
            ") are out of range for dim ", d, " of size ", size, got());
   // The destination view is made here, not by lf::slice: a traced slice call per write would
   // enter the monitor's stream (and could itself be deferred) for nothing.
-  if (dst.numel() > 0 && src.numel() > 0) sync_operand(dst, writes::Use::write);  // storage bound, pending work run
+  // Storage bound, pending work run.
+  if (dst.numel() > 0 && src.numel() > 0) sync_operand(dst, writes::Use::write);
   const TensorImpl& t = *dst.impl();
   Shape shape = t.shape;
   shape[d] = n;

@@ -2,9 +2,9 @@
 // empties it.
 #include "runtime/write_batch.hpp"
 
-#include <boost/container/small_vector.hpp>
 #include <algorithm>
 #include <atomic>
+#include <boost/container/small_vector.hpp>
 #include <mutex>
 #include <vector>
 
@@ -55,8 +55,8 @@ void enqueue(Batch& b) {
 #if LIVEFUSE_HAS_CUDA
     boost::container::small_vector<Tensor, kMaxHeld> dsts, srcs;
     for (const Held& h : ws) dsts.push_back(h.dst), srcs.push_back(h.src);
-    cuda::run_copies(std::span<const Tensor>(dsts.data(), dsts.size()), std::span<const Tensor>(srcs.data(), srcs.size()),
-                     b.stream.handle());
+    cuda::run_copies(std::span<const Tensor>(dsts.data(), dsts.size()),
+                     std::span<const Tensor>(srcs.data(), srcs.size()), b.stream.handle());
     return;
 #endif
   }
@@ -108,7 +108,8 @@ bool hold(const Tensor& dst, const Tensor& src, const Stream& stream) {
   if (!holdable && !any_held()) return false;
   Batch& b = t_batch;
   const std::lock_guard<std::mutex> lock(b.mu);
-  bool first = !holdable || (!b.writes.empty() && (!(b.stream == stream) || b.writes.size() >= kMaxHeld));
+  bool first =
+      !holdable || (!b.writes.empty() && (!(b.stream == stream) || b.writes.size() >= kMaxHeld));
   // Held writes run in one launch, in no order: one storage written by one and touched by
   // another waits for the next batch.
   for (const Held& h : b.writes) first = first || touches(h, d) || h.dst.impl()->storage.get() == s;
@@ -131,7 +132,8 @@ void flush_own() {
 void flush_for(const Storage& s, Use use) {
   if (!any_held()) return;
   const auto conflicts = [&](const Held& h) {
-    return h.dst.impl()->storage.get() == &s || (use == Use::write && h.src.impl()->storage.get() == &s);
+    return h.dst.impl()->storage.get() == &s ||
+           (use == Use::write && h.src.impl()->storage.get() == &s);
   };
   const std::lock_guard<std::mutex> g(g_batches_mu);
   for (Batch* b : batches()) {

@@ -16,7 +16,9 @@ struct Counts {
   uint64_t held = lf::matcher_counters().writes_held.load();
   uint64_t launches = lf::matcher_counters().write_launches.load();
   uint64_t held_since() const { return lf::matcher_counters().writes_held.load() - held; }
-  uint64_t launches_since() const { return lf::matcher_counters().write_launches.load() - launches; }
+  uint64_t launches_since() const {
+    return lf::matcher_counters().write_launches.load() - launches;
+  }
 };
 
 // [1, 2, 6, 4] cache and [1, 2, 1, 4] rows of distinct values.
@@ -30,7 +32,8 @@ lf::Tensor rows(float base, lf::Device dev) {
 std::vector<float> cache_with(int64_t pos, float base) {
   std::vector<float> want(48, 0.0f);
   for (int h = 0; h < 2; ++h)
-    for (int d = 0; d < 4; ++d) want[static_cast<size_t>(h * 24 + pos * 4 + d)] = base + static_cast<float>(h * 4 + d);
+    for (int d = 0; d < 4; ++d)
+      want[static_cast<size_t>(h * 24 + pos * 4 + d)] = base + static_cast<float>(h * 4 + d);
   return want;
 }
 
@@ -40,7 +43,8 @@ TEST_CASE("held writes: a cache's K and V writes share one launch, enqueued by t
   const lftest::ScopedConfig on(&lf::Config::mode, lf::Mode::on);
   for (const lf::Device dev : lftest::devices()) {
     INFO(dev.str());
-    const lf::Tensor k = lf::zeros({1, 2, 6, 4}, DType::f32, dev), v = lf::zeros({1, 2, 6, 4}, DType::f32, dev);
+    const lf::Tensor k = lf::zeros({1, 2, 6, 4}, DType::f32, dev),
+                     v = lf::zeros({1, 2, 6, 4}, DType::f32, dev);
     // K and V as a decode step has them: views of one product.
     const lf::Tensor kv = lf::concat({rows(10, dev), rows(20, dev)}, 2);
     const lf::Tensor kt = lf::slice(kv, 2, 0, 1), vt = lf::slice(kv, 2, 1, 2);
@@ -48,7 +52,7 @@ TEST_CASE("held writes: a cache's K and V writes share one launch, enqueued by t
     lf::index_copy(k, 2, 3, kt);
     lf::index_copy(v, 2, 3, vt);
     CHECK(c.held_since() == 2);
-    CHECK(c.launches_since() == 0);  // nothing enqueued yet
+    CHECK(c.launches_since() == 0);        // nothing enqueued yet
     const lf::Tensor sum = lf::add(k, v);  // the next call: the batch first, in one launch
     CHECK(c.launches_since() == 1);
     std::vector<float> want = cache_with(3, 10), vw = cache_with(3, 20);
@@ -70,7 +74,8 @@ TEST_CASE("held writes: every way to read the destination sees the write") {
       return k;
     };
     CHECK(written().to_floats() == cache_with(5, 1));  // a host copy (sync point)
-    CHECK(lf::slice(written(), 2, 5, 6).contiguous().to_floats() == rows(1, dev).to_floats());  // a view, then an op
+    CHECK(lf::slice(written(), 2, 5, 6).contiguous().to_floats() ==
+          rows(1, dev).to_floats());  // a view, then an op
     {
       const lf::Tensor other = lf::zeros({1, 2, 6, 4}, DType::f32, dev);
       const lf::Tensor k = written();
@@ -97,7 +102,8 @@ TEST_CASE("held writes: writes that touch one storage keep eager order") {
   const lftest::ScopedConfig on(&lf::Config::mode, lf::Mode::on);
   for (const lf::Device dev : lftest::devices()) {
     INFO(dev.str());
-    const lf::Tensor a = lf::full({2, 4}, 1.0, DType::f32, dev), b = lf::full({2, 4}, 2.0, DType::f32, dev);
+    const lf::Tensor a = lf::full({2, 4}, 1.0, DType::f32, dev),
+                     b = lf::full({2, 4}, 2.0, DType::f32, dev);
     const lf::Tensor x = lf::full({2, 4}, 3.0, DType::f32, dev);
     {
       const Counts c;
@@ -132,7 +138,8 @@ TEST_CASE("held writes: memory the program can reach is written at the call") {
   CHECK(p[0] == 4.0f);  // no call, no sync point in between
   // A source the program can reach: read now, not at the next call.
   std::vector<float> mine(8, 7.0f);
-  const lf::Tensor wrapped = lf::Tensor::wrap(mine.data(), {1, 2, 1, 4}, DType::f32, lf::Device::cpu());
+  const lf::Tensor wrapped =
+      lf::Tensor::wrap(mine.data(), {1, 2, 1, 4}, DType::f32, lf::Device::cpu());
   const lf::Tensor v = lf::zeros({1, 2, 6, 4}, DType::f32, lf::Device::cpu());
   lf::index_copy(v, 2, 2, wrapped);
   mine.assign(8, -1.0f);
