@@ -8,6 +8,7 @@
 #include "examples/bert/safetensors.hpp"
 #include "examples/decoder/generate.hpp"
 #include "livefuse/config.hpp"
+#include "livefuse/inspect.hpp"
 #include "tests/decoder/decoder_reference.hpp"
 #include "tests/test_util.hpp"
 
@@ -111,12 +112,18 @@ TEST_CASE("decoder tiny: fusion on serves plans and gives fusion off's tokens, b
       const lfd::DecoderModel m =
           lfd::DecoderModel::random(tiny(arch), 4, lf::DType::f32, lf::Device::cpu(), kInitStd);
       const lf::Tensor p = prompt(1, 6, m.config().vocab_size, m.device());
+      // A static cache's K and V writes are held to share a launch with fusion on, never off
+      // (runtime/write_batch.hpp): the tokens below are checked with them engaged.
+      const auto held = [] { return lf::inspect().counter("matcher", "writes_held").value_or(0); };
       lfd::GenerateResult eager;
       {
         ModeGuard off(lf::Mode::off);
+        const uint64_t h0 = held();
         eager = lfd::generate(m, p, kSteps, kind, {}, true);
+        CHECK(held() == h0);
       }
       ModeGuard on(lf::Mode::on, /*sample=*/0);
+      const uint64_t h0 = held();
       // Plans are made in the background: repeat until they serve (each run must still match).
       uint64_t served = 0;
       for (int run = 0; run < 8 && served == 0; ++run) {
@@ -133,6 +140,8 @@ TEST_CASE("decoder tiny: fusion on serves plans and gives fusion off's tokens, b
         CHECK(worst <= 1e-4);
       }
       CHECK(served > 0);
+      if (kind == lfd::CacheKind::fixed) CHECK(held() > h0);
+      else CHECK(held() == h0);
     }
 }
 

@@ -152,6 +152,10 @@ int main(int argc, char** argv) {
       local = m.run(x);
       g_unread = m.run(local);
     }
+    // And a static cache's write still held (fusion on): the exit enqueues it, and must not
+    // crash doing so.
+    static lf::Tensor cache = lf::zeros({1, 4, D}, lf::DType::f32, users::device());
+    lf::index_copy(cache, 1, 2, lf::reshape(lf::slice(local, 0, 0, 1), {1, 1, D}));
     // Registered last, so run first: a crash report then says exit had begun.
     std::atexit([] { users::say("[exit handlers begin]\n"); });
     std::exit(std::atoi(argv[2]));
