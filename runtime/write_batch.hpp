@@ -17,6 +17,8 @@
 //     cannot be held: the batch first, then that write;
 //   * another thread's op call or sync point on a storage a held write reads or writes (it
 //     looks through every thread's batch, only while some thread holds a write);
+//   * a plan run on this thread (planner's run_plan: the matcher runs plans only after such a
+//     call, other callers get the same order);
 //   * the thread's exit.
 // Nothing can observe a held write before then: every livefuse path to the storages passes one
 // of those points, and the program has no pointer of its own to them. So eager order holds,

@@ -51,7 +51,8 @@ void concat_copies(const OpCall& call, const Tensor& out, std::vector<CopyJob>& 
 }
 
 void run_copies(std::span<const Tensor> dsts, std::span<const Tensor> srcs, void* stream) {
-  LF_ASSERT(dsts.size() == srcs.size(), "run_copies: ", dsts.size(), " destinations for ", srcs.size(), " sources");
+  LF_ASSERT(dsts.size() == srcs.size(), "run_copies: ", dsts.size(), " destinations for ",
+            srcs.size(), " sources");
   std::vector<CopyJob> jobs;
   for (size_t i = 0; i < dsts.size(); ++i) {
     const Tensor &d = dsts[i], &x = srcs[i];

@@ -89,8 +89,11 @@ Batch::~Batch() {
 
 thread_local Batch t_batch;
 
-bool touches(const Held& h, const Storage* s) {
-  return h.dst.impl()->storage.get() == s || h.src.impl()->storage.get() == s;
+// Whether a call that reads (or writes) `s` must wait for `h`: `h` writes it, or reads what the
+// call writes.
+bool conflicts(const Held& h, const Storage* s, Use use) {
+  return h.dst.impl()->storage.get() == s ||
+         (use == Use::write && h.src.impl()->storage.get() == s);
 }
 
 }  // namespace
@@ -112,7 +115,8 @@ bool hold(const Tensor& dst, const Tensor& src, const Stream& stream) {
       !holdable || (!b.writes.empty() && (!(b.stream == stream) || b.writes.size() >= kMaxHeld));
   // Held writes run in one launch, in no order: one storage written by one and touched by
   // another waits for the next batch.
-  for (const Held& h : b.writes) first = first || touches(h, d) || h.dst.impl()->storage.get() == s;
+  for (const Held& h : b.writes)
+    first = first || conflicts(h, d, Use::write) || conflicts(h, s, Use::read);
   if (first) enqueue(b);
   if (!holdable) return false;
   b.stream = stream;
@@ -131,14 +135,12 @@ void flush_own() {
 
 void flush_for(const Storage& s, Use use) {
   if (!any_held()) return;
-  const auto conflicts = [&](const Held& h) {
-    return h.dst.impl()->storage.get() == &s ||
-           (use == Use::write && h.src.impl()->storage.get() == &s);
-  };
   const std::lock_guard<std::mutex> g(g_batches_mu);
   for (Batch* b : batches()) {
     const std::lock_guard<std::mutex> lock(b->mu);
-    if (std::any_of(b->writes.begin(), b->writes.end(), conflicts)) enqueue(*b);
+    if (std::any_of(b->writes.begin(), b->writes.end(),
+                    [&](const Held& h) { return conflicts(h, &s, use); }))
+      enqueue(*b);
   }
 }
 
