@@ -5,6 +5,7 @@
 // Later stages (matcher, plan replay) hook in here, never around it.
 #include "livefuse/stream.hpp"
 #include "runtime/op_call.hpp"
+#include "runtime/write_batch.hpp"
 
 namespace livefuse {
 
@@ -40,8 +41,17 @@ class Executor {
   static bool is_copying_view(const OpCall& call);
 };
 
+// A sync point on `t`: its value settled, this thread's windows run, every thread's held writes
+// (runtime/write_batch.hpp) that conflict with `use` of its storage enqueued, the trace told.
+// Own::flush enqueues this thread's held writes too: what follows reads or writes through the
+// address. Own::keep is for a write's operands (copy_into): this thread's held writes come
+// before that write, so they may stay held and share its launch.
+enum class Own { flush, keep };
+void sync_on(const Tensor& t, writes::Use use, Own own);
+
 // A sync point on `t` that does not expose its storage (runtime code reading a value for the
-// program: copy_to_host, to(Device)); data_ptr() is this plus Executor::expose.
+// program: copy_to_host, to(Device)); data_ptr() is this plus Executor::expose. The program may
+// write through the address from then on, so it counts as a write of the storage.
 void* synced_data(const Tensor& t);
 
 // Storage of a fresh dense output on `device` for the current stream.

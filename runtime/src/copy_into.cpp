@@ -18,25 +18,9 @@
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
-#include "runtime/trace_sink.hpp"
 #include "runtime/write_batch.hpp"
 
 namespace livefuse {
-namespace {
-
-// synced_data(t) for a write's operand, leaving this thread's held writes held: they come
-// before this write and may share its launch. Held writes (any thread's) that conflict with
-// this one are enqueued: those writing its source, and those reading or writing its
-// destination. Two writes reading one source (a step's K and V, views of one product) do not.
-void sync_operand(const Tensor& t, writes::Use use) {
-  Executor::materialize(*t.impl());
-  matcher::flush_all();
-  if (const Storage* s = t.impl()->storage.get()) writes::flush_for(*s, use);
-  if (TraceSink* sink = trace_sink()) sink->on_sync(Stream::current(t.device()).id());
-}
-
-}  // namespace
-
 void copy_into(const Tensor& dst, const Tensor& src) {
   const char* op = "copy_into";
   LF_CHECK(dst.defined() && src.defined(), op, "destination and source must be defined");
@@ -56,8 +40,8 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   // Eager order (the note): this thread's deferred calls run and the monitor is told; then the
   // windows of other threads that read the destination.
-  sync_operand(dst, writes::Use::write);
-  sync_operand(src, writes::Use::read);
+  sync_on(dst, writes::Use::write, Own::keep);
+  sync_on(src, writes::Use::read, Own::keep);
   // The write itself on the timeline as an op (the flush above shows as the windows it ran): a
   // static KV cache's two writes a layer were missing from LIVEFUSE_TRACE's host breakdown.
   trace::Scope span("op", op);
@@ -101,7 +85,7 @@ void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) 
   // The destination view is made here, not by lf::slice: a traced slice call per write would
   // enter the monitor's stream (and could itself be deferred) for nothing.
   // Storage bound, pending work run.
-  if (dst.numel() > 0 && src.numel() > 0) sync_operand(dst, writes::Use::write);
+  if (dst.numel() > 0 && src.numel() > 0) sync_on(dst, writes::Use::write, Own::keep);
   const TensorImpl& t = *dst.impl();
   Shape shape = t.shape;
   shape[d] = n;

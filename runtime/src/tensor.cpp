@@ -16,6 +16,7 @@
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/host_values.hpp"
+#include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/trace_sink.hpp"
 #include "runtime/write_batch.hpp"
@@ -126,18 +127,20 @@ bool Tensor::is_immutable() const {
   return impl_->storage && impl_->storage->immutable.load(std::memory_order_acquire);
 }
 
+void sync_on(const Tensor& t, writes::Use use, Own own) {
+  const TensorImpl& impl = *t.impl();
+  Executor::materialize(impl);
+  // Every window of this thread, not only one holding this tensor: the program (or the write)
+  // may change the memory, and a window reading it must not see (or, launched early, miss) that.
+  if (own == Own::flush) Executor::flush_all();
+  else matcher::flush_all();
+  if (const Storage* s = impl.storage.get()) writes::flush_for(*s, use);
+  if (TraceSink* sink = trace_sink()) sink->on_sync(Stream::current(impl.device).id());
+}
+
 void* synced_data(const Tensor& t) {
-  const std::shared_ptr<TensorImpl>& impl_ = t.impl_ptr();
-  Executor::materialize(*impl_);
-  // A sync point for every window of this thread, not only one holding this tensor: the
-  // program may write through the pointer, and a window reading this tensor must not see
-  // (or, launched early, miss) that write.
-  Executor::flush_all();
-  // Another thread's held writes on this storage too (runtime/write_batch.hpp); the program may
-  // write through the address from now on, so those reading it as well.
-  if (const Storage* s = impl_->storage.get()) writes::flush_for(*s, writes::Use::write);
-  if (TraceSink* sink = trace_sink()) sink->on_sync(Stream::current(impl_->device).id());
-  return impl_->data();
+  sync_on(t, writes::Use::write, Own::flush);
+  return t.impl()->data();
 }
 
 void Tensor::copy_to_host(void* dst, size_t dst_bytes) const {
