@@ -4,12 +4,13 @@
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
 // Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
-//        [--no-workspace] [--split-keys N]
+//        [--no-workspace] [--split-keys N] [--case TEXT]
 // (--max-splits: cap the blocks a head's keys are split over, to compare cluster sizes;
 // --max-rows 1 | 2 | 4: query rows a block takes at most, 0 the launch's own choice; --wide: the
 // kernel built for one block an SM, as before the lean build; --no-workspace: splits meet in a
 // cluster only (at most 8), as before the workspace; --split-keys: the fewest keys a split
-// meeting in the workspace takes.)
+// meeting in the workspace takes; --case: only the cases whose "name dtype sk" contains TEXT,
+// e.g. "gpt2 f16 4096", for a profiler.)
 // Exit status 1 when any case differs from the reference beyond its dtype's tolerance.
 //
 // Timing: each launch is timed alone with CUDA events, after a short spin kernel so that the
@@ -305,7 +306,7 @@ std::vector<Case> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json;
+  std::string json, only;
   int iters = 200;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -323,10 +324,12 @@ int main(int argc, char** argv) {
       livefuse::cuda::set_attention_decode_workspace(false);
     else if (arg == "--split-keys" && i + 1 < argc)
       livefuse::cuda::set_attention_decode_split_keys(std::max(0, std::atoi(argv[++i])));
+    else if (arg == "--case" && i + 1 < argc)
+      only = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide] "
-                   "[--no-workspace] [--split-keys N]\n",
+                   "[--no-workspace] [--split-keys N] [--case TEXT]\n",
                    argv[0]);
       return 2;
     }
@@ -342,6 +345,7 @@ int main(int argc, char** argv) {
               "rows", "sk", "decode err", "cold us", "GB/s", "hot us", "general err", "cold us",
               "GB/s", "hot us");
   for (const Case& c : cases()) {
+    if ((c.name + " " + name_of(c.dt) + " " + std::to_string(c.sk)).find(only) == std::string::npos) continue;
     const Result r = run_case(c, iters, s);
     const bool pass = r.decode_err.pass && r.general_err.pass;
     all_pass = all_pass && pass;

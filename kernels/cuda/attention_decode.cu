@@ -28,7 +28,8 @@
 //  * in the stream's workspace (split_space.hpp), when a wave of the device wants more splits
 //    than a cluster holds (long caches, few heads): each block writes its partial to its slot,
 //    and the last split of a tile to arrive (an atomic count, set back to zero by that block)
-//    folds them and writes the rows. Still one launch; the count makes it graph-safe. Devices
+//    folds them and writes the rows (write_out_meet: every split's max and sum read at once, the
+//    accumulators eight splits at a time). Still one launch; the count makes it graph-safe. Devices
 //    without clusters take this path too. A stream being captured before it ever had a
 //    workspace uses clusters.
 //
@@ -39,6 +40,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <type_traits>
 
 #include "kernels/cuda/attention_decode.hpp"
@@ -120,17 +122,19 @@ __device__ __forceinline__ Elems<Bits, W> load_elems(const Bits* row, int c0, in
   return e;
 }
 
-// Sum over the `lanes` threads of a key group (aligned runs of a power of two lanes), in the
-// order o = lanes / 2, .., 1. Straight-line (every shuffle runs; a select keeps the ones past
-// the group out), so the kRows x kUnroll sums of a step interleave: as a loop over a run-time
-// count each was a loop of its own, one dependent shuffle after another.
-__device__ __forceinline__ float group_sum(float x, int lanes) {
+// Each x[i] summed over the `lanes` threads of its key group (aligned runs of a power of two
+// lanes), in the order o = lanes / 2, .., 1. Level by level over the whole array, each level a
+// warp-uniform branch: the kRows x kUnroll sums of a step interleave (as a loop per sum, each was
+// one dependent shuffle after another), and levels at or past `lanes` are skipped (two of five
+// with eight lanes a key, where a select kept them out before).
+template <int N>
+__device__ __forceinline__ void group_sums(float (&x)[N], int lanes) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
-    const float y = __shfl_xor_sync(kFullMask, x, o);
-    x = o < lanes ? x + y : x;
+    if (o >= lanes) continue;
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] += __shfl_xor_sync(kFullMask, x[i], o);
   }
-  return x;
 }
 
 // Folds the state (mo, lo, ao) into (m, l, acc): the softmax over both states' keys.
@@ -165,75 +169,115 @@ __device__ __forceinline__ void fold(int n, Part part, Ld ld, int r, int c, floa
 struct PlainLoad {
   __device__ float operator()(const float& x) const { return x; }
 };
-struct GlobalLoad {  // ld.global.cg: from L2, where the writers' fenced stores are
-  __device__ float operator()(const float& x) const { return __ldcg(&x); }
-};
 
-// The per-thread state of one block's walk over its keys.
+// Row r of a head's mask or result: group r / rows_t, row r % rows_t (row_offset), in 32-bit
+// arithmetic (r < kAttentionDecodeMaxRows; a 64-bit division is a long subroutine on the GPU).
+__device__ __forceinline__ int64_t row_at(int r, int64_t rows_t, int64_t st_row, int64_t st_g) {
+  const int rt = static_cast<int>(rows_t);
+  return (r / rt) * st_g + (r % rt) * st_row;
+}
+
+// The per-thread state of one block's walk over its keys: the group's next keys through cursors
+// (a K row, a V row and each row's mask entry, advanced a step at a time), so a key costs a
+// pointer add, not a 64-bit multiply of its index by each stride.
 template <class S, int kRows, int W, bool kVec, bool kLean>
 struct Walker {
   using Bits = typename S::Bits;
   static constexpr int kUnroll = unroll_for(kRows, kLean);
 
   const AttentionArgs& a;
-  int lanes, c0;
-  const Bits *k, *v;
-  const Bits* mask[kRows];  // this thread's rows of the mask (null: none)
+  int lanes, c0, stride;   // stride: keys between a group's keys in a step (the block's groups)
+  bool kcol, vcol;         // this thread's columns hold K / V elements (c0 < d, dv)
+  const Bits *kc, *vc;     // the group's next key: its K and V rows (kVec: at column c0)
+  const Bits* mc[kRows];   // that key's mask entry in each of this thread's rows (null: none)
+  int64_t kst, vst, mst;   // elements between a group's keys in a step (K, V, mask)
   float q[kRows][W], m[kRows], l[kRows], acc[kRows][W];
 
-  // Rows past the last (a partial row block) repeat it; their results are never stored.
-  __device__ Walker(const AttentionArgs& args, int64_t b, int64_t h, int64_t row0, int lanes_,
-                    int c0_)
-      : a(args), lanes(lanes_), c0(c0_) {
-    k = static_cast<const Bits*>(a.k) + b * a.k_st[0] + h * a.k_st[1];
-    v = static_cast<const Bits*>(a.v) + b * a.v_st[0] + h * a.v_st[1];
+  // Rows past the last (a partial row block) repeat it; their results are never stored. The
+  // cursors start at key `first`.
+  __device__ Walker(const AttentionArgs& args, int64_t b, int64_t h, int row0, int lanes_, int c0_,
+                    int64_t first, int stride_)
+      : a(args), lanes(lanes_), c0(c0_), stride(stride_), kcol(c0_ < args.d), vcol(c0_ < args.dv) {
+    const int64_t col = kVec ? c0 : 0;
+    kc = static_cast<const Bits*>(a.k) + b * a.k_st[0] + h * a.k_st[1] + first * a.k_st[2] + col;
+    vc = static_cast<const Bits*>(a.v) + b * a.v_st[0] + h * a.v_st[1] + first * a.v_st[2] + col;
+    kst = stride * a.k_st[2], vst = stride * a.v_st[2], mst = stride * a.mask_st[3];
     const auto* qb = static_cast<const Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int64_t row = row0 + r < a.sq ? row0 + r : a.sq - 1;
-      mask[r] = a.mask ? static_cast<const Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
-                             row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g)
-                       : nullptr;
+      const int row = row0 + r < a.sq ? row0 + r : static_cast<int>(a.sq) - 1;
+      mc[r] = a.mask ? static_cast<const Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
+                           row_at(row, a.rows_t, a.mask_st[2], a.mask_st_g) + first * a.mask_st[3]
+                     : nullptr;
+      const Bits* qr = qb + row * a.q_st[2];
+      if constexpr (kVec) {  // q's row as K's: one 16-byte load where it is contiguous and aligned
+        if (a.q_st[3] == 1 && reinterpret_cast<uintptr_t>(qr + c0) % 16 == 0) {
+          const Elems<Bits, W> e = load_elems<Bits, W, true>(qr, c0, a.d, 1);
 #pragma unroll
-      for (int w = 0; w < W; ++w) {
-        const int c = c0 + w;
-        q[r][w] = c < a.d ? S::to(qb[row * a.q_st[2] + c * a.q_st[3]]) : 0.0f;
-        acc[r][w] = 0.0f;
+          for (int w = 0; w < W; ++w) q[r][w] = S::to(e.v[w]);
+        } else {
+#pragma unroll
+          for (int w = 0; w < W; ++w) q[r][w] = c0 + w < a.d ? S::to(qr[(c0 + w) * a.q_st[3]]) : 0.0f;
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < W; ++w) q[r][w] = c0 + w < a.d ? S::to(qr[(c0 + w) * a.q_st[3]]) : 0.0f;
       }
+#pragma unroll
+      for (int w = 0; w < W; ++w) acc[r][w] = 0.0f;
       m[r] = kNegInf;
       l[r] = 0.0f;
     }
   }
 
-  // Keys first, first + stride, .. (kUnroll of them, those before `end`) into the softmax.
-  __device__ void step(int64_t first, int64_t stride, int64_t end) {
+  // The group's next kUnroll keys (those of the `left` keys still before the split's end: key u
+  // is valid while u * stride < left) into the softmax; the cursors move past them.
+  __device__ void step(int64_t left) {
     Elems<Bits, W> kr[kUnroll], vr[kUnroll];
     bool valid[kUnroll];
     float s[kRows][kUnroll];
+    const int n = left < INT_MAX ? static_cast<int>(left) : INT_MAX;  // 32-bit compares below
+    const Bits *kp = kc, *vp = vc;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = first + u * stride;
-      valid[u] = j < end;
-      kr[u] = valid[u] ? load_elems<Bits, W, kVec>(k + j * a.k_st[2], c0, a.d, a.k_st[3])
-                       : Elems<Bits, W>{};
-      vr[u] = valid[u] ? load_elems<Bits, W, kVec>(v + j * a.v_st[2], c0, a.dv, a.v_st[3])
-                       : Elems<Bits, W>{};
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        s[r][u] = !valid[u] ? kNegInf : mask[r] ? S::to(mask[r][j * a.mask_st[3]]) : 0.0f;
+    for (int u = 0; u < kUnroll; ++u, kp += kst, vp += vst) {
+      valid[u] = u * stride < n;
+      if constexpr (kVec) {  // 16 bytes a row, zero where the key or the columns are past the end
+        uint4 kb = make_uint4(0, 0, 0, 0), vb = kb;
+        if (valid[u] && kcol) kb = __ldg(reinterpret_cast<const uint4*>(kp));
+        if (valid[u] && vcol) vb = __ldg(reinterpret_cast<const uint4*>(vp));
+        __builtin_memcpy(&kr[u], &kb, sizeof(kb));
+        __builtin_memcpy(&vr[u], &vb, sizeof(vb));
+      } else {
+        kr[u] = valid[u] ? load_elems<Bits, W, false>(kp, c0, a.d, a.k_st[3]) : Elems<Bits, W>{};
+        vr[u] = valid[u] ? load_elems<Bits, W, false>(vp, c0, a.dv, a.v_st[3]) : Elems<Bits, W>{};
+      }
     }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const Bits* mp = mc[r];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) s[r][u] = !valid[u] ? kNegInf : mp ? S::to(mp[u * mst]) : 0.0f;
+      if (mp) mc[r] = mp + kUnroll * mst;
+    }
+    kc = kp, vc = vp;
     // Every lane takes part in the shuffles (no row is skipped before they are done).
+    float dot[kRows * kUnroll];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        float dot = 0.0f;
+        float x = 0.0f;
 #pragma unroll
-        for (int w = 0; w < W; ++w) dot += q[r][w] * S::to(kr[u].v[w]);
-        dot = group_sum(dot, lanes);
-        // The scores as eager's GEMM writes them, rounded to the dtype (attention.cu, the note).
-        s[r][u] = valid[u] ? S::to(S::from(dot)) * a.scale + s[r][u] : kNegInf;
+        for (int w = 0; w < W; ++w) x += q[r][w] * S::to(kr[u].v[w]);
+        dot[r * kUnroll + u] = x;
       }
+    group_sums(dot, lanes);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        // The scores as eager's GEMM writes them, rounded to the dtype (attention.cu, the note).
+        s[r][u] = valid[u] ? S::to(S::from(dot[r * kUnroll + u])) * a.scale + s[r][u] : kNegInf;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float m_new = m[r];
@@ -303,19 +347,69 @@ __device__ void merge_block(Shared<kRows>& sh, int dv, Partial<kRows>& dst) {
 // Outputs from the `splits` partials (part(i): split i's), share `share` of `shares` of them
 // (the blocks of a cluster divide the elements; the workspace's last block writes them all).
 template <class S, int kRows, class Part, class Ld>
-__device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int64_t row0, int share,
+__device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int row0, int share,
                           int shares, int splits, Part part, Ld ld) {
   auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
   const int dv = static_cast<int>(a.dv);
   for (int i = share * kThreads + threadIdx.x; i < kRows * dv; i += shares * kThreads) {
     const int r = i / dv, c = i % dv;
-    const int64_t row = row0 + r;
+    const int row = row0 + r;
     if (row >= a.sq) break;  // rows ascend with i
     float m, l, acc;
     fold<kRows>(splits, part, ld, r, c, m, l, acc);
     // All -inf, or a NaN or +inf score: eager's softmax gives NaN.
     const float y = isfinite(m) ? acc * (1.0f / l) : __int_as_float(0x7fc00000);
-    out[row_offset(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
+    out[row_at(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
+  }
+}
+
+// The workspace's outputs, written by the last split of a tile to arrive: every split's (m, l)
+// of the tile's rows read at once into shared memory, each row's max and sum and each split's
+// weight taken there, then each output adds up the splits' accumulators eight loads at a time.
+// (write_out's fold reads each split's m, l and acc in turn: one L2 round trip after another,
+// the splits of a long cache being up to kMaxMeetSplits.) Same order of sums, same bits.
+template <class S, int kRows>
+__device__ void write_out_meet(const AttentionArgs& a, int64_t b, int64_t h, int row0, int splits,
+                               const Partial<kRows>* slots) {
+  __shared__ float wt[kMaxMeetSplits][kRows], ls[kMaxMeetSplits][kRows];
+  __shared__ float row_m[kRows], row_l[kRows];
+  for (int i = threadIdx.x; i < splits * kRows; i += kThreads) {
+    const int sp = i / kRows, r = i % kRows;
+    wt[sp][r] = __ldcg(&slots[sp].m[r]);
+    ls[sp][r] = __ldcg(&slots[sp].l[r]);
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows) {
+    const int r = threadIdx.x;
+    float m = kNegInf, l = 0.0f;
+    for (int sp = 0; sp < splits; ++sp) m = lf_max(m, wt[sp][r]);
+    for (int sp = 0; sp < splits; ++sp) {
+      const float w = weight(wt[sp][r], m);
+      wt[sp][r] = w;
+      l += ls[sp][r] * w;
+    }
+    row_m[r] = m, row_l[r] = l;
+  }
+  __syncthreads();
+  auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
+  const int dv = static_cast<int>(a.dv);
+  for (int i = threadIdx.x; i < kRows * dv; i += kThreads) {
+    const int r = i / dv, c = i % dv;
+    const int row = row0 + r;
+    if (row >= a.sq) break;  // rows ascend with i
+    float acc = 0.0f;
+    constexpr int kBatch = 8;
+    for (int sp0 = 0; sp0 < splits; sp0 += kBatch) {
+      float x[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) x[u] = sp0 + u < splits ? __ldcg(&slots[sp0 + u].acc[r][c]) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (sp0 + u < splits) acc += x[u] * wt[sp0 + u][r];
+    }
+    const float m = row_m[r];
+    const float y = isfinite(m) ? acc * (1.0f / row_l[r]) : __int_as_float(0x7fc00000);
+    out[row_at(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
   }
 }
 
@@ -345,9 +439,11 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     decode_kernel(AttentionArgs a, int lanes, int splits, SplitMeet meet) {
   __shared__ Shared<kRows> sh;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // 32-bit index arithmetic: grid.x = batch * heads * splits < 2^31 (launch_attention_decode).
   const int split = static_cast<int>(blockIdx.x % splits);
-  const int64_t bh = blockIdx.x / splits, b = bh / a.heads, h = bh % a.heads;
-  const int64_t row0 = int64_t{blockIdx.y} * kRows;
+  const int bh = static_cast<int>(blockIdx.x / splits), heads = static_cast<int>(a.heads);
+  const int64_t b = bh / heads, h = bh % heads;
+  const int row0 = static_cast<int>(blockIdx.y) * kRows;
   const int group = threadIdx.x / lanes, groups = kThreads / lanes;
 
   const int64_t per_split = (a.sk + splits - 1) / splits;
@@ -359,10 +455,9 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
   }
   pdl_wait();  // nothing above reads q, K or V, or writes anything
 
-  Walker<S, kRows, W, kVec, kLean> st(a, b, h, row0, lanes, (lane % lanes) * W);
+  Walker<S, kRows, W, kVec, kLean> st(a, b, h, row0, lanes, (lane % lanes) * W, begin + group, groups);
   constexpr int kUnroll = Walker<S, kRows, W, kVec, kLean>::kUnroll;
-  for (int64_t j0 = begin; j0 < end; j0 += int64_t{groups} * kUnroll)
-    st.step(j0 + group, groups, end);
+  for (int64_t j0 = begin; j0 < end; j0 += int64_t{groups} * kUnroll) st.step(end - (j0 + group));
   st.merge_warp();
   st.store(sh.warp[warp], lane);
   __syncthreads();
@@ -382,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    write_out<S, kRows>(a, b, h, row0, 0, 1, splits, [&](int i) { return &slots[i]; }, GlobalLoad{});
+    write_out_meet<S, kRows>(a, b, h, row0, splits, slots);
     if (threadIdx.x == 0) meet.count[tile] = 0;  // as the next launch on the stream expects it
     return;
   }

@@ -46,6 +46,20 @@ void check_cuda(const Segment& seg, const std::vector<Tensor>& xs, double tol) {
   }
 }
 
+// The plan of `seg` run on CUDA over `xs` (CPU tensors, copied over): its first output's values.
+std::vector<double> cuda_output(const Segment& seg, const std::vector<Tensor>& xs) {
+  PlannerOptions opts = default_planner_options(Device::cuda(0));
+  opts.attention = true;
+  opts.attention_fast_only = false;
+  PlannedSegment p = plan_segment(seg, opts);
+  REQUIRE(attention_step_of(p) != nullptr);
+  CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+  const std::vector<Tensor> got = poisoned_values(p, to_cuda(xs));
+  run_plan(p, got, Stream::current(Device::cuda(0)).handle());
+  synchronize(Device::cuda(0));
+  return got[seg.value_id(seg.outputs[0])].to_doubles();
+}
+
 // Runs `body` with the tensor-core kernel's keys in one group, split in two wherever it can
 // (kernels/cuda/attention_mma.cu), and chosen by the grid; back to the default after.
 template <class F>
@@ -172,3 +186,32 @@ LF_CUDA_TEST_CASE("attention gpu: the tensor-core kernel splits the keys only wh
   livefuse::cuda::force_attention_key_groups(0);
 }
 #endif
+
+// The decode kernel (attention_decode.cu) over long caches, against eager on the CPU: the shapes
+// reach the paths its key cursors and its workspace fold take -- many steps a split, a split's
+// last step short of the block's keys, a GQA group as two-row blocks, one-row MHA heads, f32's
+// 16 lanes a key, d 128 over two tokens, a mask with a run of -inf keys across steps, and 8 K/V
+// heads x 4096 keys, whose splits (16 a head on an H200) meet in the stream's workspace.
+LF_CUDA_TEST_CASE("attention gpu: decode steps over long caches equal eager, splits meeting in the workspace") {
+  std::vector<GroupedShape> shapes;
+  shapes.push_back({1, 8, 4, 1, 4096, 64, DType::bf16, true});   // Llama-1B decode
+  shapes.push_back({1, 12, 1, 1, 4099, 64, DType::f16, false});  // GPT-2 decode, a short last step
+  shapes.push_back({2, 2, 3, 1, 1500, 64, DType::f32, false});   // f32: 16 lanes a key
+  shapes.push_back({1, 2, 2, 2, 777, 128, DType::f16, true});    // d 128, two tokens
+  for (const GroupedShape& s : shapes) {
+    INFO(s.str());
+    const AttentionSegment a = grouped_attention_segment(s);
+    std::vector<Tensor> xs = random_externals(a.seg, 31);
+    std::vector<float> m(static_cast<size_t>((s.per_key_mask ? s.b : s.t) * s.sk), 0.0f);
+    for (size_t i = 0; i < m.size(); ++i)
+      if (i % s.sk >= 100 && i % s.sk < 300) m[i] = -kInf;
+    xs.back() = from_floats(m, s.per_key_mask ? Shape{s.b, 1, 1, 1, s.sk} : Shape{s.t, s.sk}, s.dtype,
+                            Device::cpu());
+    const std::vector<double> want = eager_values(a.seg, xs)[a.seg.value_id(a.seg.outputs[0])].to_doubles();
+    const std::vector<double> got = cuda_output(a.seg, xs);
+    size_t bad = 0;
+    CHECK_MESSAGE(lftest::allclose(got, want, attention_tol(s.dtype), attention_tol(s.dtype), &bad),
+                  "first mismatch at " << bad << ": got " << (bad < got.size() ? got[bad] : 0)
+                                       << " want " << (bad < want.size() ? want[bad] : 0));
+  }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One GPU call for a change to the decode attention (kernels/cuda/attention_decode.cu), run THERE
+# after tools/gpu/pack.sh: livefuse-bench-attention-decode twice, the suites that run the kernel
+# (plans, eager, graphs, decoders), then the context sweep's end points (Llama-1B bf16, prompts
+# 128 and 4096, fusion on, each cache). Logs in $OUT/decode_attention.tgz.
+# Usage (device tool): bash tools/gpu/lab/decode_attention.sh   [DA_PARTS="bench suites sweep"
+#   DA_SUITES="test_planner:*attention* test_ops test_decoder test_replacement"]
+. "$(dirname "$0")/../prelude.sh" lf-da-out
+START=$(date +%s)
+at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+pack_out() { tar -czf "$REAL_OUT/decode_attention.tgz" -C "$D" . 2>/dev/null; }
+parts=${DA_PARTS:-bench suites sweep}
+
+if [[ $parts == *bench* ]]; then
+  for i in 1 2; do
+    at "bench attention-decode ($i)"
+    timeout -s KILL 120 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/bench_$i.json" \
+      > "$D/bench_$i.log" 2>&1
+    echo "rc=$?"; grep -v "^ *$" "$D/bench_$i.log" | tail -22 | cut -c1-96
+  done
+  pack_out
+fi
+if [[ $parts == *suites* ]]; then
+  at "suites"
+  SUITE_S=200 run_suites "${DA_SUITES:-test_planner:*attention* test_ops test_decoder test_replacement}"
+  pack_out
+fi
+if [[ $parts == *sweep* ]]; then
+  at "sweep"
+  SWEEP_LENS="128 4096" SWEEP_MODES="on:static on:concat" bash tools/gpu/sweep.sh
+  cp "$REAL_OUT/sweep.tgz" "$D/" 2>/dev/null
+  pack_out
+fi
+at "done"
