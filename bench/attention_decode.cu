@@ -288,8 +288,8 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
 std::vector<Case> cases() {
   std::vector<Case> cs;
   for (DType dt : {DType::f16, DType::f32})
-    for (int64_t sk : {128, 256, 512, 1024, 4096}) cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
-  for (int64_t sk : {128, 1024, 4096})
+    for (int64_t sk : {32, 128, 256, 512, 1024, 4096}) cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
+  for (int64_t sk : {32, 128, 1024, 4096})
     cs.push_back({"llama-gqa", DType::bf16, 1, 8, 4, 1, sk, 64, sk});
   cs.push_back({"gpt2 kv view (capacity 4096)", DType::f16, 1, 12, 1, 1, 1000, 64, 4096});
   cs.push_back(

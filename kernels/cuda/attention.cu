@@ -143,11 +143,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 }  // namespace
 
 void launch_attention(const AttentionArgs& a, void* stream) {
-  // Few rows per head against many keys: split over the keys, from where that is faster than
-  // one block per head (H200, session 12, GPT-2 decode, cold us: f16 at sk 256 11.9 against 10.3,
-  // at 512 12.1 against 16.1; f32 at 256 14.9 against 130.5 -- the general kernel's f32 path is
-  // plain FMA, the decode kernel's split is worth it at once).
-  const int64_t min_keys = a.dtype == DType::f32 ? 256 : 512;
+  // Few rows per head: the split-KV decode kernel, from where it is faster than one block per
+  // head. One token's rows (at most 4: a GQA group) take it at any length since its index
+  // arithmetic was trimmed (H200, session 32, cold us, decode against the tensor-core kernel:
+  // GPT-2 f16 one row, 32 keys 5.7 / 5.7, 128 keys 5.9 / 7.4, 256 keys 6.9 / 9.8; Llama GQA bf16
+  // four rows, 32 keys 6.1 / 5.9, 128 keys 6.9 / 7.4), so a decode step keeps one kernel from
+  // its first token on; more rows from 512 keys (16 rows at 512: 15.3 / 14.6); f32 always (the
+  // general kernel's f32 path is plain FMA: 128 keys 6.3 / 69.9).
+  const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.sk >= min_keys && launch_attention_decode(a, stream)) return;
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) return launch_attention_mma(a, stream);

@@ -218,8 +218,9 @@ inline std::vector<AttentionShape> attention_numeric_cases() {
   out.push_back({3, 2, 13, 29, 128, DType::f32, MaskForm::plain2d, true, true, false});
   out.push_back({1, 1, 33, 65, 8, DType::f16, MaskForm::none, true, false, true});
   out.push_back({2, 5, 40, 40, 64, DType::bf16, MaskForm::none, false, false, false});
-  // The CUDA decode kernel (launch_attention takes it from 512 keys in f16/bf16, 256 in f32) with
-  // two lanes a key (d = 16: one 16-byte load a lane), 7 rows; and below its crossover.
+  // The CUDA decode kernel (launch_attention takes it for f32 and one token's rows at any length,
+  // for more rows from 512 keys in f16/bf16) with two lanes a key (d = 16: one 16-byte load a
+  // lane), 7 rows; and below its crossover.
   out.push_back({1, 2, 7, 7, 16, DType::f16, MaskForm::none, true, false, false});
   out.push_back({1, 2, 7, 520, 16, DType::f16, MaskForm::none, true, false, false});
   out.push_back({2, 3, 5, 600, 16, DType::bf16, MaskForm::per_key, false, true, false});
