@@ -44,6 +44,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention_decode.hpp"
+#include "kernels/cuda/attention_decode_combine.cuh"
 #include "kernels/cuda/attention_decode_splits.hpp"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/cluster.hpp"
@@ -61,12 +62,9 @@
 namespace livefuse::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
-constexpr int kScalarW = 4;             // columns per thread on the strided path: 32 * 4 = kMaxD
-constexpr float kNegInf = -__builtin_huge_valf();
-constexpr float kLog2e = 1.4426950408889634f;
+using namespace decode;  // the combining (attention_decode_combine.cuh) and its constants
+
+constexpr int kScalarW = 4;  // columns per thread on the strided path: 32 * 4 = kMaxD
 
 // Keys per group and step: more bytes in flight with few rows, fewer registers with many. The
 // lean build (the default; LIVEFUSE_DECODE_LEAN=0 turns it off) halves it and asks for two
@@ -77,24 +75,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int unroll_for(int rows, bool lean) {
   const int u = rows == 1 ? 8 : rows <= 4 ? 4 : 2;
   return lean ? u / 2 : u;
-}
-
-// The running softmax of one row over some keys, as the blocks of a split leave it.
-template <int kRows>
-struct Partial {
-  float m[kRows], l[kRows], acc[kRows][kMaxD];
-};
-
-template <int kRows>
-struct Shared {
-  Partial<kRows> warp[kWarps];  // each warp's merged groups
-  Partial<kRows> block;         // the block's (read by the other blocks of the cluster)
-};
-
-// exp(m - ref): the weight of a state with max m in one with max ref. A state that has seen only
-// -inf keys weighs 0 (its l and acc are 0; exp(-inf - -inf) would be NaN).
-__device__ __forceinline__ float weight(float m, float ref) {
-  return m == kNegInf ? 0.0f : exp2f((m - ref) * kLog2e);
 }
 
 // W consecutive elements of a K or V row as stored.
@@ -135,46 +115,6 @@ __device__ __forceinline__ void group_sums(float (&x)[N], int lanes) {
 #pragma unroll
     for (int i = 0; i < N; ++i) x[i] += __shfl_xor_sync(kFullMask, x[i], o);
   }
-}
-
-// Folds the state (mo, lo, ao) into (m, l, acc): the softmax over both states' keys.
-template <int W>
-__device__ __forceinline__ void merge(float& m, float& l, float (&acc)[W], float mo, float lo,
-                                      const float (&ao)[W]) {
-  const float mn = lf_max(m, mo);
-  const float wa = weight(m, mn), wb = weight(mo, mn);
-  l = l * wa + lo * wb;
-#pragma unroll
-  for (int w = 0; w < W; ++w) acc[w] = acc[w] * wa + ao[w] * wb;
-  m = mn;
-}
-
-// Row r, column c of the merge of n partials (part(i): the i-th): max, sum and accumulator.
-// ld(x) reads x: plainly, or past L1 for partials other blocks wrote to global memory.
-template <int kRows, class Part, class Ld>
-__device__ __forceinline__ void fold(int n, Part part, Ld ld, int r, int c, float& m, float& l,
-                                     float& acc) {
-  m = kNegInf;
-  for (int i = 0; i < n; ++i) m = lf_max(m, ld(part(i)->m[r]));
-  l = 0.0f;
-  acc = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const Partial<kRows>* p = part(i);
-    const float w = weight(ld(p->m[r]), m);
-    l += ld(p->l[r]) * w;
-    acc += ld(p->acc[r][c]) * w;
-  }
-}
-
-struct PlainLoad {
-  __device__ float operator()(const float& x) const { return x; }
-};
-
-// Row r of a head's mask or result: group r / rows_t, row r % rows_t (row_offset), in 32-bit
-// arithmetic (r < kAttentionDecodeMaxRows; a 64-bit division is a long subroutine on the GPU).
-__device__ __forceinline__ int64_t row_at(int r, int64_t rows_t, int64_t st_row, int64_t st_g) {
-  const int rt = static_cast<int>(rows_t);
-  return (r / rt) * st_g + (r % rt) * st_row;
 }
 
 // The per-thread state of one block's walk over its keys: the group's next keys through cursors
@@ -331,88 +271,6 @@ struct Walker {
   }
 };
 
-// The block's warps' partials into `dst` (shared memory, or the block's slot in the workspace).
-template <int kRows>
-__device__ void merge_block(Shared<kRows>& sh, int dv, Partial<kRows>& dst) {
-  for (int i = threadIdx.x; i < kRows * dv; i += kThreads) {
-    const int r = i / dv, c = i % dv;
-    float m, l, acc;
-    fold<kRows>(
-        kWarps, [&](int w) { return &sh.warp[w]; }, PlainLoad{}, r, c, m, l, acc);
-    dst.acc[r][c] = acc;
-    if (c == 0) dst.m[r] = m, dst.l[r] = l;
-  }
-}
-
-// Outputs from the `splits` partials (part(i): split i's), share `share` of `shares` of them
-// (the blocks of a cluster divide the elements; the workspace's last block writes them all).
-template <class S, int kRows, class Part, class Ld>
-__device__ void write_out(const AttentionArgs& a, int64_t b, int64_t h, int row0, int share,
-                          int shares, int splits, Part part, Ld ld) {
-  auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
-  const int dv = static_cast<int>(a.dv);
-  for (int i = share * kThreads + threadIdx.x; i < kRows * dv; i += shares * kThreads) {
-    const int r = i / dv, c = i % dv;
-    const int row = row0 + r;
-    if (row >= a.sq) break;  // rows ascend with i
-    float m, l, acc;
-    fold<kRows>(splits, part, ld, r, c, m, l, acc);
-    // All -inf, or a NaN or +inf score: eager's softmax gives NaN.
-    const float y = isfinite(m) ? acc * (1.0f / l) : __int_as_float(0x7fc00000);
-    out[row_at(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
-  }
-}
-
-// The workspace's outputs, written by the last split of a tile to arrive: every split's (m, l)
-// of the tile's rows read at once into shared memory, each row's max and sum and each split's
-// weight taken there, then each output adds up the splits' accumulators eight loads at a time.
-// (write_out's fold reads each split's m, l and acc in turn: one L2 round trip after another,
-// the splits of a long cache being up to kMaxMeetSplits.) Same order of sums, same bits.
-template <class S, int kRows>
-__device__ void write_out_meet(const AttentionArgs& a, int64_t b, int64_t h, int row0, int splits,
-                               const Partial<kRows>* slots) {
-  __shared__ float wt[kMaxMeetSplits][kRows], ls[kMaxMeetSplits][kRows];
-  __shared__ float row_m[kRows], row_l[kRows];
-  for (int i = threadIdx.x; i < splits * kRows; i += kThreads) {
-    const int sp = i / kRows, r = i % kRows;
-    wt[sp][r] = __ldcg(&slots[sp].m[r]);
-    ls[sp][r] = __ldcg(&slots[sp].l[r]);
-  }
-  __syncthreads();
-  if (threadIdx.x < kRows) {
-    const int r = threadIdx.x;
-    float m = kNegInf, l = 0.0f;
-    for (int sp = 0; sp < splits; ++sp) m = lf_max(m, wt[sp][r]);
-    for (int sp = 0; sp < splits; ++sp) {
-      const float w = weight(wt[sp][r], m);
-      wt[sp][r] = w;
-      l += ls[sp][r] * w;
-    }
-    row_m[r] = m, row_l[r] = l;
-  }
-  __syncthreads();
-  auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1];
-  const int dv = static_cast<int>(a.dv);
-  for (int i = threadIdx.x; i < kRows * dv; i += kThreads) {
-    const int r = i / dv, c = i % dv;
-    const int row = row0 + r;
-    if (row >= a.sq) break;  // rows ascend with i
-    float acc = 0.0f;
-    constexpr int kBatch = 8;
-    for (int sp0 = 0; sp0 < splits; sp0 += kBatch) {
-      float x[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) x[u] = sp0 + u < splits ? __ldcg(&slots[sp0 + u].acc[r][c]) : 0.0f;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        if (sp0 + u < splits) acc += x[u] * wt[sp0 + u][r];
-    }
-    const float m = row_m[r];
-    const float y = isfinite(m) ? acc * (1.0f / row_l[r]) : __int_as_float(0x7fc00000);
-    out[row_at(row, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3]] = S::from(y);
-  }
-}
-
 // Keys [begin, end) of (b, h) of a K or V cache into L2 (pdl.cuh), when a key's columns are
 // contiguous: the keys before this step's are the cache the step reads, already in memory.
 template <class S>
@@ -488,13 +346,13 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's partial is written
     write_out<S, kRows>(a, b, h, row0, split, splits, splits,
-                        [&](int i) { return cluster.map_shared_rank(&sh.block, i); }, PlainLoad{});
+                        [&](int i) { return cluster.map_shared_rank(&sh.block, i); });
     cluster.sync();  // and read: a block's shared memory lives only as long as the block
     return;
   }
 #endif
   __syncthreads();
-  write_out<S, kRows>(a, b, h, row0, 0, 1, 1, [&](int) { return &sh.block; }, PlainLoad{});
+  write_out<S, kRows>(a, b, h, row0, 0, 1, 1, [&](int) { return &sh.block; });
 }
 
 std::atomic<bool> g_enabled{true};
