@@ -290,6 +290,45 @@ TEST_CASE("nvrtc: launch variant choice -- vec/strided, 32/64-bit, row cache/rec
   CHECK(c.missing == jit::Variant::CacheI32);
 }
 
+// A decoder's head: layer_norm of the last position of [1, T, C], a slice made inside the plan.
+// The view's strides and address are known only at launch, so both the packed and the
+// one-column variant are compiled and the launch takes packs where the view allows them (the
+// planner asked for the one-column variant alone before: a one-row norm of 16 us on an H200).
+TEST_CASE("nvrtc: a row read through a view inside the plan gets packs where the launch finds them") {
+  alignas(16) static uint16_t buf[4 * 768 + 8];
+  SegmentBuilder b;
+  const ValueRef h = b.input({1, 4, 768}, DType::f16);
+  const ValueRef last = b.add(OpId::slice, {h}, [] {
+    Attrs a;
+    for (int64_t v : {1, 3, 4, 1}) a.push_int(v);  // dim 1, [3, 4)
+    return a;
+  }());
+  b.output(b.add(OpId::layer_norm, {last, b.input({768}, DType::f16), b.input({768}, DType::f16)},
+                 norm_attrs(1e-5, true, true)));
+  const auto specs = specs_of(plan_segment(b.build()));
+  REQUIRE(specs.size() == 1);
+  const jit::KernelSpec& spec = *specs[0];
+  CHECK(spec.variants == (jit::variant_bit(jit::Variant::VecCacheI32) | jit::variant_bit(jit::Variant::CacheI32)));
+  auto k = std::make_unique<jit::CompiledKernel>();
+  k->rendered = jit::render_cuda(spec);
+  k->variant_ok.assign(k->rendered.variants.size(), true);
+  // The row at element `first` of the buffer, the weight and bias behind it, the output at 0.
+  auto choose = [&](int64_t first) {
+    const Shape row{1, 1, 768}, w{768};
+    auto at = [&](int64_t e, const Shape& s) { return jit::TensorArg{buf + e, DType::f16, s, contiguous_strides(s)}; };
+    jit::PartBinding pb{row, {at(first, row), at(0, w), at(0, w)}, {at(0, row)}};
+    std::string err;
+    const std::vector<jit::PartGeometry> geo{jit::make_geometry(spec.parts[0], spec.kind, pb)};
+    const jit::LaunchChoice c = jit::choose_launch(spec, *k, geo, 48 << 10, &err);
+    CHECK(err.empty());
+    CHECK(!c.missing);
+    return c.variant;
+  };
+  const jit::Variant aligned = choose(3 * 768);  // position 3: 4608 bytes in, 16-byte aligned
+  CHECK((aligned == jit::Variant::VecCacheI32 || aligned == jit::Variant::VecPipeI32));
+  CHECK(choose(3 * 768 + 1) == jit::Variant::CacheI32);  // 2 bytes off: one column at a time
+}
+
 TEST_CASE("nvrtc: register rows share an array between cached values whose lifetimes do not overlap") {
   // softmax: the scaled logits (loop 0 -> 1) and their exponentials (loop 1 -> 2) take turns in
   // one array; softmax(x) * x holds x from loop 0 to 2 beside the exponentials: two arrays.
