@@ -83,9 +83,10 @@ void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) 
   LF_CHECK(pos >= 0 && pos + n <= size, op, "positions [", pos, ", ", pos + n,
            ") are out of range for dim ", d, " of size ", size, got());
   // The destination view is made here, not by lf::slice: a traced slice call per write would
-  // enter the monitor's stream (and could itself be deferred) for nothing.
-  // Storage bound, pending work run.
-  if (dst.numel() > 0 && src.numel() > 0) sync_on(dst, writes::Use::write, Own::keep);
+  // enter the monitor's stream (and could itself be deferred) for nothing. Its layout is read
+  // once the value is settled (storage bound); copy_into's sync point on the view -- the same
+  // storage -- then runs the windows and held writes the write must follow.
+  if (dst.numel() > 0 && src.numel() > 0) Executor::materialize(*dst.impl());
   const TensorImpl& t = *dst.impl();
   Shape shape = t.shape;
   shape[d] = n;
