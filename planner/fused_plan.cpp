@@ -367,8 +367,7 @@ bool FusedPlan::run_cuda(std::vector<Tensor>& values, Window& w) {
   if (set < 0) {
     ++unbound_runs_;
     for (size_t v = 0; v < values.size(); ++v) {
-      TensorImpl& t = *values[v].impl();
-      if (needs_buffer(values, w, v)) t.storage = allocate_storage(t.device, t.nbytes(), st);
+      if (needs_buffer(values, w, v)) give_storage(values, w, v, st);
     }
   }
   if (config().profile) {

@@ -143,6 +143,8 @@ class FusedPlan final : public Plan {
   std::unordered_map<uint64_t, std::vector<EarlyLaunch>> early_;
   bool early_ok_ = false;  // every step's only effect is its outputs (no opaque kernels)
   bool needs_buffer(const std::vector<Tensor>& values, const Window& w, size_t v) const;
+  // Storage for value v that needs_buffer: fresh, or the block of the cache a concat grows.
+  void give_storage(std::vector<Tensor>& values, const Window& w, size_t v, void* stream) const;
   PlannedSegment planned_;
   // CUDA: value ids whose buffers a set allocates back to back, one list per merged GEMM that
   // writes its siblings' outputs in place (plan_siblings.hpp, sibling_output_runs).

@@ -93,8 +93,7 @@ bool FusedPlan::run_cuda_family(std::vector<Tensor>& values, Window& w) {
   }
   const int set = bind_outputs(values, w, fixed_key, &varying_value_);
   for (size_t v = 0; v < values.size(); ++v) {
-    TensorImpl& t = *values[v].impl();
-    if (needs_buffer(values, w, v)) t.storage = allocate_storage(t.device, t.nbytes(), st);
+    if (needs_buffer(values, w, v)) give_storage(values, w, v, st);
   }
   const uint64_t weights = prepare_merged_weights(planned_, values, st);
   // What every graph of this run bakes in: the set, the stream, the fixed values' addresses.

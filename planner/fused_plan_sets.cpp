@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "planner/fused_plan.hpp"
+#include "runtime/append.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/memory_pool.hpp"
 
@@ -18,6 +19,14 @@ bool FusedPlan::needs_buffer(const std::vector<Tensor>& values, const Window& w,
   if (planned_.values[v] != ValueKind::View || !written_[v]) return false;
   const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
   return Executor::is_copying_view(w.calls[r.node]);
+}
+
+void FusedPlan::give_storage(std::vector<Tensor>& values, const Window& w, size_t v, void* stream) const {
+  TensorImpl& t = *values[v].impl();
+  // A concat growing a cache may take the block of the cache it grows (runtime/append.hpp).
+  const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
+  if (!r.is_external() && w.calls[r.node].op == OpId::concat && append::take_over(w.calls[r.node], t)) return;
+  t.storage = allocate_storage(t.device, append::storage_bytes(t), stream);
 }
 
 bool FusedPlan::BindingSet::free() const {
@@ -79,7 +88,7 @@ int FusedPlan::bind_outputs(std::vector<Tensor>& values, const Window& w, uint64
       const TensorImpl& t = *values[v].impl();
       // A split GEMM's value holds its f32 partial products (plan.hpp, PlannedSegment::partials).
       const int parts = v < planned_.partials.size() ? planned_.partials[v] : 0;
-      const size_t bytes = parts > 1 ? PlannedSegment::partials_bytes(t.shape, parts) : t.nbytes();
+      const size_t bytes = parts > 1 ? PlannedSegment::partials_bytes(t.shape, parts) : append::storage_bytes(t);
       if (!set.bufs[v] && wanted(v)) set.bufs[v] = allocate_storage(t.device, bytes, w.stream_handle);
     }
     chosen = empty;

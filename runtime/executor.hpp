@@ -56,5 +56,7 @@ void* synced_data(const Tensor& t);
 
 // Storage of a fresh dense output on `device` for the current stream.
 Tensor new_dense(const Shape& shape, DType dtype, Device device);
+// The same with `strides` (a concat's capacity, runtime/append.hpp): the whole block they span.
+Tensor new_strided(const Shape& shape, const Strides& strides, DType dtype, Device device);
 
 }  // namespace livefuse

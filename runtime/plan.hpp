@@ -254,7 +254,10 @@ struct MatcherCounters {
       samples_put_off{0}, samples_cold{0}, samples_no_slot{0}, samples_lost{0},
       // In-place writes held to share a launch, and the launches that took them
       // (runtime/write_batch.hpp).
-      writes_held{0}, write_launches{0};
+      writes_held{0}, write_launches{0},
+      // Concats whose result took the block of the cache they grow, copying only the new rows
+      // (runtime/append.hpp).
+      appends_in_place{0};
 };
 MatcherCounters& matcher_counters();
 

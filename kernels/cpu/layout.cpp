@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "runtime/append.hpp"
 
 namespace livefuse::cpu {
 namespace {
@@ -141,11 +142,35 @@ View dense_if_transposed(const View& v, std::unique_ptr<std::byte[]>& temp) {
   return d;
 }
 
+namespace {
+void run_concat(const OpCall& call, const View& o) {
+  const int d = static_cast<int>(call.attrs.i[0]);
+  int64_t at_dim = 0;
+  for (const Tensor& t : call.inputs) {
+    const View x = view_of(t);
+    View dst = o;
+    dst.shape = x.shape;
+    dst.base += at_dim * o.strides.v[d] * static_cast<int64_t>(o.esize());
+    at_dim += x.shape.v[d];
+    if (x.shape.numel() > 0 && !append::same_place(x.base, x.strides, dst.base, dst.strides, x.shape))
+      strided_copy(x, dst);
+  }
+  LF_ASSERT(at_dim == o.shape.v[d], describe_call(call), " concat sizes do not add up");
+}
+}  // namespace
+
 void run_layout(const OpCall& call, const Tensor& out) {
   // `contiguous` writes through the output's own strides: copy_into hands it a view of the
   // destination (runtime/src/copy_into.cpp); the op's own outputs are dense.
   if (call.op == OpId::contiguous) {
     if (out.numel() > 0) strided_copy(view_of(call.inputs[0]), view_of(out));
+    return;
+  }
+  // A concat writes through its output's strides too: a growing cache's have room
+  // (runtime/append.hpp), and an input already in place there (the cache it grows, whose block
+  // the output took over) is not copied.
+  if (call.op == OpId::concat) {
+    if (out.numel() > 0) run_concat(call, view_of(out));
     return;
   }
   const View o = out_view(out);
@@ -175,20 +200,6 @@ void run_layout(const OpCall& call, const Tensor& out) {
       s.strides.v[d] *= at.i[3];
       s.shape.v[d] = o.shape.v[d];
       return strided_copy(s, o);
-    }
-    case OpId::concat: {
-      const int d = static_cast<int>(at.i[0]);
-      int64_t at_dim = 0;
-      for (const Tensor& t : call.inputs) {
-        const View x = view_of(t);
-        View dst = o;
-        dst.shape = x.shape;
-        dst.base += at_dim * o.strides.v[d] * static_cast<int64_t>(o.esize());
-        at_dim += x.shape.v[d];
-        strided_copy(x, dst);
-      }
-      LF_ASSERT(at_dim == o.shape.v[d], describe_call(call), " concat sizes do not add up");
-      return;
     }
     default:
       break;

@@ -6,6 +6,7 @@
 #include "kernels/cuda/layout.hpp"
 #include "kernels/cuda/ops_host.hpp"
 #include "livefuse/config.hpp"
+#include "runtime/append.hpp"
 
 namespace livefuse::cuda {
 
@@ -39,9 +40,12 @@ void concat_copies(const OpCall& call, const Tensor& out, std::vector<CopyJob>& 
   const Strides ost = out.strides();
   int64_t at = 0;
   for (const Tensor& x : call.inputs) {
-    if (x.numel() > 0) {
-      CopyJob j{static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es),
-                x.impl()->data(), es, make_layout(x.shape())};
+    char* dst = x.numel() > 0 ? static_cast<char*>(out.impl()->data()) + at * ost[dim] * static_cast<int64_t>(es)
+                              : nullptr;
+    // An input already where the output wants it (the cache whose block the output took over,
+    // runtime/append.hpp) is not copied.
+    if (dst && !append::same_place(x.impl()->data(), x.strides(), dst, ost, x.shape())) {
+      CopyJob j{dst, x.impl()->data(), es, make_layout(x.shape())};
       add_operand(j.l, x.shape(), ost);
       add_operand(j.l, x.shape(), x.strides());
       jobs.push_back(j);

@@ -133,6 +133,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_FAMILY_GRAPH", &Config::family_graph),
       bool_row("LIVEFUSE_FAMILY_RECORD", &Config::family_record),
       bool_row("LIVEFUSE_WRITE_BATCH", &Config::write_batch),
+      bool_row("LIVEFUSE_APPEND", &Config::append),
       bool_row("LIVEFUSE_GEMV", &Config::gemv),
       int_row("LIVEFUSE_GEMV_NORM", "0, 1 or 2", 0, 2, &Config::gemv_norm),
       bool_row("LIVEFUSE_GEMM_TUNE", &Config::gemm_tune),

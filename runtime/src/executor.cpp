@@ -10,6 +10,7 @@
 #include "livefuse/stream.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
+#include "runtime/append.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
@@ -172,12 +173,15 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
     return outs;
   }
   for (const OutputInfo& o : infos) {
+    // A concat that grows a cache gets room to grow into (runtime/append.hpp, the Note).
+    const Strides st =
+        call.op == OpId::concat ? append::concat_strides(call, o.shape) : contiguous_strides(o.shape);
     if (pending_tag) {
-      auto impl = pending_impl(window, o.shape, contiguous_strides(o.shape), 0, o.dtype, device);
+      auto impl = pending_impl(window, o.shape, st, 0, o.dtype, device);
       impl->pending.store(pending_tag, std::memory_order_relaxed);  // as above
       outs.push_back(Tensor(std::move(impl)));
     } else {
-      outs.push_back(new_dense(o.shape, o.dtype, device));
+      outs.push_back(new_strided(o.shape, st, o.dtype, device));
     }
   }
   return outs;
@@ -210,10 +214,10 @@ void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const 
   bool empty = false;
   for (const Tensor& t : outs) {
     TensorImpl& o = *t.impl();
-    if (!o.storage) {
-      const size_t bytes = o.nbytes();
-      o.storage = allocate_storage(o.device, bytes, o.device.is_cuda() ? stream.handle() : nullptr);
-    }
+    // A concat's result may take its first input's block, which already holds those rows.
+    if (!o.storage && !append::take_over(call, o))
+      o.storage = allocate_storage(o.device, append::storage_bytes(o),
+                                   o.device.is_cuda() ? stream.handle() : nullptr);
     empty |= t.numel() == 0;
   }
   if (call.op == OpId::opaque) return run_opaque(call, outs, stream);

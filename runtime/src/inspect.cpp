@@ -50,6 +50,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_FAMILY_GRAPH") return yes_no(c.family_graph);
   if (name == "LIVEFUSE_FAMILY_RECORD") return yes_no(c.family_record);
   if (name == "LIVEFUSE_WRITE_BATCH") return yes_no(c.write_batch);
+  if (name == "LIVEFUSE_APPEND") return yes_no(c.append);
   if (name == "LIVEFUSE_GEMV") return yes_no(c.gemv);
   if (name == "LIVEFUSE_GEMV_NORM") return std::to_string(c.gemv_norm);
   if (name == "LIVEFUSE_PACK_CACHE") return yes_no(c.pack_cache);
@@ -98,7 +99,8 @@ CounterGroup matcher_group() {
            {"samples_no_slot", v(m.samples_no_slot)},
            {"samples_lost", v(m.samples_lost)},
            {"writes_held", v(m.writes_held)},
-           {"write_launches", v(m.write_launches)}}};
+           {"write_launches", v(m.write_launches)},
+           {"appends_in_place", v(m.appends_in_place)}}};
 }
 
 CounterGroup memory_group(Device d) {

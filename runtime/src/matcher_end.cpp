@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "livefuse/config.hpp"
+#include "runtime/append.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
@@ -84,6 +85,7 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us) {
   reason.fetch_add(1, std::memory_order_relaxed);
   trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
+  const append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
   try {
     TraceSink* sink = trace_sink();
     // In the window, not thread_local: a thread's exit flushes its windows, after thread_locals
@@ -172,6 +174,7 @@ void complete(StreamWindow& sw) {
     sw.w.cold_run = false;
     trace::Scope ts("plan", sampling ? "replay_sampled" : "replay");
     try {
+      const append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
       ok = plan.run(sw.w, needed);
     } catch (const std::exception& e) {
       // Whose fault? The window runs eagerly: if eager execution fails too, the input was bad

@@ -13,6 +13,7 @@
 #include "livefuse/error.hpp"
 #include "livefuse/ops.hpp"
 #include "livefuse/stream.hpp"
+#include "runtime/append.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/host_values.hpp"
@@ -275,6 +276,14 @@ Tensor new_dense(const Shape& shape, DType dtype, Device device) {
   void* stream = device.is_cuda() ? Stream::current(device).handle() : nullptr;
   return Tensor(std::make_shared<TensorImpl>(allocate_storage(device, bytes, stream), 0, shape,
                                              contiguous_strides(shape), dtype, device));
+}
+
+Tensor new_strided(const Shape& shape, const Strides& strides, DType dtype, Device device) {
+  if (strides == contiguous_strides(shape)) return new_dense(shape, dtype, device);
+  void* stream = device.is_cuda() ? Stream::current(device).handle() : nullptr;
+  auto impl = std::make_shared<TensorImpl>(nullptr, 0, shape, strides, dtype, device);
+  impl->storage = allocate_storage(device, append::storage_bytes(*impl), stream);
+  return Tensor(std::move(impl));
 }
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {

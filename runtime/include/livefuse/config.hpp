@@ -70,6 +70,10 @@ struct Config {
   // before its next call are held and enqueued together, one launch for a static KV cache's K
   // and V (runtime/write_batch.hpp); 0: each write launches at its call.
   bool write_batch = true;
+  // LIVEFUSE_APPEND: a concat that grows a cache gets room to grow into, and a served step's
+  // concat takes the block of the cache the program let go, copying only the new rows
+  // (runtime/append.hpp); 0: every concat copies everything into dense storage, for comparison.
+  bool append = true;
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
