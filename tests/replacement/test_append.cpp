@@ -43,15 +43,6 @@ struct Model {
   }
 };
 
-uint64_t matcher(const char* name) { return lf::inspect().counter("matcher", name).value_or(0); }
-
-int64_t held_bytes(lf::Device d) {
-  const lf::Snapshot s = lf::inspect();
-  const std::string g = "memory." + d.str();
-  return static_cast<int64_t>(s.counter(g, "bytes_in_use").value_or(0) +
-                              s.counter(g, "bytes_cached").value_or(0));
-}
-
 struct Run {
   std::vector<std::vector<double>> outputs;  // every 20th step
   std::vector<std::vector<double>> kept;     // Keep::every_cache: every 20th cache, at the end
@@ -75,8 +66,8 @@ Run decode(lf::Device d, Keep keep) {
     if (s == kSteps - 60) {
       lf::monitor::Monitor::instance().drain();
       lf::planner::wait_service_idle();
-      in_place0 = matcher("appends_in_place"), served0 = matcher("served"), calls0 = matcher("calls");
-      r.held_growth = -held_bytes(d);
+      in_place0 = lftest::matcher_counter("appends_in_place"), served0 = lftest::matcher_counter("served"), calls0 = lftest::matcher_counter("calls");
+      r.held_growth = -lftest::held_bytes(d);
     }
     x = m.step(x, cache, keep);
     if (keep == Keep::every_cache && s % 20 == 0) history.push_back(cache);
@@ -89,11 +80,11 @@ Run decode(lf::Device d, Keep keep) {
       last_block = block;
     }
   }
-  r.in_place_late = matcher("appends_in_place") - in_place0;
+  r.in_place_late = lftest::matcher_counter("appends_in_place") - in_place0;
   r.steps_late = 60;
-  r.served_late = matcher("served") - served0;
-  r.calls_late = matcher("calls") - calls0;
-  r.held_growth += held_bytes(d);
+  r.served_late = lftest::matcher_counter("served") - served0;
+  r.calls_late = lftest::matcher_counter("calls") - calls0;
+  r.held_growth += lftest::held_bytes(d);
   r.cache = cache.to_doubles();
   r.cache_strides = cache.strides();
   for (const lf::Tensor& t : history) r.kept.push_back(t.to_doubles());
@@ -162,7 +153,7 @@ TEST_CASE("append: a growing cache's concat has room to grow into, in every mode
   CHECK(lf::concat({start, start}, 3).is_contiguous());
   CHECK(lf::concat({row, row, row}, 2).is_contiguous());
   // Eager calls never take a block over: the program holds the input while its call runs.
-  CHECK(matcher("appends_in_place") == 0);
+  CHECK(lftest::matcher_counter("appends_in_place") == 0);
   lf::set_config_for_testing(saved);
 }
 

@@ -1,7 +1,9 @@
 #include "test_plan_util.hpp"
 
 #include <map>
+#include <string>
 
+#include "livefuse/inspect.hpp"
 #include "monitor/detector.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
@@ -95,6 +97,16 @@ std::vector<double> eager_values(const std::function<livefuse::Tensor()>& f) {
   std::vector<double> r = f().to_doubles();
   livefuse::set_config_for_testing(saved);
   return r;
+}
+
+uint64_t matcher_counter(const char* name) {
+  return livefuse::inspect().counter("matcher", name).value_or(0);
+}
+
+int64_t held_bytes(livefuse::Device d) {
+  const livefuse::Snapshot s = livefuse::inspect();
+  const std::string g = "memory." + d.str();
+  return static_cast<int64_t>(s.counter(g, "bytes_in_use").value_or(0) + s.counter(g, "bytes_cached").value_or(0));
 }
 
 std::shared_ptr<RecordingPlan> record_plan(const std::function<void()>& body) {

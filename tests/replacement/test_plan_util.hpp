@@ -74,4 +74,9 @@ struct HandMadePlans {
 // The values `f` computes with LIVEFUSE=off (the configuration in force is restored).
 std::vector<double> eager_values(const std::function<livefuse::Tensor()>& f);
 
+// A matcher counter now (inspect(), group "matcher").
+uint64_t matcher_counter(const char* name);
+// Memory the runtime holds on `d`, in use or cached for reuse.
+int64_t held_bytes(livefuse::Device d);
+
 }  // namespace lftest

@@ -34,16 +34,6 @@ struct Model {
   }
 };
 
-uint64_t matcher(const char* name) { return lf::inspect().counter("matcher", name).value_or(0); }
-
-// Host memory the runtime holds, in use or cached for reuse.
-int64_t held_bytes(lf::Device d) {
-  const lf::Snapshot s = lf::inspect();
-  const std::string g = "memory." + d.str();
-  return static_cast<int64_t>(s.counter(g, "bytes_in_use").value_or(0) +
-                              s.counter(g, "bytes_cached").value_or(0));
-}
-
 struct Run {
   std::vector<std::vector<double>> outputs;  // every 20th step
   uint64_t served_late = 0, calls_late = 0;  // the last 60 steps of the loop
@@ -63,15 +53,15 @@ Run decode(lf::Device d, int sequences = 1) {
     if (s == kSteps - 60) {
       lf::monitor::Monitor::instance().drain();
       lf::planner::wait_service_idle();
-      served0 = matcher("served"), calls0 = matcher("calls");
-      r.held_growth = -held_bytes(d);
+      served0 = lftest::matcher_counter("served"), calls0 = lftest::matcher_counter("calls");
+      r.held_growth = -lftest::held_bytes(d);
     }
     x = m.step(x, cache);
     if (s % 20 == 19) r.outputs.push_back(x.to_doubles());
   }
-  r.served_late = matcher("served") - served0;
-  r.calls_late = matcher("calls") - calls0;
-  r.held_growth += held_bytes(d);
+  r.served_late = lftest::matcher_counter("served") - served0;
+  r.calls_late = lftest::matcher_counter("calls") - calls0;
+  r.held_growth += lftest::held_bytes(d);
   return r;
 }
 }  // namespace
