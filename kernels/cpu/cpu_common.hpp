@@ -141,7 +141,8 @@ struct View {
 };
 
 View view_of(const Tensor& t);
-// Dense row-major view of an output tensor (outputs are always contiguous).
+// Dense row-major view of an output tensor (outputs are contiguous, but for a concat's, which may
+// have room to grow: runtime/append.hpp; kernels/cpu/layout.cpp writes those through its strides).
 View out_view(const Tensor& t);
 
 // `strides` of a tensor of shape `in` as seen broadcast to `out` (0 where broadcast).
