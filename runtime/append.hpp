@@ -28,6 +28,7 @@
 //    a value it shows; the reference counts rule out the other hazard, a later in-place write
 //    through one tensor showing through the other.
 #include <cstddef>
+#include <span>
 
 #include "livefuse/tensor.hpp"
 #include "runtime/op_call.hpp"
@@ -57,7 +58,9 @@ bool same_place(const void* src, const Strides& src_st, const void* dst, const S
                 const Shape& shape);
 
 // While a window completes on this thread: the first inputs of its concats that nothing but
-// the window references (Note 2). Scopes nest; the inner one is in force.
+// the window references (Note 2). The window's calls, outputs and externals are counted here;
+// the matcher adds the other tensors its state for the window holds (also_held: the other
+// candidates' bound slots). Scopes nest; the inner one is in force.
 class DonatedInputs {
  public:
   explicit DonatedInputs(const Window& w);
@@ -65,11 +68,13 @@ class DonatedInputs {
   DonatedInputs(const DonatedInputs&) = delete;
   DonatedInputs& operator=(const DonatedInputs&) = delete;
 
+  void also_held(std::span<const Tensor> ts);
   static constexpr int kMost = 8;
   bool has(const TensorImpl* t) const;
 
  private:
   const TensorImpl* impls_[kMost];
+  long uses_[kMost], refs_[kMost];  // use_count() when the window completes, and the window's
   int n_ = 0;
   const DonatedInputs* outer_;
 };

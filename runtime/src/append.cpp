@@ -76,6 +76,9 @@ DonatedInputs::DonatedInputs(const Window& w) : outer_(t_donated) {
     if (c.op != OpId::concat || c.inputs.empty() || n_ == kMost) continue;
     const TensorImpl* x = c.inputs[0].impl();
     if (!x || !x->storage) continue;  // pending: made in this window, or not yet settled
+    bool seen = false;  // two concats of one cache: counted once
+    for (int i = 0; i < n_; ++i) seen |= impls_[i] == x;
+    if (seen) continue;
     // Every reference the window holds; one more anywhere (the program's) and x stays x's.
     long refs = 0;
     for (const OpCall& o : w.calls)
@@ -83,16 +86,22 @@ DonatedInputs::DonatedInputs(const Window& w) : outer_(t_donated) {
     for (const Tensor& t : w.externals) refs += t.impl() == x;
     for (const TensorList& outs : w.outputs)
       for (const Tensor& t : outs) refs += t.impl() == x;
-    if (c.inputs[0].impl_ptr().use_count() == refs) impls_[n_++] = x;
+    impls_[n_] = x, uses_[n_] = c.inputs[0].impl_ptr().use_count(), refs_[n_] = refs;
+    ++n_;
   }
   t_donated = this;
+}
+
+void DonatedInputs::also_held(std::span<const Tensor> ts) {
+  for (const Tensor& t : ts)
+    for (int i = 0; i < n_; ++i) refs_[i] += t.impl() == impls_[i];
 }
 
 DonatedInputs::~DonatedInputs() { t_donated = outer_; }
 
 bool DonatedInputs::has(const TensorImpl* t) const {
   for (int i = 0; i < n_; ++i)
-    if (impls_[i] == t) return true;
+    if (impls_[i] == t) return uses_[i] == refs_[i];
   return false;
 }
 

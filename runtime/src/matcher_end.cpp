@@ -69,6 +69,20 @@ void window_refs(const StreamWindow& sw, std::vector<long>& refs) {
     }
 }
 
+namespace {
+// The tensors the matcher's own state for the window holds beyond the window itself -- the
+// other candidates' bound slots, the snapshots -- count as the window's when it decides which
+// caches the program let go (runtime/append.hpp): a cache they hold is not the program's.
+void count_held(append::DonatedInputs& d, const StreamWindow& sw) {
+  for (const Candidate& c : sw.candidates) d.also_held(c.externals);
+  if (sw.ready) d.also_held(sw.ready->externals);
+  for (const auto& [orig, copy] : sw.snapshots) {
+    d.also_held(std::span<const Tensor>(&orig, 1));
+    d.also_held(std::span<const Tensor>(&copy, 1));
+  }
+}
+}  // namespace
+
 // Runs every deferred call eagerly, in order, into the handles the user already holds.
 // `sink_us`, when given, adds up the host time of reporting the calls to the trace sink (a
 // sampled eager run leaves it out: complete() says why).
@@ -85,7 +99,8 @@ void flush(StreamWindow& sw, std::atomic<uint64_t>& reason, double* sink_us) {
   reason.fetch_add(1, std::memory_order_relaxed);
   trace::async_end("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   sw.active = false;  // a sync point reached from inside the flush must not re-enter it
-  const append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
+  append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
+  count_held(donated, sw);
   try {
     TraceSink* sink = trace_sink();
     // In the window, not thread_local: a thread's exit flushes its windows, after thread_locals
@@ -174,7 +189,8 @@ void complete(StreamWindow& sw) {
     sw.w.cold_run = false;
     trace::Scope ts("plan", sampling ? "replay_sampled" : "replay");
     try {
-      const append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
+      append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
+      count_held(donated, sw);
       ok = plan.run(sw.w, needed);
     } catch (const std::exception& e) {
       // Whose fault? The window runs eagerly: if eager execution fails too, the input was bad

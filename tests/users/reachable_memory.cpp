@@ -1,6 +1,6 @@
 // Memory the program can reach itself: a write it makes after a call returned never changes
 // that call's result (DESIGN.md, eager semantics). Each pattern rewrites memory a deferred call
-// reads, between the calls and the read of their result.
+// reads, between the calls and the read of their result; the last grows a KV cache by concat.
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -155,6 +155,65 @@ void immutable_weights() {
   users::check(users::counter("snapshots") == snaps0, "an immutable weight was snapshotted");
 }
 
+// A KV cache grown by concat, as decode loops grow theirs (sequences of 40 steps). A served
+// step's concat may take the block of the cache the program let go (runtime/append.hpp); it
+// must not when the program still holds that cache (every 8th step keeps it and checks it after
+// the next step), nor when it took the cache's address (every 8th step, another: it writes
+// through the pointer after the next step's calls returned, which changes neither their results
+// nor any later step's).
+void cache_grown_by_concat() {
+  constexpr int64_t H = 2, E = 16, Seq = 40;
+  const lf::Device dev = users::device();
+  const std::vector<float> wv = users::values(H * E, 5);
+  const lf::Tensor w = lf::from_floats(wv, {1, 1, H * E}, lf::DType::f32, dev);
+  lf::Tensor cache;
+  std::vector<std::vector<float>> rows;  // the cache's rows so far, each [H, E]
+  // The cache as eager gives it, [1, H, L, E] dense, from the rows.
+  const auto dense = [&](size_t n) {
+    std::vector<float> c;
+    for (int64_t h = 0; h < H; ++h)
+      for (size_t t = 0; t < n; ++t) c.insert(c.end(), rows[t].begin() + h * E, rows[t].begin() + (h + 1) * E);
+    return c;
+  };
+  void* exposed = nullptr;  // the address of the cache the last step made, when taken
+  const uint64_t in_place0 = users::counter("appends_in_place");
+  users::Engagement e;
+  // Warmed up until every call is served (unsampled): the plans for the step come after the
+  // earlier patterns' plans, which would end a warm-up that waits for any call served.
+  users::Loop loop(kIters, &e, users::WarmUp::all_served);
+  for (int it = 0; loop.more(it); ++it) {
+    if (it % Seq == 0) cache = lf::Tensor(), rows.clear();
+    const std::vector<float> xv = users::values(H * E, 100 + it);
+    std::vector<float> row(H * E);
+    for (int64_t i = 0; i < H * E; ++i) row[i] = std::tanh(xv[i] * wv[i]);
+    const lf::Tensor x = lf::from_floats(xv, {1, 1, H * E}, lf::DType::f32, dev);
+    const lf::Tensor k = lf::permute(lf::reshape(lf::tanh(lf::mul(x, w)), {1, 1, H, E}), {0, 2, 1, 3});
+    const bool keep = it % 8 == 3 && cache.defined();
+    const lf::Tensor old = keep ? cache : lf::Tensor();
+    const std::vector<float> old_want = keep ? dense(rows.size()) : std::vector<float>{};
+    cache = cache.defined() ? lf::concat({cache, k}, 2) : lf::contiguous(k);
+    const lf::Tensor y = lf::sum(lf::mul(cache, 0.5), 2);  // [1, H, E]
+    rows.push_back(row);
+    if (exposed) {  // the cache of the step before: written after this step's calls returned
+      users::Buffer::write_to(exposed, users::values(4, 3000 + it));
+      exposed = nullptr;
+    }
+    std::vector<float> want(H * E, 0.0f);
+    for (const std::vector<float>& r : rows)
+      for (int64_t i = 0; i < H * E; ++i) want[i] += 0.5f * r[i];
+    users::check(users::close(y.to_floats(), want, 1e-4), "concat cache: iteration " + std::to_string(it));
+    if (keep)
+      users::check(users::close(old.to_floats(), old_want), "concat cache kept: iteration " + std::to_string(it));
+    if (it % 8 == 5) exposed = cache.data_ptr();
+  }
+  users::check(users::close(cache.to_floats(), dense(rows.size())), "concat cache at the end");
+  e.expect("KV cache grown by concat");
+  // With fusion on and unsampled every served step but a few takes the block over: a check that
+  // never grew a cache in place would prove nothing about it.
+  if (users::unsampled())
+    users::check(users::counter("appends_in_place") > in_place0, "no concat cache grew in place");
+}
+
 // Plans for the chain first (runtime-owned tensors), so each pattern below is measured with
 // them in place: the planner works in the background at the machine's pace.
 void warm_up() {
@@ -173,5 +232,6 @@ int main() {
   wrapped_input_refilled();
   other_thread_writes();
   immutable_weights();
+  cache_grown_by_concat();
   return users::finish("users-reachable-memory");
 }
