@@ -19,26 +19,35 @@ constexpr int kSteps = 200;
 // What the program does with the caches it made.
 enum class Keep { nothing, every_cache, address, two_branches };
 
-struct Model {
-  lf::Tensor g, w, b;
-  explicit Model(lf::Device d)
-      : g(lf::rand_uniform({kDim}, 3, 0.5, 1.5, lf::DType::f32, d)),
-        w(lf::rand_uniform({kDim, kDim}, 4, -0.2, 0.2, lf::DType::f32, d)),
-        b(lf::rand_uniform({kDim}, 5, -0.1, 0.1, lf::DType::f32, d)) {}
+// The batch and dtype a run decodes with.
+struct Form {
+  int64_t batch = 1;
+  lf::DType dtype = lf::DType::f32;
+  double tol() const { return dtype == lf::DType::f32 ? 1e-4 : 2e-2; }
+};
 
-  // One decode step as decoders write it: the new key joins a [1, heads, L, head] cache along
+struct Model {
+  int64_t B;
+  lf::Tensor g, w, b;
+  Model(lf::Device d, Form f)
+      : B(f.batch),
+        g(lf::rand_uniform({kDim}, 3, 0.5, 1.5, f.dtype, d)),
+        w(lf::rand_uniform({kDim, kDim}, 4, -0.2, 0.2, f.dtype, d)),
+        b(lf::rand_uniform({kDim}, 5, -0.1, 0.1, f.dtype, d)) {}
+
+  // One decode step as decoders write it: the new key joins a [B, heads, L, head] cache along
   // dim 2 (the heads split off a linear), one query row attends over it.
   lf::Tensor step(const lf::Tensor& x, lf::Tensor& cache, Keep keep) const {
-    const lf::Tensor h = lf::layer_norm(x, g, lf::Tensor(), 1e-5);  // [1, 1, kDim]
-    const lf::Tensor k = lf::permute(lf::reshape(lf::linear(h, w, b), {1, 1, kHeads, kHead}), {0, 2, 1, 3});
+    const lf::Tensor h = lf::layer_norm(x, g, lf::Tensor(), 1e-5);  // [B, 1, kDim]
+    const lf::Tensor k = lf::permute(lf::reshape(lf::linear(h, w, b), {B, 1, kHeads, kHead}), {0, 2, 1, 3});
     lf::Tensor other;
     if (keep == Keep::two_branches && cache.defined()) other = lf::concat({cache, lf::neg(k)}, 2);
     cache = cache.defined() ? lf::concat({cache, k}, 2) : lf::contiguous(k);
-    const lf::Tensor q = lf::permute(lf::reshape(h, {1, 1, kHeads, kHead}), {0, 2, 1, 3});
+    const lf::Tensor q = lf::permute(lf::reshape(h, {B, 1, kHeads, kHead}), {0, 2, 1, 3});
     lf::Tensor p = lf::softmax(lf::matmul(q, lf::transpose(cache, 2, 3)), 0.25);
-    lf::Tensor o = lf::matmul(p, cache);  // [1, heads, 1, head]
+    lf::Tensor o = lf::matmul(p, cache);  // [B, heads, 1, head]
     if (other.defined()) o = lf::add(o, lf::mul(lf::sum(other, 2, true), 0.01));
-    o = lf::reshape(lf::permute(o, {0, 2, 1, 3}), {1, 1, kDim});
+    o = lf::reshape(lf::permute(o, {0, 2, 1, 3}), {B, 1, kDim});
     return lf::gelu(lf::add(lf::mul(o, 0.5), x));
   }
 };
@@ -54,11 +63,11 @@ struct Run {
   int64_t held_growth = 0;   // held_bytes over the last 60 steps
 };
 
-Run decode(lf::Device d, Keep keep) {
-  const Model m(d);
+Run decode(lf::Device d, Keep keep, Form f) {
+  const Model m(d, f);
   lf::Tensor cache;
   std::vector<lf::Tensor> history;
-  lf::Tensor x = lf::rand_uniform({1, 1, kDim}, 7, -1, 1, lf::DType::f32, d);
+  lf::Tensor x = lf::rand_uniform({f.batch, 1, kDim}, 7, -1, 1, f.dtype, d);
   Run r;
   uint64_t in_place0 = 0, served0 = 0, calls0 = 0;
   const lf::Storage* last_block = nullptr;
@@ -91,28 +100,28 @@ Run decode(lf::Device d, Keep keep) {
   return r;
 }
 
-void check_same(const Run& got, const Run& want) {
+void check_same(const Run& got, const Run& want, Form f = {}) {
   REQUIRE(got.outputs.size() == want.outputs.size());
   for (size_t k = 0; k < got.outputs.size(); ++k) {
     INFO("step " << 20 * k + 19);
-    CHECK(lftest::allclose(got.outputs[k], want.outputs[k], 1e-4, 1e-5));
+    CHECK(lftest::allclose(got.outputs[k], want.outputs[k], f.tol(), f.tol() / 10));
   }
-  CHECK(lftest::allclose(got.cache, want.cache, 1e-4, 1e-5));
+  CHECK(lftest::allclose(got.cache, want.cache, f.tol(), f.tol() / 10));
   REQUIRE(got.kept.size() == want.kept.size());
   for (size_t k = 0; k < got.kept.size(); ++k) {
     INFO("cache of step " << 20 * k);
-    CHECK(lftest::allclose(got.kept[k], want.kept[k], 1e-4, 1e-5));
+    CHECK(lftest::allclose(got.kept[k], want.kept[k], f.tol(), f.tol() / 10));
   }
 }
 
 // Off, then on (unsampled): both runs' values, and on's counters.
-std::pair<Run, Run> off_and_on(lf::Device d, Keep keep) {
+std::pair<Run, Run> off_and_on(lf::Device d, Keep keep, Form f = {}) {
   lf::Config c = lftest::fresh_unsampled(lf::Mode::off);
   lf::set_config_for_testing(c);
-  Run want = decode(d, keep);
+  Run want = decode(d, keep, f);
   c.mode = lf::Mode::on;
   lf::set_config_for_testing(c);
-  Run got = decode(d, keep);
+  Run got = decode(d, keep, f);
   MESSAGE("in place ", got.in_place_late, " of the last ", got.steps_late, " steps (blocks shared ",
           got.shared_late, "), served ", got.served_late, " of ", got.calls_late,
           " calls, held bytes grew by ", got.held_growth, " (off: ", want.held_growth, ")");
@@ -168,6 +177,19 @@ TEST_CASE("append: a served decode loop grows its cache in place, eager-equal, m
   CHECK(got.shared_late >= 50);
   CHECK(want.shared_late == 0);
   CHECK(got.held_growth <= want.held_growth + (int64_t{16} << 10));
+  lftest::reset_pipeline();
+  lf::set_config_for_testing(saved);
+}
+
+TEST_CASE("append: batch 2 in f16 -- the block holds every sequence's rows, eager-equal") {
+  const lf::Config saved = lf::config();
+  const Form f{2, lf::DType::f16};
+  const auto [want, got] = off_and_on(lf::Device::cpu(), Keep::nothing, f);
+  check_same(got, want, f);
+  // [2, heads, 200, head] in a block of 2 x heads x 224 rows.
+  CHECK(got.cache_strides == lf::Strides{kHeads * 224 * kHead, 224 * kHead, kHead, 1});
+  CHECK(static_cast<double>(got.served_late) >= 0.9 * static_cast<double>(got.calls_late));
+  CHECK(got.in_place_late >= 50);
   lftest::reset_pipeline();
   lf::set_config_for_testing(saved);
 }
