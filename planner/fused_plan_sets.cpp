@@ -22,11 +22,9 @@ bool FusedPlan::needs_buffer(const std::vector<Tensor>& values, const Window& w,
 }
 
 void FusedPlan::give_storage(std::vector<Tensor>& values, const Window& w, size_t v, void* stream) const {
-  TensorImpl& t = *values[v].impl();
   // A concat growing a cache may take the block of the cache it grows (runtime/append.hpp).
   const ValueRef r = planned_.segment.value_ref(static_cast<int>(v));
-  if (!r.is_external() && w.calls[r.node].op == OpId::concat && append::take_over(w.calls[r.node], t)) return;
-  t.storage = allocate_storage(t.device, append::storage_bytes(t), stream);
+  append::give_storage(r.is_external() ? nullptr : &w.calls[r.node], *values[v].impl(), stream);
 }
 
 bool FusedPlan::BindingSet::free() const {

@@ -416,8 +416,7 @@ bool launch_concats_cuda(const PlannedSegment& p, size_t begin, size_t end, std:
     TensorList& o = outs[s - begin];
     const OpCall c = node_call(p, std::get<EagerStep>(p.steps[s].body).node, values, &o);
     TensorImpl& out = *o[0].impl();
-    if (!out.storage && !append::take_over(c, out))
-      out.storage = allocate_storage(out.device, append::storage_bytes(out), stream);
+    append::give_storage(&c, out, stream);
     if (o[0].numel() > 0) cuda::concat_copies(c, o[0], jobs);
   }
   cuda::launch_copies(jobs.data(), static_cast<int>(jobs.size()), static_cast<cudaStream_t>(stream));

@@ -48,9 +48,10 @@ Strides concat_strides(const OpCall& call, const Shape& out);
 // capacity strides describe.
 size_t storage_bytes(const TensorImpl& t);
 
-// For concat `call` whose output `out` has no storage yet: gives `out` its first input's storage
-// when Note 2 allows it. True: the first input's rows are in place already.
-bool take_over(const OpCall& call, TensorImpl& out);
+// Storage for `out`, an output of `call` (null: of no call) that has none yet: the block of a
+// concat's first input when Note 2 allows it (its rows are then in place already), else a fresh
+// block of storage_bytes(out) on `stream`. Nothing when `out` has storage.
+void give_storage(const OpCall* call, TensorImpl& out, void* stream);
 
 // True when src's elements already sit where dst wants them (same address and strides): a copy
 // from one to the other can be skipped.

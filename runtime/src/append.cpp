@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "livefuse/config.hpp"
+#include "runtime/memory_pool.hpp"
 #include "runtime/plan.hpp"
 
 namespace livefuse::append {
@@ -18,6 +19,25 @@ int64_t capacity_of(const Shape& shape, const Strides& st, int d) {
   block.v[d] = st.v[d - 1] / st.v[d];
   if (block.v[d] < shape.v[d] || !(contiguous_strides(block) == st)) return -1;
   return block.v[d];
+}
+
+// For concat `call` whose output `out` has no storage yet: gives `out` its first input's storage
+// when Note 2 allows it.
+bool take_over(const OpCall& call, TensorImpl& out) {
+  const DonatedInputs* donated = t_donated;
+  if (!donated || call.op != OpId::concat || call.inputs.empty() || !config().append) return false;
+  const TensorImpl& x = *call.inputs[0].impl();
+  if (!donated->has(&x)) return false;
+  const std::shared_ptr<Storage>& s = x.storage;
+  // use_count 1: x's own reference -- no view of the block lives, no set or cache holds it.
+  if (!s || s.use_count() != 1 || s->exposed.load(std::memory_order_acquire)) return false;
+  if (!(x.strides == out.strides) || x.dtype != out.dtype || !(x.device == out.device)) return false;
+  const size_t need = static_cast<size_t>(x.offset) * dtype_size(x.dtype) + storage_bytes(out);
+  if (need > s->bytes) return false;
+  out.storage = s;
+  out.offset = x.offset;
+  matcher_counters().appends_in_place.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace
@@ -45,22 +65,9 @@ size_t storage_bytes(const TensorImpl& t) {
   return static_cast<size_t>(span) * dtype_size(t.dtype);
 }
 
-bool take_over(const OpCall& call, TensorImpl& out) {
-  const DonatedInputs* donated = t_donated;
-  if (!donated || call.op != OpId::concat || call.inputs.empty() || out.storage || !config().append)
-    return false;
-  const TensorImpl& x = *call.inputs[0].impl();
-  if (!donated->has(&x)) return false;
-  const std::shared_ptr<Storage>& s = x.storage;
-  // use_count 1: x's own reference -- no view of the block lives, no set or cache holds it.
-  if (!s || s.use_count() != 1 || s->exposed.load(std::memory_order_acquire)) return false;
-  if (!(x.strides == out.strides) || x.dtype != out.dtype || !(x.device == out.device)) return false;
-  const size_t need = static_cast<size_t>(x.offset) * dtype_size(x.dtype) + storage_bytes(out);
-  if (need > s->bytes) return false;
-  out.storage = s;
-  out.offset = x.offset;
-  matcher_counters().appends_in_place.fetch_add(1, std::memory_order_relaxed);
-  return true;
+void give_storage(const OpCall* call, TensorImpl& out, void* stream) {
+  if (out.storage || (call && take_over(*call, out))) return;
+  out.storage = allocate_storage(out.device, storage_bytes(out), stream);
 }
 
 bool same_place(const void* src, const Strides& src_st, const void* dst, const Strides& dst_st,

@@ -215,9 +215,7 @@ void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const 
   for (const Tensor& t : outs) {
     TensorImpl& o = *t.impl();
     // A concat's result may take its first input's block, which already holds those rows.
-    if (!o.storage && !append::take_over(call, o))
-      o.storage = allocate_storage(o.device, append::storage_bytes(o),
-                                   o.device.is_cuda() ? stream.handle() : nullptr);
+    append::give_storage(&call, o, o.device.is_cuda() ? stream.handle() : nullptr);
     empty |= t.numel() == 0;
   }
   if (call.op == OpId::opaque) return run_opaque(call, outs, stream);
