@@ -44,19 +44,29 @@ inline double sum_sq_double(const float* p, int64_t n) {
 
 // max(init, p[0], ..., p[n-1]), NaN when any of them is NaN (lf_max's rule). Lanes again: a
 // running lf_max is a compare and two branches per element (4% of the CPU demo's samples in
-// the attention's softmax). A lane takes x when x is larger or NaN, so a NaN stays in its lane
-// (nothing compares larger than NaN); written as one select, the loop vectorises.
+// the attention's softmax). Each lane keeps its maximum as `x > m ? x : m` (a max instruction)
+// and whether it saw a NaN apart, as a bit: one select that also let a NaN in
+// (`x > m || x != x`) left GCC with scalar compares, an element at a time (most of the eager
+// softmax's time, perf).
 inline float max_float(const float* p, int64_t n, float init) {
-  auto take = [](float m, float x) { return (x > m || x != x) ? x : m; };
   float m[kSumLanes];
+  uint32_t nan[kSumLanes] = {};
   for (int l = 0; l < kSumLanes; ++l) m[l] = init;
+  auto take = [&](int l, float x) {
+    m[l] = x > m[l] ? x : m[l];
+    nan[l] |= static_cast<uint32_t>(x != x);
+  };
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int l = 0; l < kSumLanes; ++l) m[l] = take(m[l], p[i + l]);
-  for (int l = 0; i + l < n; ++l) m[l] = take(m[l], p[i + l]);
+    for (int l = 0; l < kSumLanes; ++l) take(l, p[i + l]);
+  for (int l = 0; i + l < n; ++l) take(l, p[i + l]);
   float r = init;
-  for (int l = 0; l < kSumLanes; ++l) r = take(r, m[l]);
-  return r != r ? std::numeric_limits<float>::quiet_NaN() : r;
+  uint32_t any_nan = static_cast<uint32_t>(init != init);
+  for (int l = 0; l < kSumLanes; ++l) {
+    r = m[l] > r ? m[l] : r;
+    any_nan |= nan[l];
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : r;
 }
 
 }  // namespace livefuse::cpu

@@ -1,7 +1,9 @@
 // NaN and Inf propagate as in PyTorch; outputs are fully written (poison check).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/row_sums.hpp"
 #include "tests/ops/ops_util.hpp"
 
 using namespace opstest;
@@ -12,6 +14,26 @@ const float kInf = std::numeric_limits<float>::infinity();
 const double dNaN = std::numeric_limits<double>::quiet_NaN();
 const double dInf = std::numeric_limits<double>::infinity();
 }  // namespace
+
+// The CPU row maximum (softmax, the fused attention, the fused row kernels' reduce_max): its
+// lanes keep NaN apart from the maximum, so a NaN in any lane or in the tail reaches the result.
+TEST_CASE("CPU row maximum: NaN at any position, -inf rows, the initial value") {
+  using livefuse::cpu::max_float;
+  for (int n : {1, 5, 16, 17, 40, 100})
+    for (int at = 0; at < n; at += 3) {
+      std::vector<float> row(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) row[static_cast<size_t>(i)] = static_cast<float>((i * 7) % 11);
+      CHECK(max_float(row.data(), n, -kInf) == *std::max_element(row.begin(), row.end()));
+      row[static_cast<size_t>(at)] = kNaN;
+      CAPTURE(n);
+      CAPTURE(at);
+      CHECK(std::isnan(max_float(row.data(), n, -kInf)));
+    }
+  std::vector<float> neg(33, -kInf);
+  CHECK(max_float(neg.data(), 33, -kInf) == -kInf);
+  CHECK(max_float(neg.data(), 33, 2.0f) == 2.0f);
+  CHECK(std::isnan(max_float(neg.data(), 33, kNaN)));
+}
 
 TEST_CASE("poisoning reaches fresh outputs (the check behind 'outputs fully written')") {
   // The CPU pool hands the most recently freed block of a size class back first; if this stops
@@ -67,6 +89,18 @@ TEST_CASE("reductions, softmax, norms and matmul propagate NaN / Inf") {
       for (int i = 0; i < 4; ++i) CHECK(std::isnan(sm[i]));  // NaN row: all NaN
       for (int i = 4; i < 8; ++i) CHECK(std::isnan(sm[i]));  // +inf row: inf - inf = NaN
       for (int i = 8; i < 12; ++i) CHECK(std::isfinite(sm[i]));
+      // Rows longer than the CPU row maximum's 16 lanes: a NaN inside the lanes' main loop
+      // (column 21) must reach the row's maximum, so its whole row is NaN; a -inf there is 0.
+      std::vector<float> long_rows(80);
+      for (int i = 0; i < 80; ++i) long_rows[i] = 0.25f * static_cast<float>(i % 7);
+      long_rows[21] = kNaN;
+      long_rows[40 + 21] = -kInf;
+      const std::vector<double> sl = lf::softmax(floats(long_rows, {2, 40}, t, dev)).to_doubles();
+      for (int i = 0; i < 40; ++i) CHECK(std::isnan(sl[i]));
+      double row1 = 0;
+      for (int i = 40; i < 80; ++i) row1 += sl[i];
+      CHECK(sl[40 + 21] == 0.0);
+      CHECK(std::abs(row1 - 1.0) < 4 * lftest::tolerance(t));
       // A fully masked row (-inf everywhere) is NaN, as in PyTorch; the others are finite.
       const Tensor mask = floats({-kInf, -kInf, -kInf, -kInf, 0, 0, 0, -kInf}, {2, 4}, t, dev);
       const Tensor y = floats({1, 2, 3, 4, 1, 2, 3, 4}, {2, 4}, t, dev);
