@@ -28,7 +28,6 @@ namespace {
 constexpr int64_t kMinRows = 4;    // fewest query rows per task
 constexpr int64_t kKeyTile = 64;   // keys per online-softmax step (a multiple of kNR)
 constexpr int64_t kQueryBlock = 64;  // query rows whose scores tile is computed at once
-constexpr float kLog2e = 1.4426950408889634f;
 
 void load_strided(const std::byte* base, DType dt, int64_t off, int64_t n, int64_t stride,
                   float* dst) {
@@ -80,12 +79,10 @@ float softmax_step(const AttentionArgs& a, const float* mask_row, int64_t j0, in
     for (int64_t j = 0; j < nj; ++j) s[j] += mask_row[j0 + j];
   const float m_new = max_float(s, nj, st.m);
   if (m_new == neg_inf) return -1.0f;
-  // exp(x) as 2^(x log2 e) through lf_exp2, which vectorises (a libm call per score cost a
-  // third of the kernel); exp2(-inf) is exactly 0 and NaN propagates, as with exp.
   // alpha: 0 on the first finite tile; NaN once m is NaN.
-  const float alpha = lf_exp2((st.m - m_new) * kLog2e);
+  const float alpha = exp_shifted(st.m, m_new);
   st.l *= alpha;
-  for (int64_t j = 0; j < nj; ++j) s[j] = lf_exp2((s[j] - m_new) * kLog2e);
+  for (int64_t j = 0; j < nj; ++j) s[j] = exp_shifted(s[j], m_new);
   // A local sum in lanes: `st.l += s[j]` was one dependent add per key through memory (st may
   // alias s for all the compiler knows), a third of the kernel's time.
   st.l += static_cast<float>(sum_double(s, nj));

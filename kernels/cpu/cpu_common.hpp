@@ -16,6 +16,15 @@
 
 namespace livefuse::cpu {
 
+// exp(x - shift) as 2^((x - shift) log2 e) through lf_exp2, which vectorises where libm's expf
+// is a call per element (a third of the CPU attention's time, and of the eager softmax's).
+// Within 1.2 ulp of exp plus the rounding of the product; exp2(-inf) is exactly 0 and NaN
+// propagates, as with exp. The softmax and the fused attention take it alike.
+inline float exp_shifted(float x, float shift) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  return lf_exp2((x - shift) * kLog2e);
+}
+
 // ---- dtypes ------------------------------------------------------------------------------
 // T: storage type. C: natural compute type (f16/bf16 compute in float, bool as 0/1 int32).
 template <DType D>

@@ -46,8 +46,8 @@ inline double sum_sq_double(const float* p, int64_t n) {
 // running lf_max is a compare and two branches per element (4% of the CPU demo's samples in
 // the attention's softmax). Each lane keeps its maximum as `x > m ? x : m` (a max instruction)
 // and whether it saw a NaN apart, as a bit: one select that also let a NaN in
-// (`x > m || x != x`) left GCC with scalar compares, an element at a time (most of the eager
-// softmax's time, perf).
+// (`x > m || x != x`) left GCC with scalar compares, an element at a time (the CPU demo's eager
+// softmax: 74 us a layer with them, 40 without).
 inline float max_float(const float* p, int64_t n, float init) {
   float m[kSumLanes];
   uint32_t nan[kSumLanes] = {};
