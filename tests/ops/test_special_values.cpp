@@ -89,8 +89,8 @@ TEST_CASE("reductions, softmax, norms and matmul propagate NaN / Inf") {
       for (int i = 0; i < 4; ++i) CHECK(std::isnan(sm[i]));  // NaN row: all NaN
       for (int i = 4; i < 8; ++i) CHECK(std::isnan(sm[i]));  // +inf row: inf - inf = NaN
       for (int i = 8; i < 12; ++i) CHECK(std::isfinite(sm[i]));
-      // Rows longer than the CPU row maximum's 16 lanes: a NaN inside the lanes' main loop
-      // (column 21) must reach the row's maximum, so its whole row is NaN; a -inf there is 0.
+      // Rows longer than the CPU kernels' 16 lanes: a NaN inside the lanes' main loop (column
+      // 21) makes its whole row NaN; a -inf there is 0 and the row still sums to 1.
       std::vector<float> long_rows(80);
       for (int i = 0; i < 80; ++i) long_rows[i] = 0.25f * static_cast<float>(i % 7);
       long_rows[21] = kNaN;
