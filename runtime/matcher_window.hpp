@@ -67,6 +67,7 @@ struct StreamWindow {
     Plan* plan = nullptr;
     std::shared_ptr<const PlanTable::Snapshot> keep;  // the plan stays alive until it is read
     bool via_plan = false;
+    uint64_t stratum = 0;
     double host_us = 0;
   };
   // flush()'s order of deaths: for output f of the window (ids_begin + f), the call that reads
@@ -120,7 +121,7 @@ class SampleClock {
   bool started() const { return slot_ >= 0 || !cuda_; }
   // Records the sample now (CPU) or once the GPU is past it (CUDA); `extra_host_us` is host time
   // the sample's side paid before the completion (StreamWindow::defer_us).
-  void finish(Plan& plan, bool via_plan, double extra_host_us = 0);
+  void finish(Plan& plan, bool via_plan, uint64_t stratum, double extra_host_us = 0);
 
  private:
   StreamWindow& sw_;
@@ -133,8 +134,33 @@ class SampleClock {
 // Records the samples of `sw` whose end event has completed, oldest first.
 void poll_samples(StreamWindow& sw);
 
-// Live sampling: whether this completion should run through the plan (else eagerly).
-bool sample_choice(Plan& p);
+// [ Note -- samples by stratum ]
+// Live sampling times plan and eager runs of a plan's windows in turn. Strictly in turn, the two
+// sides aliased with the program's loop: a plan that serves every layer of a 4-layer decoder
+// was timed on layers 0 and 2 and eager on layers 1 and 3, in every process (traced on the CPU
+// decoder demo), so two kinds of windows of different cost -- a layer whose window also holds
+// the embeddings, a period of the program's own -- would decide the verdict instead of the plan.
+// No fixed order is free of this for every period (Thue-Morse, say, gives the plan's side 13 of
+// the 14 windows at multiples of 3 in 40). So the windows are split into strata -- the storages of the
+// tensors that feed a parameter input (a linear's weight and bias, a norm's, an embedding's
+// table: one stratum per layer) -- and within each stratum the sides take turns (a stratum in
+// balance takes the side that has fewer samples overall). The verdict then compares matched
+// samples: per stratum, as many of each side as the other has, so both medians hold each
+// layer's windows alike even while a stratum is one ahead (two kinds of window at 50 and 100 us
+// in five pairs: 3 + 2 of them against 2 + 3 would make a plan no faster look twice as fast).
+// A plan with no parameter inputs is one stratum: in turn, as before.
+
+// The stratum of a completion whose externals are `externals` (the note above): a hash of the
+// storages of the slots that feed a parameter input, 0 when there are none.
+uint64_t sample_stratum(const Plan& p, const std::vector<Tensor>& externals);
+// Live sampling: whether this completion, of `stratum`, should run through the plan (else
+// eagerly). Counted as chosen: a run that then goes untimed leaves its stratum one off. Past
+// kMaxSampleStrata strata a new one is recorded as stratum 0, where the windows beyond the
+// table take turns overall: a parameter fed by a new tensor every window (weights dequantised
+// per call) makes every window a stratum of its own, never matched, and the verdict then comes
+// from stratum 0 once the table is full.
+bool sample_choice(Plan& p, uint64_t& stratum);
+inline constexpr size_t kMaxSampleStrata = 64;
 // Whether a sampling plan's completion now goes unsampled (through the plan): while
 // livefuse's own threads work (runtime/background.hpp), for at most kSamplePutOffMs a plan.
 inline constexpr int64_t kSamplePutOffMs = 500;
@@ -143,9 +169,10 @@ bool put_sample_off(Plan& p);
 // and so went untimed; past this many a plan's cold runs are timed too -- a plan whose every
 // run is cold costs just that, and one never timed would stay sampling for good (complete()).
 inline constexpr int kColdUntimedAtMost = 16;
-// Adds a sample; after sample_pairs() of each, a verdict: the plan becomes active, or is
-// sampled once more before it is rejected (and sampled again later: retry_rejected).
-void record_sample(Plan& p, bool via_plan, double us);
+// Adds a sample of `stratum`; after sample_pairs() matched pairs (the note above), a verdict:
+// the plan becomes active, or is sampled once more before it is rejected (and sampled again
+// later: retry_rejected).
+void record_sample(Plan& p, bool via_plan, double us, uint64_t stratum = 0);
 // A rejected plan is sampled again, from fresh samples, once its first op has opened
 // kRetryWindows windows since the rejection (4x as many after each further one; at most
 // kMaxRetries times). Sampling early in a process can mislead: a Llama decode layer plan that

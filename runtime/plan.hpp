@@ -195,6 +195,14 @@ class Plan {
   // Live sampling: alternate plan and eager on the first completions, keep the faster.
   std::mutex sample_mu;
   std::vector<double> sampled_plan_us, sampled_eager_us;
+  // The stratum of each sample (matcher_window.hpp, "samples by stratum"), index for index.
+  std::vector<uint64_t> sampled_plan_strata, sampled_eager_strata;
+  // Plan runs minus eager runs chosen so far, per stratum of windows (sample_choice).
+  struct SampleStratum {
+    uint64_t key = 0;
+    int balance = 0;
+  };
+  std::vector<SampleStratum> sample_strata;
   int sample_rounds = 0;  // verdicts reached so far (a rejection is sampled once more)
   int sample_retries = 0;  // times a rejection was sampled again later (retry_rejected)
   // Rejected: windows its first op opens before it is sampled again; 0: no retry left.
@@ -206,6 +214,10 @@ class Plan {
   std::atomic<int> cold_untimed{0};
   std::string last_reason;
 };
+
+// The samples a verdict compares: per stratum, the first of each side, as many as the other side
+// has of that stratum (matcher_window.hpp, "samples by stratum"). Under p.sample_mu.
+void matched_samples(const Plan& p, std::vector<double>& plan_us, std::vector<double>& eager_us);
 
 // Read-mostly table of installed plans. Publishing swaps an immutable snapshot; the hot path
 // reads a version counter (one relaxed load) and refreshes its thread-local copy only when it

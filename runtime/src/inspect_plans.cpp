@@ -53,8 +53,8 @@ PlanInfo plan_info(Plan& p) {
   i.eager_fallbacks = p.eager_fallbacks.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> g(p.sample_mu);
-    i.sampled_fused_us = p.sampled_plan_us;
-    i.sampled_eager_us = p.sampled_eager_us;
+    // The samples the verdict compares (unmatched ones -- a layer one run ahead -- left out).
+    matched_samples(p, i.sampled_fused_us, i.sampled_eager_us);
     i.last_reason = p.last_reason;
   }
   i.fused_us = median(i.sampled_fused_us);

@@ -41,14 +41,14 @@ SampleClock::SampleClock(StreamWindow& sw)
 #endif
 }
 
-void SampleClock::finish(Plan& plan, bool via_plan, double extra_host_us) {
+void SampleClock::finish(Plan& plan, bool via_plan, uint64_t stratum, double extra_host_us) {
   const double host = std::max(0.0, us_since(t0_) + extra_host_us);
-  if (!cuda_) return record_sample(plan, via_plan, host);
+  if (!cuda_) return record_sample(plan, via_plan, host, stratum);
 #if LIVEFUSE_HAS_CUDA
   if (slot_ < 0) return;
   LF_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(sw_.sample_events[slot_][1]),
                                 static_cast<cudaStream_t>(sw_.stream.handle())));
-  sw_.pending_samples.push_back({slot_, &plan, keep_, via_plan, host});
+  sw_.pending_samples.push_back({slot_, &plan, keep_, via_plan, stratum, host});
 #endif
 }
 
@@ -63,7 +63,8 @@ void poll_samples(StreamWindow& sw) {
     if (q == cudaErrorNotReady) break;  // later ones are behind it on the stream
     float ms = 0;
     if (q == cudaSuccess && cudaEventElapsedTime(&ms, start, end) == cudaSuccess)
-      record_sample(*p.plan, p.via_plan, std::max(p.host_us, 1e3 * static_cast<double>(ms)));
+      record_sample(*p.plan, p.via_plan, std::max(p.host_us, 1e3 * static_cast<double>(ms)),
+                    p.stratum);
     else {
       (void)cudaGetLastError();  // a fault surfaces at the stream's next sync; this sample is lost
       matcher_counters().samples_lost.fetch_add(1, std::memory_order_relaxed);
@@ -99,18 +100,73 @@ bool put_sample_off(Plan& p) {
   return off;
 }
 
-bool sample_choice(Plan& p) {
-  std::lock_guard<std::mutex> g(p.sample_mu);
-  return p.sampled_plan_us.size() <= p.sampled_eager_us.size();
+namespace {
+
+// Inputs that take a layer's parameters: a linear's weight and bias, a norm's weight and bias,
+// an embedding's table.
+bool parameter_input(OpId op, size_t input) {
+  switch (op) {
+    case OpId::linear:
+    case OpId::layer_norm:
+    case OpId::rms_norm:
+      return input >= 1;
+    case OpId::embedding:
+      return input == 0;
+    default:
+      return false;
+  }
 }
 
-void record_sample(Plan& p, bool via_plan, double us) {
+void clear_samples_locked(Plan& p) {
+  p.sampled_plan_us.clear();
+  p.sampled_eager_us.clear();
+  p.sampled_plan_strata.clear();
+  p.sampled_eager_strata.clear();
+  p.sample_strata.clear();
+}
+
+}  // namespace
+
+uint64_t sample_stratum(const Plan& p, const std::vector<Tensor>& externals) {
+  uint64_t h = 0;
+  for (const PlanOp& op : p.ops)
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const PlanInput& in = op.inputs[i];
+      if (in.internal() || !parameter_input(op.op, i) || in.slot >= static_cast<int>(externals.size()))
+        continue;
+      const TensorImpl* t = externals[static_cast<size_t>(in.slot)].impl();
+      const auto key = reinterpret_cast<uintptr_t>(t && t->storage ? t->storage.get() : nullptr);
+      h = (h ^ key) * 0x100000001b3ull;
+    }
+  return h;
+}
+
+bool sample_choice(Plan& p, uint64_t& stratum) {
+  std::lock_guard<std::mutex> g(p.sample_mu);
+  const size_t np = p.sampled_plan_us.size(), ne = p.sampled_eager_us.size();
+  Plan::SampleStratum* s = nullptr;
+  for (Plan::SampleStratum& x : p.sample_strata)
+    if (x.key == stratum) s = &x;
+  if (!s && p.sample_strata.size() < kMaxSampleStrata)
+    s = &p.sample_strata.emplace_back(Plan::SampleStratum{stratum, 0});
+  if (!s) stratum = 0;  // no room: pooled with the other windows beyond the table
+  // The side this stratum owes; in balance, the side with fewer samples overall.
+  bool via_plan = np <= ne;
+  if (s && s->balance != 0) via_plan = s->balance < 0;
+  if (s) s->balance += via_plan ? 1 : -1;
+  return via_plan;
+}
+
+void record_sample(Plan& p, bool via_plan, double us, uint64_t stratum) {
   std::lock_guard<std::mutex> g(p.sample_mu);
   (via_plan ? p.sampled_plan_us : p.sampled_eager_us).push_back(us);
-  const size_t pairs = std::min(p.sampled_plan_us.size(), p.sampled_eager_us.size());
-  if (pairs < sample_pairs() || p.sampled_plan_us.size() != p.sampled_eager_us.size()) return;
+  (via_plan ? p.sampled_plan_strata : p.sampled_eager_strata).push_back(stratum);
   if (p.state.load() != PlanState::sampling) return;
-  const double fused = median(p.sampled_plan_us), eager = median(p.sampled_eager_us);
+  std::vector<double> plan_us, eager_us;
+  matched_samples(p, plan_us, eager_us);
+  const size_t pairs = plan_us.size();
+  if (pairs < sample_pairs()) return;
+  const double fused = median(plan_us), eager = median(eager_us);
   const bool close = fused >= eager * kCloseLow && fused <= eager * kCloseHigh;
   if (close && pairs < kCloseSampleFactor * sample_pairs()) return;
   char buf[160];
@@ -127,8 +183,7 @@ void record_sample(Plan& p, bool via_plan, double us) {
   // plan had been made without its fused attention -- matcher_end.cpp, flush() -- and lost its
   // second round too.)
   if (!keep && p.sample_rounds++ == 0) {
-    p.sampled_plan_us.clear();
-    p.sampled_eager_us.clear();
+    clear_samples_locked(p);
     record_transition_locked(p, PlanState::sampling, std::string(buf) + "; sampling once more");
     return;
   }
@@ -149,8 +204,7 @@ bool retry_rejected(Plan& p) {
   std::lock_guard<std::mutex> g(p.sample_mu);
   if (p.state.load() != PlanState::rejected) return false;
   ++p.sample_retries;
-  p.sampled_plan_us.clear();
-  p.sampled_eager_us.clear();
+  clear_samples_locked(p);
   p.sample_rounds = 1;  // this round's verdict stands
   record_transition_locked(p, PlanState::sampling,
                            livefuse::detail::concat("sampling again (retry ", p.sample_retries, " of ", kMaxRetries,

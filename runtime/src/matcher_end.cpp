@@ -168,7 +168,8 @@ void complete(StreamWindow& sw) {
   if (plan.state.load() == PlanState::sampling && sample_pairs() == 0)
     record_transition(plan, PlanState::active, "active: sampling disabled (LIVEFUSE_SAMPLE=0)");
   const bool sampling = plan.state.load() == PlanState::sampling && !detail::put_sample_off(plan);
-  const bool via_plan = !sampling || sample_choice(plan);
+  uint64_t stratum = sampling ? sample_stratum(plan, sw.w.externals) : 0;
+  const bool via_plan = !sampling || sample_choice(plan, stratum);
   std::optional<SampleClock> clock;
   if (sampling) clock.emplace(sw);
   else if (!sw.pending_samples.empty()) detail::poll_samples(sw);
@@ -230,7 +231,8 @@ void complete(StreamWindow& sw) {
   if (untimed) ctr.samples_cold.fetch_add(1, std::memory_order_relaxed);
   else if (sampling && !clock->started()) ctr.samples_no_slot.fetch_add(1, std::memory_order_relaxed);
   if (sampling && clock->started() && !untimed)
-    clock->finish(plan, via_plan, (via_plan && sw.timing_defer ? sw.defer_us : 0.0) - sink_us);
+    clock->finish(plan, via_plan, stratum,
+                  (via_plan && sw.timing_defer ? sw.defer_us : 0.0) - sink_us);
 }
 
 }  // namespace livefuse::matcher::detail

@@ -296,6 +296,89 @@ TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at 
   CHECK(tie->sampled_plan_us.size() == 20);
 }
 
+TEST_CASE("matcher: plan and eager take turns within each stratum, whatever the loop's period") {
+  namespace md = lf::matcher::detail;
+  struct Timed : lf::Plan {  // only its samples matter here
+    bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
+    bool writes(int, int) const override { return false; }
+  };
+  // A loop of `period` layers, one stratum each, whose windows cost 50 or 100 us by layer
+  // parity -- on either side: the plan is no faster. Taking turns overall, the plan's side of
+  // a 2- or 4-layer loop got every cheap window and looked twice as fast (kept at 50 vs 100).
+  for (const uint64_t period : {1, 2, 3, 4, 5, 12}) {
+    CAPTURE(period);
+    auto p = std::make_shared<Timed>();
+    p->state = lf::PlanState::sampling;
+    std::vector<int> plan_runs(period), eager_runs(period);
+    for (uint64_t i = 0; i < 2000 && p->state == lf::PlanState::sampling; ++i) {
+      const uint64_t layer = i % period;
+      uint64_t stratum = 1000 + layer;
+      const bool via_plan = md::sample_choice(*p, stratum);
+      (via_plan ? plan_runs : eager_runs)[layer] += 1;
+      md::record_sample(*p, via_plan, layer % 2 ? 100.0 : 50.0, stratum);
+    }
+    INFO(p->last_reason);
+    CHECK(p->state == lf::PlanState::rejected);  // not 5% faster: no faster at all
+    for (uint64_t l = 0; l < period; ++l) CHECK(std::abs(plan_runs[l] - eager_runs[l]) <= 1);
+  }
+  // A real difference still shows through the strata: the plan 20% faster on every layer.
+  auto fast = std::make_shared<Timed>();
+  fast->state = lf::PlanState::sampling;
+  for (uint64_t i = 0; i < 2000 && fast->state == lf::PlanState::sampling; ++i) {
+    uint64_t stratum = i % 4;
+    const bool via_plan = md::sample_choice(*fast, stratum);
+    md::record_sample(*fast, via_plan, (i % 2 ? 100.0 : 50.0) * (via_plan ? 0.8 : 1.0), stratum);
+  }
+  CHECK(fast->state == lf::PlanState::active);
+  // A new stratum every window (a parameter fed by a fresh tensor each time): none is ever
+  // matched, and once the table is full the windows beyond it, pooled, bring the verdict.
+  auto fresh = std::make_shared<Timed>();
+  fresh->state = lf::PlanState::sampling;
+  uint64_t windows = 0;
+  for (; windows < 2000 && fresh->state == lf::PlanState::sampling; ++windows) {
+    uint64_t stratum = 5000 + windows;
+    const bool via_plan = md::sample_choice(*fresh, stratum);
+    md::record_sample(*fresh, via_plan, via_plan ? 50.0 : 100.0, stratum);
+  }
+  CHECK(fresh->state == lf::PlanState::active);
+  CHECK(windows <= md::kMaxSampleStrata + 2 * lf::matcher::detail::sample_pairs());
+  // Samples that cannot be matched (a stratum seen once) do not enter the medians.
+  auto odd = std::make_shared<Timed>();
+  odd->state = lf::PlanState::sampling;
+  md::record_sample(*odd, true, 1.0, 7);  // one plan run of a stratum never seen again
+  for (int i = 0; i < 5; ++i) {
+    md::record_sample(*odd, true, 100, 0);
+    md::record_sample(*odd, false, 100, 0);
+  }
+  CHECK(odd->state == lf::PlanState::sampling);  // a tie: close, sampled on
+  CHECK(odd->sampled_plan_us.size() == 6);
+}
+
+TEST_CASE("matcher: a plan serving two layers is timed on each of them, through the plan and eagerly") {
+  lftest::HandMadePlans f;
+  lf::Tensor x = lf::rand_uniform({4, 16}, 21, -1, 1, lf::DType::f32, cpu);
+  const lf::Tensor w[2] = {lf::rand_uniform({16, 16}, 22, -1, 1, lf::DType::f32, cpu),
+                           lf::rand_uniform({16, 16}, 23, -1, 1, lf::DType::f32, cpu)};
+  auto layer = [&](const lf::Tensor& h, const lf::Tensor& wl) { return lf::tanh(lf::linear(h, wl)); };
+  auto plan = lftest::record_plan([&] { (void)layer(x, w[0]); });
+  plan->state = lf::PlanState::sampling;
+  lf::PlanTable::get().publish(plan);
+  // Layer 0, layer 1, layer 0, ...: taking turns overall, the plan's side would only ever see
+  // layer 0's weights.
+  for (int i = 0; i < 400 && plan->state == lf::PlanState::sampling; ++i)
+    (void)layer(x, w[i % 2]).to_doubles();
+  REQUIRE(plan->state != lf::PlanState::sampling);
+  std::lock_guard<std::mutex> g(plan->sample_mu);
+  auto strata = [](const std::vector<uint64_t>& v) {
+    std::vector<uint64_t> u(v);
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    return u;
+  };
+  CHECK(strata(plan->sampled_plan_strata).size() == 2);
+  CHECK(strata(plan->sampled_eager_strata) == strata(plan->sampled_plan_strata));
+}
+
 TEST_CASE("matcher: a rejected plan is sampled again after kRetryWindows of its windows, at most kMaxRetries times") {
   namespace md = lf::matcher::detail;
   struct Timed : lf::Plan {  // only its samples matter here
