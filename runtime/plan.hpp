@@ -197,7 +197,9 @@ class Plan {
   std::vector<double> sampled_plan_us, sampled_eager_us;
   // The stratum of each sample (matcher_window.hpp, "samples by stratum"), index for index.
   std::vector<uint64_t> sampled_plan_strata, sampled_eager_strata;
-  // Plan runs minus eager runs chosen so far, per stratum of windows (sample_choice).
+  // Plan runs minus eager runs chosen so far, per stratum of windows (sample_choice). Counted
+  // at the choice, not read from the samples: a CUDA sample is recorded only once its events
+  // are read, windows later, and the next windows of its stratum must already take the turn.
   struct SampleStratum {
     uint64_t key = 0;
     int balance = 0;
