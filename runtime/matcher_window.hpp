@@ -141,14 +141,14 @@ void poll_samples(StreamWindow& sw);
 // decoder demo), so two kinds of windows of different cost -- a layer whose window also holds
 // the embeddings, a period of the program's own -- would decide the verdict instead of the plan.
 // No fixed order is free of this for every period (Thue-Morse, say, gives the plan's side 13 of
-// the 14 windows at multiples of 3 in 40). So the windows are split into strata -- the storages of the
-// tensors that feed a parameter input (a linear's weight and bias, a norm's, an embedding's
-// table: one stratum per layer) -- and within each stratum the sides take turns (a stratum in
-// balance takes the side that has fewer samples overall). The verdict then compares matched
-// samples: per stratum, as many of each side as the other has, so both medians hold each
-// layer's windows alike even while a stratum is one ahead (two kinds of window at 50 and 100 us
-// in five pairs: 3 + 2 of them against 2 + 3 would make a plan no faster look twice as fast).
-// A plan with no parameter inputs is one stratum: in turn, as before.
+// the 14 windows at multiples of 3 in 40). So the windows are split into strata -- the storages
+// of the tensors that feed a parameter input (a linear's weight and bias, a norm's, an
+// embedding's table: one stratum per layer) -- and within each stratum the sides take turns (a
+// stratum in balance takes the side that has fewer samples overall). The verdict then compares
+// matched samples: per stratum, as many of each side as the other has, so both medians hold
+// each layer's windows alike even while a stratum is one ahead (two kinds of window at 50 and
+// 100 us in five pairs: 3 + 2 of them against 2 + 3 would make a plan no faster look twice as
+// fast). A plan with no parameter inputs is one stratum: in turn, as before.
 
 // The stratum of a completion whose externals are `externals` (the note above): a hash of the
 // storages of the slots that feed a parameter input, 0 when there are none.

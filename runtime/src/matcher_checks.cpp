@@ -132,8 +132,8 @@ uint64_t sample_stratum(const Plan& p, const std::vector<Tensor>& externals) {
   for (const PlanOp& op : p.ops)
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       const PlanInput& in = op.inputs[i];
-      if (in.internal() || !parameter_input(op.op, i) || in.slot >= static_cast<int>(externals.size()))
-        continue;
+      if (in.internal() || !parameter_input(op.op, i)) continue;
+      if (in.slot >= static_cast<int>(externals.size())) continue;
       const TensorImpl* t = externals[static_cast<size_t>(in.slot)].impl();
       const auto key = reinterpret_cast<uintptr_t>(t && t->storage ? t->storage.get() : nullptr);
       h = (h ^ key) * 0x100000001b3ull;

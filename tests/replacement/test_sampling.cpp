@@ -49,12 +49,8 @@ TEST_CASE("matcher: a plan whose every run is cold still gets its sampled verdic
 
 TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at five pairs, a rejection after a second round") {
   namespace md = lf::matcher::detail;
-  struct Timed : lf::Plan {  // only its samples matter here
-    bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
-    bool writes(int, int) const override { return false; }
-  };
   auto sampled = [](double plan_us, double eager_us, size_t pairs) {
-    auto p = std::make_shared<Timed>();
+    auto p = std::make_shared<TimedPlan>();
     p->state = lf::PlanState::sampling;
     for (size_t i = 0; i < pairs && p->state == lf::PlanState::sampling; ++i) {
       md::record_sample(*p, true, plan_us);
@@ -103,16 +99,12 @@ TEST_CASE("matcher: a close sampled verdict samples on; a clear one is taken at 
 
 TEST_CASE("matcher: plan and eager take turns within each stratum, whatever the loop's period") {
   namespace md = lf::matcher::detail;
-  struct Timed : lf::Plan {  // only its samples matter here
-    bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
-    bool writes(int, int) const override { return false; }
-  };
   // A loop of `period` layers, one stratum each, whose windows cost 50 or 100 us by layer
   // parity -- on either side: the plan is no faster. Taking turns overall, the plan's side of
   // a 2- or 4-layer loop got every cheap window and looked twice as fast (kept at 50 vs 100).
   for (const uint64_t period : {1, 2, 3, 4, 5, 12}) {
     CAPTURE(period);
-    auto p = std::make_shared<Timed>();
+    auto p = std::make_shared<TimedPlan>();
     p->state = lf::PlanState::sampling;
     std::vector<int> plan_runs(period), eager_runs(period);
     for (uint64_t i = 0; i < 2000 && p->state == lf::PlanState::sampling; ++i) {
@@ -127,7 +119,7 @@ TEST_CASE("matcher: plan and eager take turns within each stratum, whatever the 
     for (uint64_t l = 0; l < period; ++l) CHECK(std::abs(plan_runs[l] - eager_runs[l]) <= 1);
   }
   // A real difference still shows through the strata: the plan 20% faster on every layer.
-  auto fast = std::make_shared<Timed>();
+  auto fast = std::make_shared<TimedPlan>();
   fast->state = lf::PlanState::sampling;
   for (uint64_t i = 0; i < 2000 && fast->state == lf::PlanState::sampling; ++i) {
     uint64_t stratum = i % 4;
@@ -137,7 +129,7 @@ TEST_CASE("matcher: plan and eager take turns within each stratum, whatever the 
   CHECK(fast->state == lf::PlanState::active);
   // A new stratum every window (a parameter fed by a fresh tensor each time): none is ever
   // matched, and once the table is full the windows beyond it, pooled, bring the verdict.
-  auto fresh = std::make_shared<Timed>();
+  auto fresh = std::make_shared<TimedPlan>();
   fresh->state = lf::PlanState::sampling;
   uint64_t windows = 0;
   for (; windows < 2000 && fresh->state == lf::PlanState::sampling; ++windows) {
@@ -148,7 +140,7 @@ TEST_CASE("matcher: plan and eager take turns within each stratum, whatever the 
   CHECK(fresh->state == lf::PlanState::active);
   CHECK(windows <= md::kMaxSampleStrata + 2 * lf::matcher::detail::sample_pairs());
   // Samples that cannot be matched (a stratum seen once) do not enter the medians.
-  auto odd = std::make_shared<Timed>();
+  auto odd = std::make_shared<TimedPlan>();
   odd->state = lf::PlanState::sampling;
   md::record_sample(*odd, true, 1.0, 7);  // one plan run of a stratum never seen again
   for (int i = 0; i < 5; ++i) {
@@ -164,7 +156,9 @@ TEST_CASE("matcher: a plan serving two layers is timed on each of them, through 
   lf::Tensor x = lf::rand_uniform({4, 16}, 21, -1, 1, lf::DType::f32, cpu);
   const lf::Tensor w[2] = {lf::rand_uniform({16, 16}, 22, -1, 1, lf::DType::f32, cpu),
                            lf::rand_uniform({16, 16}, 23, -1, 1, lf::DType::f32, cpu)};
-  auto layer = [&](const lf::Tensor& h, const lf::Tensor& wl) { return lf::tanh(lf::linear(h, wl)); };
+  auto layer = [&](const lf::Tensor& h, const lf::Tensor& wl) {
+    return lf::tanh(lf::linear(h, wl));
+  };
   auto plan = lftest::record_plan([&] { (void)layer(x, w[0]); });
   plan->state = lf::PlanState::sampling;
   lf::PlanTable::get().publish(plan);
@@ -186,10 +180,6 @@ TEST_CASE("matcher: a plan serving two layers is timed on each of them, through 
 
 TEST_CASE("matcher: a rejected plan is sampled again after kRetryWindows of its windows, at most kMaxRetries times") {
   namespace md = lf::matcher::detail;
-  struct Timed : lf::Plan {  // only its samples matter here
-    bool run(lf::Window&, const std::vector<std::pair<int, int>>&) override { return false; }
-    bool writes(int, int) const override { return false; }
-  };
   auto pairs = [](lf::Plan& p, double plan_us, double eager_us, size_t n) {
     for (size_t i = 0; i < n && p.state == lf::PlanState::sampling; ++i) {
       md::record_sample(p, true, plan_us);
@@ -202,7 +192,7 @@ TEST_CASE("matcher: a rejected plan is sampled again after kRetryWindows of its 
     while (!md::retry_rejected(p) && opened < 100000) ++opened;
     return opened + 1;
   };
-  auto p = std::make_shared<Timed>();
+  auto p = std::make_shared<TimedPlan>();
   p->state = lf::PlanState::sampling;
   pairs(*p, 120, 100, 10);  // two rounds, both lost
   REQUIRE(p->state == lf::PlanState::rejected);
@@ -220,7 +210,7 @@ TEST_CASE("matcher: a rejected plan is sampled again after kRetryWindows of its 
   CHECK(p->retry_countdown == 0);
   for (int i = 0; i < 100; ++i) CHECK_FALSE(md::retry_rejected(*p));
   // Lost early in the process, fast when sampled again: kept.
-  auto q = std::make_shared<Timed>();
+  auto q = std::make_shared<TimedPlan>();
   q->state = lf::PlanState::sampling;
   pairs(*q, 300, 250, 10);
   REQUIRE(q->state == lf::PlanState::rejected);
