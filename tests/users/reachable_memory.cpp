@@ -180,7 +180,7 @@ void cache_grown_by_concat() {
   users::Engagement e;
   // Warmed up until every call is served (unsampled): the plans for the step come after the
   // earlier patterns' plans, which would end a warm-up that waits for any call served.
-  users::Loop loop(kIters, &e, users::WarmUp::all_served);
+  users::Loop loop(kIters, &e, users::WarmUp::all_served, Seq);
   for (int it = 0; loop.more(it); ++it) {
     if (it % Seq == 0) cache = lf::Tensor(), rows.clear();
     const std::vector<float> xv = users::values(H * E, 100 + it);

@@ -178,27 +178,41 @@ struct Engagement {
 // A loop's condition: with fusion on, first a warm-up (the planner works in the background at
 // the machine's pace; at most 20 s), then `iters` more; with fusion off, `iters`.
 //   any_served      warm once a plan served a call.
-//   all_served      unsampled (LIVEFUSE_SAMPLE=0), warm once every call of the last 8
-//                   iterations was served: a loop whose windows are planned one after another
-//                   (one still compiling while another serves) would otherwise be held to a share
-//                   served that depends on the compiler's speed. Sampled, a plan may be rejected
-//                   and never serve: no warm-up then.
+//   all_served      unsampled (LIVEFUSE_SAMPLE=0), warm once 9 in 10 calls of the last `period`
+//                   iterations were served and the planner holds no candidate (queued or
+//                   compiling): a loop whose windows are planned one after another (one still
+//                   compiling while another serves) would otherwise be held to a share served
+//                   that depends on the compiler's speed. `period` is the loop's own: a loop
+//                   whose steps differ every 8th, in sequences of 40, is warm only once a whole
+//                   sequence was served (checked over 8 iterations, one kind of its steps could
+//                   be served while another's plan still compiled: 37% served on the H200 once).
+//                   Not all: a loop may have a step no plan serves (a sequence's first).
+//                   Sampled, a plan may be rejected and never serve again: warm once a plan
+//                   served a call then (any_served), so the loop runs with plans in play.
 enum class WarmUp { any_served, all_served };
+
+// Plans the planner has not published yet: hot candidates queued, or being compiled.
+inline bool planner_busy() {
+  for (const lf::PlanInfo& p : lf::inspect().plans)
+    if (p.state == "candidate" || p.state == "compiling") return true;
+  return false;
+}
 
 class Loop {
  public:
-  explicit Loop(int iters, Engagement* e = nullptr, WarmUp w = WarmUp::any_served)
-      : iters_(iters), warm_up_(w), served0_(counter("served")), calls0_(counter("calls")), engagement_(e) {}
+  explicit Loop(int iters, Engagement* e = nullptr, WarmUp w = WarmUp::any_served, int period = 8)
+      : iters_(iters), period_(period), warm_up_(w), served0_(counter("served")), calls0_(counter("calls")),
+        engagement_(e) {}
   bool more(int it) {
     if (warm_at_ < 0) {
       const bool waited_enough = std::chrono::steady_clock::now() - t0_ > std::chrono::seconds(20);
-      bool warm = warm_up_ == WarmUp::all_served && !unsampled();
-      if (!warm && it % 8 == 0) {
+      bool warm = false;
+      if (it % period_ == 0) {
         const uint64_t served = counter("served"), calls = counter("calls");
-        if (warm_up_ == WarmUp::any_served) {
+        if (warm_up_ == WarmUp::any_served || !unsampled()) {
           warm = served > served0_;
         } else {
-          warm = calls > calls0_ && served - served0_ == calls - calls0_;
+          warm = calls > calls0_ && 10 * (served - served0_) >= 9 * (calls - calls0_) && !planner_busy();
           served0_ = served, calls0_ = calls;
         }
       }
@@ -213,7 +227,7 @@ class Loop {
   }
 
  private:
-  int iters_, warm_at_ = -1;
+  int iters_, period_, warm_at_ = -1;
   WarmUp warm_up_;
   uint64_t served0_, calls0_;
   Engagement* engagement_;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A/B of livefuse-generate on the GPU machine, run THERE after bench/gpt/compare.py built its
-# random weights in /tmp/lf-gpt: alternating processes, each variant's env in AB_A / AB_B, the
-# median ms/token of each process printed (same model, dtype, cache, steps). Usage:
+# A/B of livefuse-generate on the GPU machine, run THERE: alternating processes, each variant's
+# env in AB_A / AB_B, the median ms/token of each process printed (same model, dtype, cache,
+# steps). The weights: those bench/gpt/compare.py built in /tmp/lf-gpt when it ran first, else
+# the preset's random ones (--random 1 --preset MODEL; a prompt of 32). Usage:
 #   AB_A="LIVEFUSE_FAMILY_GRAPH=1" AB_B="LIVEFUSE_FAMILY_GRAPH=0" MODEL=gpt2 DTYPE=f16 \
 #     CACHE=concat STEPS=256 ROUNDS=3 bash tools/gpu/ab_generate.sh
 set -u
@@ -10,12 +11,16 @@ B=.gpu/build
 . tools/gpu/env.sh
 W=/tmp/lf-gpt
 M=${MODEL:-gpt2}
+if [ -f "$W/$M.safetensors" ]; then
+  model=(--weights "$W/$M.safetensors" --config "$W/$M-config/config.json" --ids "$W/prompt_${M}_b1_t32.npy")
+else
+  model=(--random 1 --preset "$M" --prompt-len 32)
+fi
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in A B; do
     envs=AB_$v
-    env ${!envs} LIVEFUSE=on LIVEFUSE_REPORT=/tmp/ab_report.json timeout -k 5 120 "$B/tools/generate/livefuse-generate" --weights "$W/$M.safetensors" \
-      --config "$W/$M-config/config.json" --dtype "${DTYPE:-f16}" --device cuda --ids "$W/prompt_${M}_b1_t32.npy" \
-      --steps "${STEPS:-256}" --cache "${CACHE:-concat}" --runs "${RUNS:-4}" --out /tmp/ab_ids.npy --json /tmp/ab.json --quiet \
+    env ${!envs} LIVEFUSE=on LIVEFUSE_REPORT=/tmp/ab_report.json timeout -k 5 120 "$B/tools/generate/livefuse-generate" "${model[@]}" \
+      --dtype "${DTYPE:-f16}" --device cuda --steps "${STEPS:-256}" --cache "${CACHE:-concat}" --runs "${RUNS:-4}" --out /tmp/ab_ids.npy --json /tmp/ab.json --quiet \
       > /tmp/ab.log 2>&1
     rc=$?
     python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \

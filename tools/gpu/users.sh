@@ -8,6 +8,7 @@
 set -u
 B=$1
 OUT=$2
+mkdir -p "$OUT"
 # Public headers only, the habits users have; a run passes only with eager's values, and with
 # fusion on only when plans engaged (tests/users/user_util.hpp).
 for prog in ${PROGS:-reachable_memory threads_and_exits kernel_errors}; do
