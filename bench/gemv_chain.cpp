@@ -1,5 +1,6 @@
 // livefuse-bench-gemv-chain: a decode step's products as one CUDA graph of back-to-back GEMVs
-// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh):
+// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh)
+// and with two weight rows a warp never or always (LIVEFUSE_GEMV_PAIR):
 // what a chain of short dependent kernels costs per kernel, and what launching each while the
 // one before runs (its weights prefetched into L2) saves; then each product of a layer alone,
 // chained over the layers. Per layer, as the plans run them:
@@ -138,16 +139,21 @@ struct Chain {
 };
 
 // The variants compared: no PDL; PDL with the weights prefetched into L2 before the wait; PDL
-// alone.
+// alone; then no PDL with one-row products two weight rows a warp never (LIVEFUSE_GEMV_PAIR=0)
+// and always (2), where the others take them as by default (1).
 struct Variant {
   const char* name;
   bool pdl, prefetch;
+  int pair;
 };
-constexpr Variant kVariants[] = {{"off", false, false}, {"pdl", true, true}, {"pdl_nopf", true, false}};
+constexpr Variant kVariants[] = {{"off", false, false, 1},      {"pdl", true, true, 1},
+                                 {"pdl_nopf", true, false, 1}, {"no_pair", false, false, 0},
+                                 {"pair_all", false, false, 2}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
   c.pdl = v.pdl;
+  c.gemv_pair = v.pair;
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
 }

@@ -16,6 +16,7 @@
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/warp.cuh"
+#include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -81,6 +82,9 @@ __device__ __forceinline__ float row_sum(const char* row, int64_t chunks, int la
 
 // kRows: at most that many rows (a.rows of them are computed). kGate: each warp (or kSplit of
 // them) takes two weight rows, output column n of a gated product's two halves (GemvArgs::gated).
+// kPair: each warp (or kSplit of them) takes two adjacent weight rows, output columns n and n + 1
+// -- twice the loads in flight a lane, as a gated product has (Config::gemv_pair). Each column's
+// sum has the same lanes, loads and order as with one row a warp: the same bits.
 //
 // With a norm (kNorm) the block normalizes x's rows once, into shared memory, while its first
 // weight loads are in flight: warp m % 4 takes row m's mean and rstd -- two passes over the row
@@ -95,12 +99,12 @@ __device__ __forceinline__ float row_sum(const char* row, int64_t chunks, int la
 // 1536 blocks in two waves, 14.3 us in ncu against 6.9 for the product alone (session 25); in
 // one wave, one row, a graph of 16 (tools/gpu/lab/gemv_ab.sh, session 26): Q/K/V 10.30 -> 8.44
 // us, gate/up 25.26 -> 22.41, the same bits, products without a norm unchanged.
-template <class S, int kRows, int kSplit, bool kNorm, bool kGate>
+template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);  // elements in one 16-byte chunk
-  constexpr int kRowsPerBlock = kWarps / kSplit;
-  constexpr int kW = kGate ? 2 : 1;  // weight rows a warp reads
+  constexpr int kW = kGate || kPair ? 2 : 1;  // weight rows a warp reads
+  constexpr int kRowsPerBlock = kWarps / kSplit * (kPair ? 2 : 1);  // output columns a block
   __shared__ float partial[kWarps][kW][kRows];
 
   // The b-th product of a batch. Pointers of its own, never `a` written: a written kernel
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   if (a.prefetch && threadIdx.x == 0 && n0 < cols) {  // this block's weights, while the kernel before ends
     const int64_t es = sizeof(Bits), last = (n0 + kRowsPerBlock < cols ? n0 + kRowsPerBlock : cols) - 1;
 #pragma unroll
-    for (int h = 0; h < kW; ++h) {
+    for (int h = 0; h < (kGate ? 2 : 1); ++h) {
       const int64_t first = n0 + h * cols, end = last + h * cols;
       if ((end * a.ldw + a.k) * es <= kPrefetchBytes)
         prefetch_l2(w + first * a.ldw * es, ((end - first) * a.ldw + a.k) * es);
@@ -141,7 +145,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   // known at compile time (looping there cost 2-4% at four rows, H200, session 26).
   bool first_group = true;
   for (int64_t g0 = n0; g0 < cols; g0 = kNorm ? g0 + int64_t{gridDim.x} * kRowsPerBlock : cols, first_group = false) {
-    const int64_t n = g0 + warp / kSplit;
+    const int64_t n = g0 + warp / kSplit * (kPair ? 2 : 1);
+    // Weight row h of this warp's, and whether it exists (a pair's second past the end).
+    const auto row_of = [&](int h) { return kGate ? n + h * cols : n + h; };
+    const auto has_row = [&](int h) { return !kPair || h == 0 || n + h < cols; };
     float acc[kW][kRows];
 #pragma unroll
     for (int h = 0; h < kW; ++h)
@@ -149,15 +156,18 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       for (int m = 0; m < kRows; ++m) acc[h][m] = 0.0f;
     const char* wrow[kW];
 #pragma unroll
-    for (int h = 0; h < kW; ++h) wrow[h] = w + (n + h * cols) * a.ldw * int64_t{sizeof(Bits)};
+    for (int h = 0; h < kW; ++h) wrow[h] = w + (has_row(h) ? row_of(h) : n) * a.ldw * int64_t{sizeof(Bits)};
     // The epilogue's operands first (the lane that writes row m reads them): loaded after the
     // reductions they were one more dependent round trip at the end of every product.
-    float bias[kW] = {}, resid = 0.0f;
+    float bias[kW] = {}, resid[kW] = {};
     if (n < cols && lane < a.rows && part == 0) {
 #pragma unroll
-      for (int h = 0; h < kW; ++h)
-        if (a.bias) bias[h] = S::to(static_cast<const Bits*>(a.bias)[n + h * cols]);
-      if (a.residual && a.parts == 0) resid = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n]);
+      for (int h = 0; h < kW; ++h) {
+        if (!has_row(h)) continue;
+        if (a.bias) bias[h] = S::to(static_cast<const Bits*>(a.bias)[row_of(h)]);
+        if ((h == 0 || kPair) && a.residual && a.parts == 0)
+          resid[h] = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n + h]);
+      }
     }
     uint4 wv[kW][kUnroll];
     const auto load_weights = [&](int64_t c0) {
@@ -166,7 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t c = c0 + u * kStep;
-          if (c < chunks) wv[h][u] = load_stream(wrow[h] + c * 16);
+          if (c < chunks && has_row(h)) wv[h][u] = load_stream(wrow[h] + c * 16);
         }
     };
     int64_t c0 = int64_t{part} * 32 + lane;
@@ -279,22 +289,26 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
         else if (a.act == GemvAct::gelu_tanh) g = lf_gelu_tanh(g);
         else if (a.act == GemvAct::relu) g = lf_relu(g);
         out[m * a.ldo + n] = S::from(rounded<S>(g) * up);
-        continue;
+      } else {
+#pragma unroll
+        for (int h = 0; h < kW; ++h) {
+          if (!has_row(h)) continue;
+          const int64_t col = n + h;
+          float y = acc[h][m];
+          if (a.bias) y += bias[h];
+          y = rounded<S>(y);
+          if (a.act == GemvAct::relu) y = lf_relu(y);
+          else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
+          if (a.parts > 0) {
+            int p = 0;
+            while (p + 1 < a.parts && col >= a.begin[p + 1]) ++p;
+            static_cast<Bits*>(a.part_out[p])[m * (a.begin[p + 1] - a.begin[p]) + col - a.begin[p]] = S::from(y);
+            continue;
+          }
+          if (a.residual) y = y + resid[h];
+          out[m * a.ldo + col] = S::from(y);
+        }
       }
-      float y = acc[0][m];
-      if (a.bias) y += bias[0];
-      y = rounded<S>(y);
-      if (a.act == GemvAct::relu) y = lf_relu(y);
-      else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
-      if (a.parts > 0) {
-        int p = 0;
-        while (p + 1 < a.parts && n >= a.begin[p + 1]) ++p;
-        static_cast<Bits*>(a.part_out[p])[m * (a.begin[p + 1] - a.begin[p]) + n - a.begin[p]] = S::from(y);
-        continue;
-      }
-      const int64_t o = m * a.ldo + n;
-      if (a.residual) y = y + resid;
-      out[o] = S::from(y);
     }
   }
 }
@@ -315,12 +329,13 @@ int64_t wave_blocks(size_t smem) {
   return int64_t{n} * current_device_info().sm_count;
 }
 
-template <class S, int kRows, int kSplit, bool kNorm, bool kGate>
+template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false>
 void launch_split(const GemvArgs& a, cudaStream_t s) {
-  constexpr auto kKernel = gemv_kernel<S, kRows, kSplit, kNorm, kGate>;
+  constexpr auto kKernel = gemv_kernel<S, kRows, kSplit, kNorm, kGate, kPair>;
+  constexpr int64_t kGroup = kWarps / kSplit * (kPair ? 2 : 1);  // output columns a block
   const int64_t cols = kGate ? a.n / 2 : a.n;
   const size_t smem = kNorm ? static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits) : 0;
-  int64_t blocks = (cols + kWarps / kSplit - 1) / (kWarps / kSplit);  // a group of rows each
+  int64_t blocks = (cols + kGroup - 1) / kGroup;  // a group of rows each
   if constexpr (kNorm) {  // at most one wave, the groups spread evenly over it (gemv_kernel)
     const int64_t wave = wave_blocks<kKernel>(smem);
     const int64_t rounds = (blocks + wave - 1) / wave;
@@ -330,8 +345,26 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
              kWarps * 32, smem, s, a);
 }
 
+// Two weight rows a warp (Config::gemv_pair): one-row products without a norm or a gate only
+// (the instantiations stay few), by default where each lane reads at least 8 chunks of a row.
+bool take_pair(const GemvArgs& a, int split) {
+  const int pair = config().gemv_pair;
+  if (pair == 0) return false;
+  const int64_t chunks = a.k / (16 / static_cast<int64_t>(dtype_size(a.dtype)));
+  return pair == 2 || chunks >= int64_t{8} * 32 * split;
+}
+
 template <class S, int kRows, bool kNorm, bool kGate>
 void launch_rows(const GemvArgs& a, int split, cudaStream_t s) {
+  if constexpr (kRows == 1 && !kNorm && !kGate) {
+    if (take_pair(a, split)) {
+      switch (split) {
+        case 1: return launch_split<S, 1, 1, false, false, true>(a, s);
+        case 2: return launch_split<S, 1, 2, false, false, true>(a, s);
+        default: return launch_split<S, 1, 4, false, false, true>(a, s);
+      }
+    }
+  }
   switch (split) {
     case 1: return launch_split<S, kRows, 1, kNorm, kGate>(a, s);
     case 2: return launch_split<S, kRows, 2, kNorm, kGate>(a, s);
@@ -351,6 +384,11 @@ void load_rows() {
   split(std::integral_constant<int, 1>{});
   split(std::integral_constant<int, 2>{});
   split(std::integral_constant<int, 4>{});
+  if constexpr (kRows == 1) {
+    load_kernel(gemv_kernel<S, 1, 1, false, false, true>);
+    load_kernel(gemv_kernel<S, 1, 2, false, false, true>);
+    load_kernel(gemv_kernel<S, 1, 4, false, false, true>);
+  }
 }
 
 template <class S, bool kNorm, bool kGate>

@@ -83,6 +83,12 @@ struct Config {
   // residual add before it moved onto the previous GEMV's epilogue (measured slower on the H200,
   // bench/RESULTS.md, session 25); 0: none, each norm a row kernel of its own.
   int gemv_norm = 1;
+  // LIVEFUSE_GEMV_PAIR: one-row GEMVs without a norm or a gate take two adjacent weight rows a
+  // warp (twice the loads in flight a lane) -- 1 (default) where each lane reads at least 8
+  // 16-byte chunks of a row: Llama's down projection (2048 x 8192) took 11.4 us against 12.9 in a
+  // graph of 16 on the H200, where smaller products lost 4-5% (bench/RESULTS.md, session 35); 2:
+  // every such product (tests, livefuse-bench-gemv-chain); 0: one row a warp, for comparison.
+  int gemv_pair = 1;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose

@@ -1,0 +1,125 @@
+// The one-row GEMV with two adjacent weight rows a warp (kernels/cuda/gemv.cu, LIVEFUSE_GEMV_PAIR)
+// computes each output column with the same loads, lanes and order of sums as the kernel with one
+// row a warp: the same bits, for every split of a row over warps, an odd column count (the last
+// pair has one row), and each epilogue (bias, activation, residual, parts). Needs a GPU.
+#if LIVEFUSE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/gemv.hpp"
+#include "livefuse/config.hpp"
+#include "tests/test_util.hpp"
+
+namespace cu = livefuse::cuda;
+using livefuse::DType;
+
+namespace {
+
+#define CU_OK(call) REQUIRE((call) == cudaSuccess)
+
+// Device bytes of `n` elements of `dt` holding small finite values (f16 / bf16: the top half of a
+// float's bits, the exponent kept below the f16 maximum; f32: the float).
+void* device_values(DType dt, size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const size_t es = dt == DType::f32 ? 4 : 2;
+  std::vector<unsigned char> h(n * es);
+  for (size_t i = 0; i < n; ++i) {
+    const float f = u(g);
+    if (es == 4) {
+      std::memcpy(&h[i * 4], &f, 4);
+    } else {
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      const uint16_t v = static_cast<uint16_t>(bits >> 16) & 0xbbffu;
+      std::memcpy(&h[i * 2], &v, 2);
+    }
+  }
+  void* p = nullptr;
+  CU_OK(cudaMalloc(&p, h.size()));
+  CU_OK(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
+  return p;
+}
+
+std::vector<unsigned char> host_bytes(const void* p, size_t bytes) {
+  std::vector<unsigned char> h(bytes);
+  CU_OK(cudaDeviceSynchronize());
+  CU_OK(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+}  // namespace
+
+LF_CUDA_TEST_CASE("gemv: two weight rows a warp give the bits of one row a warp") {
+  struct Size {
+    int64_t n, k;
+  };
+  // Splits of a row over 2, 4 and 1 warps (launch_gemv's choice), odd and tiny column counts.
+  const Size sizes[] = {{2051, 2048}, {768, 3072}, {4097, 64}, {3, 512}};
+  const char* epilogues[] = {"plain", "bias", "residual", "bias relu", "bias gelu_tanh", "parts"};
+  for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const size_t es = dt == DType::f32 ? 4 : 2;
+    for (const Size sz : sizes) {
+      void* x = device_values(dt, static_cast<size_t>(sz.k), 1);
+      void* w = device_values(dt, static_cast<size_t>(sz.n * sz.k), 2);
+      void* bias = device_values(dt, static_cast<size_t>(sz.n), 3);
+      void* resid = device_values(dt, static_cast<size_t>(sz.n), 4);
+      void* out = nullptr;
+      CU_OK(cudaMalloc(&out, static_cast<size_t>(sz.n) * es));
+      for (const std::string ep : epilogues) {
+        CAPTURE(ep);
+        CAPTURE(sz.n);
+        CAPTURE(sz.k);
+        CAPTURE(static_cast<int>(dt));
+        cu::GemvArgs a;
+        a.dtype = dt;
+        a.rows = 1;
+        a.n = sz.n;
+        a.k = sz.k;
+        a.x = x;
+        a.ldx = sz.k;
+        a.w = w;
+        a.ldw = sz.k;
+        a.out = out;
+        a.ldo = sz.n;
+        if (ep.find("bias") == 0) a.bias = bias;
+        if (ep == "residual") a.residual = resid;
+        if (ep == "bias relu") a.act = cu::GemvAct::relu;
+        if (ep == "bias gelu_tanh") a.act = cu::GemvAct::gelu_tanh;
+        if (ep == "parts") {  // three parts written to their own dense outputs: here, one buffer
+          a.parts = 3;
+          a.begin[0] = 0;
+          a.begin[1] = sz.n > 5 ? 5 : 1;
+          a.begin[2] = sz.n > 5 ? sz.n - 7 : 2;
+          a.begin[3] = sz.n;
+          for (int p = 0; p < 3; ++p) a.part_out[p] = static_cast<unsigned char*>(out) + a.begin[p] * es;
+        }
+        REQUIRE(cu::gemv_supported(a));
+        std::vector<unsigned char> got[2];
+        for (int pair = 0; pair < 2; ++pair) {
+          const lftest::ScopedConfig pairs(&livefuse::Config::gemv_pair, pair == 0 ? 0 : 2);
+          CU_OK(cudaMemset(out, 0xff, static_cast<size_t>(sz.n) * es));
+          cu::launch_gemv(a, nullptr);
+          got[pair] = host_bytes(out, static_cast<size_t>(sz.n) * es);
+        }
+        CHECK(got[0] == got[1]);
+        // Every column written (the 0xff fill is a NaN pattern in each dtype: none survives).
+        size_t untouched = 0;
+        for (int64_t i = 0; i < sz.n; ++i) {
+          bool all_ff = true;
+          for (size_t b = 0; b < es; ++b) all_ff = all_ff && got[1][i * es + b] == 0xff;
+          untouched += all_ff;
+        }
+        CHECK(untouched == 0);
+      }
+      for (void* p : {x, w, bias, resid, out}) cudaFree(p);
+    }
+  }
+}
+
+#endif  // LIVEFUSE_HAS_CUDA
