@@ -4,9 +4,11 @@
 # alternating with WARM_ENV's setting when given; each on process's first-run tokens until plans
 # serve are set against the off process's same tokens (tools/gpu/warmup_table.py). With
 # WARM_TRACE=1 the on process once more under LIVEFUSE_TRACE: what its slowest warm-up tokens
-# waited on (tools/gpu/trace_warmup.py). Logs in $OUT/warmup.tgz.
+# waited on (tools/gpu/trace_warmup.py). WARM_COLD=1: every on process (the traced one too)
+# starts with an empty kernel cache, as a fresh machine's first process does (Llama's slowest
+# warm-up token there: 11 ms, 2.9x eager's, session 35). Logs in $OUT/warmup.tgz.
 # Usage: bash tools/gpu/warmup.sh   [WARM_MODELS="gpt2:f16:concat llama-1b:bf16:concat" WARM_STEPS=128
-#   WARM_PAIRS=1 WARM_ENV="CUDA_MODULE_LOADING=EAGER" WARM_TRACE=0]
+#   WARM_PAIRS=1 WARM_ENV="CUDA_MODULE_LOADING=EAGER" WARM_TRACE=0 WARM_COLD=0]
 . "$(dirname "$0")/prelude.sh" lf-warmup
 for spec in ${WARM_MODELS:-gpt2:f16:concat gpt2:f16:static llama-1b:bf16:concat}; do
   IFS=: read -r preset dtype cache <<< "$spec"
@@ -20,6 +22,7 @@ for spec in ${WARM_MODELS:-gpt2:f16:concat gpt2:f16:static llama-1b:bf16:concat}
     modes=(default); [ -n "${WARM_ENV:-}" ] && modes+=("$WARM_ENV")
     for mode in "${modes[@]}"; do
       envs=(); [ "$mode" != default ] && read -r -a envs <<< "$mode"
+      [ "${WARM_COLD:-0}" = 1 ] && rm -rf "$LIVEFUSE_CACHE_DIR"
       out="$D/$tag.on_${i}_$(echo "$mode" | tr -c 'A-Za-z0-9' _).json"
       env "${envs[@]}" timeout -s KILL 120 "${gen[@]}" --json "$out" > "$out.log" 2>&1 || echo "  rc=$? $(tail -2 "$out.log")"
       echo "  -- on, $mode ($i)"
@@ -27,6 +30,7 @@ for spec in ${WARM_MODELS:-gpt2:f16:concat gpt2:f16:static llama-1b:bf16:concat}
     done
   done
   if [ "${WARM_TRACE:-0}" = 1 ]; then
+    [ "${WARM_COLD:-0}" = 1 ] && rm -rf "$LIVEFUSE_CACHE_DIR"
     LIVEFUSE_TRACE="$D/$tag.trace.json" timeout -s KILL 120 "${gen[@]}" > "$D/$tag.trace.log" 2>&1
     python3 tools/gpu/trace_warmup.py "$D/$tag.trace.json" 80 4 2>&1 | head -40
   fi
