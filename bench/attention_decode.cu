@@ -1,5 +1,7 @@
-// livefuse-bench-attention-decode: the decode attention kernel (kernels/cuda/attention_decode.cu)
-// against the CPU kernel (the reference) and the general CUDA kernel (attention.cu), over the
+// livefuse-bench-attention-decode: the decode attention kernels -- on tensor cores
+// (kernels/cuda/attention_mma_decode.cu, f16/bf16 at d 64 / 128) and the FMA one
+// (attention_decode.cu) -- against the CPU kernel (the reference) and the general CUDA kernel
+// (attention.cu, or the prefill tensor-core kernel where it fits), over the
 // decoders' decode shapes: GPT-2 small (12 heads, d 64, one row) and Llama-3.2-1B (8 K/V heads of
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
@@ -33,6 +35,7 @@
 #include "bench/bench_record.hpp"
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_decode.hpp"
+#include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/device/lf_math.cuh"
 
 using livefuse::AttentionArgs;
@@ -213,9 +216,15 @@ double time_us(Launch launch, int iters, cudaStream_t s) {
   return lfbench::median(us);
 }
 
+// The kernels compared: tensor-core decode (where it takes the shape; else as launch_attention
+// chooses), the FMA decode kernel, and launch_attention with both decode kernels off.
+enum Mode { kTc, kFma, kGeneral, kModes };
+const char* const kModeNames[kModes] = {"tc", "decode", "general"};
+
 struct Result {
-  Diff decode_err, general_err;
-  double decode_cold, decode_hot, general_cold, general_hot, kv_bytes;
+  Diff err[kModes];
+  double cold[kModes], hot[kModes], kv_bytes;
+  bool tc_took = false;  // the tensor-core kernel took the shape
 };
 
 Result run_case(const Case& c, int iters, cudaStream_t s) {
@@ -249,11 +258,13 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
   livefuse::cpu::run_attention(make_args(c, l, q.data(), kv.data(), kv.data() + l.kv_elems * es,
                                          mask.empty() ? nullptr : mask.data(), want_bits.data()));
   const std::vector<float> want = decode(want_bits, c.dt);
-  // The decode column is the decode kernel wherever it applies (launch_attention takes it only
-  // from its crossover on); the general column is launch_attention with it switched off.
-  bool decode_on = true;
+  // Each column's kernel wherever it applies (launch_attention takes the FMA decode kernel only
+  // from its crossover on); the general column is launch_attention with both switched off.
+  Mode mode = kTc;
   auto launch = [&](const livefuse::AttentionArgs& x) {
-    if (!decode_on || !livefuse::cuda::launch_attention_decode(x, s)) livefuse::cuda::launch_attention(x, s);
+    if (mode == kTc && livefuse::cuda::launch_attention_decode_tc(x, s)) return;
+    if (mode == kFma && livefuse::cuda::launch_attention_decode(x, s)) return;
+    livefuse::cuda::launch_attention(x, s);
   };
   auto check = [&] {
     std::vector<unsigned char> got(l.out_elems * es);
@@ -266,17 +277,17 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
 
   Result r;
   r.kv_bytes = 2.0 * c.batch * c.kv_heads * c.sk * c.d * es;
-  for (bool on : {true, false}) {
-    decode_on = on;
-    livefuse::cuda::set_attention_decode_enabled(decode_on);
-    const Diff e = check();
-    const double cold =
-        time_us([&](int i) { launch(args(i % copies)); }, iters, s);
-    const double hot = time_us([&](int) { launch(args(0)); }, iters, s);
-    (decode_on ? r.decode_err : r.general_err) = e;
-    (decode_on ? r.decode_cold : r.general_cold) = cold;
-    (decode_on ? r.decode_hot : r.general_hot) = hot;
+  r.tc_took = livefuse::cuda::launch_attention_decode_tc(args(0), s);
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (int m = 0; m < kModes; ++m) {
+    mode = static_cast<Mode>(m);
+    livefuse::cuda::set_attention_decode_tc_enabled(mode == kTc);
+    livefuse::cuda::set_attention_decode_enabled(mode != kGeneral);
+    r.err[m] = check();
+    r.cold[m] = time_us([&](int i) { launch(args(i % copies)); }, iters, s);
+    r.hot[m] = time_us([&](int) { launch(args(0)); }, iters, s);
   }
+  livefuse::cuda::set_attention_decode_tc_enabled(true);
   livefuse::cuda::set_attention_decode_enabled(true);
   CHECK_CUDA(cudaFree(dq));
   CHECK_CUDA(cudaFree(dkv));
@@ -289,8 +300,9 @@ std::vector<Case> cases() {
   std::vector<Case> cs;
   for (DType dt : {DType::f16, DType::f32})
     for (int64_t sk : {32, 128, 256, 512, 1024, 4096}) cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
-  for (int64_t sk : {32, 128, 1024, 4096})
+  for (int64_t sk : {32, 128, 300, 1024, 4096})
     cs.push_back({"llama-gqa", DType::bf16, 1, 8, 4, 1, sk, 64, sk});
+  for (int64_t sk : {300, 4096}) cs.push_back({"gqa d 128 (8B-shaped)", DType::bf16, 1, 8, 4, 1, sk, 128, sk});
   cs.push_back({"gpt2 kv view (capacity 4096)", DType::f16, 1, 12, 1, 1, 1000, 64, 4096});
   cs.push_back(
       {"gpt2 mask [1,1,1,sk] -inf", DType::f16, 1, 12, 1, 1, 1024, 64, 1024, MaskKind::per_key});
@@ -341,39 +353,40 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::vector<lfbench::Record> recs;
   bool all_pass = true;
-  std::printf("%-34s %5s %3s %5s %5s | %10s %9s %8s %8s | %10s %9s %8s %8s\n", "case", "dtype", "b",
-              "rows", "sk", "decode err", "cold us", "GB/s", "hot us", "general err", "cold us",
-              "GB/s", "hot us");
+  std::printf("%-34s %5s %3s %5s %5s | %9s %8s %6s %7s | %9s %8s %6s %7s | %9s %8s %7s\n", "case", "dtype",
+              "b", "rows", "sk", "tc err", "cold us", "GB/s", "hot us", "fma err", "cold us", "GB/s",
+              "hot us", "gen. err", "cold us", "hot us");
   for (const Case& c : cases()) {
     if ((c.name + " " + name_of(c.dt) + " " + std::to_string(c.sk)).find(only) == std::string::npos) continue;
     const Result r = run_case(c, iters, s);
-    const bool pass = r.decode_err.pass && r.general_err.pass;
-    all_pass = all_pass && pass;
-    const double gbs_d = r.kv_bytes / r.decode_cold * 1e-3,
-                 gbs_g = r.kv_bytes / r.general_cold * 1e-3;
+    std::string failed;
+    for (int m = 0; m < kModes; ++m)
+      if (!r.err[m].pass) failed += std::string(failed.empty() ? "" : ", ") + kModeNames[m];
+    all_pass = all_pass && failed.empty();
+    const auto gbs = [&](int m) { return r.kv_bytes / r.cold[m] * 1e-3; };
     std::printf(
-        "%-34s %5s %3lld %5lld %5lld | %10.2e %9.2f %8.0f %8.2f | %10.2e %9.2f %8.0f %8.2f  %s\n",
+        "%-34s %5s %3lld %5lld %5lld | %9.2e %8.2f %6.0f %7.2f | %9.2e %8.2f %6.0f %7.2f | %9.2e %8.2f "
+        "%7.2f  %s%s\n",
         c.name.c_str(), name_of(c.dt).c_str(), static_cast<long long>(c.batch),
-        static_cast<long long>(c.groups * c.t), static_cast<long long>(c.sk), r.decode_err.max_abs,
-        r.decode_cold, gbs_d, r.decode_hot, r.general_err.max_abs, r.general_cold, gbs_g,
-        r.general_hot, pass ? "PASS" : (r.decode_err.pass ? "FAIL (general)" : "FAIL (decode)"));
+        static_cast<long long>(c.groups * c.t), static_cast<long long>(c.sk), r.err[kTc].max_abs,
+        r.cold[kTc], gbs(kTc), r.hot[kTc], r.err[kFma].max_abs, r.cold[kFma], gbs(kFma), r.hot[kFma],
+        r.err[kGeneral].max_abs, r.cold[kGeneral], r.hot[kGeneral],
+        failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(), r.tc_took ? "" : "  (tc declined)");
     const std::string size = "b" + std::to_string(c.batch) + " kvh" + std::to_string(c.kv_heads) +
                              " rows" + std::to_string(c.groups * c.t) + " sk" +
                              std::to_string(c.sk) + " d" + std::to_string(c.d) + " " +
                              name_of(c.dt);
-    for (bool dec : {true, false}) {
-      const Diff& e = dec ? r.decode_err : r.general_err;
-      const double cold = dec ? r.decode_cold : r.general_cold,
-                   hot = dec ? r.decode_hot : r.general_hot;
+    for (int m = 0; m < kModes; ++m) {
+      if (m == kTc && !r.tc_took) continue;
       recs.push_back({c.name,
-                      dec ? "decode" : "general",
+                      kModeNames[m],
                       size,
-                      cold,
-                      {{"gb_per_s", r.kv_bytes / cold * 1e-3},
-                       {"hot_us", hot},
-                       {"max_err", e.max_abs},
+                      r.cold[m],
+                      {{"gb_per_s", gbs(m)},
+                       {"hot_us", r.hot[m]},
+                       {"max_err", r.err[m].max_abs},
                        {"kv_bytes", r.kv_bytes}},
-                      {{"check", e.pass ? "PASS" : "FAIL"}}});
+                      {{"check", r.err[m].pass ? "PASS" : "FAIL"}}});
     }
   }
   if (!json.empty()) lfbench::write_json(json, recs);

@@ -1,7 +1,9 @@
 // The fused attention template on CUDA (kernels/cuda/attention.cu): the same cases as the CPU
 // suite (test_attention_cpu.cpp), against the CPU eager backend. Skipped without a GPU.
+#include <algorithm>
 #include <functional>
 #include <limits>
+#include <random>
 
 #include "tests/planner/attention_cases.hpp"
 #if LIVEFUSE_HAS_CUDA
@@ -71,6 +73,24 @@ void for_each_key_split(F&& body) {
   for (int groups : {1, 2, 0}) {
     livefuse::cuda::force_attention_key_groups(groups);
     INFO("key groups forced to " << groups << " (0: chosen by the grid)");
+    body();
+  }
+#else
+  body();
+#endif
+}
+
+// Runs `body` with the decode shapes on the tensor-core split-KV kernel (attention_mma_decode.cu)
+// and then on the FMA one (attention_decode.cu); back to the default after.
+template <class F>
+void for_each_decode_kernel(F&& body) {
+#if LIVEFUSE_HAS_CUDA
+  struct Reset {
+    ~Reset() { livefuse::cuda::set_attention_decode_tc_enabled(true); }
+  } reset;
+  for (bool tc : {true, false}) {
+    livefuse::cuda::set_attention_decode_tc_enabled(tc);
+    INFO((tc ? "decode on tensor cores" : "decode on the FMA kernel"));
     body();
   }
 #else
@@ -191,13 +211,15 @@ LF_CUDA_TEST_CASE("attention gpu: the tensor-core kernel splits the keys only wh
 // reach the paths its key cursors and its workspace fold take -- many steps a split, a split's
 // last step short of the block's keys, a GQA group as two-row blocks, one-row MHA heads, f32's
 // 16 lanes a key, d 128 over two tokens, a mask with a run of -inf keys across steps, and 8 K/V
-// heads x 4096 keys, whose splits (16 a head on an H200) meet in the stream's workspace.
+// heads x 4096 keys, whose splits (16 a head on an H200) meet in the stream's workspace. The same
+// shapes again on the tensor-core decode kernel (f32 stays on the FMA one).
 LF_CUDA_TEST_CASE("attention gpu: decode steps over long caches equal eager, splits meeting in the workspace") {
   std::vector<GroupedShape> shapes;
   shapes.push_back({1, 8, 4, 1, 4096, 64, DType::bf16, true});   // Llama-1B decode
   shapes.push_back({1, 12, 1, 1, 4099, 64, DType::f16, false});  // GPT-2 decode, a short last step
   shapes.push_back({2, 2, 3, 1, 1500, 64, DType::f32, false});   // f32: 16 lanes a key
   shapes.push_back({1, 2, 2, 2, 777, 128, DType::f16, true});    // d 128, two tokens
+  for_each_decode_kernel([&] {
   for (const GroupedShape& s : shapes) {
     INFO(s.str());
     const AttentionSegment a = grouped_attention_segment(s);
@@ -213,5 +235,81 @@ LF_CUDA_TEST_CASE("attention gpu: decode steps over long caches equal eager, spl
     CHECK_MESSAGE(lftest::allclose(got, want, attention_tol(s.dtype), attention_tol(s.dtype), &bad),
                   "first mismatch at " << bad << ": got " << (bad < got.size() ? got[bad] : 0)
                                        << " want " << (bad < want.size() ? want[bad] : 0));
+  }  });
+}
+
+// Splits of the tensor-core decode kernel (1500 keys, 2 heads: 12 splits of two 64-key tiles,
+// one a warp) meeting in the workspace, with rows whose finite keys sit in one split only, in
+// none (NaN), a NaN score in one split, only the last (partial) tile's last key, one key that
+// dominates -- and the same on the FMA kernel.
+LF_CUDA_TEST_CASE("attention gpu: decode splits merge masked, NaN and all -inf rows as eager") {
+  for (DType dt : {DType::f16, DType::bf16}) {
+    const AttentionShape s{1, 2, 6, 1500, 64, dt, MaskForm::per_batch, true, false, false};
+    const int64_t sk = s.sk;
+    for_each_decode_kernel([&] {
+      check_masked(s, 29, [sk](std::vector<float>& m) {
+        for (int64_t j = 384; j < 512; ++j) m[j] = -kInf;                                // row 0: one split all -inf
+        for (int64_t j = 0; j < sk; ++j) m[sk + j] = j >= 640 && j < 768 ? 0.0f : -kInf;  // row 1: one split only
+        for (int64_t j = 0; j < sk; ++j) m[2 * sk + j] = -kInf;                          // row 2: all -inf: NaN
+        m[3 * sk + 1000] = kNaN;                                                         // row 3: NaN in one split
+        for (int64_t j = 0; j + 1 < sk; ++j) m[4 * sk + j] = -kInf;                      // row 4: the last key only
+        m[5 * sk + 70] = 8.0f;                                                           // row 5: one key dominates
+      });
+    });
   }
 }
+
+#if LIVEFUSE_HAS_CUDA
+// The decoders' shapes take the tensor-core decode kernel (it declines f32, head dims other than
+// 64 / 128 and more than 16 rows), and its result equals the CPU kernel's: Llama-1B's GQA head
+// (4 rows, d 64) at 300 and 4096 keys, an 8B-shaped head (d 128), GPT-2's one row.
+LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal the CPU kernel") {
+  struct Case {
+    int64_t heads, rows, sk, d;
+    DType dt;
+    bool taken;
+  };
+  const Case cases[] = {{8, 4, 300, 64, DType::bf16, true},  {8, 4, 4096, 64, DType::bf16, true},
+                        {8, 4, 777, 128, DType::bf16, true}, {12, 1, 4099, 64, DType::f16, true},
+                        {2, 3, 200, 64, DType::f32, false},  {2, 17, 200, 64, DType::f16, false},
+                        {2, 4, 200, 96, DType::f16, false}};
+  for (const Case& c : cases) {
+    INFO("heads " << c.heads << " rows " << c.rows << " sk " << c.sk << " d " << c.d << " " << dtype_name(c.dt));
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const auto random = [&](Shape shape) {
+      std::vector<float> x(static_cast<size_t>(shape.numel()));
+      for (float& e : x) e = u(rng);
+      return from_floats(x, shape, c.dt, Device::cpu());
+    };
+    const Tensor q = random({1, c.heads, c.rows, c.d}), k = random({1, c.heads, c.sk, c.d}),
+                 v = random({1, c.heads, c.sk, c.d});
+    Tensor want = from_floats(std::vector<float>(static_cast<size_t>(c.heads * c.rows * c.d), 0.0f),
+                              {1, c.heads, c.rows, c.d}, c.dt, Device::cpu());
+    const auto args = [&](const Tensor& tq, const Tensor& tk, const Tensor& tv, Tensor& out) {
+      AttentionArgs a;
+      a.q = tq.data_ptr(), a.k = tk.data_ptr(), a.v = tv.data_ptr(), a.out = out.data_ptr();
+      a.dtype = c.dt, a.batch = 1, a.heads = c.heads, a.sq = c.rows, a.sk = c.sk, a.d = c.d, a.dv = c.d;
+      const int64_t qs[4] = {c.heads * c.rows * c.d, c.rows * c.d, c.d, 1},
+                    ks[4] = {c.heads * c.sk * c.d, c.sk * c.d, c.d, 1};
+      std::copy(qs, qs + 4, a.q_st), std::copy(qs, qs + 4, a.out_st);
+      std::copy(ks, ks + 4, a.k_st), std::copy(ks, ks + 4, a.v_st);
+      a.rows_t = c.rows, a.scale = 0.125f;
+      return a;
+    };
+    livefuse::cpu::run_attention(args(q, k, v, want));
+    const Tensor gq = q.to(Device::cuda(0)), gk = k.to(Device::cuda(0)), gv = v.to(Device::cuda(0));
+    Tensor got = want.to(Device::cuda(0));
+    const bool taken = livefuse::cuda::launch_attention_decode_tc(args(gq, gk, gv, got),
+                                                                  Stream::current(Device::cuda(0)).handle());
+    CHECK(taken == c.taken);
+    if (!taken) continue;
+    synchronize(Device::cuda(0));
+    const auto g = got.to(Device::cpu()).to_doubles(), w = want.to_doubles();
+    size_t bad = 0;
+    CHECK_MESSAGE(lftest::allclose(g, w, attention_tol(c.dt), attention_tol(c.dt), &bad),
+                  "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0)
+                                       << " want " << (bad < w.size() ? w[bad] : 0));
+  }
+}
+#endif
