@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One GPU call for the tensor-core decode attention (kernels/cuda/attention_mma_decode.cu), run
+# THERE after tools/gpu/pack.sh: the attention suites, the kernel benchmark (tensor cores / FMA /
+# general, same process), then decode processes alternating LIVEFUSE_DECODE_TC=1|0 (Llama-1B bf16
+# and GPT-2 f16, concat cache) and the context sweep's end points with each. Logs in
+# $OUT/decode_tc.tgz. Usage: bash tools/gpu/lab/decode_tc.sh   [TC_PARTS="suites bench ab sweep"
+#   TC_ROUNDS=2 TC_SUITES="test_planner:*attention* test_decoder"]
+. "$(dirname "$0")/../prelude.sh" lf-decode-tc
+START=$(date +%s)
+at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+pack_out() { tar -czf "$REAL_OUT/decode_tc.tgz" -C "$D" . 2>/dev/null; }
+parts=${TC_PARTS:-suites bench ab sweep}
+if [[ $parts == *suites* ]]; then
+  at "suites"
+  run_suites "${TC_SUITES:-test_planner:*attention* test_decoder}"
+  pack_out
+fi
+if [[ $parts == *bench* ]]; then
+  at "livefuse-bench-attention-decode --iters 100"
+  timeout -k 5 150 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/attention_decode.json" \
+    > "$D/attention_decode.log" 2>&1
+  echo "rc=$?"; cat "$D/attention_decode.log"
+  pack_out
+fi
+if [[ $parts == *ab* ]]; then
+  for m in llama-1b:bf16 gpt2:f16; do
+    at "$m concat, LIVEFUSE_DECODE_TC=1 | 0 alternating"
+    AB_A="LIVEFUSE_DECODE_TC=1" AB_B="LIVEFUSE_DECODE_TC=0" MODEL=${m%%:*} DTYPE=${m##*:} \
+      ROUNDS=${TC_ROUNDS:-2} STEPS=256 RUNS=3 timeout -s KILL 300 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
+  done
+  pack_out
+fi
+if [[ $parts == *sweep* ]]; then
+  for tc in 1 0; do
+    at "sweep, Llama-1B bf16 concat, LIVEFUSE_DECODE_TC=$tc"
+    LIVEFUSE_DECODE_TC=$tc SWEEP_LENS="128 4096" SWEEP_MODES="on:concat" timeout -s KILL 200 bash tools/gpu/sweep.sh 2>&1 | tee -a "$D/sweep.log"
+  done
+  pack_out
+fi
+at "done"
