@@ -102,7 +102,7 @@ __device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const f
     for (int sp = 0; sp < splits; ++sp) m = lf_max(m, wt[sp * 16 + r]);  // NaN wins
     for (int sp = 0; sp < splits; ++sp) {
       const float ms = wt[sp * 16 + r];
-      // A split whose keys were all -inf for the row adds nothing (its sum and accumulator are 0).
+      // A split whose keys were all -inf for the row adds nothing.
       const float w = ms == kNegInf ? 0.0f : exp2_approx((ms - m) * kLog2e);
       wt[sp * 16 + r] = w;
       l += ls[sp * 16 + r] * w;
@@ -126,7 +126,10 @@ __device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const f
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         if (sp0 + u >= splits) break;
+        // Weight 0: a split whose keys were all -inf for the row (or negligible) is skipped, as
+        // the CPU kernel skips such tiles (its accumulator may hold 0 * a NaN of V).
         const float w = wt[(sp0 + u) * 16 + r];
+        if (w == 0.0f) continue;
         acc[0] += x[u].x * w, acc[1] += x[u].y * w, acc[2] += x[u].z * w, acc[3] += x[u].w * w;
       }
     }
