@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Where the tensor-core decode attention stops (run THERE): each benchmark case alone and each
-# attention test case alone, line-buffered under a short limit, then compute-sanitizer on the
-# first of them that did not finish.
+# Where the tensor-core decode attention stops (run THERE, after building this branch's
+# .gpu/build with tools/gpu/pack.sh): the kernel alone shape by shape (decode_tc_min.cu), each
+# benchmark case alone and each attention test case alone, line-buffered under a short limit, then
+# compute-sanitizer on the first benchmark case that did not finish. Found on an H100 in session
+# 36: `test_planner -tc=*attention*` and `livefuse-bench-attention-decode` never finished (150 s),
+# while decode processes ran.
 . "$(dirname "$0")/../prelude.sh" lf-decode-tc-diag
+echo "== the kernel alone (tools/gpu/lab/decode_tc_min.cu), each launch waited on for at most 5 s"
+nvcc -std=c++20 -arch=sm_90 -O2 -I. -Iruntime/include tools/gpu/lab/decode_tc_min.cu -L"$B" -llivefuse \
+  -Xlinker -rpath="$PWD/$B" -o "$D/decode_tc_min" && timeout -s KILL 120 "$D/decode_tc_min"
+echo "rc=$?"
 bad=""
 for c in "gpt2 f16 32" "gpt2 f16 128" "gpt2 f16 4096" "llama-gqa bf16 300" "llama-gqa bf16 4096" \
          "gqa d 128 (8B-shaped) bf16 300" "kv view" "mask [1,1,1,sk]" "fully masked" "batch 4" "t 4"; do
