@@ -8,7 +8,7 @@
 . "$(dirname "$0")/../prelude.sh" lf-decode-tc-diag
 echo "== the kernel alone (tools/gpu/lab/decode_tc_min.cu), each launch waited on for at most 5 s"
 nvcc -std=c++20 -arch=sm_90 -O2 -I. -Iruntime/include tools/gpu/lab/decode_tc_min.cu -L"$B" -llivefuse \
-  -Xlinker -rpath="$PWD/$B" -o "$D/decode_tc_min" && timeout -s KILL 120 "$D/decode_tc_min"
+  -Xlinker -rpath="$PWD/$B" -Xlinker -rpath-link="$PWD/$B" -Xlinker --allow-shlib-undefined -o "$D/decode_tc_min" && timeout -s KILL 120 "$D/decode_tc_min"
 echo "rc=$?"
 bad=""
 for c in "gpt2 f16 32" "gpt2 f16 128" "gpt2 f16 4096" "llama-gqa bf16 300" "llama-gqa bf16 4096" \
