@@ -312,7 +312,12 @@ __device__ __forceinline__ void merge_partials(RowStats& st, float (&acc)[D / 8]
     for (int g = 1; g < KW; ++g) m = lf_max(m, part0[g * stride + 16 * (D + 8) + row]);
     const float own = st.m[i];
     const float w0 = own == kNegInf ? 0.0f : exp2_approx((own - m) * kLog2e);
-    float l = own == kNegInf ? 0.0f : quad_sum(st.l[i]) * w0;
+    // Every lane takes part in the quad's shuffles (full-mask __shfl_xor_sync), also where its
+    // row's own max is -inf: a row whose keys were all -inf here while another row's were not
+    // would otherwise leave lanes out of a warp-wide shuffle (undefined; a hang where the
+    // compiler keeps the branch).
+    const float own_l = quad_sum(st.l[i]);
+    float l = own == kNegInf ? 0.0f : own_l * w0;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       acc[n][2 * i] = own == kNegInf ? 0.0f : acc[n][2 * i] * w0;
