@@ -26,7 +26,7 @@ struct Shape {
   const char* name;
   DType dt;
   int64_t heads, rows, sk, d;
-  bool mask;
+  int mask;  // 0 none; 1 [sk] for every row (every third key -inf); 2 [rows, sk], row 1 all -inf
 };
 
 uint16_t to_bits(float x, DType dt) {
@@ -66,20 +66,24 @@ const char* wait_for(cudaStream_t s) {
 }
 
 bool run(const Shape& c, cudaStream_t s) {
-  std::printf("%-28s heads %2lld rows %2lld sk %5lld d %3lld mask %d: ", c.name, (long long)c.heads,
+  std::printf("%-30s heads %2lld rows %2lld sk %5lld d %3lld mask %d: ", c.name, (long long)c.heads,
               (long long)c.rows, (long long)c.sk, (long long)c.d, c.mask);
   std::fflush(stdout);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
   const int64_t nq = c.heads * c.rows * c.d, nkv = c.heads * c.sk * c.d;
-  std::vector<uint16_t> q(nq), k(nkv), v(nkv), m(c.mask ? c.sk : 0), out(nq), want(nq);
+  const int64_t mask_rows = c.mask == 2 ? c.rows : 1;
+  std::vector<uint16_t> q(nq), k(nkv), v(nkv), m(c.mask ? mask_rows * c.sk : 0), out(nq), want(nq);
   for (auto& x : q) x = to_bits(u(rng), c.dt);
   for (auto& x : k) x = to_bits(u(rng), c.dt);
   for (auto& x : v) x = to_bits(u(rng), c.dt);
-  for (int64_t j = 0; j < (int64_t)m.size(); ++j) m[j] = to_bits(j % 3 == 0 ? -INFINITY : 0.0f, c.dt);
+  for (int64_t j = 0; j < (int64_t)m.size(); ++j) {
+    const bool dead = c.mask == 2 && j / c.sk == 1;  // a row whose keys are all -inf: NaN
+    m[j] = to_bits(dead || j % 3 == 0 ? -INFINITY : 0.0f, c.dt);
+  }
   uint16_t *dq, *dk, *dv, *dm = nullptr, *dout;
   cudaMalloc(&dq, nq * 2), cudaMalloc(&dk, nkv * 2), cudaMalloc(&dv, nkv * 2), cudaMalloc(&dout, nq * 2);
-  if (c.mask) cudaMalloc(&dm, c.sk * 2), cudaMemcpy(dm, m.data(), c.sk * 2, cudaMemcpyHostToDevice);
+  if (c.mask) cudaMalloc(&dm, m.size() * 2), cudaMemcpy(dm, m.data(), m.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dq, q.data(), nq * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dk, k.data(), nkv * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dv, v.data(), nkv * 2, cudaMemcpyHostToDevice);
@@ -89,7 +93,7 @@ bool run(const Shape& c, cudaStream_t s) {
     a.q = aq, a.k = ak, a.v = av, a.mask = am, a.out = ao, a.dtype = c.dt;
     a.batch = 1, a.heads = c.heads, a.sq = c.rows, a.sk = c.sk, a.d = c.d, a.dv = c.d;
     const int64_t qs[4] = {nq, c.rows * c.d, c.d, 1}, ks[4] = {nkv, c.sk * c.d, c.d, 1},
-                  ms[4] = {0, 0, 0, 1};
+                  ms[4] = {0, 0, c.mask == 2 ? c.sk : 0, 1};
     for (int i = 0; i < 4; ++i) a.q_st[i] = a.out_st[i] = qs[i], a.k_st[i] = a.v_st[i] = ks[i], a.mask_st[i] = ms[i];
     a.rows_t = c.rows, a.scale = 0.125f;
     return a;
@@ -108,9 +112,14 @@ bool run(const Shape& c, cudaStream_t s) {
     cudaMemcpy(out.data(), dout, nq * 2, cudaMemcpyDeviceToHost);
     livefuse::cpu::run_attention(args(q.data(), k.data(), v.data(), c.mask ? m.data() : nullptr, want.data()));
     double worst = 0;
-    for (int64_t i = 0; i < nq; ++i)
-      worst = std::fmax(worst, std::fabs(from_bits(out[i], c.dt) - from_bits(want[i], c.dt)));
-    pass = worst < (c.dt == DType::f16 ? 5e-3 : 3e-2);
+    bool nan_match = true;  // NaN exactly where the reference has it (the dead row)
+    for (int64_t i = 0; i < nq; ++i) {
+      const float g = from_bits(out[i], c.dt), w = from_bits(want[i], c.dt);
+      if (std::isnan(g) || std::isnan(w)) nan_match = nan_match && std::isnan(g) && std::isnan(w);
+      else worst = std::fmax(worst, std::fabs(g - w));
+    }
+    pass = nan_match && worst < (c.dt == DType::f16 ? 5e-3 : 3e-2);
+    if (!nan_match) std::printf(", NaN where the reference has none (or the reverse)");
     std::printf(", max |err| %.3g %s", worst, pass ? "PASS" : "FAIL");
   }
   std::printf("\n");
@@ -127,16 +136,19 @@ int main() {
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   const Shape shapes[] = {
-      {"gpt2 one row, one tile", DType::f16, 12, 1, 32, 64, false},
-      {"gpt2 one row, two tiles", DType::f16, 12, 1, 128, 64, false},
-      {"gpt2 one row, splits", DType::f16, 12, 1, 4096, 64, false},
-      {"llama gqa, one split", DType::bf16, 8, 4, 100, 64, false},
-      {"llama gqa, splits", DType::bf16, 8, 4, 300, 64, false},
-      {"llama gqa, 4096", DType::bf16, 8, 4, 4096, 64, false},
-      {"llama gqa, mask", DType::bf16, 8, 4, 1000, 64, true},
-      {"16 rows", DType::bf16, 8, 16, 512, 64, false},
-      {"d 128, one split", DType::bf16, 8, 4, 64, 128, false},
-      {"d 128, splits", DType::bf16, 8, 4, 4096, 128, false},
+      {"gpt2 one row, one tile", DType::f16, 12, 1, 32, 64, 0},
+      {"gpt2 one row, two tiles", DType::f16, 12, 1, 128, 64, 0},
+      {"gpt2 one row, splits", DType::f16, 12, 1, 4096, 64, 0},
+      {"llama gqa, one split", DType::bf16, 8, 4, 100, 64, 0},
+      {"llama gqa, splits", DType::bf16, 8, 4, 300, 64, 0},
+      {"llama gqa, 4096", DType::bf16, 8, 4, 4096, 64, 0},
+      {"llama gqa, key mask", DType::bf16, 8, 4, 1000, 64, 1},
+      {"llama gqa, a dead row, 1 split", DType::bf16, 8, 4, 100, 64, 2},
+      {"llama gqa, a dead row, splits", DType::bf16, 8, 4, 1000, 64, 2},
+      {"d 128, a dead row, splits", DType::bf16, 8, 4, 1000, 128, 2},
+      {"16 rows", DType::bf16, 8, 16, 512, 64, 0},
+      {"d 128, one split", DType::bf16, 8, 4, 64, 128, 0},
+      {"d 128, splits", DType::bf16, 8, 4, 4096, 128, 0},
   };
   int failed = 0;
   for (const Shape& c : shapes) failed += !run(c, s);
