@@ -107,25 +107,8 @@ __global__ void __launch_bounds__(kThreads<RW, KW>, kMinBlocksPerSm<D, RW, KW>)
 
   RowStats st;
   float acc[D / 8][4] = {};
-  for (int64_t j = kw; j < tiles; j += KW) {
-    const int64_t j0 = j * kBc, next = j0 + KW * kBc;
-    float s[kBc / 8][4];
-    tile_scores<S, D>(s, q_s, k_s, rw, ln);
-    group_sync<RW, KW>(kw);  // every warp of the group has read K_j
-    if (next < a.sk) load_tile<D, kBc, kGroupThreads>(k_s, k, a.k_st[2], next, a.sk, gt);
-    cp_async_commit();  // (possibly empty: keeps the group count the same every tile)
-    scale_and_mask<S>(s, a, mask_kind, mask_rows, j0, ln);
-    uint32_t p[kBc / 16][4];
-    softmax_tile<S, D>(s, st, acc, p);
-    cp_async_wait<1>();  // V_j
-    group_sync<RW, KW>(kw);
-    accumulate_pv<S, D>(acc, p, v_s, ln);
-    group_sync<RW, KW>(kw);  // every warp of the group has read V_j
-    if (next < a.sk) load_tile<D, kBc, kGroupThreads>(v_s, v, a.v_st[2], next, a.sk, gt);
-    cp_async_commit();
-    cp_async_wait<1>();  // K of the group's next tile
-    group_sync<RW, KW>(kw);
-  }
+  walk_key_tiles<S, D, kGroupThreads>(a, mask_kind, mask_rows, q_s, k_s, v_s, k, v, kw, tiles, KW, rw,
+                                      gt, ln, [&] { group_sync<RW, KW>(kw); }, st, acc);
   if constexpr (KW > 1) {
     // The group's K and V buffers are free (its last group_sync): they take its partials.
     constexpr int kStride = 2 * kBc * D / 2;  // floats from one group's buffers to the next's

@@ -350,6 +350,40 @@ __device__ __forceinline__ void group_sync(int kw) {
   else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + kw), "n"(32 * RW) : "memory");
 }
 
+// One key group's walk over its tiles first, first + step, ... (below end): each tile's scores,
+// mask, online softmax and P V, with the group's next K loaded while this tile's softmax runs and
+// its next V while P V runs (FlashAttention-2's schedule). The caller has loaded the group's first
+// K and V (`GroupThreads` threads, this one `gt` of them) and waited for that K; `sync` is the
+// group's barrier (its warps share the buffers).
+template <class S, int D, int GroupThreads, class Sync>
+__device__ __forceinline__ void walk_key_tiles(const AttentionArgs& a, MaskKind kind,
+                                               const lf_u16* const (&mask_rows)[2], const lf_u16* q_s,
+                                               lf_u16* k_s, lf_u16* v_s, const lf_u16* k, const lf_u16* v,
+                                               int64_t first, int64_t end, int step, int row_warp,
+                                               int gt, Lane ln, Sync sync, RowStats& st,
+                                               float (&acc)[D / 8][4]) {
+  for (int64_t j = first; j < end; j += step) {
+    const int64_t j0 = j * kBc, next = j0 + step * kBc;
+    const bool more = j + step < end;
+    float s[kBc / 8][4];
+    tile_scores<S, D>(s, q_s, k_s, row_warp, ln);
+    sync();  // every warp of the group has read K_j
+    if (more) load_tile<D, kBc, GroupThreads>(k_s, k, a.k_st[2], next, a.sk, gt);
+    cp_async_commit();  // (possibly empty: keeps the group count the same every tile)
+    scale_and_mask<S>(s, a, kind, mask_rows, j0, ln);
+    uint32_t p[kBc / 16][4];
+    softmax_tile<S, D>(s, st, acc, p);
+    cp_async_wait<1>();  // V_j
+    sync();
+    accumulate_pv<S, D>(acc, p, v_s, ln);
+    sync();  // every warp of the group has read V_j
+    if (more) load_tile<D, kBc, GroupThreads>(v_s, v, a.v_st[2], next, a.sk, gt);
+    cp_async_commit();
+    cp_async_wait<1>();  // K of the group's next tile
+    sync();
+  }
+}
+
 #endif  // sm_80+
 
 }  // namespace livefuse::cuda::tc

@@ -186,26 +186,8 @@ __global__ void __launch_bounds__(32 * KW, kMinBlocks<D>)
 
   RowStats st;
   float acc[D / 8][4] = {};
-  for (int64_t j = first; j < t_end; j += KW) {
-    const int64_t j0 = j * kBc, next = j0 + KW * kBc;
-    const bool more = j + KW < t_end;
-    float s[kBc / 8][4];
-    tile_scores<S, D>(s, q_s, k_s, 0, ln);
-    __syncwarp();  // the warp has read K_j
-    if (more) load_tile<D, kBc, 32>(k_s, k, a.k_st[2], next, a.sk, lane);
-    cp_async_commit();  // (possibly empty: keeps the group count the same every tile)
-    scale_and_mask<S>(s, a, mask_kind, mask_rows, j0, ln);
-    uint32_t p[kBc / 16][4];
-    softmax_tile<S, D>(s, st, acc, p);
-    cp_async_wait<1>();  // V_j
-    __syncwarp();
-    accumulate_pv<S, D>(acc, p, v_s, ln);
-    __syncwarp();  // the warp has read V_j
-    if (more) load_tile<D, kBc, 32>(v_s, v, a.v_st[2], next, a.sk, lane);
-    cp_async_commit();
-    cp_async_wait<1>();  // K of the warp's next tile
-    __syncwarp();
-  }
+  walk_key_tiles<S, D, 32>(a, mask_kind, mask_rows, q_s, k_s, v_s, k, v, first, t_end, KW, 0, lane, ln,
+                           [] { __syncwarp(); }, st, acc);
   float* const scratch = reinterpret_cast<float*>(&kv_s[0][0][0]);
   if constexpr (KW > 1) {
     // Every warp's copies have landed (its last waits), so the K and V buffers take the partials.
