@@ -277,17 +277,18 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
 
   Result r;
   r.kv_bytes = 2.0 * c.batch * c.kv_heads * c.sk * c.d * es;
+  livefuse::cuda::force_attention_decode_tc(1);
   r.tc_took = livefuse::cuda::launch_attention_decode_tc(args(0), s);
   CHECK_CUDA(cudaStreamSynchronize(s));
   for (int m = 0; m < kModes; ++m) {
     mode = static_cast<Mode>(m);
-    livefuse::cuda::set_attention_decode_tc_enabled(mode == kTc);
+    livefuse::cuda::force_attention_decode_tc(mode == kTc ? 1 : 0);
     livefuse::cuda::set_attention_decode_enabled(mode != kGeneral);
     r.err[m] = check();
     r.cold[m] = time_us([&](int i) { launch(args(i % copies)); }, iters, s);
     r.hot[m] = time_us([&](int) { launch(args(0)); }, iters, s);
   }
-  livefuse::cuda::set_attention_decode_tc_enabled(true);
+  livefuse::cuda::force_attention_decode_tc(-1);
   livefuse::cuda::set_attention_decode_enabled(true);
   CHECK_CUDA(cudaFree(dq));
   CHECK_CUDA(cudaFree(dkv));

@@ -150,9 +150,9 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // four rows, 32 keys 6.1 / 5.9, 128 keys 6.9 / 7.4), so a decode step keeps one kernel from
   // its first token on; more rows from 512 keys (16 rows at 512: 15.3 / 14.6); f32 always (the
   // general kernel's f32 path is plain FMA: 128 keys 6.3 / 69.9).
-  // f16/bf16 at head dims 64 and 128 (the decoders'), up to 16 rows: the tensor-core split-KV
-  // kernel (attention_mma_decode.cu), which streams the cache where the FMA one is bound by
-  // its instructions.
+  // f16/bf16 at head dims 64 and 128 (the decoders'), up to 16 rows, with LIVEFUSE_DECODE_TC=1:
+  // the tensor-core split-KV kernel (attention_mma_decode.cu), meant to stream the cache where
+  // the FMA one is bound by its instructions (not yet measured: off by default).
   if (launch_attention_decode_tc(a, stream)) return;
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.sk >= min_keys && launch_attention_decode(a, stream)) return;

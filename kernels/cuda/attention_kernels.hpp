@@ -27,11 +27,12 @@ void force_attention_key_groups(int groups);
 // attention_mma_decode.cu: decode shapes on tensor cores -- at most 16 rows (a K/V head's stacked
 // query rows), the keys split over blocks meeting in the stream's workspace; what
 // attention_mma_fits takes. Enqueues and returns true, or declines (false, nothing enqueued):
-// another shape, LIVEFUSE_DECODE_TC=0, switched off below, or a long cache on a stream being
-// captured before it had a workspace. launch_attention tries it first.
+// another shape, switched off (LIVEFUSE_DECODE_TC, or force_attention_decode_tc), or a long cache
+// on a stream being captured before it had a workspace. launch_attention tries it first.
 bool launch_attention_decode_tc(const AttentionArgs& a, void* stream);
-// On by default; off: launch_attention_decode_tc declines every shape (tests, the benchmark).
-void set_attention_decode_tc_enabled(bool on);
+// Tests and the benchmark: 1 takes every shape that fits, 0 none, -1 (default) as
+// LIVEFUSE_DECODE_TC says.
+void force_attention_decode_tc(int on);
 
 // attention.cu: any float dtype, any strides, d and dv up to kAttentionMaxHeadDim; f32 FMA.
 void launch_attention_general(const AttentionArgs& a, void* stream);

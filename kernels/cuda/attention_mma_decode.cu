@@ -60,7 +60,7 @@ constexpr int kSlotFloats = 2 * 16 + 16 * D;
 template <int D>
 constexpr int kMinBlocks = D == 64 ? 6 : 4;
 
-std::atomic<bool> g_tc_enabled{true};
+std::atomic<int> g_tc_forced{-1};  // force_attention_decode_tc
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 // The block's merged rows (warp 0's state) into its slot: rows below sq only.
@@ -272,10 +272,11 @@ void preload_attention_decode_tc_kernels(DType dt) {
   if (dt == DType::bf16) load_kernel(decode_tc_kernel<BF16, 64, 2>), load_kernel(decode_tc_kernel<BF16, 128, 1>);
 }
 
-void set_attention_decode_tc_enabled(bool on) { g_tc_enabled.store(on, std::memory_order_relaxed); }
+void force_attention_decode_tc(int on) { g_tc_forced.store(on, std::memory_order_relaxed); }
 
 bool launch_attention_decode_tc(const AttentionArgs& a, void* stream) {
-  if (!g_tc_enabled.load(std::memory_order_relaxed) || !config().decode_tc) return false;
+  const int forced = g_tc_forced.load(std::memory_order_relaxed);
+  if (forced == 0 || (forced < 0 && !config().decode_tc)) return false;
   if (a.sq < 1 || a.sq > 16 || a.sk < 1 || a.batch < 1 || a.heads < 1 || !attention_mma_fits(a)) return false;
   if (a.batch * a.heads * kMaxTcSplits >= (int64_t{1} << 31)) return false;  // grid.x
   const auto s = static_cast<cudaStream_t>(stream);

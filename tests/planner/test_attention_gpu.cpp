@@ -86,10 +86,10 @@ template <class F>
 void for_each_decode_kernel(F&& body) {
 #if LIVEFUSE_HAS_CUDA
   struct Reset {
-    ~Reset() { livefuse::cuda::set_attention_decode_tc_enabled(true); }
+    ~Reset() { livefuse::cuda::force_attention_decode_tc(-1); }
   } reset;
   for (bool tc : {true, false}) {
-    livefuse::cuda::set_attention_decode_tc_enabled(tc);
+    livefuse::cuda::force_attention_decode_tc(tc ? 1 : 0);
     INFO((tc ? "decode on tensor cores" : "decode on the FMA kernel"));
     body();
   }
@@ -264,6 +264,10 @@ LF_CUDA_TEST_CASE("attention gpu: decode splits merge masked, NaN and all -inf r
 // 64 / 128 and more than 16 rows), and its result equals the CPU kernel's: Llama-1B's GQA head
 // (4 rows, d 64) at 300 and 4096 keys, an 8B-shaped head (d 128), GPT-2's one row.
 LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal the CPU kernel") {
+  struct Reset {
+    ~Reset() { livefuse::cuda::force_attention_decode_tc(-1); }
+  } reset;
+  livefuse::cuda::force_attention_decode_tc(1);  // whatever LIVEFUSE_DECODE_TC says
   struct Case {
     int64_t heads, rows, sk, d;
     DType dt;

@@ -102,10 +102,11 @@ struct Config {
   // build that fits two blocks an SM (kernels/cuda/attention_decode.cu); 0: the wide build, one
   // block an SM, and four-row blocks for a GQA group over a long cache, for comparison.
   bool decode_lean = true;
-  // LIVEFUSE_DECODE_TC: f16/bf16 decode attention at head dims 64 and 128 (at most 16 rows a K/V
-  // head) runs on tensor cores, the keys split over blocks (kernels/cuda/attention_mma_decode.cu);
-  // 0: the split-KV FMA kernel (attention_decode.cu), for comparison.
-  bool decode_tc = true;
+  // LIVEFUSE_DECODE_TC=1: f16/bf16 decode attention at head dims 64 and 128 (at most 16 rows a
+  // K/V head) runs on tensor cores, the keys split over blocks (kernels/cuda/attention_mma_decode.cu),
+  // instead of the split-KV FMA kernel (attention_decode.cu). Off by default until it is measured
+  // faster on the GPU (bench/RESULTS.md, session 36).
+  bool decode_tc = false;
   // LIVEFUSE_SPLIT_K_ROWS: a CUDA linear that cuBLASLt would split over K, read only by a row
   // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
   // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.
