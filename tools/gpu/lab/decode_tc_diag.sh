@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Where the tensor-core decode attention stops (run THERE, after building this branch's
-# .gpu/build with tools/gpu/pack.sh): the kernel alone shape by shape (decode_tc_min.cu), each
+# Where the tensor-core decode attention stops (run THERE, after tools/gpu/pack.sh built
+# .gpu/build): the kernel alone shape by shape (decode_tc_min.cu), each
 # benchmark case alone and each attention test case alone, line-buffered under a short limit, then
 # compute-sanitizer on the first benchmark case that did not finish. Found on an H100 in session
 # 36: `test_planner -tc=*attention*` and `livefuse-bench-attention-decode` never finished (150 s),
