@@ -345,9 +345,12 @@ __device__ __forceinline__ void merge_partials(RowStats& st, float (&acc)[D / 8]
 // Barrier of one key group's warps: they share its K and V buffers.
 template <int RW, int KW>
 __device__ __forceinline__ void group_sync(int kw) {
-  if constexpr (KW == 1) __syncthreads();
-  else if constexpr (RW == 1) __syncwarp();
-  else asm volatile("bar.sync %0, %1;\n" ::"r"(1 + kw), "n"(32 * RW) : "memory");
+  if constexpr (KW == 1)
+    __syncthreads();
+  else if constexpr (RW == 1)
+    __syncwarp();
+  else
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + kw), "n"(32 * RW) : "memory");
 }
 
 // One key group's walk over its tiles first, first + step, ... (below end): each tile's scores,
@@ -357,11 +360,11 @@ __device__ __forceinline__ void group_sync(int kw) {
 // group's barrier (its warps share the buffers).
 template <class S, int D, int GroupThreads, class Sync>
 __device__ __forceinline__ void walk_key_tiles(const AttentionArgs& a, MaskKind kind,
-                                               const lf_u16* const (&mask_rows)[2], const lf_u16* q_s,
-                                               lf_u16* k_s, lf_u16* v_s, const lf_u16* k, const lf_u16* v,
-                                               int64_t first, int64_t end, int step, int row_warp,
-                                               int gt, Lane ln, Sync sync, RowStats& st,
-                                               float (&acc)[D / 8][4]) {
+                                               const lf_u16* const (&mask_rows)[2],
+                                               const lf_u16* q_s, lf_u16* k_s, lf_u16* v_s,
+                                               const lf_u16* k, const lf_u16* v, int64_t first,
+                                               int64_t end, int step, int row_warp, int gt, Lane ln,
+                                               Sync sync, RowStats& st, float (&acc)[D / 8][4]) {
   for (int64_t j = first; j < end; j += step) {
     const int64_t j0 = j * kBc, next = j0 + step * kBc;
     const bool more = j + step < end;

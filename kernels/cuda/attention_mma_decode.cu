@@ -65,8 +65,8 @@ std::atomic<int> g_tc_forced{-1};  // force_attention_decode_tc
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 // The block's merged rows (warp 0's state) into its slot: rows below sq only.
 template <int D>
-__device__ __forceinline__ void put_slot(float* slot, const RowStats& st, const float (&acc)[D / 8][4],
-                                         int64_t sq, Lane ln) {
+__device__ __forceinline__ void put_slot(float* slot, const RowStats& st,
+                                         const float (&acc)[D / 8][4], int64_t sq, Lane ln) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float l = quad_sum(st.l[i]);  // every lane: the shuffles need the whole warp
@@ -83,12 +83,12 @@ __device__ __forceinline__ void put_slot(float* slot, const RowStats& st, const 
 // The rows from the head's `splits` slots, by the block's `threads` threads; `scratch` (shared,
 // 2 * kMaxTcSplits * 16 + 32 floats) takes each split's weight and each row's max and sum.
 template <class S, int D>
-__device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const float* slots, int splits,
-                           float* scratch, int threads) {
+__device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const float* slots,
+                           int splits, float* scratch, int threads) {
   constexpr float kLog2e = 1.4426950408889634f;
   const int rows = static_cast<int>(a.sq);
-  float* wt = scratch;                         // [split][16]: m, then the split's weight
-  float* ls = scratch + kMaxTcSplits * 16;     // [split][16]: l
+  float* wt = scratch;                              // [split][16]: m, then the split's weight
+  float* ls = scratch + kMaxTcSplits * 16;          // [split][16]: l
   float* row_ml = scratch + 2 * kMaxTcSplits * 16;  // [16] max, [16] sum
   for (int i = threadIdx.x; i < splits * rows; i += threads) {
     const int sp = i / rows, r = i % rows;
@@ -120,9 +120,9 @@ __device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const f
       float4 x[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
-        x[u] = sp0 + u < splits
-                   ? __ldcg(reinterpret_cast<const float4*>(slots + (sp0 + u) * kSlotFloats<D> + 32 + r * D + c))
-                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        x[u] = sp0 + u < splits ? __ldcg(reinterpret_cast<const float4*>(
+                                      slots + (sp0 + u) * kSlotFloats<D> + 32 + r * D + c))
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         if (sp0 + u >= splits) break;
@@ -147,8 +147,8 @@ __device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const f
 // have fewer); `part` / `count`: the workspace, used only when splits > 1.
 template <class S, int D, int KW>
 __global__ void __launch_bounds__(32 * KW, kMinBlocks<D>)
-    decode_tc_kernel(AttentionArgs a, MaskKind mask_kind, int splits, int tiles_per_split, float* part,
-                     unsigned* count) {
+    decode_tc_kernel(AttentionArgs a, MaskKind mask_kind, int splits, int tiles_per_split,
+                     float* part, unsigned* count) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   __shared__ alignas(128) lf_u16 q_s[16 * D];
   __shared__ alignas(128) lf_u16 kv_s[KW][2][kBc * D];  // per warp: K tile, V tile
@@ -186,8 +186,9 @@ __global__ void __launch_bounds__(32 * KW, kMinBlocks<D>)
 
   RowStats st;
   float acc[D / 8][4] = {};
-  walk_key_tiles<S, D, 32>(a, mask_kind, mask_rows, q_s, k_s, v_s, k, v, first, t_end, KW, 0, lane, ln,
-                           [] { __syncwarp(); }, st, acc);
+  walk_key_tiles<S, D, 32>(
+      a, mask_kind, mask_rows, q_s, k_s, v_s, k, v, first, t_end, KW, 0, lane, ln,
+      [] { __syncwarp(); }, st, acc);
   float* const scratch = reinterpret_cast<float*>(&kv_s[0][0][0]);
   if constexpr (KW > 1) {
     // Every warp's copies have landed (its last waits), so the K and V buffers take the partials.
@@ -198,7 +199,8 @@ __global__ void __launch_bounds__(32 * KW, kMinBlocks<D>)
   }
   if (splits == 1) {
     if (kw == 0)
-      store_rows<S, D>(a, st, acc, static_cast<lf_u16*>(a.out) + b * a.out_st[0] + h * a.out_st[1], 0, ln);
+      store_rows<S, D>(a, st, acc, static_cast<lf_u16*>(a.out) + b * a.out_st[0] + h * a.out_st[1],
+                       0, ln);
     return;
   }
   // The block's partial into its slot, then the last split of the head to arrive folds them
@@ -239,7 +241,8 @@ int choose_tc_splits(int64_t bh, int64_t tiles, int groups, int64_t resident, in
   const int64_t by_tiles = (tiles + groups - 1) / groups;
   const int64_t by_sms = resident / bh;
   const int64_t by_space = static_cast<int64_t>(kSplitSpaceBytes) / slot_bytes / bh;
-  return static_cast<int>(std::clamp<int64_t>(std::min({by_tiles, by_sms, by_space}), 1, kMaxTcSplits));
+  return static_cast<int>(
+      std::clamp<int64_t>(std::min({by_tiles, by_sms, by_space}), 1, kMaxTcSplits));
 }
 
 template <class S, int D>
@@ -268,8 +271,10 @@ bool launch_tc(const AttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void preload_attention_decode_tc_kernels(DType dt) {
-  if (dt == DType::f16) load_kernel(decode_tc_kernel<F16, 64, 2>), load_kernel(decode_tc_kernel<F16, 128, 1>);
-  if (dt == DType::bf16) load_kernel(decode_tc_kernel<BF16, 64, 2>), load_kernel(decode_tc_kernel<BF16, 128, 1>);
+  if (dt == DType::f16)
+    load_kernel(decode_tc_kernel<F16, 64, 2>), load_kernel(decode_tc_kernel<F16, 128, 1>);
+  if (dt == DType::bf16)
+    load_kernel(decode_tc_kernel<BF16, 64, 2>), load_kernel(decode_tc_kernel<BF16, 128, 1>);
 }
 
 void force_attention_decode_tc(int on) { g_tc_forced.store(on, std::memory_order_relaxed); }
@@ -277,7 +282,8 @@ void force_attention_decode_tc(int on) { g_tc_forced.store(on, std::memory_order
 bool launch_attention_decode_tc(const AttentionArgs& a, void* stream) {
   const int forced = g_tc_forced.load(std::memory_order_relaxed);
   if (forced == 0 || (forced < 0 && !config().decode_tc)) return false;
-  if (a.sq < 1 || a.sq > 16 || a.sk < 1 || a.batch < 1 || a.heads < 1 || !attention_mma_fits(a)) return false;
+  if (a.sq < 1 || a.sq > 16 || a.sk < 1 || a.batch < 1 || a.heads < 1 || !attention_mma_fits(a))
+    return false;
   if (a.batch * a.heads * kMaxTcSplits >= (int64_t{1} << 31)) return false;  // grid.x
   const auto s = static_cast<cudaStream_t>(stream);
   const bool wide = a.d == 128;

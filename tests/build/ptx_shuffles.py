@@ -12,7 +12,8 @@ shuffles in attention_mma.cu's PTX before the fix, 0 after).
 The check is a heuristic over the PTX text: a float compare of a value every lane holds alike (a
 butterfly's result) is safe but looks the same, so files whose only such branches are of that
 kind are left out below, with the reason.
-Usage: ptx_shuffles.py SOURCE_ROOT NVCC   (exit 0: none found; 1: found, each listed; 77: no nvcc)"""
+Usage: ptx_shuffles.py SOURCE_ROOT NVCC
+(exit status 0: none found; 1: found, each listed; 77: no nvcc, skipped)"""
 import os
 import re
 import shutil
@@ -39,7 +40,7 @@ def suspects(ptx):
     last = {}  # predicate -> (line of its definition, defined by a float compare)
     found = []
     for i, line in enumerate(lines):
-        m = re.search(r"\b(setp|and\.pred|or\.pred|not\.pred|mov\.pred|selp\.pred)\S*\s+(%p\d+)", line)
+        m = re.search(r"\b(setp|and\.pred|or\.pred|not\.pred|mov\.pred)\S*\s+(%p\d+)", line)
         if m:
             last[m.group(2)] = (i, bool(re.search(r"setp\.\w+\.f(32|64)", line)))
         b = re.search(r"@!?(%p\d+) bra\s+(\$L__BB\d+_\d+)", line)
@@ -64,9 +65,10 @@ def main():
     if not nvcc:
         print("no nvcc: skipped")
         return 77
+    inc = [root, os.path.join(root, "runtime", "include"), os.path.join(root, "kernels"),
+           os.path.join(root, "kernels", "cuda")]
     flags = ["-ptx", "-arch=sm_90", "-O3", "--expt-relaxed-constexpr", "-std=c++20",
-             "-DLIVEFUSE_HAS_CUDA=1", "-DNDEBUG", "-I" + root, "-I" + os.path.join(root, "runtime", "include"),
-             "-I" + os.path.join(root, "kernels"), "-I" + os.path.join(root, "kernels", "cuda")]
+             "-DLIVEFUSE_HAS_CUDA=1", "-DNDEBUG"] + ["-I" + d for d in inc]
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in CHECKED:

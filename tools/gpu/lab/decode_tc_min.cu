@@ -82,8 +82,10 @@ bool run(const Shape& c, cudaStream_t s) {
     m[j] = to_bits(dead || j % 3 == 0 ? -INFINITY : 0.0f, c.dt);
   }
   uint16_t *dq, *dk, *dv, *dm = nullptr, *dout;
-  cudaMalloc(&dq, nq * 2), cudaMalloc(&dk, nkv * 2), cudaMalloc(&dv, nkv * 2), cudaMalloc(&dout, nq * 2);
-  if (c.mask) cudaMalloc(&dm, m.size() * 2), cudaMemcpy(dm, m.data(), m.size() * 2, cudaMemcpyHostToDevice);
+  cudaMalloc(&dq, nq * 2), cudaMalloc(&dk, nkv * 2), cudaMalloc(&dv, nkv * 2),
+      cudaMalloc(&dout, nq * 2);
+  if (c.mask)
+    cudaMalloc(&dm, m.size() * 2), cudaMemcpy(dm, m.data(), m.size() * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dq, q.data(), nq * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dk, k.data(), nkv * 2, cudaMemcpyHostToDevice);
   cudaMemcpy(dv, v.data(), nkv * 2, cudaMemcpyHostToDevice);
@@ -94,7 +96,8 @@ bool run(const Shape& c, cudaStream_t s) {
     a.batch = 1, a.heads = c.heads, a.sq = c.rows, a.sk = c.sk, a.d = c.d, a.dv = c.d;
     const int64_t qs[4] = {nq, c.rows * c.d, c.d, 1}, ks[4] = {nkv, c.sk * c.d, c.d, 1},
                   ms[4] = {0, 0, c.mask == 2 ? c.sk : 0, 1};
-    for (int i = 0; i < 4; ++i) a.q_st[i] = a.out_st[i] = qs[i], a.k_st[i] = a.v_st[i] = ks[i], a.mask_st[i] = ms[i];
+    for (int i = 0; i < 4; ++i)
+      a.q_st[i] = a.out_st[i] = qs[i], a.k_st[i] = a.v_st[i] = ks[i], a.mask_st[i] = ms[i];
     a.rows_t = c.rows, a.scale = 0.125f;
     return a;
   };
@@ -110,13 +113,16 @@ bool run(const Shape& c, cudaStream_t s) {
   bool pass = std::strcmp(w, "ok") == 0;
   if (pass && taken) {
     cudaMemcpy(out.data(), dout, nq * 2, cudaMemcpyDeviceToHost);
-    livefuse::cpu::run_attention(args(q.data(), k.data(), v.data(), c.mask ? m.data() : nullptr, want.data()));
+    livefuse::cpu::run_attention(
+        args(q.data(), k.data(), v.data(), c.mask ? m.data() : nullptr, want.data()));
     double worst = 0;
     bool nan_match = true;  // NaN exactly where the reference has it (the dead row)
     for (int64_t i = 0; i < nq; ++i) {
       const float g = from_bits(out[i], c.dt), w = from_bits(want[i], c.dt);
-      if (std::isnan(g) || std::isnan(w)) nan_match = nan_match && std::isnan(g) && std::isnan(w);
-      else worst = std::fmax(worst, std::fabs(g - w));
+      if (std::isnan(g) || std::isnan(w))
+        nan_match = nan_match && std::isnan(g) && std::isnan(w);
+      else
+        worst = std::fmax(worst, std::fabs(g - w));
     }
     pass = nan_match && worst < (c.dt == DType::f16 ? 5e-3 : 3e-2);
     if (!nan_match) std::printf(", NaN where the reference has none (or the reverse)");
