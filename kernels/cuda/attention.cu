@@ -15,6 +15,8 @@
 // there, which changes its probability by 6% -- eager's own error, but the one the program
 // gets, so every kernel (and the CPU's) makes it too. Plain FMA math in f32, no tensor
 // cores: f32 stays as exact as eager's f32 GEMM.
+#include <atomic>
+
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_decode.hpp"
@@ -140,7 +142,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Launches through launch_attention by the kernel that took them (attention_launch_counts).
+std::atomic<uint64_t> g_launches[4];  // decode_tc, decode_fma, mma, general
+void counted(int kernel) { g_launches[kernel].fetch_add(1, std::memory_order_relaxed); }
+
 }  // namespace
+
+AttentionLaunchCounts attention_launch_counts() {
+  const auto n = [](int k) { return g_launches[k].load(std::memory_order_relaxed); };
+  return {n(0), n(1), n(2), n(3)};
+}
 
 void launch_attention(const AttentionArgs& a, void* stream) {
   // Few rows per head: the split-KV decode kernel, from where it is faster than one block per
@@ -153,12 +164,16 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // f16/bf16 at head dims 64 and 128 (the decoders'), up to 16 rows, with LIVEFUSE_DECODE_TC=1:
   // the tensor-core split-KV kernel (attention_mma_decode.cu), meant to stream the cache where
   // the FMA one is bound by its instructions (not yet measured: off by default).
-  if (launch_attention_decode_tc(a, stream)) return;
+  if (launch_attention_decode_tc(a, stream)) return counted(0);
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
-  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return;
+  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
-  if (attention_mma_fits(a)) return launch_attention_mma(a, stream);
+  if (attention_mma_fits(a)) {
+    launch_attention_mma(a, stream);
+    return counted(2);
+  }
   launch_attention_general(a, stream);
+  counted(3);
 }
 
 void launch_attention_general(const AttentionArgs& a, void* stream) {

@@ -34,6 +34,14 @@ bool launch_attention_decode_tc(const AttentionArgs& a, void* stream);
 // LIVEFUSE_DECODE_TC says.
 void force_attention_decode_tc(int on);
 
+// Calls of launch_attention (attention_args.hpp) by the kernel that took them -- launched or
+// recorded into a graph -- since the process began; the report's "cuda.attention" counters
+// (attention_counts.cpp): which kernel a decode step's attention ran on.
+struct AttentionLaunchCounts {
+  uint64_t decode_tc = 0, decode_fma = 0, mma = 0, general = 0;
+};
+AttentionLaunchCounts attention_launch_counts();
+
 // attention.cu: any float dtype, any strides, d and dv up to kAttentionMaxHeadDim; f32 FMA.
 void launch_attention_general(const AttentionArgs& a, void* stream);
 

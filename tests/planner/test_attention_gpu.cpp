@@ -91,7 +91,12 @@ void for_each_decode_kernel(F&& body) {
   for (bool tc : {true, false}) {
     livefuse::cuda::force_attention_decode_tc(tc ? 1 : 0);
     INFO((tc ? "decode on tensor cores" : "decode on the FMA kernel"));
+    const uint64_t before = livefuse::cuda::attention_launch_counts().decode_tc;
     body();
+    // The plans' attention steps took the kernel asked for (the report's cuda.attention).
+    const uint64_t took = livefuse::cuda::attention_launch_counts().decode_tc - before;
+    if (tc) CHECK(took > 0);
+    else CHECK(took == 0);
   }
 #else
   body();

@@ -27,8 +27,10 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
       "$v(${!envs})" "$r" 2>/dev/null || { echo "$v round $r rc=$rc"; tail -5 /tmp/ab.log; }
     python3 -c "
 import json, collections
-plans = json.load(open('/tmp/ab_report.json'))['plans']
-print('  plans by state:', dict(collections.Counter(p['state'] for p in plans)))
+report = json.load(open('/tmp/ab_report.json'))
+plans = report['plans']
+print('  plans by state:', dict(collections.Counter(p['state'] for p in plans)),
+      '| attention launches:', report['counters'].get('cuda.attention'))
 for p in plans:
     if p['state'] == 'active':
         for k, v in p.get('notes', {}).items():

@@ -14,16 +14,21 @@ for len in ${SWEEP_LENS:-128 1024 4096}; do
       --cache "${mode##*:}" --prompt-len "$len" --steps "${SWEEP_STEPS:-64}" --runs 3 \
       --json "$D/$name.json" --quiet > "$D/$name.log" 2>&1
     rc=$?
-    python3 - "$D/$name.json" "$len" "$mode" "$rc" <<'PY'
+    python3 - "$D/$name.json" "$len" "$mode" "$rc" "$D/$name.report.json" <<'PY'
 import json, sys
-path, length, mode, rc = sys.argv[1:]
+path, length, mode, rc, report = sys.argv[1:]
 try:
     d = json.load(open(path))
 except Exception:
     print(f"prompt {length:>5} {mode:<10} rc={rc} (no timings)")
     sys.exit()
+try:  # which attention kernel the steps took (tensor cores with LIVEFUSE_DECODE_TC=1)
+    att = json.load(open(report))['counters'].get('cuda.attention', {})
+    att = " ".join(f"{k} {v}" for k, v in att.items() if v)
+except Exception:
+    att = "?"
 print(f"prompt {length:>5} {mode:<10} ms/token {d.get('step_median_ms', -1):8.4f}  p99 {d.get('step_p99_ms', -1):8.4f}"
-      f"  served_calls {d.get('served_calls', '?')}")
+      f"  served_calls {d.get('served_calls', '?')}  attention: {att}")
 PY
   done
 done
