@@ -225,22 +225,23 @@ LF_CUDA_TEST_CASE("attention gpu: decode steps over long caches equal eager, spl
   shapes.push_back({2, 2, 3, 1, 1500, 64, DType::f32, false});   // f32: 16 lanes a key
   shapes.push_back({1, 2, 2, 2, 777, 128, DType::f16, true});    // d 128, two tokens
   for_each_decode_kernel([&] {
-  for (const GroupedShape& s : shapes) {
-    INFO(s.str());
-    const AttentionSegment a = grouped_attention_segment(s);
-    std::vector<Tensor> xs = random_externals(a.seg, 31);
-    std::vector<float> m(static_cast<size_t>((s.per_key_mask ? s.b : s.t) * s.sk), 0.0f);
-    for (size_t i = 0; i < m.size(); ++i)
-      if (i % s.sk >= 100 && i % s.sk < 300) m[i] = -kInf;
-    xs.back() = from_floats(m, s.per_key_mask ? Shape{s.b, 1, 1, 1, s.sk} : Shape{s.t, s.sk}, s.dtype,
-                            Device::cpu());
-    const std::vector<double> want = eager_values(a.seg, xs)[a.seg.value_id(a.seg.outputs[0])].to_doubles();
-    const std::vector<double> got = cuda_output(a.seg, xs);
-    size_t bad = 0;
-    CHECK_MESSAGE(lftest::allclose(got, want, attention_tol(s.dtype), attention_tol(s.dtype), &bad),
-                  "first mismatch at " << bad << ": got " << (bad < got.size() ? got[bad] : 0)
-                                       << " want " << (bad < want.size() ? want[bad] : 0));
-  }  });
+    for (const GroupedShape& s : shapes) {
+      INFO(s.str());
+      const AttentionSegment a = grouped_attention_segment(s);
+      std::vector<Tensor> xs = random_externals(a.seg, 31);
+      std::vector<float> m(static_cast<size_t>((s.per_key_mask ? s.b : s.t) * s.sk), 0.0f);
+      for (size_t i = 0; i < m.size(); ++i)
+        if (i % s.sk >= 100 && i % s.sk < 300) m[i] = -kInf;
+      xs.back() = from_floats(m, s.per_key_mask ? Shape{s.b, 1, 1, 1, s.sk} : Shape{s.t, s.sk}, s.dtype,
+                              Device::cpu());
+      const std::vector<double> want = eager_values(a.seg, xs)[a.seg.value_id(a.seg.outputs[0])].to_doubles();
+      const std::vector<double> got = cuda_output(a.seg, xs);
+      size_t bad = 0;
+      CHECK_MESSAGE(lftest::allclose(got, want, attention_tol(s.dtype), attention_tol(s.dtype), &bad),
+                    "first mismatch at " << bad << ": got " << (bad < got.size() ? got[bad] : 0)
+                                         << " want " << (bad < want.size() ? want[bad] : 0));
+    }
+  });
 }
 
 // Splits of the tensor-core decode kernel (1500 keys, 2 heads: 12 splits of two 64-key tiles,
