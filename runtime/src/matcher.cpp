@@ -1,5 +1,7 @@
 // The Matcher (runtime/matcher.hpp). State is thread-local: one window per stream the thread
-// uses, so the hot path takes no lock; the PlanTable is read through a version counter. The
+// uses, so the hot path shares no lock with other threads' calls -- each call takes only its own
+// window's mutex, uncontended unless another thread syncs on one of the window's values
+// (StreamWindow::mu) -- and the PlanTable is read through a version counter. The
 // window type is runtime/matcher_window.hpp; how a window ends (through its plan, or eagerly)
 // is matcher_end.cpp; live sampling and LIVEFUSE_VERIFY are in matcher_checks.cpp.
 #include "runtime/matcher.hpp"
