@@ -389,40 +389,28 @@ bool vector_rows(const void* base, const int64_t (&st)[4], int64_t cols, const A
 
 // The most blocks per cluster this kernel can run with on an sm_90+ device: kMaxSplits where the
 // code that runs has clusters (not sm_80 code on sm_90) and the scheduler can place one that
-// size, else 1. Asked once per kernel (the first such device's answer stands for all).
-template <class Kernel>
-int max_splits(Kernel kernel) {
-  static const int n = clusters_fit(kernel, kMaxSplits, kThreads) ? kMaxSplits : 1;
-  return n;
-}
-
-// Blocks of `kernel` an SM holds at once (asked once per kernel, as max_splits).
-template <class Kernel>
-int64_t blocks_per_sm(Kernel kernel) {
-  static const int64_t n = [&] {
-    int b = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      b = 1;
-    }
-    return int64_t{b > 0 ? b : 1};
-  }();
+// size, else 1. Asked once per kernel (a template argument, as resident_per_sm: every
+// instantiation has the same signature), the first such device's answer standing for all.
+template <auto Kernel>
+int max_splits() {
+  static const int n = clusters_fit(Kernel, kMaxSplits, kThreads) ? kMaxSplits : 1;
   return n;
 }
 
 template <class S, int kRows, int W, bool kVec, bool kLean>
 void launch(const AttentionArgs& a, cudaStream_t stream) {
-  const auto kernel = decode_kernel<S, kRows, W, kVec, kLean>;
+  constexpr auto kernel = decode_kernel<S, kRows, W, kVec, kLean>;
   const int lanes = static_cast<int>(next_pow2((std::max(a.d, a.dv) + W - 1) / W));
   const int64_t row_blocks = (a.sq + kRows - 1) / kRows;
   const DeviceInfo& dev = current_device_info();
-  int most = dev.cc_major >= 9 ? max_splits(kernel) : 1;  // clusters: sm_90+
+  int most = dev.cc_major >= 9 ? max_splits<kernel>() : 1;  // clusters: sm_90+
   const int cap = g_max_splits.load(std::memory_order_relaxed);
   if (cap > 0) most = std::min(most, cap);
   int splits = choose_splits(a, row_blocks, dev.sm_count, most);
   // More splits than a cluster holds meet in the stream's workspace (the note at the top).
   SplitMeet meet;
-  int wide = workspace_splits(a, row_blocks, blocks_per_sm(kernel) * dev.sm_count, sizeof(Partial<kRows>));
+  int wide = workspace_splits(a, row_blocks, resident_per_sm<kernel>(kThreads) * dev.sm_count,
+                              sizeof(Partial<kRows>));
   if (cap > 0) wide = std::min(wide, cap);
   if (wide > splits) {
     const SplitSpace space = split_space(stream);

@@ -221,19 +221,6 @@ __global__ void __launch_bounds__(32 * KW, kMinBlocks<D>)
 #endif
 }
 
-template <class Kernel>
-int64_t resident_blocks(Kernel kernel, int threads) {
-  static const int64_t n = [&] {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      per_sm = 1;
-    }
-    return int64_t{per_sm > 0 ? per_sm : 1} * current_device_info().sm_count;
-  }();
-  return n;
-}
-
 // Splits a head: one wave of blocks at most (`resident` fit the device at once), no warp without
 // a tile, at most kMaxTcSplits, and as many slots as the workspace holds.
 int choose_tc_splits(int64_t bh, int64_t tiles, int groups, int64_t resident, int64_t slot_bytes) {
@@ -248,10 +235,10 @@ int choose_tc_splits(int64_t bh, int64_t tiles, int groups, int64_t resident, in
 template <class S, int D>
 bool launch_tc(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int KW = kGroups<D>;
-  const auto kernel = decode_tc_kernel<S, D, KW>;
+  constexpr auto kernel = decode_tc_kernel<S, D, KW>;
   const int64_t bh = a.batch * a.heads, tiles = (a.sk + kBc - 1) / kBc;
-  int splits = choose_tc_splits(bh, tiles, KW, resident_blocks(kernel, 32 * KW),
-                                kSlotFloats<D> * int64_t{sizeof(float)});
+  const int64_t resident = resident_per_sm<kernel>(32 * KW) * current_device_info().sm_count;
+  int splits = choose_tc_splits(bh, tiles, KW, resident, kSlotFloats<D> * int64_t{sizeof(float)});
   const int64_t per_split = (tiles + splits - 1) / splits;
   splits = static_cast<int>((tiles + per_split - 1) / per_split);  // none empty
   SplitSpace space;

@@ -21,6 +21,24 @@ inline void load_kernel(void (*kernel)(P...)) {
 
 inline constexpr int kEwThreads = 256;
 
+// Blocks of `Kernel` one SM holds at once, launched with `threads` threads (the same at every call
+// for one kernel) and no dynamic shared memory; 1 where the query fails. Asked once per kernel:
+// the kernel is the template argument, so each instantiation keeps its own answer (a cache keyed
+// by the function pointer's type would hand every kernel of one signature the first one's), and
+// the first device's answer stands for all.
+template <auto Kernel>
+int64_t resident_per_sm(int threads) {
+  static const int64_t n = [threads] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, threads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      b = 1;
+    }
+    return int64_t{b > 0 ? b : 1};
+  }();
+  return n;
+}
+
 // Blocks for a grid-stride loop over `items`: enough to fill every SM a few times over (so
 // the tail wave is short), never more than the work needs.
 inline unsigned grid_for(int64_t items, int threads = kEwThreads) {
