@@ -99,12 +99,17 @@ __device__ __forceinline__ float row_sum(const char* row, int64_t chunks, int la
 // 1536 blocks in two waves, 14.3 us in ncu against 6.9 for the product alone (session 25); in
 // one wave, one row, a graph of 16 (tools/gpu/lab/gemv_ab.sh, session 26): Q/K/V 10.30 -> 8.44
 // us, gate/up 25.26 -> 22.41, the same bits, products without a norm unchanged.
+// Output columns one block takes a group: a warp's (or kSplit warps') one, two with kPair. The
+// kernel steps through them and launch_split sizes the grid by them.
+template <int kSplit, bool kPair>
+constexpr int kColumnsPerBlock = kWarps / kSplit * (kPair ? 2 : 1);
+
 template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);  // elements in one 16-byte chunk
   constexpr int kW = kGate || kPair ? 2 : 1;  // weight rows a warp reads
-  constexpr int kRowsPerBlock = kWarps / kSplit * (kPair ? 2 : 1);  // output columns a block
+  constexpr int kRowsPerBlock = kColumnsPerBlock<kSplit, kPair>;
   __shared__ float partial[kWarps][kW][kRows];
 
   // The b-th product of a batch. Pointers of its own, never `a` written: a written kernel
@@ -332,7 +337,7 @@ int64_t wave_blocks(size_t smem) {
 template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false>
 void launch_split(const GemvArgs& a, cudaStream_t s) {
   constexpr auto kKernel = gemv_kernel<S, kRows, kSplit, kNorm, kGate, kPair>;
-  constexpr int64_t kGroup = kWarps / kSplit * (kPair ? 2 : 1);  // output columns a block
+  constexpr int64_t kGroup = kColumnsPerBlock<kSplit, kPair>;
   const int64_t cols = kGate ? a.n / 2 : a.n;
   const size_t smem = kNorm ? static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits) : 0;
   int64_t blocks = (cols + kGroup - 1) / kGroup;  // a group of rows each
