@@ -16,6 +16,7 @@
 #include "livefuse/ops.hpp"
 #include "livefuse/stream.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/handle_pool.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/write_batch.hpp"
@@ -90,8 +91,8 @@ void index_copy(const Tensor& dst, int64_t dim, int64_t pos, const Tensor& src) 
   const TensorImpl& t = *dst.impl();
   Shape shape = t.shape;
   shape[d] = n;
-  const Tensor view(std::make_shared<TensorImpl>(t.storage, t.offset + pos * t.strides[d], shape,
-                                                 t.strides, t.dtype, t.device));
+  const Tensor view(handle_pool::make<TensorImpl>(t.storage, t.offset + pos * t.strides[d], shape,
+                                                  t.strides, t.dtype, t.device));
   copy_into(view, src);
 }
 

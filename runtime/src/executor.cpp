@@ -11,6 +11,7 @@
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/append.hpp"
+#include "runtime/handle_pool.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
@@ -145,9 +146,9 @@ namespace {
 std::shared_ptr<TensorImpl> pending_impl(Window* w, const Shape& shape, const Strides& st, int64_t offset,
                                          DType dt, Device device) {
   if (w && w->ids_next < w->ids_end)
-    return std::make_shared<TensorImpl>(nullptr, offset, shape, st, dt, device, w->ids_next++);
+    return handle_pool::make<TensorImpl>(nullptr, offset, shape, st, dt, device, w->ids_next++);
   if (w) w->ids_begin = w->ids_next = w->ids_end = 0;  // ran out: ids no longer in order
-  return std::make_shared<TensorImpl>(nullptr, offset, shape, st, dt, device);
+  return handle_pool::make<TensorImpl>(nullptr, offset, shape, st, dt, device);
 }
 }  // namespace
 
@@ -161,11 +162,10 @@ TensorList Executor::make_outputs(const OpCall& call, const OutputInfos& infos, 
     view_layout(call, infos[0].shape, &st, &offset, &dense);
     std::shared_ptr<Storage> storage =
         pending_tag || dense ? nullptr : call.inputs[0].impl()->storage;
-    auto impl =
-        pending_tag
-            ? pending_impl(window, infos[0].shape, st, offset, infos[0].dtype, device)
-            : std::make_shared<TensorImpl>(storage, offset, infos[0].shape, st, infos[0].dtype,
-                                           device);
+    auto impl = pending_tag
+                    ? pending_impl(window, infos[0].shape, st, offset, infos[0].dtype, device)
+                    : handle_pool::make<TensorImpl>(storage, offset, infos[0].shape, st,
+                                                    infos[0].dtype, device);
     // Relaxed: no other thread can see the new value before the program hands it on (and that
     // hand-over synchronises); a seq_cst store is an xchg, paid per deferred call.
     impl->pending.store(pending_tag, std::memory_order_relaxed);
@@ -205,9 +205,8 @@ void Executor::run_eager_into(const OpCall& call, const TensorList& outs, const 
       out.offset = 0;
     }
     // The copy keeps x's shape; the reshape's output is the same bytes under its own shape.
-    const Tensor dst(std::make_shared<TensorImpl>(out.storage, out.offset, x.shape(),
-                                                  contiguous_strides(x.shape()), x.dtype(),
-                                                  x.device()));
+    const Tensor dst(handle_pool::make<TensorImpl>(
+        out.storage, out.offset, x.shape(), contiguous_strides(x.shape()), x.dtype(), x.device()));
     if (x.numel()) copy_dense_into(x, dst, stream);
     return;
   }

@@ -9,6 +9,7 @@
 #include "livefuse/error.hpp"
 #include "runtime/block_cache.hpp"
 #include "runtime/cuda_check.hpp"
+#include "runtime/handle_pool.hpp"
 #include "runtime/memory_pool.hpp"
 
 namespace livefuse {
@@ -285,7 +286,7 @@ std::vector<std::shared_ptr<Storage>> allocate_storage_run(Device device, size_t
       allocate_storage(device, step * static_cast<size_t>(std::max(parts, 0)), stream);
   std::vector<std::shared_ptr<Storage>> out;
   for (int i = 0; i < parts; ++i) {
-    auto s = std::make_shared<Storage>();
+    auto s = handle_pool::make<Storage>();
     s->device = device;
     s->bytes = bytes;
     s->ptr = block->ptr ? static_cast<std::byte*>(block->ptr) + step * static_cast<size_t>(i) : nullptr;
@@ -297,7 +298,7 @@ std::vector<std::shared_ptr<Storage>> allocate_storage_run(Device device, size_t
 }
 
 std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* stream) {
-  auto s = std::make_shared<Storage>();
+  auto s = handle_pool::make<Storage>();
   s->device = device;
   s->bytes = bytes;
   if (device.is_cpu()) {

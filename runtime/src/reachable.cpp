@@ -20,6 +20,7 @@
 
 #include "livefuse/config.hpp"
 #include "runtime/cuda_check.hpp"
+#include "runtime/handle_pool.hpp"
 #include "runtime/matcher_window.hpp"
 #include "runtime/memory_pool.hpp"
 
@@ -62,8 +63,8 @@ Tensor snapshot_reachable(const Tensor& t, const Stream& stream) {
                  "read in place (counters matcher.snapshots / snapshot_bytes).\n",
                  static_cast<unsigned long long>(total >> 20), dtype_name(x.dtype).data(),
                  x.shape.str().c_str(), x.device.str().c_str());
-  return Tensor(std::make_shared<TensorImpl>(std::move(s), x.offset - lo, x.shape, x.strides,
-                                             x.dtype, x.device));
+  return Tensor(handle_pool::make<TensorImpl>(std::move(s), x.offset - lo, x.shape, x.strides,
+                                              x.dtype, x.device));
 }
 
 }  // namespace livefuse::matcher::detail

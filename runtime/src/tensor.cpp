@@ -16,6 +16,7 @@
 #include "runtime/append.hpp"
 #include "runtime/cuda_check.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/handle_pool.hpp"
 #include "runtime/host_values.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
@@ -50,6 +51,9 @@ TensorImpl::TensorImpl(std::shared_ptr<Storage> s, int64_t off, Shape sh, Stride
 ValueId reserve_value_ids(uint64_t n) {
   return g_next_value_id.fetch_add(n, std::memory_order_relaxed);
 }
+
+// Handles come from runtime/handle_pool.hpp's blocks (the Note there): one with its count fits.
+static_assert(sizeof(TensorImpl) + 2 * sizeof(void*) <= handle_pool::kBlock);
 
 TensorImpl::~TensorImpl() {
   if (!reported.load(std::memory_order_relaxed)) return;
@@ -261,12 +265,12 @@ Tensor Tensor::wrap(void* ptr, const Shape& shape, DType dtype, Device device,
   const Strides st = strides.rank == 0 && shape.rank != 0 ? contiguous_strides(shape) : strides;
   LF_CHECK(st.rank == shape.rank, "Tensor::wrap", "strides ", st.str(), " do not match shape ",
            shape.str());
-  auto s = std::make_shared<Storage>();
+  auto s = handle_pool::make<Storage>();
   s->ptr = ptr;
   s->device = device;
   s->deleter = std::move(deleter);
   s->exposed.store(true, std::memory_order_relaxed);  // the program owns this memory
-  return Tensor(std::make_shared<TensorImpl>(std::move(s), 0, shape, st, dtype, device));
+  return Tensor(handle_pool::make<TensorImpl>(std::move(s), 0, shape, st, dtype, device));
 }
 
 // ---- creation ---------------------------------------------------------------------------
@@ -274,14 +278,14 @@ Tensor new_dense(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) LF_CHECK(d >= 0, "empty", "negative dim in shape ", shape.str());
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   void* stream = device.is_cuda() ? Stream::current(device).handle() : nullptr;
-  return Tensor(std::make_shared<TensorImpl>(allocate_storage(device, bytes, stream), 0, shape,
-                                             contiguous_strides(shape), dtype, device));
+  return Tensor(handle_pool::make<TensorImpl>(allocate_storage(device, bytes, stream), 0, shape,
+                                              contiguous_strides(shape), dtype, device));
 }
 
 Tensor new_strided(const Shape& shape, const Strides& strides, DType dtype, Device device) {
   if (strides == contiguous_strides(shape)) return new_dense(shape, dtype, device);
   void* stream = device.is_cuda() ? Stream::current(device).handle() : nullptr;
-  auto impl = std::make_shared<TensorImpl>(nullptr, 0, shape, strides, dtype, device);
+  auto impl = handle_pool::make<TensorImpl>(nullptr, 0, shape, strides, dtype, device);
   impl->storage = allocate_storage(device, append::storage_bytes(*impl), stream);
   return Tensor(std::move(impl));
 }
