@@ -14,8 +14,10 @@ class Stream;
 
 namespace matcher {
 // Returns the (pending or finished) outputs when the call was taken by a plan window; nullopt
-// when it must run eagerly now (any window it broke has been flushed first).
-std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream);
+// when it must run eagerly now (any window it broke has been flushed first). `held`: the window
+// lock the caller holds already (hold_inputs), not taken a second time.
+std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream,
+                                    const std::recursive_mutex* held = nullptr);
 // LIVEFUSE=shadow: follows plans over calls that already ran eagerly and counts the calls a
 // plan would have served (MatcherCounters::shadow_would_serve). Never defers anything.
 void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& stream);

@@ -250,7 +250,8 @@ TensorList Executor::submit(OpCall& call) {
   const Config& cfg = config();
   if (cfg.mode != Mode::off) start_background();
   if (cfg.mode == Mode::on)
-    if (std::optional<TensorList> deferred = matcher::try_defer(call, infos, stream))
+    if (std::optional<TensorList> deferred =
+            matcher::try_defer(call, infos, stream, inputs_held.mutex()))
       return std::move(*deferred);  // reported with its window (runtime/trace_sink.hpp)
   for (const Tensor& t : call.inputs)
     if (t.impl()->pending) materialize(*t.impl());

@@ -53,14 +53,30 @@ struct ThreadState {
   // It runs among the thread's other thread_local destructors, in no order we control (a
   // backend's per-thread cache may already be gone), so it never runs a plan (a graph capture
   // or launch at teardown): deferred calls are flushed eagerly.
-  ~ThreadState() {
-    for (auto& w : windows) {
-      settle_quietly(*w);
-      (void)w.release();
-    }
-  }
+  ~ThreadState();
 };
 thread_local ThreadState t_state;
+// t_state without its initialisation check: a thread_local with a constructor is reached through
+// a wrapper that tests whether it was made yet, and every op call reaches it, some twice. Set at
+// its first use on the thread; cleared, for good, when it is destroyed.
+thread_local ThreadState* t_fast = nullptr;
+thread_local bool t_state_gone = false;
+
+ThreadState& state() {
+  if (ThreadState* s = t_fast) return *s;
+  ThreadState& s = t_state;
+  if (!t_state_gone) t_fast = &s;
+  return s;
+}
+
+ThreadState::~ThreadState() {
+  t_fast = nullptr;
+  t_state_gone = true;
+  for (auto& w : windows) {
+    settle_quietly(*w);
+    (void)w.release();
+  }
+}
 
 // Every window ever made, so a sync point on another thread can tell a window's tag from any
 // other use of TensorImpl::pending. Windows are never freed (see ~ThreadState).
@@ -173,10 +189,9 @@ bool usable(const Plan& p, DeviceKind kind) {
          !p.ops.empty();
 }
 
-// Returns the thread's state: the hot path reaches its thread_local once per call (each access
-// from this shared library is a __tls_get_addr call).
+// Returns the thread's state, its plan snapshot current.
 ThreadState& refresh_snapshot() {
-  ThreadState& ts = t_state;
+  ThreadState& ts = state();
   PlanTable& table = PlanTable::get();
   if (const uint64_t v = table.version(); v != ts.version) {
     ts.snap = table.snapshot();
@@ -189,7 +204,7 @@ ThreadState& refresh_snapshot() {
 // inside the window cannot match).
 void open_candidates(StreamWindow& sw, const OpCall& call, uint64_t h, bool shadow) {
   const DeviceKind kind = sw.stream.device().kind;
-  for (const auto& p : t_state.snap->plans) {
+  for (const auto& p : state().snap->plans) {
     // A rejected plan's first op counts the windows toward its retry (retry_rejected).
     const bool use = usable(*p, kind);
     if (!use && (p->ops.empty() || p->device_kind != kind ||
@@ -285,7 +300,7 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
   sw.open.store(true, std::memory_order_relaxed);
   trace::async_begin("matcher", "deferred_window", reinterpret_cast<uintptr_t>(&sw));
   if (TraceSink* sink = trace_sink()) sink->on_window_open(sw.stream.id());
-  sw.keep = t_state.snap;
+  sw.keep = state().snap;
   sw.defer_us = 0;
   sw.timing_defer = false;
   if (sw.stream.device().is_cpu())
@@ -301,7 +316,8 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
 
 }  // namespace
 
-std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream) {
+std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream,
+                                    const std::recursive_mutex* held) {
   ThreadState& ts = refresh_snapshot();
   auto& ctr = matcher_counters();
   const bool any_plan = ts.snap && !ts.snap->plans.empty();
@@ -320,7 +336,9 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
   // two threads handing each other pending values must not wait on each other's windows.
   for (const Tensor& in : call.inputs)
     if (in.impl()->pending && in.impl()->pending != &sw) flush_for(*in.impl());
-  std::lock_guard<std::recursive_mutex> lock(sw.mu);
+  // A call reading the window's own pending values holds its lock already (hold_inputs).
+  std::unique_lock<std::recursive_mutex> lock(sw.mu, std::defer_lock);
+  if (held != &sw.mu) lock.lock();
   if (sw.ready) complete(sw);
   // The deferral's host time, while a candidate samples (StreamWindow::defer_us): from here, or
   // from the start of the window this call opens. No clock read otherwise.
@@ -364,14 +382,14 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
 }
 
 void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& stream) {
-  refresh_snapshot();
-  if (!t_state.snap || t_state.snap->plans.empty()) return;
+  ThreadState& ts = refresh_snapshot();
+  if (!ts.snap || ts.snap->plans.empty()) return;
   StreamWindow* found = nullptr;
-  for (auto& w : t_state.shadow_windows)
+  for (auto& w : ts.shadow_windows)
     if (w->stream.id() == stream.id()) found = w.get();
   if (!found) {
-    t_state.shadow_windows.push_back(std::make_unique<StreamWindow>());
-    found = t_state.shadow_windows.back().get();
+    ts.shadow_windows.push_back(std::make_unique<StreamWindow>());
+    found = ts.shadow_windows.back().get();
     found->stream = stream;
   }
   StreamWindow& sw = *found;
@@ -386,7 +404,7 @@ void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& st
     open_candidates(sw, call, h, true);
     if (sw.candidates.empty()) return;
     sw.active = true;
-    sw.keep = t_state.snap;
+    sw.keep = ts.snap;
   }
   sw.w.outputs.push_back(outs);
   for (const Candidate& c : sw.candidates) {
@@ -431,7 +449,7 @@ void settle_quietly(StreamWindow& sw) {
 void flush_for(const TensorImpl& t) {
   void* tag = t.pending.load();
   if (!tag) return;
-  for (auto& w : t_state.windows)
+  for (auto& w : state().windows)
     if (tag == w.get()) return settle(*w);
   // A value deferred on another thread.
   {
@@ -444,7 +462,7 @@ void flush_for(const TensorImpl& t) {
 }
 
 void flush_all() {
-  for (auto& w : t_state.windows) settle(*w);
+  for (auto& w : state().windows) settle(*w);
 }
 
 namespace {
@@ -463,7 +481,7 @@ std::unique_lock<std::recursive_mutex> hold_inputs(const OpCall& call) {
     void* tag = in.impl()->pending.load(std::memory_order_acquire);
     if (!tag) continue;
     StreamWindow* mine = nullptr;
-    for (auto& w : t_state.windows)
+    for (auto& w : state().windows)
       if (w.get() == tag) mine = w.get();
     if (!mine)
       flush_for(*in.impl());
