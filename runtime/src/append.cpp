@@ -86,17 +86,21 @@ DonatedInputs::DonatedInputs(const Window& w) : outer_(t_donated) {
     bool seen = false;  // two concats of one cache: counted once
     for (int i = 0; i < n_; ++i) seen |= impls_[i] == x;
     if (seen) continue;
-    // Every reference the window holds; one more anywhere (the program's) and x stays x's.
-    long refs = 0;
-    for (const OpCall& o : w.calls)
-      for (const Tensor& t : o.inputs) refs += t.impl() == x;
-    for (const Tensor& t : w.externals) refs += t.impl() == x;
-    for (const TensorList& outs : w.outputs)
-      for (const Tensor& t : outs) refs += t.impl() == x;
-    impls_[n_] = x, uses_[n_] = c.inputs[0].impl_ptr().use_count(), refs_[n_] = refs;
+    impls_[n_] = x, uses_[n_] = c.inputs[0].impl_ptr().use_count(), refs_[n_] = 0;
     ++n_;
   }
   t_donated = this;
+  if (n_ == 0) return;
+  // Every reference the window holds, in one pass for all of them; one more anywhere (the
+  // program's) and x stays x's.
+  auto count = [this](const Tensor& t) {
+    for (int i = 0; i < n_; ++i) refs_[i] += t.impl() == impls_[i];
+  };
+  for (const OpCall& o : w.calls)
+    for (const Tensor& t : o.inputs) count(t);
+  for (const Tensor& t : w.externals) count(t);
+  for (const TensorList& outs : w.outputs)
+    for (const Tensor& t : outs) count(t);
 }
 
 void DonatedInputs::also_held(std::span<const Tensor> ts) {

@@ -34,7 +34,12 @@ void check_same_dtype(const OpCall& c, const char* op, size_t a, size_t b) {
            dtype_name(c.inputs[b].dtype()), " (cast one first)", given(c));
 }
 
-OutputInfos one(Shape s, DType t) { return OutputInfos{OutputInfo{s, t}}; }
+// Built in place (every op call passes here): an initializer list copied the shape twice more.
+OutputInfos one(const Shape& s, DType t) {
+  OutputInfos r;
+  r.emplace_back(OutputInfo{s, t});
+  return r;
+}
 
 OutputInfos elementwise(OpCall& c, const char* op) {
   const OpInfo& info = op_info(c.op);
