@@ -23,7 +23,7 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
       --dtype "${DTYPE:-f16}" --device cuda --steps "${STEPS:-256}" --cache "${CACHE:-concat}" --runs "${RUNS:-4}" --out /tmp/ab_ids.npy --json /tmp/ab.json --quiet \
       > /tmp/ab.log 2>&1
     rc=$?
-    python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \
+    python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'issued in', round(d.get('step_issue_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \
       "$v(${!envs})" "$r" 2>/dev/null || { echo "$v round $r rc=$rc"; tail -5 /tmp/ab.log; }
     python3 -c "
 import json, collections
