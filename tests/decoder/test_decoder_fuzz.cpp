@@ -1,0 +1,325 @@
+// Differential fuzz of decode loops. Random decoder shapes (GPT-2 or Llama, 1-4 heads, grouped
+// KV heads, head dims 4-16, 1-3 layers, both cache styles, batch 1-2, f32/f16/bf16) driven by
+// random program habits -- sequences restarted at random prompt lengths, two sequences
+// interleaved on caches of their own, a sequence forked from another's cache (beam search's
+// copy), old caches kept alive for a few steps, logits read at once or left pending for several
+// steps -- must give LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families
+// (one plan for every length), caches grown in place and the donation rule that decides when a
+// cache may be grown are what these habits reach; one fixed model in one loop (the decoder
+// suite's other cases) reaches few of their branches.
+// Programs per run: LIVEFUSE_FUZZ_DECODE_PROGRAMS (default 12); LIVEFUSE_FUZZ_DECODE_SEED=S
+// runs program S alone (what a failure names).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "examples/decoder/generate.hpp"
+#include "livefuse/config.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "runtime/plan.hpp"
+#include "tests/test_util.hpp"
+
+namespace lf = livefuse;
+namespace lfd = livefuse::decoder;
+
+namespace {
+
+// What the program does at one forward call: on which of its sequences, whether that sequence
+// starts over (a fresh cache and a prompt) or forks from the other one, and what it then does
+// with the logits and the caches.
+struct Action {
+  int seq = 0;
+  enum Start { none, fresh, fork } start = none;
+  std::vector<int64_t> ids;  // [batch, T], row-major
+  int64_t T = 1;
+  bool read_now = true;       // else the logits stay pending until a later read
+  bool read_pending = false;  // read every pending logits after this call
+  int hold_for = 0;           // > 0: the program keeps a copy of the cache for that many calls
+};
+
+struct Program {
+  uint64_t seed = 0;
+  lfd::DecoderConfig cfg;
+  lf::DType dtype = lf::DType::f32;
+  lfd::CacheKind kind = lfd::CacheKind::concat;
+  int64_t batch = 1, capacity = 0;
+  bool sampled = false;  // live sampling on (plans alternate with eager runs while new)
+  std::vector<Action> actions;
+
+  std::string describe() const {
+    std::ostringstream o;
+    o << "program seed=" << seed << ": " << (cfg.arch == lfd::Arch::gpt2 ? "gpt2" : "llama") << " "
+      << lf::dtype_name(dtype) << " " << lfd::cache_kind_name(kind) << " batch " << batch
+      << ", hidden " << cfg.hidden_size << ", heads " << cfg.num_attention_heads << "/"
+      << cfg.num_key_value_heads << ", layers " << cfg.num_hidden_layers << ", " << cfg.hidden_act
+      << (sampled ? ", sampled" : ", unsampled") << ", " << actions.size() << " calls";
+    return o.str();
+  }
+};
+
+constexpr int64_t kMaxPrompt = 9;
+constexpr int kCalls = 110;
+
+Program make_program(uint64_t seed) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  auto pick = [&rng](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  auto chance = [&rng](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  Program p;
+  p.seed = seed;
+  const bool gpt2 = pick(2) == 0;
+  p.cfg = lfd::DecoderConfig::preset(gpt2 ? "gpt2-tiny" : "llama-tiny");
+  const int64_t heads = int64_t{1} << pick(3);     // 1, 2, 4
+  const int64_t head_dim = int64_t{4} << pick(3);  // 4, 8, 16
+  p.cfg.num_attention_heads = heads;
+  p.cfg.hidden_size = heads * head_dim;
+  p.cfg.head_dim = 0;
+  p.cfg.num_key_value_heads = gpt2 ? heads : heads >> pick(heads == 1 ? 1 : heads == 2 ? 2 : 3);
+  p.cfg.num_hidden_layers = 1 + pick(3);
+  p.cfg.intermediate_size = p.cfg.hidden_size * (2 + pick(3));
+  p.cfg.vocab_size = 40 + pick(40);
+  if (gpt2) {
+    const char* acts[] = {"gelu_new", "gelu", "relu"};
+    p.cfg.hidden_act = acts[pick(3)];
+  } else {
+    p.cfg.attention_bias = chance(0.3);
+    p.cfg.mlp_bias = chance(0.3);
+    p.cfg.tie_word_embeddings = chance(0.5);
+  }
+  const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f16, lf::DType::bf16};
+  p.dtype = dtypes[pick(4)];
+  p.kind = pick(2) ? lfd::CacheKind::concat : lfd::CacheKind::fixed;
+  p.batch = chance(0.25) ? 2 : 1;
+  p.sampled = chance(0.25);
+  p.capacity = 48;
+  p.cfg.max_position_embeddings = std::max<int64_t>(p.cfg.max_position_embeddings, p.capacity);
+
+  const int seqs = chance(0.5) ? 2 : 1;
+  int64_t length[2] = {0, 0};
+  bool started[2] = {false, false};
+  int cur = 0;
+  for (int c = 0; c < kCalls; ++c) {
+    Action a;
+    if (seqs == 2 && chance(0.15)) cur = 1 - cur;
+    a.seq = cur;
+    // A fork copies the other sequence's cache (its length too) and goes on with other tokens.
+    if (seqs == 2 && started[1 - cur] && chance(0.04) && length[1 - cur] + 1 <= p.capacity) {
+      a.start = Action::fork;
+      length[cur] = length[1 - cur];
+      started[cur] = true;
+    }
+    const bool full = length[cur] + 1 > p.capacity;
+    if (a.start == Action::none && (!started[cur] || full || chance(0.02))) {
+      a.start = Action::fresh;
+      a.T = 1 + pick(static_cast<int>(kMaxPrompt));
+      length[cur] = 0;
+      started[cur] = true;
+    }
+    length[cur] += a.T;
+    for (int64_t i = 0; i < p.batch * a.T; ++i)
+      a.ids.push_back(pick(static_cast<int>(p.cfg.vocab_size)));
+    a.read_now = chance(0.7);
+    a.read_pending = chance(0.25);
+    if (chance(0.06)) a.hold_for = 1 + pick(6);
+    p.actions.push_back(std::move(a));
+  }
+  return p;
+}
+
+// Runs the program's calls in the mode in force; every call's logits, in call order.
+std::vector<std::vector<double>> run(const Program& p, const lfd::DecoderModel& m) {
+  std::vector<std::vector<double>> out(p.actions.size());
+  lfd::KvCache cache[2];
+  struct Held {
+    lfd::KvCache kv;
+    int left;
+  };
+  std::vector<Held> held;
+  std::vector<std::pair<size_t, lf::Tensor>> pending;
+  auto read_all = [&] {
+    for (auto& [i, t] : pending) out[i] = t.to_doubles();
+    pending.clear();
+  };
+  for (size_t i = 0; i < p.actions.size(); ++i) {
+    const Action& a = p.actions[i];
+    lfd::KvCache& kv = cache[a.seq];
+    if (a.start == Action::fresh) kv = lfd::KvCache::make(m, p.kind, p.batch, p.capacity);
+    if (a.start == Action::fork) kv = cache[1 - a.seq];
+    const lf::Tensor ids = lf::from_int64s(a.ids, {p.batch, a.T}, lf::DType::i64, m.device());
+    lf::Tensor logits = m.forward(ids, kv);
+    if (a.hold_for) held.push_back({kv, a.hold_for});
+    for (Held& h : held) --h.left;
+    std::erase_if(held, [](const Held& h) { return h.left <= 0; });
+    if (a.read_now)
+      out[i] = logits.to_doubles();
+    else
+      pending.emplace_back(i, std::move(logits));
+    if (a.read_pending) read_all();
+    // Past the warm-up the planner has had what it needs: wait for it once, so that the rest
+    // of the program runs served (planning is asynchronous: without this the share served
+    // would depend on the host's pace).
+    if (i == 24) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  read_all();
+  return out;
+}
+
+void reset_pipeline(lf::Device dev) {
+  lf::synchronize(dev);
+  lf::monitor::Monitor::instance().reset();
+  lf::planner::wait_service_idle();
+  lf::planner::reset_service_for_testing();
+  lf::PlanTable::get().clear_for_testing();
+}
+
+struct Outcome {
+  uint64_t calls = 0, served = 0;
+  std::string failure;
+};
+
+// The first logits of `got` that differ from `want` by more than the dtype's rounding, relative
+// to the row's largest logit; empty when none does.
+std::string first_difference(const Program& p, const std::vector<std::vector<double>>& want,
+                             const std::vector<std::vector<double>>& got) {
+  const double tol = p.dtype == lf::DType::f32 ? 1e-4 : p.dtype == lf::DType::f16 ? 2e-2 : 6e-2;
+  for (size_t i = 0; i < want.size(); ++i) {
+    double scale = 0, worst = 0;
+    size_t at = 0;
+    for (double w : want[i]) scale = std::max(scale, std::abs(w));
+    if (got[i].size() != want[i].size())
+      return p.describe() + ": call " + std::to_string(i) + " gave " +
+             std::to_string(got[i].size()) + " logits, want " + std::to_string(want[i].size());
+    for (size_t j = 0; j < want[i].size(); ++j)
+      if (const double d = std::abs(got[i][j] - want[i][j]); !(d <= worst)) worst = d, at = j;
+    if (!(worst <= tol * std::max(scale, 1e-3))) {
+      std::ostringstream s;
+      s << p.describe() << ": call " << i << " (sequence " << p.actions[i].seq << ", T "
+        << p.actions[i].T << ") logit " << at << " got " << got[i][at] << " want " << want[i][at]
+        << " (largest |logit| " << scale << ")";
+      return s.str();
+    }
+  }
+  return {};
+}
+
+lf::Config with_mode(const lf::Config& base, lf::Mode m, bool sampled) {
+  lf::Config c = base;
+  c.mode = m;
+  c.settle = false;  // planned as soon as hot: the programs are short
+  if (!sampled) c.sample = 0;
+  return c;
+}
+
+lfd::DecoderModel model_of(const Program& p, lf::Device dev) {
+  return lfd::DecoderModel::random(p.cfg, p.seed, p.dtype, dev, 0.08);
+}
+
+// Off, then on (from an empty plan table).
+Outcome check_program(const Program& p, const lf::Config& base, lf::Device dev) {
+  const lfd::DecoderModel m = model_of(p, dev);
+  lf::set_config_for_testing(with_mode(base, lf::Mode::off, p.sampled));
+  const std::vector<std::vector<double>> want = run(p, m);
+  lf::set_config_for_testing(with_mode(base, lf::Mode::on, p.sampled));
+  reset_pipeline(dev);
+  const auto& ctr = lf::matcher_counters();
+  const uint64_t calls0 = ctr.calls, served0 = ctr.served;
+  const std::vector<std::vector<double>> got = run(p, m);
+  lf::synchronize(dev);
+  Outcome o;
+  o.calls = ctr.calls - calls0;
+  o.served = ctr.served - served0;
+  o.failure = first_difference(p, want, got);
+  return o;
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+// `programs` programs from seed `first` on (LIVEFUSE_FUZZ_DECODE_PROGRAMS and _SEED override).
+void fuzz(lf::Device dev, int programs, uint64_t first) {
+  const lf::Config saved = lf::config();
+  std::vector<uint64_t> seeds;
+  if (const int one = env_int("LIVEFUSE_FUZZ_DECODE_SEED", -1); one >= 0)
+    seeds.push_back(static_cast<uint64_t>(one));
+  else
+    for (int s = 0; s < std::max(1, env_int("LIVEFUSE_FUZZ_DECODE_PROGRAMS", programs)); ++s)
+      seeds.push_back(first + static_cast<uint64_t>(s));
+  uint64_t calls = 0, served = 0;
+  int engaged = 0;
+  const uint64_t appends0 = lf::matcher_counters().appends_in_place;
+  const bool one_seed = env_int("LIVEFUSE_FUZZ_DECODE_SEED", -1) >= 0;
+  for (const uint64_t seed : seeds) {
+    const Program p = make_program(seed);
+    CAPTURE(p.describe());
+    const Outcome o = check_program(p, saved, dev);
+    CHECK_MESSAGE(o.failure.empty(), o.failure);
+    calls += o.calls;
+    served += o.served;
+    engaged += o.served > 0;
+  }
+  lf::set_config_for_testing(saved);
+  reset_pipeline(dev);
+  const uint64_t appends = lf::matcher_counters().appends_in_place - appends0;
+  MESSAGE(seeds.size() << " programs, " << calls << " calls, " << served << " served by plans ("
+                       << (calls ? 100.0 * double(served) / double(calls) : 0.0) << "%), "
+                       << engaged << " programs served, " << appends << " caches grown in place");
+  // A check that never engaged fusion proves nothing: most programs must have been served, and
+  // most of their calls.
+  CHECK(engaged * 4 >= static_cast<int>(seeds.size()) * 3);
+  CHECK(double(served) >= 0.5 * double(calls));
+  // ... and the habits reached what they are here for: caches grown in place.
+  if (!one_seed) CHECK(appends > 0);
+}
+
+}  // namespace
+
+TEST_CASE("decoder fuzz: random decoders and program habits, fusion on gives fusion off's logits") {
+  fuzz(lf::Device::cpu(), 40, 1);
+}
+
+// Fewer programs: each random shape compiles its own kernels on the GPU.
+LF_CUDA_TEST_CASE(
+    "decoder fuzz on the GPU: random decoders and program habits, on gives off's logits") {
+  fuzz(lf::Device::cuda(0), 8, 1000);
+}
+
+// Two threads, each with its own model and habits, at once: one plan table, one monitor, the
+// matcher's windows per thread; each thread must get its own program's eager logits.
+TEST_CASE("decoder fuzz: two threads, each its own random decoder and habits, at once") {
+  const lf::Config saved = lf::config();
+  const lf::Device cpu = lf::Device::cpu();
+  uint64_t served = 0;
+  for (uint64_t pair = 0; pair < 8; ++pair) {
+    const Program a = make_program(5000 + 2 * pair), b = make_program(5001 + 2 * pair);
+    CAPTURE(a.describe());
+    CAPTURE(b.describe());
+    const lfd::DecoderModel ma = model_of(a, cpu), mb = model_of(b, cpu);
+    lf::set_config_for_testing(with_mode(saved, lf::Mode::off, false));
+    const auto want_a = run(a, ma), want_b = run(b, mb);
+    lf::set_config_for_testing(with_mode(saved, lf::Mode::on, false));
+    reset_pipeline(cpu);
+    const uint64_t served0 = lf::matcher_counters().served;
+    std::vector<std::vector<double>> got_a, got_b;
+    std::thread other([&] { got_b = run(b, mb); });
+    got_a = run(a, ma);
+    other.join();
+    served += lf::matcher_counters().served - served0;
+    const std::string fa = first_difference(a, want_a, got_a),
+                      fb = first_difference(b, want_b, got_b);
+    CHECK_MESSAGE(fa.empty(), fa);
+    CHECK_MESSAGE(fb.empty(), fb);
+  }
+  lf::set_config_for_testing(saved);
+  reset_pipeline(cpu);
+  CHECK(served > 0);
+}
