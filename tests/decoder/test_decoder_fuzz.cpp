@@ -3,12 +3,13 @@
 // random program habits -- sequences restarted at random prompt lengths, two sequences
 // interleaved on caches of their own, a sequence forked from another's cache (beam search's
 // copy), old caches kept alive for a few steps, logits read at once or left pending for several
-// steps -- must give LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families
-// (one plan for every length), caches grown in place and the donation rule that decides when a
-// cache may be grown are what these habits reach; one fixed model in one loop (the decoder
-// suite's other cases) reaches few of their branches.
-// Programs per run: LIVEFUSE_FUZZ_DECODE_PROGRAMS (default 12); LIVEFUSE_FUZZ_DECODE_SEED=S
-// runs program S alone (what a failure names).
+// steps, ids from a buffer the program reuses, now and then a call that must fail -- must give
+// LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families (one plan for every
+// length), caches grown in place and the donation rule that decides when a cache may be grown
+// are what these habits reach; one fixed model in one loop (the decoder suite's other cases)
+// reaches few of their branches.
+// Programs per run: LIVEFUSE_FUZZ_DECODE_PROGRAMS (default 40 on the CPU, 8 on a GPU);
+// LIVEFUSE_FUZZ_DECODE_SEED=S runs program S alone (what a failure names).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -41,6 +42,15 @@ struct Action {
   bool read_now = true;       // else the logits stay pending until a later read
   bool read_pending = false;  // read every pending logits after this call
   int hold_for = 0;           // > 0: the program keeps a copy of the cache for that many calls
+  // The ids come from the program's own buffer (wrapped; on the CPU), one buffer for every
+  // call, rewritten with other tokens right after each call returns: a plan binds the same
+  // address call after call and must read what it holds at each call. (The rewrite cannot reach
+  // a deferred read of it -- the embedding's window completes inside forward() -- so this is
+  // not the test of snapshots: tests/users and the replacement suite's reachable cases are.)
+  bool own_ids = false;
+  // Right after the call, one with shapes that do not broadcast: it must throw livefuse::Error
+  // and change nothing the program holds.
+  bool bad_call = false;
 };
 
 struct Program {
@@ -126,14 +136,25 @@ Program make_program(uint64_t seed) {
     a.read_now = chance(0.7);
     a.read_pending = chance(0.25);
     if (chance(0.06)) a.hold_for = 1 + pick(6);
+    a.own_ids = chance(0.2);
+    a.bad_call = chance(0.03);
     p.actions.push_back(std::move(a));
   }
   return p;
 }
 
-// Runs the program's calls in the mode in force; every call's logits, in call order.
-std::vector<std::vector<double>> run(const Program& p, const lfd::DecoderModel& m) {
-  std::vector<std::vector<double>> out(p.actions.size());
+struct RunResult {
+  std::vector<std::vector<double>> logits;  // every call's, in call order
+  int errors_missed = 0;                    // bad calls that did not throw livefuse::Error
+};
+
+// Runs the program's calls in the mode in force.
+RunResult run(const Program& p, const lfd::DecoderModel& m) {
+  RunResult r;
+  std::vector<std::vector<double>>& out = r.logits;
+  out.resize(p.actions.size());
+  const lf::Device dev = m.device();
+  std::vector<int64_t> own(static_cast<size_t>(p.batch * kMaxPrompt));
   lfd::KvCache cache[2];
   struct Held {
     lfd::KvCache kv;
@@ -150,8 +171,23 @@ std::vector<std::vector<double>> run(const Program& p, const lfd::DecoderModel& 
     lfd::KvCache& kv = cache[a.seq];
     if (a.start == Action::fresh) kv = lfd::KvCache::make(m, p.kind, p.batch, p.capacity);
     if (a.start == Action::fork) kv = cache[1 - a.seq];
-    const lf::Tensor ids = lf::from_int64s(a.ids, {p.batch, a.T}, lf::DType::i64, m.device());
+    const bool own_ids = a.own_ids && dev.is_cpu();
+    if (own_ids) std::copy(a.ids.begin(), a.ids.end(), own.begin());
+    const lf::Tensor ids = own_ids
+                               ? lf::Tensor::wrap(own.data(), {p.batch, a.T}, lf::DType::i64, dev)
+                               : lf::from_int64s(a.ids, {p.batch, a.T}, lf::DType::i64, dev);
     lf::Tensor logits = m.forward(ids, kv);
+    if (own_ids)
+      for (int64_t& t : own) t = (t + 7) % p.cfg.vocab_size;
+    if (a.bad_call) {
+      bool threw = false;
+      try {
+        (void)lf::add(logits, lf::zeros({3, 5}, m.dtype(), dev));
+      } catch (const lf::Error&) {
+        threw = true;
+      }
+      r.errors_missed += !threw;
+    }
     if (a.hold_for) held.push_back({kv, a.hold_for});
     for (Held& h : held) --h.left;
     std::erase_if(held, [](const Held& h) { return h.left <= 0; });
@@ -169,7 +205,7 @@ std::vector<std::vector<double>> run(const Program& p, const lfd::DecoderModel& 
     }
   }
   read_all();
-  return out;
+  return r;
 }
 
 void reset_pipeline(lf::Device dev) {
@@ -187,8 +223,11 @@ struct Outcome {
 
 // The first logits of `got` that differ from `want` by more than the dtype's rounding, relative
 // to the row's largest logit; empty when none does.
-std::string first_difference(const Program& p, const std::vector<std::vector<double>>& want,
-                             const std::vector<std::vector<double>>& got) {
+std::string first_difference(const Program& p, const RunResult& off, const RunResult& on) {
+  if (off.errors_missed || on.errors_missed)
+    return p.describe() + ": a call with shapes that do not broadcast did not throw (" +
+           std::to_string(off.errors_missed) + " off, " + std::to_string(on.errors_missed) + " on)";
+  const std::vector<std::vector<double>>&want = off.logits, &got = on.logits;
   const double tol = p.dtype == lf::DType::f32 ? 1e-4 : p.dtype == lf::DType::f16 ? 2e-2 : 6e-2;
   for (size_t i = 0; i < want.size(); ++i) {
     double scale = 0, worst = 0;
@@ -226,12 +265,12 @@ lfd::DecoderModel model_of(const Program& p, lf::Device dev) {
 Outcome check_program(const Program& p, const lf::Config& base, lf::Device dev) {
   const lfd::DecoderModel m = model_of(p, dev);
   lf::set_config_for_testing(with_mode(base, lf::Mode::off, p.sampled));
-  const std::vector<std::vector<double>> want = run(p, m);
+  const RunResult want = run(p, m);
   lf::set_config_for_testing(with_mode(base, lf::Mode::on, p.sampled));
   reset_pipeline(dev);
   const auto& ctr = lf::matcher_counters();
   const uint64_t calls0 = ctr.calls, served0 = ctr.served;
-  const std::vector<std::vector<double>> got = run(p, m);
+  const RunResult got = run(p, m);
   lf::synchronize(dev);
   Outcome o;
   o.calls = ctr.calls - calls0;
@@ -309,7 +348,7 @@ TEST_CASE("decoder fuzz: two threads, each its own random decoder and habits, at
     lf::set_config_for_testing(with_mode(saved, lf::Mode::on, false));
     reset_pipeline(cpu);
     const uint64_t served0 = lf::matcher_counters().served;
-    std::vector<std::vector<double>> got_a, got_b;
+    RunResult got_a, got_b;
     std::thread other([&] { got_b = run(b, mb); });
     got_a = run(a, ma);
     other.join();
