@@ -2,6 +2,7 @@
 // Shared helpers for the doctest suites.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -63,6 +64,22 @@ inline bool allclose(const std::vector<double>& got, const std::vector<double>& 
     if (std::abs(g - w) > atol + rtol * std::abs(w)) { if (bad_index) *bad_index = i; return false; }
   }
   return true;
+}
+
+// Whether every |got - want| is within tol x the largest |want| (at least 1e-3): the check for a
+// whole output (logits, hidden states) whose small entries carry the rounding of the large
+// ones. On failure *at is the worst index and *scale the largest |want|.
+inline bool close_to_scale(const std::vector<double>& got, const std::vector<double>& want,
+                           double tol, size_t* at = nullptr, double* scale = nullptr) {
+  double big = 0, worst = 0;
+  size_t where = 0;
+  for (double w : want) big = std::max(big, std::abs(w));
+  if (scale) *scale = big;
+  if (got.size() != want.size()) return false;
+  for (size_t j = 0; j < want.size(); ++j)
+    if (const double d = std::abs(got[j] - want[j]); !(d <= worst)) worst = d, where = j;
+  if (at) *at = where;
+  return worst <= tol * std::max(big, 1e-3);
 }
 
 }  // namespace lftest

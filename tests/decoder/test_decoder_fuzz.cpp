@@ -230,15 +230,12 @@ std::string first_difference(const Program& p, const RunResult& off, const RunRe
   const std::vector<std::vector<double>>&want = off.logits, &got = on.logits;
   const double tol = p.dtype == lf::DType::f32 ? 1e-4 : p.dtype == lf::DType::f16 ? 2e-2 : 6e-2;
   for (size_t i = 0; i < want.size(); ++i) {
-    double scale = 0, worst = 0;
     size_t at = 0;
-    for (double w : want[i]) scale = std::max(scale, std::abs(w));
+    double scale = 0;
     if (got[i].size() != want[i].size())
       return p.describe() + ": call " + std::to_string(i) + " gave " +
              std::to_string(got[i].size()) + " logits, want " + std::to_string(want[i].size());
-    for (size_t j = 0; j < want[i].size(); ++j)
-      if (const double d = std::abs(got[i][j] - want[i][j]); !(d <= worst)) worst = d, at = j;
-    if (!(worst <= tol * std::max(scale, 1e-3))) {
+    if (!lftest::close_to_scale(got[i], want[i], tol, &at, &scale)) {
       std::ostringstream s;
       s << p.describe() << ": call " << i << " (sequence " << p.actions[i].seq << ", T "
         << p.actions[i].T << ") logit " << at << " got " << got[i][at] << " want " << want[i][at]

@@ -1,0 +1,247 @@
+// Differential fuzz of encoder serving. Random BERT shapes (hidden 16-64, head dims 4-16, 1-3
+// layers, erf / tanh GELU or relu, f32 / f16 / bf16) serving random requests -- a few
+// (batch, length) shapes in a random mix, padding masks with random lengths (a row padded
+// throughout now and then), token types or none, results read at once or left pending, a bad
+// call now and then -- must give LIVEFUSE=off's hidden states with fusion on, and plans must
+// serve. What the encoder's fusions (Q/K/V as one GEMM, attention as one step, GEMM epilogues,
+// the layer seam) meet in serving that one fixed model at one shape does not show.
+// Programs per run: LIVEFUSE_FUZZ_BERT_PROGRAMS (default 24 on the CPU, 6 on a GPU);
+// LIVEFUSE_FUZZ_BERT_SEED=S runs program S alone (what a failure names).
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "examples/bert/bert.hpp"
+#include "livefuse/config.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "runtime/plan.hpp"
+#include "tests/test_util.hpp"
+
+namespace lf = livefuse;
+using livefuse::bert::BertConfig;
+using livefuse::bert::BertModel;
+
+namespace {
+
+struct Request {
+  int64_t batch = 1, seq = 1;
+  std::vector<int64_t> ids, types, mask;  // [batch, seq] each; types / mask empty: not given
+  bool read_now = true;
+  bool read_pending = false;
+  bool bad_call = false;  // then a call whose shapes do not broadcast: livefuse::Error
+};
+
+struct Program {
+  uint64_t seed = 0;
+  BertConfig cfg;
+  lf::DType dtype = lf::DType::f32;
+  bool sampled = false;
+  std::vector<Request> requests;
+
+  std::string describe() const {
+    std::ostringstream o;
+    o << "program seed=" << seed << ": " << lf::dtype_name(dtype) << ", hidden " << cfg.hidden_size
+      << ", heads " << cfg.num_attention_heads << ", layers " << cfg.num_hidden_layers << ", "
+      << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled") << ", " << requests.size()
+      << " requests";
+    return o.str();
+  }
+};
+
+constexpr int kRequests = 60;
+
+Program make_program(uint64_t seed) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 7);
+  auto pick = [&rng](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); };
+  auto chance = [&rng](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  Program p;
+  p.seed = seed;
+  p.cfg = BertConfig::preset("tiny");
+  const int64_t head_dim = int64_t{4} << pick(3);  // 4, 8, 16
+  const int64_t heads = 1 + pick(4);
+  p.cfg.num_attention_heads = heads;
+  p.cfg.hidden_size = heads * head_dim;
+  p.cfg.num_hidden_layers = 1 + pick(3);
+  p.cfg.intermediate_size = p.cfg.hidden_size * (2 + pick(3));
+  p.cfg.vocab_size = 50 + pick(50);
+  p.cfg.max_position_embeddings = 32;
+  const char* acts[] = {"gelu", "gelu", "gelu_new", "relu"};
+  p.cfg.hidden_act = acts[pick(4)];
+  const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f16, lf::DType::bf16};
+  p.dtype = dtypes[pick(4)];
+  p.sampled = chance(0.25);
+
+  // The shapes the server sees: one mostly, a few others now and then.
+  struct ShapeOf {
+    int64_t batch, seq;
+  };
+  std::vector<ShapeOf> shapes;
+  for (int64_t n = 1 + pick(3); n > 0; --n) shapes.push_back({1 + pick(3), 2 + pick(20)});
+  const bool masked = chance(0.7), typed = chance(0.4);
+  for (int r = 0; r < kRequests; ++r) {
+    const ShapeOf sh = chance(0.7)
+                           ? shapes[0]
+                           : shapes[static_cast<size_t>(pick(static_cast<int64_t>(shapes.size())))];
+    Request q;
+    q.batch = sh.batch;
+    q.seq = sh.seq;
+    for (int64_t i = 0; i < q.batch * q.seq; ++i) q.ids.push_back(pick(p.cfg.vocab_size));
+    if (typed)
+      for (int64_t i = 0; i < q.batch * q.seq; ++i) q.types.push_back(pick(2));
+    if (masked)
+      for (int64_t b = 0; b < q.batch; ++b) {
+        // Kept tokens first, then padding; now and then a row padded throughout (HF adds the
+        // dtype's lowest finite value, not -inf: such a row averages every key).
+        const int64_t kept = chance(0.05) ? 0 : 1 + pick(q.seq);
+        for (int64_t t = 0; t < q.seq; ++t) q.mask.push_back(t < kept ? 1 : 0);
+      }
+    q.read_now = chance(0.7);
+    q.read_pending = chance(0.3);
+    q.bad_call = chance(0.03);
+    p.requests.push_back(std::move(q));
+  }
+  return p;
+}
+
+struct RunResult {
+  std::vector<std::vector<double>> hidden;  // every request's, in order
+  int errors_missed = 0;                    // bad calls that did not throw livefuse::Error
+};
+
+RunResult run(const Program& p, const BertModel& m) {
+  RunResult r;
+  r.hidden.resize(p.requests.size());
+  const lf::Device dev = m.device();
+  std::vector<std::pair<size_t, lf::Tensor>> pending;
+  auto read_all = [&] {
+    for (auto& [i, t] : pending) r.hidden[i] = t.to_doubles();
+    pending.clear();
+  };
+  for (size_t i = 0; i < p.requests.size(); ++i) {
+    const Request& q = p.requests[i];
+    const lf::Shape s{q.batch, q.seq};
+    const auto given = [&](const std::vector<int64_t>& v) {
+      return v.empty() ? lf::Tensor{} : lf::from_int64s(v, s, lf::DType::i64, dev);
+    };
+    lf::Tensor h = m.forward(given(q.ids), given(q.mask), given(q.types));
+    if (q.bad_call) {
+      bool threw = false;
+      try {
+        (void)lf::add(h, lf::zeros({3, 5}, m.dtype(), dev));
+      } catch (const lf::Error&) {
+        threw = true;
+      }
+      r.errors_missed += !threw;
+    }
+    if (q.read_now)
+      r.hidden[i] = h.to_doubles();
+    else
+      pending.emplace_back(i, std::move(h));
+    if (q.read_pending) read_all();
+    // The planner's work is asynchronous: wait for it once, so that the rest is served
+    // whatever the host's pace.
+    if (i == 20) {
+      lf::monitor::Monitor::instance().drain();
+      lf::planner::wait_service_idle();
+    }
+  }
+  read_all();
+  return r;
+}
+
+void reset_pipeline(lf::Device dev) {
+  lf::synchronize(dev);
+  lf::monitor::Monitor::instance().reset();
+  lf::planner::wait_service_idle();
+  lf::planner::reset_service_for_testing();
+  lf::PlanTable::get().clear_for_testing();
+}
+
+lf::Config with_mode(const lf::Config& base, lf::Mode m, bool sampled) {
+  lf::Config c = base;
+  c.mode = m;
+  c.settle = false;  // planned as soon as hot: the programs are short
+  if (!sampled) c.sample = 0;
+  return c;
+}
+
+std::string first_difference(const Program& p, const RunResult& off, const RunResult& on) {
+  if (off.errors_missed || on.errors_missed)
+    return p.describe() + ": a call with shapes that do not broadcast did not throw";
+  const double tol = p.dtype == lf::DType::f32 ? 1e-4 : p.dtype == lf::DType::f16 ? 2e-2 : 6e-2;
+  for (size_t i = 0; i < off.hidden.size(); ++i) {
+    size_t at = 0;
+    double scale = 0;
+    if (!lftest::close_to_scale(on.hidden[i], off.hidden[i], tol, &at, &scale)) {
+      const Request& q = p.requests[i];
+      std::ostringstream s;
+      s << p.describe() << ": request " << i << " [" << q.batch << ", " << q.seq << "]"
+        << (q.mask.empty() ? "" : " masked") << (q.types.empty() ? "" : " typed");
+      if (on.hidden[i].size() != off.hidden[i].size())
+        s << " gave " << on.hidden[i].size() << " values, want " << off.hidden[i].size();
+      else
+        s << " value " << at << " got " << on.hidden[i][at] << " want " << off.hidden[i][at]
+          << " (largest |value| " << scale << ")";
+      return s.str();
+    }
+  }
+  return {};
+}
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+
+void fuzz(lf::Device dev, int programs, uint64_t first) {
+  const lf::Config saved = lf::config();
+  std::vector<uint64_t> seeds;
+  if (const int one = env_int("LIVEFUSE_FUZZ_BERT_SEED", -1); one >= 0)
+    seeds.push_back(static_cast<uint64_t>(one));
+  else
+    for (int s = 0; s < std::max(1, env_int("LIVEFUSE_FUZZ_BERT_PROGRAMS", programs)); ++s)
+      seeds.push_back(first + static_cast<uint64_t>(s));
+  uint64_t calls = 0, served = 0;
+  int engaged = 0;
+  for (const uint64_t seed : seeds) {
+    const Program p = make_program(seed);
+    CAPTURE(p.describe());
+    const BertModel m = BertModel::random(p.cfg, p.seed, p.dtype, dev, 0.08);
+    lf::set_config_for_testing(with_mode(saved, lf::Mode::off, p.sampled));
+    const RunResult want = run(p, m);
+    lf::set_config_for_testing(with_mode(saved, lf::Mode::on, p.sampled));
+    reset_pipeline(dev);
+    const auto& ctr = lf::matcher_counters();
+    const uint64_t calls0 = ctr.calls, served0 = ctr.served;
+    const RunResult got = run(p, m);
+    lf::synchronize(dev);
+    const std::string failure = first_difference(p, want, got);
+    CHECK_MESSAGE(failure.empty(), failure);
+    calls += ctr.calls - calls0;
+    served += ctr.served - served0;
+    engaged += ctr.served > served0;
+  }
+  lf::set_config_for_testing(saved);
+  reset_pipeline(dev);
+  MESSAGE(seeds.size() << " programs, " << calls << " calls, " << served << " served by plans ("
+                       << (calls ? 100.0 * double(served) / double(calls) : 0.0) << "%), "
+                       << engaged << " programs served");
+  // A check that never engaged fusion proves nothing.
+  CHECK(engaged * 4 >= static_cast<int>(seeds.size()) * 3);
+  CHECK(double(served) >= 0.5 * double(calls));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "bert fuzz: random encoders serving random requests, fusion on gives fusion off's values") {
+  fuzz(lf::Device::cpu(), 24, 1);
+}
+
+// Fewer programs: each random shape compiles its own kernels on the GPU.
+LF_CUDA_TEST_CASE("bert fuzz on the GPU: random encoders and requests, on gives off's values") {
+  fuzz(lf::Device::cuda(0), 6, 1000);
+}
