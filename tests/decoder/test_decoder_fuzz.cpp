@@ -1,13 +1,13 @@
 // Differential fuzz of decode loops. Random decoder shapes (GPT-2 or Llama, 1-4 heads, grouped
-// KV heads, head dims 4-16, 1-3 layers, both cache styles, batch 1-2, f32/f16/bf16) driven by
-// random program habits -- sequences restarted at random prompt lengths, two sequences
-// interleaved on caches of their own, a sequence forked from another's cache (beam search's
-// copy), old caches kept alive for a few steps, logits read at once or left pending for several
-// steps, ids from a buffer the program reuses, now and then a call that must fail -- must give
-// LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families (one plan for every
-// length), caches grown in place and the donation rule that decides when a cache may be grown
-// are what these habits reach; one fixed model in one loop (the decoder suite's other cases)
-// reaches few of their branches.
+// KV heads, head dims 4-16, 1-3 layers, both cache styles, batch 1-2 -- or both, by sequence --
+// f32/f16/bf16) driven by random program habits -- sequences restarted at random prompt lengths,
+// two sequences interleaved on caches of their own, a sequence forked from another's cache (beam
+// search's copy), old caches kept alive for a few steps, logits read at once or left pending for
+// several steps, ids from a buffer the program reuses, now and then a call that must fail --
+// must give LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families (one plan
+// for every length), caches grown in place and the donation rule that decides when a cache may
+// be grown are what these habits reach; one fixed model in one loop (the decoder suite's other
+// cases) reaches few of their branches.
 // Programs per run: LIVEFUSE_FUZZ_DECODE_PROGRAMS (default 40 on the CPU, 8 on a GPU);
 // LIVEFUSE_FUZZ_DECODE_SEED=S runs program S alone (what a failure names).
 #include <algorithm>
@@ -37,6 +37,7 @@ namespace {
 struct Action {
   int seq = 0;
   enum Start { none, fresh, fork } start = none;
+  int64_t batch = 1;         // the sequence's rows (a fresh start may change it)
   std::vector<int64_t> ids;  // [batch, T], row-major
   int64_t T = 1;
   bool read_now = true;       // else the logits stay pending until a later read
@@ -58,17 +59,20 @@ struct Program {
   lfd::DecoderConfig cfg;
   lf::DType dtype = lf::DType::f32;
   lfd::CacheKind kind = lfd::CacheKind::concat;
-  int64_t batch = 1, capacity = 0;
+  int64_t batch = 1;         // the most rows a sequence has
+  bool mixed_batch = false;  // each fresh start picks 1 or `batch` rows
+  int64_t capacity = 0;
   bool sampled = false;  // live sampling on (plans alternate with eager runs while new)
   std::vector<Action> actions;
 
   std::string describe() const {
     std::ostringstream o;
     o << "program seed=" << seed << ": " << (cfg.arch == lfd::Arch::gpt2 ? "gpt2" : "llama") << " "
-      << lf::dtype_name(dtype) << " " << lfd::cache_kind_name(kind) << " batch " << batch
-      << ", hidden " << cfg.hidden_size << ", heads " << cfg.num_attention_heads << "/"
-      << cfg.num_key_value_heads << ", layers " << cfg.num_hidden_layers << ", " << cfg.hidden_act
-      << (sampled ? ", sampled" : ", unsampled") << ", " << actions.size() << " calls";
+      << lf::dtype_name(dtype) << " " << lfd::cache_kind_name(kind) << " batch "
+      << (mixed_batch ? "1-" : "") << batch << ", hidden " << cfg.hidden_size << ", heads "
+      << cfg.num_attention_heads << "/" << cfg.num_key_value_heads << ", layers "
+      << cfg.num_hidden_layers << ", " << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled")
+      << ", " << actions.size() << " calls";
     return o.str();
   }
 };
@@ -104,13 +108,14 @@ Program make_program(uint64_t seed) {
   const lf::DType dtypes[] = {lf::DType::f32, lf::DType::f32, lf::DType::f16, lf::DType::bf16};
   p.dtype = dtypes[pick(4)];
   p.kind = pick(2) ? lfd::CacheKind::concat : lfd::CacheKind::fixed;
-  p.batch = chance(0.25) ? 2 : 1;
+  p.batch = chance(0.35) ? 2 : 1;
+  p.mixed_batch = p.batch > 1 && chance(0.5);
   p.sampled = chance(0.25);
   p.capacity = 48;
   p.cfg.max_position_embeddings = std::max<int64_t>(p.cfg.max_position_embeddings, p.capacity);
 
   const int seqs = chance(0.5) ? 2 : 1;
-  int64_t length[2] = {0, 0};
+  int64_t length[2] = {0, 0}, rows[2] = {p.batch, p.batch};
   bool started[2] = {false, false};
   int cur = 0;
   for (int c = 0; c < kCalls; ++c) {
@@ -121,6 +126,7 @@ Program make_program(uint64_t seed) {
     if (seqs == 2 && started[1 - cur] && chance(0.04) && length[1 - cur] + 1 <= p.capacity) {
       a.start = Action::fork;
       length[cur] = length[1 - cur];
+      rows[cur] = rows[1 - cur];
       started[cur] = true;
     }
     const bool full = length[cur] + 1 > p.capacity;
@@ -128,10 +134,12 @@ Program make_program(uint64_t seed) {
       a.start = Action::fresh;
       a.T = 1 + pick(static_cast<int>(kMaxPrompt));
       length[cur] = 0;
+      if (p.mixed_batch) rows[cur] = chance(0.5) ? p.batch : 1;
       started[cur] = true;
     }
     length[cur] += a.T;
-    for (int64_t i = 0; i < p.batch * a.T; ++i)
+    a.batch = rows[cur];
+    for (int64_t i = 0; i < a.batch * a.T; ++i)
       a.ids.push_back(pick(static_cast<int>(p.cfg.vocab_size)));
     a.read_now = chance(0.7);
     a.read_pending = chance(0.25);
@@ -169,13 +177,13 @@ RunResult run(const Program& p, const lfd::DecoderModel& m) {
   for (size_t i = 0; i < p.actions.size(); ++i) {
     const Action& a = p.actions[i];
     lfd::KvCache& kv = cache[a.seq];
-    if (a.start == Action::fresh) kv = lfd::KvCache::make(m, p.kind, p.batch, p.capacity);
+    if (a.start == Action::fresh) kv = lfd::KvCache::make(m, p.kind, a.batch, p.capacity);
     if (a.start == Action::fork) kv = cache[1 - a.seq];
     const bool own_ids = a.own_ids && dev.is_cpu();
     if (own_ids) std::copy(a.ids.begin(), a.ids.end(), own.begin());
     const lf::Tensor ids = own_ids
-                               ? lf::Tensor::wrap(own.data(), {p.batch, a.T}, lf::DType::i64, dev)
-                               : lf::from_int64s(a.ids, {p.batch, a.T}, lf::DType::i64, dev);
+                               ? lf::Tensor::wrap(own.data(), {a.batch, a.T}, lf::DType::i64, dev)
+                               : lf::from_int64s(a.ids, {a.batch, a.T}, lf::DType::i64, dev);
     lf::Tensor logits = m.forward(ids, kv);
     if (own_ids)
       for (int64_t& t : own) t = (t + 7) % p.cfg.vocab_size;
