@@ -7,18 +7,13 @@
 // the layer seam) meet in serving that one fixed model at one shape does not show.
 // Programs per run: LIVEFUSE_FUZZ_BERT_PROGRAMS (default 24 on the CPU, 6 on a GPU);
 // LIVEFUSE_FUZZ_BERT_SEED=S runs program S alone (what a failure names).
-#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "examples/bert/bert.hpp"
-#include "livefuse/config.hpp"
-#include "monitor/monitor.hpp"
-#include "planner/service.hpp"
-#include "runtime/plan.hpp"
-#include "tests/test_util.hpp"
+#include "tests/fuzz_util.hpp"
 
 namespace lf = livefuse;
 using livefuse::bert::BertConfig;
@@ -106,20 +101,9 @@ Program make_program(uint64_t seed) {
   return p;
 }
 
-struct RunResult {
-  std::vector<std::vector<double>> hidden;  // every request's, in order
-  int errors_missed = 0;                    // bad calls that did not throw livefuse::Error
-};
-
-RunResult run(const Program& p, const BertModel& m) {
-  RunResult r;
-  r.hidden.resize(p.requests.size());
+lftest::fuzz::Results run(const Program& p, const BertModel& m) {
+  lftest::fuzz::Results r(p.requests.size());
   const lf::Device dev = m.device();
-  std::vector<std::pair<size_t, lf::Tensor>> pending;
-  auto read_all = [&] {
-    for (auto& [i, t] : pending) r.hidden[i] = t.to_doubles();
-    pending.clear();
-  };
   for (size_t i = 0; i < p.requests.size(); ++i) {
     const Request& q = p.requests[i];
     const lf::Shape s{q.batch, q.seq};
@@ -127,63 +111,34 @@ RunResult run(const Program& p, const BertModel& m) {
       return v.empty() ? lf::Tensor{} : lf::from_int64s(v, s, lf::DType::i64, dev);
     };
     lf::Tensor h = m.forward(given(q.ids), given(q.mask), given(q.types));
-    if (q.bad_call) {
-      bool threw = false;
-      try {
-        (void)lf::add(h, lf::zeros({3, 5}, m.dtype(), dev));
-      } catch (const lf::Error&) {
-        threw = true;
-      }
-      r.errors_missed += !threw;
-    }
-    if (q.read_now)
-      r.hidden[i] = h.to_doubles();
-    else
-      pending.emplace_back(i, std::move(h));
-    if (q.read_pending) read_all();
+    if (q.bad_call) r.errors_missed += !lftest::fuzz::bad_call_throws(h);
+    r.take(i, std::move(h), q.read_now);
+    if (q.read_pending) r.read_pending();
     // The planner's work is asynchronous: wait for it once, so that the rest is served
     // whatever the host's pace.
-    if (i == 20) {
-      lf::monitor::Monitor::instance().drain();
-      lf::planner::wait_service_idle();
-    }
+    if (i == 20) lftest::fuzz::settle_planner();
   }
-  read_all();
+  r.read_pending();
   return r;
 }
 
-void reset_pipeline(lf::Device dev) {
-  lf::synchronize(dev);
-  lf::monitor::Monitor::instance().reset();
-  lf::planner::wait_service_idle();
-  lf::planner::reset_service_for_testing();
-  lf::PlanTable::get().clear_for_testing();
-}
-
-lf::Config with_mode(const lf::Config& base, lf::Mode m, bool sampled) {
-  lf::Config c = base;
-  c.mode = m;
-  c.settle = false;  // planned as soon as hot: the programs are short
-  if (!sampled) c.sample = 0;
-  return c;
-}
-
-std::string first_difference(const Program& p, const RunResult& off, const RunResult& on) {
+std::string first_difference(const Program& p, const lftest::fuzz::Results& off,
+                             const lftest::fuzz::Results& on) {
   if (off.errors_missed || on.errors_missed)
     return p.describe() + ": a call with shapes that do not broadcast did not throw";
-  const double tol = p.dtype == lf::DType::f32 ? 1e-4 : p.dtype == lf::DType::f16 ? 2e-2 : 6e-2;
-  for (size_t i = 0; i < off.hidden.size(); ++i) {
+  const double tol = lftest::fuzz::tolerance(p.dtype);
+  for (size_t i = 0; i < off.values.size(); ++i) {
     size_t at = 0;
     double scale = 0;
-    if (!lftest::close_to_scale(on.hidden[i], off.hidden[i], tol, &at, &scale)) {
+    if (!lftest::close_to_scale(on.values[i], off.values[i], tol, &at, &scale)) {
       const Request& q = p.requests[i];
       std::ostringstream s;
       s << p.describe() << ": request " << i << " [" << q.batch << ", " << q.seq << "]"
         << (q.mask.empty() ? "" : " masked") << (q.types.empty() ? "" : " typed");
-      if (on.hidden[i].size() != off.hidden[i].size())
-        s << " gave " << on.hidden[i].size() << " values, want " << off.hidden[i].size();
+      if (on.values[i].size() != off.values[i].size())
+        s << " gave " << on.values[i].size() << " values, want " << off.values[i].size();
       else
-        s << " value " << at << " got " << on.hidden[i][at] << " want " << off.hidden[i][at]
+        s << " value " << at << " got " << on.values[i][at] << " want " << off.values[i][at]
           << " (largest |value| " << scale << ")";
       return s.str();
     }
@@ -191,47 +146,17 @@ std::string first_difference(const Program& p, const RunResult& off, const RunRe
   return {};
 }
 
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : dflt;
+BertModel model_of(const Program& p, lf::Device dev) {
+  return BertModel::random(p.cfg, p.seed, p.dtype, dev, 0.08);
 }
 
 void fuzz(lf::Device dev, int programs, uint64_t first) {
-  const lf::Config saved = lf::config();
-  std::vector<uint64_t> seeds;
-  if (const int one = env_int("LIVEFUSE_FUZZ_BERT_SEED", -1); one >= 0)
-    seeds.push_back(static_cast<uint64_t>(one));
-  else
-    for (int s = 0; s < std::max(1, env_int("LIVEFUSE_FUZZ_BERT_PROGRAMS", programs)); ++s)
-      seeds.push_back(first + static_cast<uint64_t>(s));
-  uint64_t calls = 0, served = 0;
-  int engaged = 0;
-  for (const uint64_t seed : seeds) {
-    const Program p = make_program(seed);
-    CAPTURE(p.describe());
-    const BertModel m = BertModel::random(p.cfg, p.seed, p.dtype, dev, 0.08);
-    lf::set_config_for_testing(with_mode(saved, lf::Mode::off, p.sampled));
-    const RunResult want = run(p, m);
-    lf::set_config_for_testing(with_mode(saved, lf::Mode::on, p.sampled));
-    reset_pipeline(dev);
-    const auto& ctr = lf::matcher_counters();
-    const uint64_t calls0 = ctr.calls, served0 = ctr.served;
-    const RunResult got = run(p, m);
-    lf::synchronize(dev);
-    const std::string failure = first_difference(p, want, got);
-    CHECK_MESSAGE(failure.empty(), failure);
-    calls += ctr.calls - calls0;
-    served += ctr.served - served0;
-    engaged += ctr.served > served0;
-  }
-  lf::set_config_for_testing(saved);
-  reset_pipeline(dev);
-  MESSAGE(seeds.size() << " programs, " << calls << " calls, " << served << " served by plans ("
-                       << (calls ? 100.0 * double(served) / double(calls) : 0.0) << "%), "
-                       << engaged << " programs served");
-  // A check that never engaged fusion proves nothing.
-  CHECK(engaged * 4 >= static_cast<int>(seeds.size()) * 3);
-  CHECK(double(served) >= 0.5 * double(calls));
+  const lftest::fuzz::Tally t =
+      lftest::fuzz::differential(dev, lftest::fuzz::seeds("LIVEFUSE_FUZZ_BERT", programs, first),
+                                 make_program, model_of, run, first_difference);
+  MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
+                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served");
+  t.check_engaged();
 }
 
 }  // namespace

@@ -11,8 +11,6 @@
 // Programs per run: LIVEFUSE_FUZZ_DECODE_PROGRAMS (default 40 on the CPU, 8 on a GPU);
 // LIVEFUSE_FUZZ_DECODE_SEED=S runs program S alone (what a failure names).
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -20,11 +18,7 @@
 #include <vector>
 
 #include "examples/decoder/generate.hpp"
-#include "livefuse/config.hpp"
-#include "monitor/monitor.hpp"
-#include "planner/service.hpp"
-#include "runtime/plan.hpp"
-#include "tests/test_util.hpp"
+#include "tests/fuzz_util.hpp"
 
 namespace lf = livefuse;
 namespace lfd = livefuse::decoder;
@@ -151,16 +145,9 @@ Program make_program(uint64_t seed) {
   return p;
 }
 
-struct RunResult {
-  std::vector<std::vector<double>> logits;  // every call's, in call order
-  int errors_missed = 0;                    // bad calls that did not throw livefuse::Error
-};
-
 // Runs the program's calls in the mode in force.
-RunResult run(const Program& p, const lfd::DecoderModel& m) {
-  RunResult r;
-  std::vector<std::vector<double>>& out = r.logits;
-  out.resize(p.actions.size());
+lftest::fuzz::Results run(const Program& p, const lfd::DecoderModel& m) {
+  lftest::fuzz::Results r(p.actions.size());
   const lf::Device dev = m.device();
   std::vector<int64_t> own(static_cast<size_t>(p.batch * kMaxPrompt));
   lfd::KvCache cache[2];
@@ -169,11 +156,6 @@ RunResult run(const Program& p, const lfd::DecoderModel& m) {
     int left;
   };
   std::vector<Held> held;
-  std::vector<std::pair<size_t, lf::Tensor>> pending;
-  auto read_all = [&] {
-    for (auto& [i, t] : pending) out[i] = t.to_doubles();
-    pending.clear();
-  };
   for (size_t i = 0; i < p.actions.size(); ++i) {
     const Action& a = p.actions[i];
     lfd::KvCache& kv = cache[a.seq];
@@ -187,56 +169,28 @@ RunResult run(const Program& p, const lfd::DecoderModel& m) {
     lf::Tensor logits = m.forward(ids, kv);
     if (own_ids)
       for (int64_t& t : own) t = (t + 7) % p.cfg.vocab_size;
-    if (a.bad_call) {
-      bool threw = false;
-      try {
-        (void)lf::add(logits, lf::zeros({3, 5}, m.dtype(), dev));
-      } catch (const lf::Error&) {
-        threw = true;
-      }
-      r.errors_missed += !threw;
-    }
+    if (a.bad_call) r.errors_missed += !lftest::fuzz::bad_call_throws(logits);
     if (a.hold_for) held.push_back({kv, a.hold_for});
     for (Held& h : held) --h.left;
     std::erase_if(held, [](const Held& h) { return h.left <= 0; });
-    if (a.read_now)
-      out[i] = logits.to_doubles();
-    else
-      pending.emplace_back(i, std::move(logits));
-    if (a.read_pending) read_all();
+    r.take(i, std::move(logits), a.read_now);
+    if (a.read_pending) r.read_pending();
     // Past the warm-up the planner has had what it needs: wait for it once, so that the rest
     // of the program runs served (planning is asynchronous: without this the share served
     // would depend on the host's pace).
-    if (i == 24) {
-      lf::monitor::Monitor::instance().drain();
-      lf::planner::wait_service_idle();
-    }
+    if (i == 24) lftest::fuzz::settle_planner();
   }
-  read_all();
+  r.read_pending();
   return r;
 }
 
-void reset_pipeline(lf::Device dev) {
-  lf::synchronize(dev);
-  lf::monitor::Monitor::instance().reset();
-  lf::planner::wait_service_idle();
-  lf::planner::reset_service_for_testing();
-  lf::PlanTable::get().clear_for_testing();
-}
-
-struct Outcome {
-  uint64_t calls = 0, served = 0;
-  std::string failure;
-};
-
-// The first logits of `got` that differ from `want` by more than the dtype's rounding, relative
-// to the row's largest logit; empty when none does.
-std::string first_difference(const Program& p, const RunResult& off, const RunResult& on) {
+std::string first_difference(const Program& p, const lftest::fuzz::Results& off,
+                             const lftest::fuzz::Results& on) {
   if (off.errors_missed || on.errors_missed)
     return p.describe() + ": a call with shapes that do not broadcast did not throw (" +
            std::to_string(off.errors_missed) + " off, " + std::to_string(on.errors_missed) + " on)";
-  const std::vector<std::vector<double>>&want = off.logits, &got = on.logits;
-  const double tol = p.dtype == lf::DType::f32 ? 1e-4 : p.dtype == lf::DType::f16 ? 2e-2 : 6e-2;
+  const std::vector<std::vector<double>>&want = off.values, &got = on.values;
+  const double tol = lftest::fuzz::tolerance(p.dtype);
   for (size_t i = 0; i < want.size(); ++i) {
     size_t at = 0;
     double scale = 0;
@@ -254,75 +208,22 @@ std::string first_difference(const Program& p, const RunResult& off, const RunRe
   return {};
 }
 
-lf::Config with_mode(const lf::Config& base, lf::Mode m, bool sampled) {
-  lf::Config c = base;
-  c.mode = m;
-  c.settle = false;  // planned as soon as hot: the programs are short
-  if (!sampled) c.sample = 0;
-  return c;
-}
-
 lfd::DecoderModel model_of(const Program& p, lf::Device dev) {
   return lfd::DecoderModel::random(p.cfg, p.seed, p.dtype, dev, 0.08);
 }
 
-// Off, then on (from an empty plan table).
-Outcome check_program(const Program& p, const lf::Config& base, lf::Device dev) {
-  const lfd::DecoderModel m = model_of(p, dev);
-  lf::set_config_for_testing(with_mode(base, lf::Mode::off, p.sampled));
-  const RunResult want = run(p, m);
-  lf::set_config_for_testing(with_mode(base, lf::Mode::on, p.sampled));
-  reset_pipeline(dev);
-  const auto& ctr = lf::matcher_counters();
-  const uint64_t calls0 = ctr.calls, served0 = ctr.served;
-  const RunResult got = run(p, m);
-  lf::synchronize(dev);
-  Outcome o;
-  o.calls = ctr.calls - calls0;
-  o.served = ctr.served - served0;
-  o.failure = first_difference(p, want, got);
-  return o;
-}
-
-int env_int(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : dflt;
-}
-
-// `programs` programs from seed `first` on (LIVEFUSE_FUZZ_DECODE_PROGRAMS and _SEED override).
 void fuzz(lf::Device dev, int programs, uint64_t first) {
-  const lf::Config saved = lf::config();
-  std::vector<uint64_t> seeds;
-  if (const int one = env_int("LIVEFUSE_FUZZ_DECODE_SEED", -1); one >= 0)
-    seeds.push_back(static_cast<uint64_t>(one));
-  else
-    for (int s = 0; s < std::max(1, env_int("LIVEFUSE_FUZZ_DECODE_PROGRAMS", programs)); ++s)
-      seeds.push_back(first + static_cast<uint64_t>(s));
-  uint64_t calls = 0, served = 0;
-  int engaged = 0;
+  const std::vector<uint64_t> seeds = lftest::fuzz::seeds("LIVEFUSE_FUZZ_DECODE", programs, first);
   const uint64_t appends0 = lf::matcher_counters().appends_in_place;
-  const bool one_seed = env_int("LIVEFUSE_FUZZ_DECODE_SEED", -1) >= 0;
-  for (const uint64_t seed : seeds) {
-    const Program p = make_program(seed);
-    CAPTURE(p.describe());
-    const Outcome o = check_program(p, saved, dev);
-    CHECK_MESSAGE(o.failure.empty(), o.failure);
-    calls += o.calls;
-    served += o.served;
-    engaged += o.served > 0;
-  }
-  lf::set_config_for_testing(saved);
-  reset_pipeline(dev);
+  const lftest::fuzz::Tally t =
+      lftest::fuzz::differential(dev, seeds, make_program, model_of, run, first_difference);
   const uint64_t appends = lf::matcher_counters().appends_in_place - appends0;
-  MESSAGE(seeds.size() << " programs, " << calls << " calls, " << served << " served by plans ("
-                       << (calls ? 100.0 * double(served) / double(calls) : 0.0) << "%), "
-                       << engaged << " programs served, " << appends << " caches grown in place");
-  // A check that never engaged fusion proves nothing: most programs must have been served, and
-  // most of their calls.
-  CHECK(engaged * 4 >= static_cast<int>(seeds.size()) * 3);
-  CHECK(double(served) >= 0.5 * double(calls));
+  MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
+                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served, "
+                     << appends << " caches grown in place");
+  t.check_engaged();
   // ... and the habits reached what they are here for: caches grown in place.
-  if (!one_seed) CHECK(appends > 0);
+  if (seeds.size() > 1) CHECK(appends > 0);
 }
 
 }  // namespace
@@ -348,12 +249,12 @@ TEST_CASE("decoder fuzz: two threads, each its own random decoder and habits, at
     CAPTURE(a.describe());
     CAPTURE(b.describe());
     const lfd::DecoderModel ma = model_of(a, cpu), mb = model_of(b, cpu);
-    lf::set_config_for_testing(with_mode(saved, lf::Mode::off, false));
+    lf::set_config_for_testing(lftest::fuzz::with_mode(saved, lf::Mode::off, false));
     const auto want_a = run(a, ma), want_b = run(b, mb);
-    lf::set_config_for_testing(with_mode(saved, lf::Mode::on, false));
-    reset_pipeline(cpu);
+    lf::set_config_for_testing(lftest::fuzz::with_mode(saved, lf::Mode::on, false));
+    lftest::fuzz::reset_pipeline(cpu);
     const uint64_t served0 = lf::matcher_counters().served;
-    RunResult got_a, got_b;
+    lftest::fuzz::Results got_a(0), got_b(0);
     std::thread other([&] { got_b = run(b, mb); });
     got_a = run(a, ma);
     other.join();
@@ -364,6 +265,6 @@ TEST_CASE("decoder fuzz: two threads, each its own random decoder and habits, at
     CHECK_MESSAGE(fb.empty(), fb);
   }
   lf::set_config_for_testing(saved);
-  reset_pipeline(cpu);
+  lftest::fuzz::reset_pipeline(cpu);
   CHECK(served > 0);
 }

@@ -1,0 +1,146 @@
+#pragma once
+// The differential fuzzes' common loop (tests/decoder/test_decoder_fuzz.cpp,
+// tests/bert/test_bert_fuzz.cpp): each random program runs with LIVEFUSE=off, then with fusion
+// on from an empty plan table, and the two must agree; fusion must have engaged.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "livefuse/config.hpp"
+#include "monitor/monitor.hpp"
+#include "planner/service.hpp"
+#include "runtime/plan.hpp"
+#include "tests/test_util.hpp"
+
+namespace lftest::fuzz {
+
+// An empty plan table, a fresh monitor and planner: what a new process starts from.
+inline void reset_pipeline(livefuse::Device dev) {
+  livefuse::synchronize(dev);
+  livefuse::monitor::Monitor::instance().reset();
+  livefuse::planner::wait_service_idle();
+  livefuse::planner::reset_service_for_testing();
+  livefuse::PlanTable::get().clear_for_testing();
+}
+
+// Waits until the monitor has taken every event and the planner has nothing left to do: a
+// program calls this once past its warm-up, so that the rest of it runs served whatever the
+// host's pace (planning is asynchronous).
+inline void settle_planner() {
+  livefuse::monitor::Monitor::instance().drain();
+  livefuse::planner::wait_service_idle();
+}
+
+// `base` in mode m, planned as soon as hot (the programs are short) and, unless `sampled`,
+// with plans kept unsampled.
+inline livefuse::Config with_mode(const livefuse::Config& base, livefuse::Mode m, bool sampled) {
+  livefuse::Config c = base;
+  c.mode = m;
+  c.settle = false;
+  if (!sampled) c.sample = 0;
+  return c;
+}
+
+// The seeds to run: `programs` from `first` on, or <env>_PROGRAMS of them; <env>_SEED=S alone
+// (what a failure names).
+inline std::vector<uint64_t> seeds(const std::string& env, int programs, uint64_t first) {
+  if (const char* one = std::getenv((env + "_SEED").c_str()))
+    return {std::strtoull(one, nullptr, 10)};
+  if (const char* n = std::getenv((env + "_PROGRAMS").c_str())) programs = std::atoi(n);
+  std::vector<uint64_t> s;
+  for (int i = 0; i < std::max(1, programs); ++i) s.push_back(first + static_cast<uint64_t>(i));
+  return s;
+}
+
+// How far fusion on may stand from off: the dtype's rounding of a whole forward (a fused kernel
+// keeps in f32 what eager rounds between ops), relative to the output's largest value
+// (close_to_scale).
+inline double tolerance(livefuse::DType t) {
+  return t == livefuse::DType::f32 ? 1e-4 : t == livefuse::DType::f16 ? 2e-2 : 6e-2;
+}
+
+// A program's bad call: x plus a tensor whose shape does not broadcast with it. True when it
+// threw livefuse::Error, as it must -- in either mode, and without changing anything the
+// program holds (the fuzzes' later values check that).
+inline bool bad_call_throws(const livefuse::Tensor& x) {
+  try {
+    (void)livefuse::add(x, livefuse::zeros({3, 5}, x.dtype(), x.device()));
+  } catch (const livefuse::Error&) {
+    return true;
+  }
+  return false;
+}
+
+// What a program run gives: each output's values, read at once (a sync point) or left pending and
+// read later, all pending ones together; and its bad calls that did not throw.
+class Results {
+ public:
+  explicit Results(size_t n) : values(n) {}
+  void take(size_t i, livefuse::Tensor t, bool read_now) {
+    if (read_now)
+      values[i] = t.to_doubles();
+    else
+      pending_.emplace_back(i, std::move(t));
+  }
+  void read_pending() {
+    for (auto& [i, t] : pending_) values[i] = t.to_doubles();
+    pending_.clear();
+  }
+
+  std::vector<std::vector<double>> values;
+  int errors_missed = 0;
+
+ private:
+  std::vector<std::pair<size_t, livefuse::Tensor>> pending_;
+};
+
+// Programs, op calls and calls served by plans over a fuzz run.
+struct Tally {
+  size_t programs = 0, engaged = 0;  // engaged: programs with calls served
+  uint64_t calls = 0, served = 0;
+
+  double served_share() const { return calls ? double(served) / double(calls) : 0.0; }
+  // A check that never engaged fusion proves nothing: most programs must have been served, and
+  // most of their calls.
+  void check_engaged() const {
+    CHECK(engaged * 4 >= programs * 3);
+    CHECK(served_share() >= 0.5);
+  }
+};
+
+// For each seed: make_program(seed) (with describe() and `sampled`), make_model(program), then
+// run(program, model) with LIVEFUSE=off and again with fusion on; differ(program, off, on)
+// names the first disagreement (empty: none).
+template <class MakeProgram, class MakeModel, class Run, class Differ>
+Tally differential(livefuse::Device dev, const std::vector<uint64_t>& seeds,
+                   MakeProgram make_program, MakeModel make_model, Run run, Differ differ) {
+  const livefuse::Config saved = livefuse::config();
+  const livefuse::MatcherCounters& ctr = livefuse::matcher_counters();
+  Tally t;
+  for (const uint64_t seed : seeds) {
+    const auto p = make_program(seed);
+    CAPTURE(p.describe());
+    const auto m = make_model(p, dev);
+    livefuse::set_config_for_testing(with_mode(saved, livefuse::Mode::off, p.sampled));
+    const auto want = run(p, m);
+    livefuse::set_config_for_testing(with_mode(saved, livefuse::Mode::on, p.sampled));
+    reset_pipeline(dev);
+    const uint64_t calls0 = ctr.calls, served0 = ctr.served;
+    const auto got = run(p, m);
+    livefuse::synchronize(dev);
+    const std::string failure = differ(p, want, got);
+    CHECK_MESSAGE(failure.empty(), failure);
+    ++t.programs;
+    t.calls += ctr.calls - calls0;
+    t.served += ctr.served - served0;
+    t.engaged += ctr.served > served0;
+  }
+  livefuse::set_config_for_testing(saved);
+  reset_pipeline(dev);
+  return t;
+}
+
+}  // namespace lftest::fuzz
