@@ -111,8 +111,8 @@ struct Tally {
   }
 };
 
-// For each seed: make_program(seed) (with describe() and `sampled`), make_model(program), then
-// run(program, model) with LIVEFUSE=off and again with fusion on; differ(program, off, on)
+// For each seed: make_program(seed) (with describe() and `sampled`), make_model(program, dev),
+// then run(program, model) with LIVEFUSE=off and again with fusion on; differ(program, off, on)
 // names the first disagreement (empty: none).
 template <class MakeProgram, class MakeModel, class Run, class Differ>
 Tally differential(livefuse::Device dev, const std::vector<uint64_t>& seeds,
