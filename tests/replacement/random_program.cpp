@@ -40,7 +40,7 @@ RandomProgram::RandomProgram(uint64_t seed, lf::Device dev, lf::DType dtype)
   for (int k = 0; k < n_steps; ++k) {
     Step st;
     int out_shape = 0;
-    const int r = pick(100);
+    const int r = pick(112);
     if (r < 25) {
       st.kind = Unary, st.op = kUnary[pick(10)], st.a = any_value(), out_shape = shape_of_[st.a];
     } else if (r < 45) {
@@ -71,8 +71,16 @@ RandomProgram::RandomProgram(uint64_t seed, lf::Device dev, lf::DType dtype)
       st.kind = Reshape2, st.a = full();
     } else if (r < 97) {
       st.kind = Custom, st.a = any_value(), out_shape = shape_of_[st.a];
-    } else {
+    } else if (r < 100) {
       st.kind = Where, st.a = full(), st.b = full(), st.c = any_value();
+    } else if (r < 103) {
+      st.kind = Rotate, st.a = full(), st.c = pick(static_cast<int>(cols_) + 1);
+    } else if (r < 106) {
+      st.kind = CastRound, st.a = any_value(), out_shape = shape_of_[st.a], st.c = pick(2);
+    } else if (r < 109) {
+      st.kind = Expand, st.a = full(), st.b = value_with(2);
+    } else {
+      st.kind = Clamp, st.a = any_value(), out_shape = shape_of_[st.a], st.s = 0.25 + pick(4) * 0.5;
     }
     steps_.push_back(st);
     shape_of_.push_back(out_shape);
@@ -184,6 +192,24 @@ std::vector<lf::Tensor> RandomProgram::run() const {
         break;
       case Where:
         out = lf::where(lf::cast(lf::relu(v[st.a]), lf::DType::boolean), v[st.b], v[st.c]);
+        break;
+      case Rotate:
+        out = lf::concat({lf::slice(v[st.a], 1, st.c, cols_), lf::slice(v[st.a], 1, 0, st.c)}, 1);
+        break;
+      case CastRound: {
+        // The other float dtypes, in a fixed order: st.c picks one that is not the program's.
+        const lf::DType others[3] = {lf::DType::f32, lf::DType::f16, lf::DType::bf16};
+        lf::DType via = dtype_;
+        for (int k = 0, seen = 0; k < 3; ++k)
+          if (others[k] != dtype_ && seen++ == st.c) via = others[k];
+        out = lf::cast(lf::cast(v[st.a], via), dtype_);
+        break;
+      }
+      case Expand:
+        out = lf::mul(v[st.a], lf::expand(v[st.b], {rows_, cols_}));
+        break;
+      case Clamp:
+        out = lf::clamp(v[st.a], -st.s, st.s);
         break;
     }
     ++calls;

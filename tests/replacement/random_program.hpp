@@ -40,7 +40,11 @@ class RandomProgram {
     Transpose2,
     Reshape2,
     Custom,
-    Where
+    Where,
+    Rotate,     // columns rotated: concat of two slices (an empty one when the cut is at an end)
+    CastRound,  // through another float dtype and back: its rounding, exactly
+    Expand,     // times a column broadcast by expand (a stride-0 view)
+    Clamp
   };
   struct Step {
     Kind kind;
