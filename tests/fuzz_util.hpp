@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,30 @@ class Results {
  private:
   std::vector<std::pair<size_t, livefuse::Tensor>> pending_;
 };
+
+// How `on` first disagrees with `off` -- a bad call that did not throw, an output of another
+// size, one not close_to_scale at the dtype's tolerance -- naming the output by label(i); empty
+// when they agree.
+template <class Label>
+std::string first_disagreement(const Results& off, const Results& on, livefuse::DType dtype,
+                               Label label) {
+  if (off.errors_missed || on.errors_missed)
+    return "a call with shapes that do not broadcast did not throw (" +
+           std::to_string(off.errors_missed) + " off, " + std::to_string(on.errors_missed) + " on)";
+  for (size_t i = 0; i < off.values.size(); ++i) {
+    const std::vector<double>&want = off.values[i], &got = on.values[i];
+    std::ostringstream s;
+    size_t at = 0;
+    double scale = 0;
+    if (got.size() != want.size())
+      s << label(i) << " gave " << got.size() << " values, want " << want.size();
+    else if (!close_to_scale(got, want, tolerance(dtype), &at, &scale))
+      s << label(i) << " value " << at << " got " << got[at] << " want " << want[at]
+        << " (largest |value| " << scale << ")";
+    if (!s.str().empty()) return s.str();
+  }
+  return {};
+}
 
 // Programs, op calls and calls served by plans over a fuzz run.
 struct Tally {

@@ -124,26 +124,13 @@ lftest::fuzz::Results run(const Program& p, const BertModel& m) {
 
 std::string first_difference(const Program& p, const lftest::fuzz::Results& off,
                              const lftest::fuzz::Results& on) {
-  if (off.errors_missed || on.errors_missed)
-    return p.describe() + ": a call with shapes that do not broadcast did not throw";
-  const double tol = lftest::fuzz::tolerance(p.dtype);
-  for (size_t i = 0; i < off.values.size(); ++i) {
-    size_t at = 0;
-    double scale = 0;
-    if (!lftest::close_to_scale(on.values[i], off.values[i], tol, &at, &scale)) {
-      const Request& q = p.requests[i];
-      std::ostringstream s;
-      s << p.describe() << ": request " << i << " [" << q.batch << ", " << q.seq << "]"
-        << (q.mask.empty() ? "" : " masked") << (q.types.empty() ? "" : " typed");
-      if (on.values[i].size() != off.values[i].size())
-        s << " gave " << on.values[i].size() << " values, want " << off.values[i].size();
-      else
-        s << " value " << at << " got " << on.values[i][at] << " want " << off.values[i][at]
-          << " (largest |value| " << scale << ")";
-      return s.str();
-    }
-  }
-  return {};
+  const std::string d = lftest::fuzz::first_disagreement(off, on, p.dtype, [&](size_t i) {
+    const Request& q = p.requests[i];
+    return "request " + std::to_string(i) + " [" + std::to_string(q.batch) + ", " +
+           std::to_string(q.seq) + "]" + (q.mask.empty() ? "" : " masked") +
+           (q.types.empty() ? "" : " typed");
+  });
+  return d.empty() ? d : p.describe() + ": " + d;
 }
 
 BertModel model_of(const Program& p, lf::Device dev) {

@@ -186,26 +186,12 @@ lftest::fuzz::Results run(const Program& p, const lfd::DecoderModel& m) {
 
 std::string first_difference(const Program& p, const lftest::fuzz::Results& off,
                              const lftest::fuzz::Results& on) {
-  if (off.errors_missed || on.errors_missed)
-    return p.describe() + ": a call with shapes that do not broadcast did not throw (" +
-           std::to_string(off.errors_missed) + " off, " + std::to_string(on.errors_missed) + " on)";
-  const std::vector<std::vector<double>>&want = off.values, &got = on.values;
-  const double tol = lftest::fuzz::tolerance(p.dtype);
-  for (size_t i = 0; i < want.size(); ++i) {
-    size_t at = 0;
-    double scale = 0;
-    if (got[i].size() != want[i].size())
-      return p.describe() + ": call " + std::to_string(i) + " gave " +
-             std::to_string(got[i].size()) + " logits, want " + std::to_string(want[i].size());
-    if (!lftest::close_to_scale(got[i], want[i], tol, &at, &scale)) {
-      std::ostringstream s;
-      s << p.describe() << ": call " << i << " (sequence " << p.actions[i].seq << ", T "
-        << p.actions[i].T << ") logit " << at << " got " << got[i][at] << " want " << want[i][at]
-        << " (largest |logit| " << scale << ")";
-      return s.str();
-    }
-  }
-  return {};
+  const std::string d = lftest::fuzz::first_disagreement(off, on, p.dtype, [&](size_t i) {
+    const Action& a = p.actions[i];
+    return "call " + std::to_string(i) + " (sequence " + std::to_string(a.seq) + ", T " +
+           std::to_string(a.T) + ")";
+  });
+  return d.empty() ? d : p.describe() + ": " + d;
 }
 
 lfd::DecoderModel model_of(const Program& p, lf::Device dev) {
