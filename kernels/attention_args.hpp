@@ -29,7 +29,33 @@ struct AttentionArgs {
   int64_t rows_t = 0;
   int64_t mask_st_g = 0, out_st_g = 0;
   float scale = 1.0f;
+  // A KV cache's append, done by the attention itself (planner/pass_attention.cpp, "appends"):
+  // keys [0, first_new) are read from k / v as above, keys [first_new, sk) from k_new / v_new
+  // ([batch, heads, sk - first_new, d or dv]), and every key lands in k_dst / v_dst (the caches
+  // after the append, [batch, heads, sk, d or dv]) -- the new rows always, the old ones only when
+  // copy_old_k / _v (that cache was not grown in place: its block is not the old one's).
+  // first_new < 0: no append, k and v hold every key.
+  int64_t first_new = -1;
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  void* k_dst = nullptr;
+  void* v_dst = nullptr;
+  int64_t k_new_st[4] = {}, v_new_st[4] = {}, k_dst_st[4] = {}, v_dst_st[4] = {};
+  bool copy_old_k = false, copy_old_v = false;
 };
+
+// The same attention once the append has landed: K and V read from the caches after it.
+inline AttentionArgs after_append(const AttentionArgs& a) {
+  AttentionArgs b = a;
+  if (a.first_new < 0) return b;
+  b.k = a.k_dst, b.v = a.v_dst;
+  for (int i = 0; i < 4; ++i) b.k_st[i] = a.k_dst_st[i], b.v_st[i] = a.v_dst_st[i];
+  b.first_new = -1;
+  b.k_new = b.v_new = nullptr;
+  b.k_dst = b.v_dst = nullptr;
+  b.copy_old_k = b.copy_old_v = false;
+  return b;
+}
 
 #if defined(__CUDACC__)
 __host__ __device__
@@ -58,6 +84,8 @@ inline bool attention_fast_on_cuda(DType t, int64_t d, int64_t dv, int64_t rows)
 }
 
 namespace cpu {
+// With an append (first_new >= 0) the rows land in k_dst / v_dst first, then the attention reads
+// them there.
 void run_attention(const AttentionArgs& a);
 }
 namespace cuda {

@@ -100,7 +100,9 @@ AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (mask.defined()) {
     const int64_t want[5] = {a.batch, a.heads, groups, t, a.sk};
     int64_t st[5];
-    mask_strides(mask, want, groups > 1, st);
+    // A 5-D mask is seen as grouped even at one query head a K/V head (G = 1: the decoders'
+    // reshape to [b, kv heads, G, t, sk] is still there).
+    mask_strides(mask, want, groups > 1 || mask.shape().rank == 5, st);
     a.mask_st[0] = st[0], a.mask_st[1] = st[1], a.mask_st_g = st[2], a.mask_st[2] = st[3],
     a.mask_st[3] = st[4];
   }
@@ -112,6 +114,35 @@ AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, 
   a.mask = mask.defined() && !empty && a.sk > 0 ? mask.impl()->data() : nullptr;
   a.out = empty ? nullptr : out.impl()->data();
   return a;
+}
+
+void bind_append(AttentionArgs& a, const Tensor& k, const Tensor& v, const Tensor& k_old, const Tensor& k_new,
+                 const Tensor& v_old, const Tensor& v_new) {
+  const Shape &ko = k_old.shape(), &vo = v_old.shape();
+  LF_CHECK(ko.rank == 4 && vo.rank == 4 && ko.v[2] == vo.v[2] && ko.v[2] <= a.sk, "attention",
+           "the caches appended to, k ", ko.str(), " and v ", vo.str(), ", do not hold the same keys (of ", a.sk,
+           ")");
+  a.first_new = ko.v[2];
+  const int64_t added = a.sk - a.first_new;
+  const auto data = [](const Tensor& t) -> const void* { return t.numel() > 0 ? t.impl()->data() : nullptr; };
+  // (a.k / a.v are null when there are no query rows; the caches still grow.)
+  a.k_dst = const_cast<void*>(data(k)), a.v_dst = const_cast<void*>(data(v));
+  for (int i = 0; i < 4; ++i) a.k_dst_st[i] = a.k_st[i], a.v_dst_st[i] = a.v_st[i];
+  strides4(k_old, a.batch, a.heads, a.first_new, a.d, "the old k cache", a.k_st);
+  strides4(v_old, a.batch, a.heads, a.first_new, a.dv, "the old v cache", a.v_st);
+  strides4(k_new, a.batch, a.heads, added, a.d, "the step's k", a.k_new_st);
+  strides4(v_new, a.batch, a.heads, added, a.dv, "the step's v", a.v_new_st);
+  a.k = data(k_old), a.v = data(v_old), a.k_new = data(k_new), a.v_new = data(v_new);
+  // In place (runtime/append.hpp, Note 2): the old rows already are the grown cache's first rows.
+  const auto in_place = [](const void* old, const int64_t (&os)[4], const void* dst, const int64_t (&ds)[4],
+                           const Shape& s) {
+    if (old != dst) return s.numel() == 0;
+    for (int i = 0; i < 4; ++i)
+      if (s.v[i] > 1 && os[i] != ds[i]) return false;
+    return true;
+  };
+  a.copy_old_k = !in_place(a.k, a.k_st, a.k_dst, a.k_dst_st, ko);
+  a.copy_old_v = !in_place(a.v, a.v_st, a.v_dst, a.v_dst_st, vo);
 }
 
 }  // namespace livefuse::planner

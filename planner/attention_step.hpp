@@ -14,4 +14,10 @@ namespace livefuse::planner {
 AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              const Tensor& out, bool heads_inner, double scale, int64_t groups = 1);
 
+// `a` (bound with k / v, the caches after the append, given storage) made to append: the old keys
+// read from k_old / v_old, the step's from k_new / v_new (AttentionArgs::first_new), the old rows
+// copied too unless they already are where the grown cache wants them (grown in place).
+void bind_append(AttentionArgs& a, const Tensor& k, const Tensor& v, const Tensor& k_old, const Tensor& k_new,
+                 const Tensor& v_old, const Tensor& v_new);
+
 }  // namespace livefuse::planner

@@ -163,7 +163,11 @@ std::string FusionGraph::nodes_str(const std::vector<int>& nodes) const {
 }
 
 bool FusionGraph::template_writes(const Group& gr, int v) const {
-  if (gr.kind == GroupKind::Attention) return attention[gr.attention].out == v;
+  if (gr.kind == GroupKind::Attention) {
+    // Its result, and the caches it grows (AttentionOperands::k_append).
+    const AttentionOperands& o = attention[gr.attention];
+    return o.out == v || (o.k_append >= 0 && (v == o.k || v == o.v));
+  }
   if (gr.kind == GroupKind::Rotary)
     for (const RotaryOperands& r : rotary[gr.rotary])
       if (r.out == v) return true;

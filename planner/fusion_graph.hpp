@@ -76,6 +76,10 @@ struct AttentionOperands {
   // as rows [G * t], the scores are seen as [.., G, t, sk] by the softmax (and its mask), and a
   // heads_inner result is [b, t, heads * G, dv]. 1: plain attention.
   int64_t groups = 1;
+  // The concat nodes that grow the K and V caches by the step's rows, done by the attention
+  // step (AttentionArgs::first_new): k and v are then their results (the caches after the
+  // append), read by nothing else in the segment. -1, -1: none.
+  int k_append = -1, v_append = -1;
 };
 
 // One rotate-half rotary embedding a rotary group computes (pass_rotary matches it), as value
@@ -102,6 +106,8 @@ struct PlannerOptions {
   bool attention = true;      // the fused attention template (pass_attention)
   // LIVEFUSE_ATTENTION=auto on CUDA: only shapes a fast CUDA kernel takes (attention_fast_on_cuda)
   bool attention_fast_only = false;
+  // LIVEFUSE_ATTENTION_APPEND: the KV caches' concats read only by an attention join its step
+  bool attention_append = true;
   bool rotary = true;         // the rotary template (pass_rotary)
   bool gemm_siblings = true;  // linears over one input as one GEMM (pass_gemm_siblings)
   bool cuda = false;          // planning for a CUDA device (what a step launches differs)

@@ -10,6 +10,13 @@
 // that follows it (a contiguous, or the reshape to [b, s, heads * d] that copies): the kernel
 // writes that layout directly. Runs before pass_vertical, which leaves grouped nodes alone.
 //
+// A KV cache grown by concat -- `k = concat({cache_k, k_step}, 2)`, the same for v -- whose result
+// nothing else in the segment reads (the program keeps it as the next step's cache) joins the
+// step too (LIVEFUSE_ATTENTION_APPEND): the kernel reads the old keys from the old cache and the
+// step's from its rows, and writes those rows into the grown cache itself (on CUDA as it reads
+// them: one launch a layer fewer than the concat's copy; the old rows as well when the cache was
+// not grown in place, runtime/append.hpp). Both caches or neither.
+//
 // Refused (a Decision says why) when the scores or the probabilities are observable or read
 // by anything else -- they would have to exist in memory -- or when the shapes are outside the
 // kernels' reach: ranks beyond 4, head dims beyond kAttentionMaxHeadDim, a V that broadcasts the
@@ -51,6 +58,19 @@ bool merges_heads(const FusionGraph& g, int j, const Shape& ctx) {
   const Shape& out = g.seg.shape(ValueRef::of(j));
   return out.rank == 3 && out.v[0] == ctx.v[0] && out.v[1] == ctx.v[2] &&
          out.v[2] == ctx.v[1] * ctx.v[3];
+}
+
+// The concat node whose result `val` is when it grows a [b, heads, keys, d] cache by rows along
+// the keys (two inputs, dim 2), the program keeps that result, and nothing in the segment but
+// `reader` (a node of the attention) reads it; else -1.
+int cache_append(const FusionGraph& g, const ValueRef& val, int reader) {
+  if (!is_node(g, val, OpId::concat)) return -1;
+  const SegmentNode& c = g.seg.nodes[val.node];
+  if (c.inputs.size() != 2 || g.seg.shape(val).rank != 4 || c.attrs.ni < 1) return -1;
+  const int64_t dim = c.attrs.i[0] < 0 ? c.attrs.i[0] + 4 : c.attrs.i[0];
+  if (dim != 2 || g.group_of[val.node] >= 0 || !g.seg.is_output(val)) return -1;
+  const auto users = live_users(g, g.seg.value_id(val));
+  return users.size() == 1 && users[0].first == reader ? val.node : -1;
 }
 
 struct Match {
@@ -137,6 +157,13 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
   if (split >= 0) m->nodes.insert(m->nodes.end(), {split, merge});
   const bool t_alone = only_user(g, t) == m1;
   if (t_alone) m->nodes.push_back(t);
+  if (g.opts.attention_append && t_alone) {
+    const int ka = cache_append(g, g.seg.nodes[t].inputs[0], t), va = cache_append(g, mm2.inputs[1], m2);
+    if (ka >= 0 && va >= 0 && ka != va) {
+      o.k_append = ka, o.v_append = va;
+      m->nodes.insert(m->nodes.end(), {ka, va});
+    }
+  }
   o.out = g.seg.value_id(ValueRef::of(m2));
   // The way back to [b, t, heads, dv]: grouped-query rows first become query heads
   // ([b, kv heads, G * t, dv] -> [b, kv heads * G, t, dv], a view).
@@ -202,7 +229,10 @@ void pass_attention(FusionGraph& g) {
                                    : "") +
                  (m.ops.heads_inner
                       ? "; it writes the [b, s, heads, d] layout the permute + contiguous made"
-                      : ""));
+                      : "") +
+                 (m.ops.k_append >= 0 ? detail::concat("; it appends the step's keys and values to the caches "
+                                                       "itself (concats #", m.ops.k_append, ", #", m.ops.v_append, ")")
+                                      : ""));
   }
 }
 

@@ -237,16 +237,32 @@ void launch_partials(const PlannedSegment& p, const GemmStep& gs, std::span<cons
 #endif
 }
 
-AttentionArgs bind_attention(const AttentionStep& a, std::span<const Tensor> values) {
+AttentionArgs bind_attention(const PlannedSegment& p, const AttentionStep& a, std::span<const Tensor> values,
+                             void* stream) {
   const AttentionOperands& o = a.operands;
   const Tensor& out = value(values, o.out);
   ensure_storage(out);
   const Tensor& q = value(values, o.q);
   const Tensor& k = value(values, o.k);
   const Tensor& v = value(values, o.v);
+  // The caches this step grows (AttentionOperands::k_append): their storage as the concats' own
+  // would be -- the old cache's block when it may be taken over (runtime/append.hpp).
+  OpCall kc, vc;
+  if (o.k_append >= 0) {
+    TensorList ko, vo;
+    kc = node_call(p, o.k_append, values, &ko);
+    vc = node_call(p, o.v_append, values, &vo);
+    append::give_storage(&kc, *ko[0].impl(), stream);
+    append::give_storage(&vc, *vo[0].impl(), stream);
+    settle_tags(ko);
+    settle_tags(vo);
+  }
   for (const Tensor* t : {&q, &k, &v})
     LF_CHECK(t->impl()->storage != nullptr || t->numel() == 0, "plan", "an attention input has no storage");
-  return attention_args(q, k, v, o.mask >= 0 ? value(values, o.mask) : Tensor{}, out, o.heads_inner, o.scale, o.groups);
+  AttentionArgs args =
+      attention_args(q, k, v, o.mask >= 0 ? value(values, o.mask) : Tensor{}, out, o.heads_inner, o.scale, o.groups);
+  if (o.k_append >= 0) bind_append(args, k, v, kc.inputs[0], kc.inputs[1], vc.inputs[0], vc.inputs[1]);
+  return args;
 }
 
 // Every part of a rotary step, bound (at most kRotaryMaxParts).
@@ -290,7 +306,7 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
   } else if (const auto* o = std::get_if<OpaqueStep>(&s.body)) {
     run_node(p, o->node, values, nullptr);
   } else if (const auto* a = std::get_if<AttentionStep>(&s.body)) {
-    cpu::run_attention(bind_attention(*a, values));
+    cpu::run_attention(bind_attention(p, *a, values, nullptr));
   } else if (const auto* r = std::get_if<RotaryStep>(&s.body)) {
     RotaryArgs args[kRotaryMaxParts];
     cpu::run_rotary(args, bind_rotary(*r, values, args));
@@ -386,7 +402,7 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     run_node(p, o->node, values, stream);
   } else if (const auto* a = std::get_if<AttentionStep>(&s.body)) {
 #if LIVEFUSE_HAS_CUDA
-    cuda::launch_attention(bind_attention(*a, values), stream);
+    cuda::launch_attention(bind_attention(p, *a, values, stream), stream);
 #else
     (void)a;
     throw Error("[plan] " + s.label + ": this build has no CUDA backend");

@@ -28,6 +28,7 @@ PlannerOptions default_planner_options(Device device) {
   // (runtime/include/livefuse/config.hpp has the figures).
   o.attention = config().attention != 0;
   o.attention_fast_only = config().attention < 0 && device.is_cuda();
+  o.attention_append = config().attention_append;
   o.rotary = config().rotary;
 #if LIVEFUSE_HAS_CUDA
   if (device.is_cuda() && config().split_k_rows)

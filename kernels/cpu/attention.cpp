@@ -14,6 +14,7 @@
 // rounds them, a difference below the dtype's rounding of each.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -236,9 +237,39 @@ void attend_block(const AttentionArgs& a, int64_t b, int64_t h, int64_t r0, int6
   }
 }
 
+// Rows [from, to) of every (batch, head) of a [batch, heads, rows, cols] operand from `src`
+// (its row `from` at src row 0) into `dst`, bits as they are.
+void copy_rows(const void* src, const int64_t (&src_st)[4], void* dst, const int64_t (&dst_st)[4],
+               const AttentionArgs& a, int64_t from, int64_t to, int64_t cols) {
+  const size_t es = dtype_size(a.dtype);
+  const auto* s = static_cast<const std::byte*>(src);
+  auto* d = static_cast<std::byte*>(dst);
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t h = 0; h < a.heads; ++h)
+      for (int64_t r = from; r < to; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t si = b * src_st[0] + h * src_st[1] + (r - from) * src_st[2] + c * src_st[3];
+          const int64_t di = b * dst_st[0] + h * dst_st[1] + r * dst_st[2] + c * dst_st[3];
+          std::memcpy(d + di * static_cast<int64_t>(es), s + si * static_cast<int64_t>(es), es);
+        }
+}
+
+// The append of `a` (AttentionArgs::first_new): the new rows, and the old ones when the cache
+// was not grown in place, into the caches after it.
+void land_append(const AttentionArgs& a) {
+  if (a.copy_old_k) copy_rows(a.k, a.k_st, a.k_dst, a.k_dst_st, a, 0, a.first_new, a.d);
+  if (a.copy_old_v) copy_rows(a.v, a.v_st, a.v_dst, a.v_dst_st, a, 0, a.first_new, a.dv);
+  copy_rows(a.k_new, a.k_new_st, a.k_dst, a.k_dst_st, a, a.first_new, a.sk, a.d);
+  copy_rows(a.v_new, a.v_new_st, a.v_dst, a.v_dst_st, a, a.first_new, a.sk, a.dv);
+}
+
 }  // namespace
 
-void run_attention(const AttentionArgs& a) {
+void run_attention(const AttentionArgs& args) {
+  // The append first (a cache lands whatever the query rows: an empty batch of rows still
+  // grows it), then the attention over the caches after it.
+  if (args.first_new >= 0) land_append(args);
+  const AttentionArgs a = after_append(args);
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   const auto* qb = static_cast<const std::byte*>(a.q);
   const auto* kb = static_cast<const std::byte*>(a.k);

@@ -164,8 +164,16 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // f16/bf16 at head dims 64 and 128 (the decoders'), up to 16 rows, with LIVEFUSE_DECODE_TC=1:
   // the tensor-core split-KV kernel (attention_mma_decode.cu), meant to stream the cache where
   // the FMA one is bound by its instructions (not yet measured: off by default).
-  if (launch_attention_decode_tc(a, stream)) return counted(0);
+  // A KV cache's append (AttentionArgs::first_new): the decode kernel writes the new rows as it
+  // reads them; for any other kernel one launch of copies lands them first. (The tensor-core
+  // decode kernel, LIVEFUSE_DECODE_TC, does not append: an appending step stays on the FMA one.)
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
+  if (a.first_new >= 0) {
+    if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
+    launch_append_copies(a, stream);
+    return launch_attention(after_append(a), stream);
+  }
+  if (launch_attention_decode_tc(a, stream)) return counted(0);
   if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) {

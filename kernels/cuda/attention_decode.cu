@@ -131,6 +131,7 @@ struct Walker {
   const Bits *kc, *vc;     // the group's next key: its K and V rows (kVec: at column c0)
   const Bits* mc[kRows];   // that key's mask entry in each of this thread's rows (null: none)
   int64_t kst, vst, mst;   // elements between a group's keys in a step (K, V, mask)
+  int64_t kcol_st, vcol_st;  // elements between a row's columns (the strided path)
   float q[kRows][W], m[kRows], l[kRows], acc[kRows][W];
 
   // Rows past the last (a partial row block) repeat it; their results are never stored. The
@@ -142,6 +143,7 @@ struct Walker {
     kc = static_cast<const Bits*>(a.k) + b * a.k_st[0] + h * a.k_st[1] + first * a.k_st[2] + col;
     vc = static_cast<const Bits*>(a.v) + b * a.v_st[0] + h * a.v_st[1] + first * a.v_st[2] + col;
     kst = stride * a.k_st[2], vst = stride * a.v_st[2], mst = stride * a.mask_st[3];
+    kcol_st = a.k_st[3], vcol_st = a.v_st[3];
     const auto* qb = static_cast<const Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -170,6 +172,23 @@ struct Walker {
     }
   }
 
+  // The cursors to key `key` (>= a.first_new) of the appended rows (AttentionArgs::first_new):
+  // K and V from k_new / v_new from there on, the mask where the key is.
+  __device__ void seek_new(int64_t b, int64_t h, int row0, int64_t key) {
+    const int64_t col = kVec ? c0 : 0, j = key - a.first_new;
+    kc = static_cast<const Bits*>(a.k_new) + b * a.k_new_st[0] + h * a.k_new_st[1] + j * a.k_new_st[2] + col;
+    vc = static_cast<const Bits*>(a.v_new) + b * a.v_new_st[0] + h * a.v_new_st[1] + j * a.v_new_st[2] + col;
+    kst = stride * a.k_new_st[2], vst = stride * a.v_new_st[2];
+    if (!kVec) kcol_st = a.k_new_st[3], vcol_st = a.v_new_st[3];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + r < a.sq ? row0 + r : static_cast<int>(a.sq) - 1;
+      if (a.mask)
+        mc[r] = static_cast<const Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
+                row_at(row, a.rows_t, a.mask_st[2], a.mask_st_g) + key * a.mask_st[3];
+    }
+  }
+
   // The group's next kUnroll keys (those of the `left` keys still before the split's end: key u
   // is valid while u * stride < left) into the softmax; the cursors move past them.
   __device__ void step(int64_t left) {
@@ -188,8 +207,8 @@ struct Walker {
         __builtin_memcpy(&kr[u], &kb, sizeof(kb));
         __builtin_memcpy(&vr[u], &vb, sizeof(vb));
       } else {
-        kr[u] = valid[u] ? load_elems<Bits, W, false>(kp, c0, a.d, a.k_st[3]) : Elems<Bits, W>{};
-        vr[u] = valid[u] ? load_elems<Bits, W, false>(vp, c0, a.dv, a.v_st[3]) : Elems<Bits, W>{};
+        kr[u] = valid[u] ? load_elems<Bits, W, false>(kp, c0, a.d, kcol_st) : Elems<Bits, W>{};
+        vr[u] = valid[u] ? load_elems<Bits, W, false>(vp, c0, a.dv, vcol_st) : Elems<Bits, W>{};
       }
     }
 #pragma unroll
@@ -282,6 +301,38 @@ __device__ void prefetch_rows(const void* base, const int64_t (&st)[4], int64_t 
   prefetch_l2(p, ((end - 1 - begin) * st[2] + cols) * es);
 }
 
+// Rows [from, to) of (b, h) of a [batch, heads, rows, cols] operand into dst's same rows, src's
+// row 0 being row `src_row0`: a KV cache's append (AttentionArgs::first_new), the block's threads
+// striding over the elements.
+template <class Bits>
+__device__ void copy_key_rows(const void* src, const int64_t (&sst)[4], int64_t src_row0, void* dst,
+                              const int64_t (&dst_st)[4], int64_t b, int64_t h, int64_t from, int64_t to,
+                              int64_t cols) {
+  const Bits* s = static_cast<const Bits*>(src) + b * sst[0] + h * sst[1];
+  Bits* d = static_cast<Bits*>(dst) + b * dst_st[0] + h * dst_st[1];
+  const int64_t n = (to - from) * cols;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t r = from + i / cols, c = i % cols;
+    d[r * dst_st[2] + c * dst_st[3]] = s[(r - src_row0) * sst[2] + c * sst[3]];
+  }
+}
+
+// The append's share of a block (one per split; the other row blocks of the tile read the same
+// keys and write nothing): the new rows among its keys, and the old ones when the cache was not
+// grown in place. Nothing in the launch reads k_dst / v_dst: the walk reads the old keys from k / v
+// and the new ones from k_new / v_new.
+template <class S>
+__device__ void land_append(const AttentionArgs& a, int64_t b, int64_t h, int64_t begin, int64_t end) {
+  using Bits = typename S::Bits;
+  const int64_t mid = begin > a.first_new ? begin : end < a.first_new ? end : a.first_new;
+  if (a.copy_old_k && begin < mid) copy_key_rows<Bits>(a.k, a.k_st, 0, a.k_dst, a.k_dst_st, b, h, begin, mid, a.d);
+  if (a.copy_old_v && begin < mid) copy_key_rows<Bits>(a.v, a.v_st, 0, a.v_dst, a.v_dst_st, b, h, begin, mid, a.dv);
+  if (mid < end) {
+    copy_key_rows<Bits>(a.k_new, a.k_new_st, a.first_new, a.k_dst, a.k_dst_st, b, h, mid, end, a.d);
+    copy_key_rows<Bits>(a.v_new, a.v_new_st, a.first_new, a.v_dst, a.v_dst_st, b, h, mid, end, a.dv);
+  }
+}
+
 // Where the splits of a head meet when they are more than a cluster holds (split_space.hpp):
 // part holds [tile][split] partials (a tile: one batch, head and row block), count[tile] the
 // splits that have arrived. Null part: the splits are one cluster.
@@ -307,15 +358,23 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
   const int64_t per_split = (a.sk + splits - 1) / splits;
   const int64_t begin = split * per_split;
   const int64_t end = begin + per_split < a.sk ? begin + per_split : a.sk;
-  if (threadIdx.x == 0 && blockIdx.y == 0 && begin < end) {  // this split's keys and values
-    prefetch_rows<S>(a.k, a.k_st, b, h, begin, end, a.d);
-    prefetch_rows<S>(a.v, a.v_st, b, h, begin, end, a.dv);
+  // Keys [begin, mid) come from k / v, [mid, end) from the appended rows (AttentionArgs::first_new).
+  const bool appends = a.first_new >= 0;
+  const int64_t mid = !appends || end <= a.first_new ? end : begin > a.first_new ? begin : a.first_new;
+  if (threadIdx.x == 0 && blockIdx.y == 0 && begin < mid) {  // this split's keys and values
+    prefetch_rows<S>(a.k, a.k_st, b, h, begin, mid, a.d);
+    prefetch_rows<S>(a.v, a.v_st, b, h, begin, mid, a.dv);
   }
   pdl_wait();  // nothing above reads q, K or V, or writes anything
+  if (appends && blockIdx.y == 0) land_append<S>(a, b, h, begin, end);
 
   Walker<S, kRows, W, kVec, kLean> st(a, b, h, row0, lanes, (lane % lanes) * W, begin + group, groups);
   constexpr int kUnroll = Walker<S, kRows, W, kVec, kLean>::kUnroll;
-  for (int64_t j0 = begin; j0 < end; j0 += int64_t{groups} * kUnroll) st.step(end - (j0 + group));
+  for (int64_t j0 = begin; j0 < mid; j0 += int64_t{groups} * kUnroll) st.step(mid - (j0 + group));
+  if (mid < end) {
+    st.seek_new(b, h, row0, mid + group);
+    for (int64_t j0 = mid; j0 < end; j0 += int64_t{groups} * kUnroll) st.step(end - (j0 + group));
+  }
   st.merge_warp();
   st.store(sh.warp[warp], lane);
   __syncthreads();
@@ -442,7 +501,9 @@ template <class S, int kRows>
 void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int kVecW = 16 / sizeof(typename S::Bits);
   const bool vec =
-      vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW);
+      vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW) &&
+      (a.first_new < 0 ||
+       (vector_rows(a.k_new, a.k_new_st, a.d, a, kVecW) && vector_rows(a.v_new, a.v_new_st, a.dv, a, kVecW)));
   if constexpr (kRows <= 2) {
     if (lean_rows<kRows>())
       return vec ? launch<S, kRows, kVecW, true, true>(a, stream)

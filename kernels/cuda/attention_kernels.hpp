@@ -42,6 +42,10 @@ struct AttentionLaunchCounts {
 };
 AttentionLaunchCounts attention_launch_counts();
 
+// attention_append.cpp: AttentionArgs::first_new's rows into k_dst / v_dst (the old ones too when
+// copy_old), one launch of copies; launch_attention's way for kernels that do not append.
+void launch_append_copies(const AttentionArgs& a, void* stream);
+
 // attention.cu: any float dtype, any strides, d and dv up to kAttentionMaxHeadDim; f32 FMA.
 void launch_attention_general(const AttentionArgs& a, void* stream);
 

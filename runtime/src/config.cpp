@@ -140,6 +140,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_GEMM_TUNE", &Config::gemm_tune),
       bool_row("LIVEFUSE_ATTENTION_SPLIT", &Config::attention_split),
       bool_row("LIVEFUSE_DECODE_LEAN", &Config::decode_lean),
+      bool_row("LIVEFUSE_ATTENTION_APPEND", &Config::attention_append),
       bool_row("LIVEFUSE_DECODE_TC", &Config::decode_tc),
       bool_row("LIVEFUSE_SPLIT_K_ROWS", &Config::split_k_rows),
       bool_row("LIVEFUSE_PDL", &Config::pdl),

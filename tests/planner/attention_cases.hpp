@@ -179,6 +179,55 @@ inline AttentionSegment grouped_attention_segment(const GroupedShape& s) {
   return out;
 }
 
+// A decode step growing its KV caches by concat, as examples/decoder/decoder.cpp writes it: the
+// step's k / v [b, t, kv_heads, d] permuted to [b, kv_heads, t, d] and appended to the caches
+// [b, kv_heads, s.sk, d] along dim 2, the grouped attention over the grown caches (mask [t, sk +
+// t], or [b, 1, 1, 1, sk + t]). Outputs: the attention's result, then the grown K and V caches
+// (the program keeps them), unless `keep_caches` is false. `k_read` adds another reader of the
+// grown K (the step cannot take the append then).
+struct AppendingSegment {
+  AttentionSegment a;
+  int k_cat = -1, v_cat = -1;  // the concat nodes
+};
+inline AppendingSegment appending_attention_segment(const GroupedShape& s, bool keep_caches = true,
+                                                    bool k_read = false) {
+  SegmentBuilder b;
+  const int64_t h = s.kv_heads * s.groups, sk = s.sk + s.t;
+  const ValueRef xq = b.input({s.b, s.t, h, s.d}, s.dtype);
+  const ValueRef kc = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype),
+                 vc = b.input({s.b, s.kv_heads, s.sk, s.d}, s.dtype);
+  const ValueRef ks = b.input({s.b, s.t, s.kv_heads, s.d}, s.dtype),
+                 vs = b.input({s.b, s.t, s.kv_heads, s.d}, s.dtype);
+  Attrs cat;
+  cat.push_int(2);
+  const ValueRef k = b.add(OpId::concat, {kc, b.add(OpId::permute, {ks}, perm_attrs({0, 2, 1, 3}))}, cat);
+  const ValueRef v = b.add(OpId::concat, {vc, b.add(OpId::permute, {vs}, perm_attrs({0, 2, 1, 3}))}, cat);
+  const ValueRef qg = b.add(OpId::reshape, {b.add(OpId::permute, {xq}, perm_attrs({0, 2, 1, 3}))},
+                            perm_attrs({s.b, s.kv_heads, s.groups * s.t, s.d}));
+  const ValueRef scores = b.add(
+      OpId::matmul, {qg, b.add(OpId::permute, {k}, perm_attrs({0, 1, 3, 2}))}, matmul_attrs());
+  const ValueRef s5 = b.add(OpId::reshape, {scores}, perm_attrs({s.b, s.kv_heads, s.groups, s.t, sk}));
+  const ValueRef mask = s.per_key_mask ? b.input({s.b, 1, 1, 1, sk}, s.dtype) : b.input({s.t, sk}, s.dtype);
+  const ValueRef probs =
+      b.add(OpId::softmax, {s5, mask}, softmax_attrs(1.0 / std::sqrt(static_cast<double>(s.d)), true));
+  const ValueRef p4 = b.add(OpId::reshape, {probs}, perm_attrs({s.b, s.kv_heads, s.groups * s.t, sk}));
+  const ValueRef o = b.add(OpId::matmul, {p4, v}, matmul_attrs());
+  const ValueRef heads = b.add(OpId::reshape, {o}, perm_attrs({s.b, h, s.t, s.d}));
+  b.output(b.add(OpId::reshape, {b.add(OpId::permute, {heads}, perm_attrs({0, 2, 1, 3}))},
+                 perm_attrs({s.b, s.t, h * s.d})));
+  if (keep_caches) {
+    b.output(k);
+    b.output(v);
+  }
+  if (k_read) b.output(b.scalar_op(OpId::mul, k, 2.0));
+  AppendingSegment out;
+  out.a.seg = b.build();
+  out.a.scores = out.a.seg.value_id(scores);
+  out.a.probs = out.a.seg.value_id(probs);
+  out.k_cat = k.node, out.v_cat = v.node;
+  return out;
+}
+
 inline std::vector<GroupedShape> grouped_numeric_cases() {
   std::vector<GroupedShape> out;
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {

@@ -218,3 +218,42 @@ TEST_CASE(
   CHECK(std::isfinite(w[0]));
   CHECK(std::isnan(w[1 * row]));
 }
+
+// A decode step's KV caches grown by concat and read only by the attention: the concats join
+// the step (AttentionOperands::k_append), which writes the grown caches itself -- the old rows
+// too, since a plan run outside a window always gives them fresh storage (in-place growth is
+// the decoder suites' and the GPU suite's). Refused when another op reads a grown cache, when the
+// program does not keep it, and with LIVEFUSE_ATTENTION_APPEND=0's option; every form equals
+// eager, the caches included.
+TEST_CASE("attention: a decode step's KV cache concats join the attention step, which grows the caches") {
+  struct Case {
+    GroupedShape s;
+    bool keep = true, k_read = false, option = true, joins = true;
+  };
+  std::vector<Case> cases;
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    cases.push_back({{1, 2, 4, 1, 19, 16, dt, true}});   // Llama-like: GQA 4, one token
+    cases.push_back({{2, 3, 1, 2, 40, 8, dt, false}});   // GPT-2-like: two tokens, batch 2
+  }
+  cases.push_back({{1, 2, 2, 3, 0, 8, DType::f32, false}});  // an empty cache grows
+  cases.push_back({{2, 2, 1, 1, 17, 8, DType::f32, true}, false, false, true, false});
+  cases.push_back({{2, 2, 1, 1, 17, 8, DType::f32, true}, true, true, true, false});
+  cases.push_back({{2, 2, 1, 1, 17, 8, DType::f32, true}, true, false, false, false});
+  for (const Case& c : cases) {
+    INFO(c.s.str() << " keep " << c.keep << " k_read " << c.k_read << " option " << c.option);
+    const AppendingSegment a = appending_attention_segment(c.s, c.keep, c.k_read);
+    PlannerOptions o = default_planner_options(Device::cpu());
+    o.attention_append = c.option;
+    const double tol = attention_tol(c.s.dtype);
+    const PlannedSegment p = check_against_eager(a.a.seg, 13, tol, tol, &o);
+    const AttentionStep* st = attention_step_of(p);
+    REQUIRE(st != nullptr);
+    CHECK((st->operands.k_append == a.k_cat) == c.joins);
+    CHECK((st->operands.v_append == a.v_cat) == c.joins);
+    if (c.joins) {
+      CHECK(decided(p, "into one attention step", "appends the step's keys and values"));
+      CHECK(p.num_kernels() == 1);  // no copy of its own for either concat
+      CHECK(p.values[a.a.seg.value_id(ValueRef::of(a.k_cat))] == ValueKind::Materialized);
+    }
+  }
+}

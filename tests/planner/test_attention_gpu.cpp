@@ -323,3 +323,138 @@ LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal th
   }
 }
 #endif
+
+// A decode step's KV caches grown by concat and joined to the attention step (pass_attention):
+// planned and run on CUDA, the decode kernel writes the step's rows (and, the storage being
+// fresh here, the old ones) while it reads them; every result equals eager, the grown caches too.
+// The GQA form one and two tokens, GPT-2's one row over a cache long enough to meet in the
+// workspace, and 17 rows (past the decode kernel: the copies land first, then the general kernel).
+LF_CUDA_TEST_CASE("attention gpu: a decode step's cache concats joined to the attention equal eager") {
+  const GroupedShape shapes[] = {{1, 8, 4, 1, 300, 64, DType::bf16, true},  {1, 12, 1, 1, 4099, 64, DType::f16, false},
+                                 {2, 2, 3, 2, 777, 16, DType::f32, false},  {1, 2, 2, 2, 95, 128, DType::f16, true},
+                                 {1, 2, 17, 1, 40, 32, DType::f16, false}};
+  for (const GroupedShape& s : shapes) {
+    INFO(s.str());
+    const AppendingSegment a = appending_attention_segment(s);
+    PlannerOptions opts = default_planner_options(Device::cuda(0));
+    opts.attention_fast_only = false;
+    PlannedSegment p = plan_segment(a.a.seg, opts);
+    INFO(p.describe());
+    const AttentionStep* st = attention_step_of(p);
+    REQUIRE(st != nullptr);
+    CHECK(st->operands.k_append == a.k_cat);
+    CHECK(compile_plan(p, jit::KernelCompiler::global(), jit::default_compile_options()) == 0);
+    const std::vector<Tensor> xs = random_externals(a.a.seg, 41);
+    const std::vector<Tensor> want = eager_values(a.a.seg, xs);
+    const std::vector<Tensor> got = poisoned_values(p, to_cuda(xs));
+    run_plan(p, got, Stream::current(Device::cuda(0)).handle());
+    synchronize(Device::cuda(0));
+    for (const ValueRef& r : a.a.seg.outputs) {
+      const int v = a.a.seg.value_id(r);
+      INFO("output value " << v);
+      const auto g = got[v].to_doubles(), w = want[v].to_doubles();
+      size_t bad = 0;
+      CHECK_MESSAGE(lftest::allclose(g, w, attention_tol(s.dtype), attention_tol(s.dtype), &bad),
+                    "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0)
+                                         << " want " << (bad < w.size() ? w[bad] : 0));
+    }
+  }
+}
+
+#if LIVEFUSE_HAS_CUDA
+// The decode kernel's append (AttentionArgs::first_new) against the CPU kernel's on the same
+// operands: the cache grown in place (k_dst is the old cache's block, with room) or into another
+// block (the old rows copied), the step's rows read through a head-major view (16-byte loads) or
+// through a column stride of 2 (the strided path), one to four rows a K/V head and 9 (eight-row
+// blocks), splits in a cluster and meeting in the workspace, a per-key mask. Rows past the grown
+// caches stay as they were.
+LF_CUDA_TEST_CASE("attention gpu: the decode kernel appends the step's rows as the CPU kernel does") {
+  struct Case {
+    int64_t batch, heads, rows, old, added, d;
+    DType dt;
+    bool in_place, strided_new, mask;
+  };
+  const Case cases[] = {
+      {1, 12, 1, 4099, 1, 64, DType::f16, true, false, false},  {1, 12, 1, 4099, 1, 64, DType::f16, false, false, true},
+      {1, 8, 4, 300, 1, 64, DType::bf16, true, false, true},    {1, 8, 4, 300, 1, 64, DType::bf16, false, true, false},
+      {2, 2, 2, 77, 2, 128, DType::f16, true, true, true},       {2, 3, 9, 600, 3, 32, DType::f32, false, false, true},
+      {1, 2, 1, 16, 4, 16, DType::f32, true, false, false},     {1, 4, 2, 1500, 1, 64, DType::bf16, false, false, false}};
+  for (const Case& c : cases) {
+    INFO("batch " << c.batch << " heads " << c.heads << " rows " << c.rows << " old " << c.old << " added "
+                  << c.added << " d " << c.d << " " << dtype_name(c.dt) << (c.in_place ? " in place" : " moved")
+                  << (c.strided_new ? " strided new rows" : "") << (c.mask ? " masked" : ""));
+    const int64_t sk = c.old + c.added, cap = sk + 5, b = c.batch, h = c.heads, d = c.d;
+    std::mt19937_64 rng(static_cast<uint64_t>(c.old * 31 + c.rows));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const auto random = [&](int64_t n, Shape shape) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& e : x) e = u(rng);
+      return from_floats(x, shape, c.dt, Device::cpu());
+    };
+    // The caches' blocks [b, h, cap, d] (rows past `old` hold noise the kernel must not read);
+    // the step's rows [b, added, h, d] (seen head-major) or [b, h, added, 2d] (every other column).
+    const Tensor kc = random(b * h * cap * d, {b, h, cap, d}), vc = random(b * h * cap * d, {b, h, cap, d});
+    const int64_t new_cols = c.strided_new ? 2 * d : d;
+    const Tensor kn = random(b * c.added * h * new_cols, {b, c.added, h, new_cols}),
+                 vn = random(b * c.added * h * new_cols, {b, c.added, h, new_cols});
+    const Tensor kd = random(b * h * cap * d, {b, h, cap, d}), vd = random(b * h * cap * d, {b, h, cap, d});
+    const Tensor q = random(b * h * c.rows * d, {b, h, c.rows, d});
+    std::vector<float> mv(static_cast<size_t>(b * sk), 0.0f);
+    for (size_t i = 0; i < mv.size(); ++i)
+      if (c.mask && i % static_cast<size_t>(sk) % 7 == 3) mv[i] = -kInf;
+    const Tensor mask = from_floats(mv, {b, 1, 1, sk}, c.dt, Device::cpu());
+    const Tensor out0 = from_floats(std::vector<float>(static_cast<size_t>(b * h * c.rows * d), 0.0f),
+                                    {b, h, c.rows, d}, c.dt, Device::cpu());
+    struct Ops {
+      Tensor q, kc, vc, kn, vn, kd, vd, mask, out;
+    };
+    const auto args = [&](Ops& o) {
+      AttentionArgs a;
+      a.dtype = c.dt, a.batch = b, a.heads = h, a.sq = c.rows, a.sk = sk, a.d = d, a.dv = d;
+      a.rows_t = c.rows, a.scale = 0.125f;
+      a.q = o.q.data_ptr(), a.out = o.out.data_ptr();
+      const int64_t qs[4] = {h * c.rows * d, c.rows * d, d, 1}, cs[4] = {h * cap * d, cap * d, d, 1};
+      const int64_t ns[4] = {c.added * h * new_cols, c.strided_new ? new_cols : d,
+                             c.strided_new ? h * new_cols : h * d, c.strided_new ? 2 : 1};
+      std::copy(qs, qs + 4, a.q_st), std::copy(qs, qs + 4, a.out_st);
+      std::copy(cs, cs + 4, a.k_st), std::copy(cs, cs + 4, a.v_st);
+      a.k = o.kc.data_ptr(), a.v = o.vc.data_ptr();
+      a.first_new = c.old;
+      a.k_new = o.kn.data_ptr(), a.v_new = o.vn.data_ptr();
+      std::copy(ns, ns + 4, a.k_new_st), std::copy(ns, ns + 4, a.v_new_st);
+      a.k_dst = c.in_place ? o.kc.data_ptr() : o.kd.data_ptr();
+      a.v_dst = c.in_place ? o.vc.data_ptr() : o.vd.data_ptr();
+      std::copy(cs, cs + 4, a.k_dst_st), std::copy(cs, cs + 4, a.v_dst_st);
+      a.copy_old_k = a.copy_old_v = !c.in_place;
+      if (c.mask) {
+        a.mask = o.mask.data_ptr();
+        const int64_t ms[4] = {sk, 0, 0, 1};
+        std::copy(ms, ms + 4, a.mask_st);
+      }
+      return a;
+    };
+    Ops gpu{q.to(Device::cuda(0)),  kc.to(Device::cuda(0)), vc.to(Device::cuda(0)),   kn.to(Device::cuda(0)),
+            vn.to(Device::cuda(0)), kd.to(Device::cuda(0)), vd.to(Device::cuda(0)),   mask.to(Device::cuda(0)),
+            out0.to(Device::cuda(0))};
+    Ops cpu{q, kc, vc, kn, vn, kd, vd, mask, out0};  // (the GPU's copies are taken)
+    livefuse::cpu::run_attention(args(cpu));
+    const uint64_t before = livefuse::cuda::attention_launch_counts().decode_fma;
+    livefuse::cuda::launch_attention(args(gpu), Stream::current(Device::cuda(0)).handle());
+    synchronize(Device::cuda(0));
+    CHECK(livefuse::cuda::attention_launch_counts().decode_fma == before + 1);
+    const auto same = [&](const Tensor& g, const Tensor& w, double tol, const char* what) {
+      INFO(what);
+      const auto gv = g.to(Device::cpu()).to_doubles(), wv = w.to_doubles();
+      size_t bad = 0;
+      CHECK_MESSAGE(lftest::allclose(gv, wv, tol, tol, &bad),
+                    "first mismatch at " << bad << ": got " << (bad < gv.size() ? gv[bad] : 0) << " want "
+                                         << (bad < wv.size() ? wv[bad] : 0));
+    };
+    same(gpu.out, cpu.out, attention_tol(c.dt), "the result");
+    same(gpu.kc, cpu.kc, 0.0, "the K cache's old block");
+    same(gpu.vc, cpu.vc, 0.0, "the V cache's old block");
+    same(gpu.kd, cpu.kd, 0.0, "the other K block");
+    same(gpu.vd, cpu.vd, 0.0, "the other V block");
+  }
+}
+#endif

@@ -102,6 +102,10 @@ struct Config {
   // build that fits two blocks an SM (kernels/cuda/attention_decode.cu); 0: the wide build, one
   // block an SM, and four-row blocks for a GQA group over a long cache, for comparison.
   bool decode_lean = true;
+  // LIVEFUSE_ATTENTION_APPEND: a KV cache's concat that only the fused attention reads is done by
+  // the attention step itself (pass_attention; on CUDA the decode kernel writes the new rows as it
+  // reads them: one launch a layer fewer); 0: the concat stays its own step, for comparison.
+  bool attention_append = true;
   // LIVEFUSE_DECODE_TC=1: f16/bf16 decode attention at head dims 64 and 128 (at most 16 rows a
   // K/V head) runs on tensor cores, the keys split over blocks (kernels/cuda/attention_mma_decode.cu),
   // instead of the split-KV FMA kernel (attention_decode.cu). Off by default until it is measured
