@@ -3,6 +3,7 @@
 // tests/bert/test_bert_fuzz.cpp): each random program runs with LIVEFUSE=off, then with fusion
 // on from an empty plan table, and the two must agree; fusion must have engaged.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -116,7 +117,9 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
       s << label(i) << " gave " << got.size() << " values, want " << want.size();
     else if (!close_to_scale(got, want, tolerance(dtype), &at, &scale))
       s << label(i) << " value " << at << " got " << got[at] << " want " << want[at]
-        << " (largest |value| " << scale << ")";
+        << " (largest |value| " << scale << ")"
+        << (std::isnan(got[at]) && std::isnan(want[at]) ? "; NaN with fusion off too: no finite result to compare"
+                                                        : "");
     if (!s.str().empty()) return s.str();
   }
   return {};

@@ -76,8 +76,14 @@ inline bool close_to_scale(const std::vector<double>& got, const std::vector<dou
   for (double w : want) big = std::max(big, std::abs(w));
   if (scale) *scale = big;
   if (got.size() != want.size()) return false;
-  for (size_t j = 0; j < want.size(); ++j)
-    if (const double d = std::abs(got[j] - want[j]); !(d <= worst)) worst = d, where = j;
+  for (size_t j = 0; j < want.size(); ++j) {
+    const double d = std::abs(got[j] - want[j]);
+    if (std::isnan(d)) {  // the first NaN (in either) is the place to report
+      if (at) *at = j;
+      return false;
+    }
+    if (!(d <= worst)) worst = d, where = j;
+  }
   if (at) *at = where;
   return worst <= tol * std::max(big, 1e-3);
 }

@@ -200,18 +200,36 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBc / 8][4], RowStats& s
     for (int n = 0; n < kBc / 8; ++n) mx = lf_max(mx, lf_max(s[n][2 * i], s[n][2 * i + 1]));
     const float m_old = st.m[i], m_new = lf_max(m_old, quad_max(mx));
     // All -inf so far: subtract 0, so the probabilities are exp2(-inf) = 0 rather than NaN.
-    const float base = (m_new == kNegInf ? 0.0f : m_new) * kLog2e;
+    const float m0 = m_new == kNegInf ? 0.0f : m_new;
     // Nothing finite before this tile: drop what the accumulator holds (0, or NaN from
     // 0 * a NaN in V) as the CPU kernel skips such tiles; NaN once m is NaN.
     const bool fresh = m_old == kNegInf;
-    const float alpha = exp2_approx(m_old * kLog2e - base);
-    float sum = 0.0f;
+    float alpha, sum = 0.0f;
+    if (m0 > -1e38f) {  // (a NaN m takes the other way: NaN either way)
+      // exp(z - m) as one FMA and exp2: z * log2(e) - m * log2(e); a z near the f32 limit (a
+      // masked key) goes to -inf inside the FMA, as its probability 0 wants.
+      const float base = m0 * kLog2e;
+      alpha = exp2_approx(m_old * kLog2e - base);
 #pragma unroll
-    for (int n = 0; n < kBc / 8; ++n) {
+      for (int n = 0; n < kBc / 8; ++n) {
 #pragma unroll
-      for (int e = 2 * i; e < 2 * i + 2; ++e) {
-        s[n][e] = exp2_approx(fmaf(s[n][e], kLog2e, -base));
-        sum += s[n][e];
+        for (int e = 2 * i; e < 2 * i + 2; ++e) {
+          s[n][e] = exp2_approx(fmaf(s[n][e], kLog2e, -base));
+          sum += s[n][e];
+        }
+      }
+    } else {
+      // Every key so far masked with HF's padding value (the dtype's lowest, -3.39e38 in bf16):
+      // m * log2(e) would overflow to -inf and the row turn NaN where eager averages its keys.
+      // The difference first.
+      alpha = exp2_approx((m_old - m0) * kLog2e);
+#pragma unroll
+      for (int n = 0; n < kBc / 8; ++n) {
+#pragma unroll
+        for (int e = 2 * i; e < 2 * i + 2; ++e) {
+          s[n][e] = exp2_approx((s[n][e] - m0) * kLog2e);
+          sum += s[n][e];
+        }
       }
     }
     st.l[i] = fresh ? sum : st.l[i] * alpha + sum;

@@ -2,10 +2,13 @@
 // One read pass computes the row's max and sum together (online softmax: the running sum is
 // rescaled when the max grows), a second pass writes exp(z - max) / sum. The second read
 // usually hits L2/L1. Rows that are entirely -inf give NaN, as in PyTorch.
-// The arithmetic runs in base 2 (z is pre-multiplied by log2(e), then exp2f): exp2f is one
-// MUFU instruction plus fix-ups where expf is a range reduction around it, and with two
-// exponentials per element the accurate expf made f16 softmax ALU-bound at ~35% of copy
-// bandwidth. The error this adds (rounding z * log2e) is ~1e-6 relative, well inside f32's.
+// The exponentials run in base 2 (exp2f of a difference times log2(e)): exp2f is one MUFU
+// instruction plus fix-ups where expf is a range reduction around it, and with two exponentials
+// per element the accurate expf made f16 softmax ALU-bound at ~35% of copy bandwidth. The error
+// this adds (rounding the difference times log2e) is ~1e-6 relative, well inside f32's.
+// z = x * scale + mask stays in natural units until a max is subtracted: HF's padding mask is the
+// dtype's lowest finite value (-3.4e38 in f32), which times log2(e) overflows to -inf -- a padded
+// row would turn NaN where eager's (and the CPU's) averages its keys.
 #include "kernels/cuda/rowwise.cuh"
 
 namespace livefuse::cuda {
@@ -18,19 +21,22 @@ struct MaxSum {
   float m, s;
 };
 
+// exp(d) for d = z - max (<= 0, or NaN), in base 2.
+__device__ __forceinline__ float exp_of(float d) { return exp2f(d * kLog2e); }
+
 __device__ __forceinline__ void ms_add(MaxSum& a, float z) {
   if (z > a.m) {
-    a.s = a.s * exp2f(a.m - z) + 1.0f;
+    a.s = a.s * exp_of(a.m - z) + 1.0f;
     a.m = z;
   } else if (!(z == kNegInf && a.m == kNegInf)) {  // NaN falls through and poisons s
-    a.s += exp2f(z - a.m);
+    a.s += exp_of(z - a.m);
   }
 }
 
 __device__ __forceinline__ MaxSum ms_combine(MaxSum a, MaxSum b) {
   const float m = fmaxf(a.m, b.m);
   if (m == kNegInf) return {m, a.s + b.s};
-  return {m, a.s * exp2f(a.m - m) + b.s * exp2f(b.m - m)};
+  return {m, a.s * exp_of(a.m - m) + b.s * exp_of(b.m - m)};
 }
 
 __device__ __forceinline__ MaxSum group_max_sum(MaxSum v, int group, MaxSum* smem) {
@@ -55,7 +61,6 @@ __global__ void __launch_bounds__(kRowThreads) softmax_kernel(const RowArgs a) {
   const int lane = threadIdx.x % a.group;
   const int per_block = blockDim.x / a.group;
   const int64_t chunks = a.n / V;
-  const float scale2 = a.scale * kLog2e;  // z * log2(e) = x * scale2 + mask * log2(e)
   for (int64_t row = int64_t{blockIdx.x} * per_block + threadIdx.x / a.group; row < a.rows;
        row += int64_t{gridDim.x} * per_block) {
     int64_t off[2];
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_kernel(const RowArgs a) {
       load_chunk<S, V>(x, a.x_cs, j, v);
       if (mask) load_chunk<S, V>(mask, a.mask_cs, j, m);
 #pragma unroll
-      for (int t = 0; t < V; ++t) ms_add(ms, fmaf(v[t], scale2, mask ? m[t] * kLog2e : 0.0f));
+      for (int t = 0; t < V; ++t) ms_add(ms, fmaf(v[t], a.scale, mask ? m[t] : 0.0f));
     }
     ms = group_max_sum(ms, a.group, smem);
     const float inv = 1.0f / ms.s;
@@ -79,7 +84,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_kernel(const RowArgs a) {
       if (mask) load_chunk<S, V>(mask, a.mask_cs, j, m);
 #pragma unroll
       for (int t = 0; t < V; ++t)
-        v[t] = exp2f(fmaf(v[t], scale2, mask ? m[t] * kLog2e : 0.0f) - ms.m) * inv;
+        v[t] = exp_of(fmaf(v[t], a.scale, mask ? m[t] : 0.0f) - ms.m) * inv;
       store_chunk<S, V>(out, j, v);
     }
   }
@@ -94,7 +99,6 @@ __global__ void __launch_bounds__(kRowThreads) softmax_cached_kernel(const RowAr
   const int lane = threadIdx.x % 32;
   const int per_block = blockDim.x / 32;
   const int64_t chunks = a.n / V;
-  const float scale2 = a.scale * kLog2e;
   for (int64_t row = int64_t{blockIdx.x} * per_block + threadIdx.x / 32; row < a.rows;
        row += int64_t{gridDim.x} * per_block) {
     int64_t off[2];
@@ -112,7 +116,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_cached_kernel(const RowAr
       if (mask) load_chunk<S, V>(mask, 1, j, m);
 #pragma unroll
       for (int t = 0; t < V; ++t) {
-        z[c][t] = fmaf(z[c][t], scale2, mask ? m[t] * kLog2e : 0.0f);
+        z[c][t] = fmaf(z[c][t], a.scale, mask ? m[t] : 0.0f);
         mx = fmaxf(mx, z[c][t]);
       }
     }
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(kRowThreads) softmax_cached_kernel(const RowAr
       if (lane + 32 * c >= chunks) continue;
 #pragma unroll
       for (int t = 0; t < V; ++t) {
-        z[c][t] = exp2f(z[c][t] - mx);
+        z[c][t] = exp_of(z[c][t] - mx);
         sum += z[c][t];
       }
     }

@@ -103,6 +103,37 @@ TEST_CASE("softmax: shapes, scale, broadcast masks, views") {
     }
 }
 
+// HF's padding mask is (1 - mask) * the dtype's lowest finite value, not -inf: a row padded
+// throughout gets that value at every key and averages them (f32 / bf16: every score rounds to
+// the lowest value), a padded key among kept ones gets probability 0. On CUDA the mask once went
+// through log2(e) first, which overflowed to -inf and made such rows NaN.
+TEST_CASE("softmax: HF's padding mask (the dtype's lowest value) averages a fully padded row") {
+  for (Device dev : lftest::devices())
+    for (DType t : float_dtypes()) {
+      const double lowest = t == DType::f16    ? -65504.0
+                            : t == DType::bf16 ? -3.3895313892515355e38
+                                               : static_cast<double>(std::numeric_limits<float>::lowest());
+      for (int64_t n : {33, 1500}) {  // rows in registers, and the two-pass kernel
+        const Shape s{2, 3, 5, n};
+        const Tensor x = rand_tensor(s, t, dev, ++g_seed, -4, 4);
+        std::vector<float> mv(static_cast<size_t>(2 * n), 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          mv[static_cast<size_t>(j)] = j >= 20 ? static_cast<float>(lowest) : 0.0f;  // batch 0: padded from 20
+          mv[static_cast<size_t>(n + j)] = static_cast<float>(lowest);             // batch 1: all padded
+        }
+        const Tensor mask = floats(mv, {2, 1, 1, n}, t, dev);
+        const Tensor y = lf::softmax(x, 0.125, mask);
+        const std::vector<double> got = y.to_doubles();
+        for (double g : got) REQUIRE_MESSAGE(std::isfinite(g), case_name("softmax", t, dev, "padded rows"));
+        // (f16: x * scale + -65504 in f32 keeps x to ~0.002 -- eager's own rounding, not the
+        // kernel's; the float64 reference keeps it whole.)
+        const double tol = t == DType::f16 ? 1e-2 : lftest::tolerance(t);
+        check_close(y, softmax_ref(x, 0.125, mask), s, t, tol, atol_for(t) * 0.01,
+                    case_name("softmax", t, dev, "HF padding mask, n " + std::to_string(n)));
+      }
+    }
+}
+
 TEST_CASE("layer_norm and rms_norm: with and without affine params, shapes, views") {
   const std::vector<Shape> shapes = {{1, 1}, {7}, {7, 1023}, {3, 4097}, {2, 5, 33}, {130, 64}};
   for (Device dev : lftest::devices())

@@ -189,6 +189,32 @@ LF_CUDA_TEST_CASE("attention gpu: rows of all -inf and NaN scores give eager's N
 #if LIVEFUSE_HAS_CUDA
 // Which cut of the tensor-core kernel a shape gets (attention_kernels.hpp): the keys split in two
 // only where 64-row blocks fit the SMs at once, only at head dim 64 and two key tiles or more.
+// HF's padding mask -- the dtype's lowest finite value, not -inf -- on a batch row padded
+// throughout: eager averages its keys (every score rounds to that value); the tensor-core kernel
+// once took max * log2(e), which overflowed to -inf, and gave NaN. BERT's shape on tensor cores,
+// f32 on the general kernel, a decode shape on the decode kernel.
+LF_CUDA_TEST_CASE("attention gpu: HF's padding mask averages a fully padded row as eager does") {
+  for (DType dt : {DType::bf16, DType::f16, DType::f32}) {
+    const double lowest = dt == DType::f16    ? -65504.0
+                          : dt == DType::bf16 ? -3.3895313892515355e38
+                                              : static_cast<double>(std::numeric_limits<float>::lowest());
+    for (const AttentionShape& s : {AttentionShape{2, 4, 128, 128, 64, dt, MaskForm::per_key, true, false, false},
+                                    AttentionShape{2, 4, 1, 300, 64, dt, MaskForm::per_key, false, true, false}}) {
+      INFO(s.str());
+      const AttentionSegment a = attention_segment(s);
+      std::vector<Tensor> xs = random_externals(a.seg, 53);
+      std::vector<float> m(static_cast<size_t>(s.b * s.sk), 0.0f);
+      for (int64_t j = 0; j < s.sk; ++j) {
+        if (j >= 40) m[static_cast<size_t>(j)] = static_cast<float>(lowest);  // batch 0: padded from 40
+        m[static_cast<size_t>(s.sk + j)] = static_cast<float>(lowest);       // batch 1: throughout
+      }
+      xs.back() = from_floats(m, mask_shape(s.mask, s.b, s.sq, s.sk), s.dtype, Device::cpu());
+      // (f16: x * scale + -65504 in f32 rounds x by ~0.002 -- eager's rounding as much as ours.)
+      check_cuda(a.seg, xs, dt == DType::f16 ? 2e-2 : attention_tol(s.dtype));
+    }
+  }
+}
+
 LF_CUDA_TEST_CASE("attention gpu: the tensor-core kernel splits the keys only where blocks are too few") {
   const int64_t sms = livefuse::cuda::current_device_info().sm_count;
   auto config = [](int64_t b, int64_t h, int64_t sq, int64_t sk, int64_t d) {
