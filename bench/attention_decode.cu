@@ -6,7 +6,9 @@
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
 // Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
-//        [--no-workspace] [--split-keys N] [--case TEXT]
+//        [--no-workspace] [--split-keys N] [--case TEXT] [--append]
+// (--append: also the FMA decode kernel appending the step's rows to the cache itself, against
+// the concat's copy launch followed by the kernel -- LIVEFUSE_ATTENTION_APPEND's two ways;)
 // (--max-splits: cap the blocks a head's keys are split over, to compare cluster sizes;
 // --max-rows 1 | 2 | 4: query rows a block takes at most, 0 the launch's own choice; --wide: the
 // kernel built for one block an SM, as before the lean build; --no-workspace: splits meet in a
@@ -225,7 +227,14 @@ struct Result {
   Diff err[kModes];
   double cold[kModes], hot[kModes], kv_bytes;
   bool tc_took = false;  // the tensor-core kernel took the shape
+  // --append: the FMA decode kernel appending the step's t rows itself (AttentionArgs::
+  // first_new, the cache grown in place), against the copy launch of the concat it replaces
+  // followed by the kernel as above; cold us.
+  Diff append_err;
+  double append_cold = 0, copy_then_decode_cold = 0;
 };
+
+bool g_append = false;  // --append
 
 Result run_case(const Case& c, int iters, cudaStream_t s) {
   const Layout l = layout(c);
@@ -290,6 +299,56 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
   }
   livefuse::cuda::force_attention_decode_tc(-1);
   livefuse::cuda::set_attention_decode_enabled(true);
+  if (g_append) {
+    // The step's rows: each head's last t rows of the cache, [b, kv heads, t, d] on their own;
+    // the kernel writes them back where they already are (in place), so every launch reads the
+    // same keys.
+    const int64_t first = c.sk - c.t, rows = c.batch * c.kv_heads * c.t * c.d;
+    std::vector<unsigned char> kn(rows * es), vn(rows * es);
+    for (int64_t bh = 0; bh < c.batch * c.kv_heads; ++bh)
+      for (int64_t r = 0; r < c.t; ++r) {
+        const size_t src = ((bh * c.capacity + first + r) * c.d) * es, dst = ((bh * c.t + r) * c.d) * es;
+        std::memcpy(&kn[dst], &kv[src], c.d * es);
+        std::memcpy(&vn[dst], &kv[l.kv_elems * es + src], c.d * es);
+      }
+    unsigned char *dkn, *dvn;
+    CHECK_CUDA(cudaMalloc(&dkn, kn.size()));
+    CHECK_CUDA(cudaMalloc(&dvn, vn.size()));
+    CHECK_CUDA(cudaMemcpy(dkn, kn.data(), kn.size(), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(dvn, vn.data(), vn.size(), cudaMemcpyHostToDevice));
+    auto appending = [&](int copy) {
+      AttentionArgs a = args(copy);
+      a.first_new = first;
+      a.k_new = dkn, a.v_new = dvn;
+      const int64_t ns[4] = {c.kv_heads * c.t * c.d, c.t * c.d, c.d, 1};
+      for (int i = 0; i < 4; ++i)
+        a.k_new_st[i] = a.v_new_st[i] = ns[i], a.k_dst_st[i] = a.k_st[i], a.v_dst_st[i] = a.v_st[i];
+      a.k_dst = const_cast<void*>(a.k), a.v_dst = const_cast<void*>(a.v);
+      return a;
+    };
+    mode = kFma;
+    const auto append_launch = [&](const AttentionArgs& x) {
+      if (!livefuse::cuda::launch_attention_decode(x, s)) livefuse::cuda::launch_attention(x, s);
+    };
+    {
+      std::vector<unsigned char> got(l.out_elems * es);
+      CHECK_CUDA(cudaMemsetAsync(dout, 0xff, got.size(), s));
+      append_launch(appending(0));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      CHECK_CUDA(cudaMemcpy(got.data(), dout, got.size(), cudaMemcpyDeviceToHost));
+      r.append_err = compare(decode(got, c.dt), want, tolerance(c.dt));
+    }
+    r.append_cold = time_us([&](int i) { append_launch(appending(i % copies)); }, iters, s);
+    r.copy_then_decode_cold = time_us(
+        [&](int i) {
+          const AttentionArgs x = appending(i % copies);
+          livefuse::cuda::launch_append_copies(x, s);
+          launch(livefuse::after_append(x));
+        },
+        iters, s);
+    CHECK_CUDA(cudaFree(dkn));
+    CHECK_CUDA(cudaFree(dvn));
+  }
   CHECK_CUDA(cudaFree(dq));
   CHECK_CUDA(cudaFree(dkv));
   CHECK_CUDA(cudaFree(dout));
@@ -339,10 +398,12 @@ int main(int argc, char** argv) {
       livefuse::cuda::set_attention_decode_split_keys(std::max(0, std::atoi(argv[++i])));
     else if (arg == "--case" && i + 1 < argc)
       only = argv[++i];
+    else if (arg == "--append")
+      g_append = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide] "
-                   "[--no-workspace] [--split-keys N] [--case TEXT]\n",
+                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append]\n",
                    argv[0]);
       return 2;
     }
@@ -363,6 +424,7 @@ int main(int argc, char** argv) {
     std::string failed;
     for (int m = 0; m < kModes; ++m)
       if (!r.err[m].pass) failed += std::string(failed.empty() ? "" : ", ") + kModeNames[m];
+    if (g_append && !r.append_err.pass) failed += std::string(failed.empty() ? "" : ", ") + "append";
     all_pass = all_pass && failed.empty();
     const auto gbs = [&](int m) { return r.kv_bytes / r.cold[m] * 1e-3; };
     std::printf(
@@ -373,6 +435,9 @@ int main(int argc, char** argv) {
         r.cold[kTc], gbs(kTc), r.hot[kTc], r.err[kFma].max_abs, r.cold[kFma], gbs(kFma), r.hot[kFma],
         r.err[kGeneral].max_abs, r.cold[kGeneral], r.hot[kGeneral],
         failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(), r.tc_took ? "" : "  (tc declined)");
+    if (g_append)
+      std::printf("%-34s   appending in the kernel %8.2f us (err %.2e) | copy launch, then the kernel %8.2f us\n", "",
+                  r.append_cold, r.append_err.max_abs, r.copy_then_decode_cold);
     const std::string size = "b" + std::to_string(c.batch) + " kvh" + std::to_string(c.kv_heads) +
                              " rows" + std::to_string(c.groups * c.t) + " sk" +
                              std::to_string(c.sk) + " d" + std::to_string(c.d) + " " +
@@ -388,6 +453,11 @@ int main(int argc, char** argv) {
                        {"max_err", r.err[m].max_abs},
                        {"kv_bytes", r.kv_bytes}},
                       {{"check", r.err[m].pass ? "PASS" : "FAIL"}}});
+    }
+    if (g_append) {
+      recs.push_back({c.name, "append", size, r.append_cold, {{"max_err", r.append_err.max_abs}},
+                      {{"check", r.append_err.pass ? "PASS" : "FAIL"}}});
+      recs.push_back({c.name, "copy+decode", size, r.copy_then_decode_cold, {}, {}});
     }
   }
   if (!json.empty()) lfbench::write_json(json, recs);

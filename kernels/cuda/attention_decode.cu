@@ -303,24 +303,25 @@ __device__ void prefetch_rows(const void* base, const int64_t (&st)[4], int64_t 
 
 // Rows [from, to) of (b, h) of a [batch, heads, rows, cols] operand into dst's same rows, src's
 // row 0 being row `src_row0`: a KV cache's append (AttentionArgs::first_new), the block's threads
-// striding over the elements.
+// striding over the elements (32-bit index arithmetic: a split's rows times <= kMaxD columns).
 template <class Bits>
 __device__ void copy_key_rows(const void* src, const int64_t (&sst)[4], int64_t src_row0, void* dst,
                               const int64_t (&dst_st)[4], int64_t b, int64_t h, int64_t from, int64_t to,
                               int64_t cols) {
-  const Bits* s = static_cast<const Bits*>(src) + b * sst[0] + h * sst[1];
-  Bits* d = static_cast<Bits*>(dst) + b * dst_st[0] + h * dst_st[1];
-  const int64_t n = (to - from) * cols;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const int64_t r = from + i / cols, c = i % cols;
-    d[r * dst_st[2] + c * dst_st[3]] = s[(r - src_row0) * sst[2] + c * sst[3]];
+  const Bits* s = static_cast<const Bits*>(src) + b * sst[0] + h * sst[1] + (from - src_row0) * sst[2];
+  Bits* d = static_cast<Bits*>(dst) + b * dst_st[0] + h * dst_st[1] + from * dst_st[2];
+  const uint32_t n = static_cast<uint32_t>((to - from) * cols), w = static_cast<uint32_t>(cols);
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint32_t r = i / w, c = i - r * w;
+    d[r * dst_st[2] + c * dst_st[3]] = s[r * sst[2] + c * sst[3]];
   }
 }
 
 // The append's share of a block (one per split; the other row blocks of the tile read the same
 // keys and write nothing): the new rows among its keys, and the old ones when the cache was not
 // grown in place. Nothing in the launch reads k_dst / v_dst: the walk reads the old keys from k / v
-// and the new ones from k_new / v_new.
+// and the new ones from k_new / v_new. Done after the walk, whose loads it then finds in cache: put
+// first, its load-then-store stood before the walk's first loads (H100, cold: +1.5 us a launch).
 template <class S>
 __device__ void land_append(const AttentionArgs& a, int64_t b, int64_t h, int64_t begin, int64_t end) {
   using Bits = typename S::Bits;
@@ -366,7 +367,6 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     prefetch_rows<S>(a.v, a.v_st, b, h, begin, mid, a.dv);
   }
   pdl_wait();  // nothing above reads q, K or V, or writes anything
-  if (appends && blockIdx.y == 0) land_append<S>(a, b, h, begin, end);
 
   Walker<S, kRows, W, kVec, kLean> st(a, b, h, row0, lanes, (lane % lanes) * W, begin + group, groups);
   constexpr int kUnroll = Walker<S, kRows, W, kVec, kLean>::kUnroll;
@@ -375,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     st.seek_new(b, h, row0, mid + group);
     for (int64_t j0 = mid; j0 < end; j0 += int64_t{groups} * kUnroll) st.step(end - (j0 + group));
   }
+  if (appends && blockIdx.y == 0) land_append<S>(a, b, h, begin, end);
   st.merge_warp();
   st.store(sh.warp[warp], lane);
   __syncthreads();
@@ -550,6 +551,8 @@ bool launch_attention_decode(const AttentionArgs& a, void* stream) {
       a.dv < 1 || a.dv > kMaxD || a.batch < 1 || a.heads < 1)
     return false;
   if (a.batch * a.heads * std::max(kMaxSplits, kMaxMeetSplits) >= (int64_t{1} << 31)) return false;  // grid.x
+  // An append's copies index a split's elements in 32 bits (copy_key_rows).
+  if (a.first_new >= 0 && a.sk * std::max(a.d, a.dv) >= (int64_t{1} << 31)) return false;
   const auto s = static_cast<cudaStream_t>(stream);
   with_float_storage(a.dtype, [&](auto tag) {
     using S = decltype(tag);
