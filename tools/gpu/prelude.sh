@@ -27,3 +27,22 @@ run_suites() {
     grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
   done
 }
+# setting_ab VAR ROUNDS: decode processes alternating VAR=1 | VAR=0 (tools/gpu/ab_generate.sh;
+# Llama-1B bf16 and GPT-2 f16, concat cache, 256 tokens x 3 runs), appended to $D/ab.log.
+setting_ab() {
+  local m
+  for m in llama-1b:bf16 gpt2:f16; do
+    echo "== $m concat, $1=1 | 0 alternating"
+    AB_A="$1=1" AB_B="$1=0" MODEL=${m%%:*} DTYPE=${m##*:} ROUNDS=$2 STEPS=256 RUNS=3 \
+      timeout -s KILL 300 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
+  done
+}
+# setting_sweep VAR: the context sweep's end points (Llama-1B bf16 concat, 128 and 4096 keys)
+# with VAR=1, then VAR=0, appended to $D/sweep.log.
+setting_sweep() {
+  local v
+  for v in 1 0; do
+    echo "== sweep, Llama-1B bf16 concat, $1=$v"
+    env "$1=$v" SWEEP_LENS="128 4096" SWEEP_MODES="on:concat" timeout -s KILL 200 bash tools/gpu/sweep.sh 2>&1 | tee -a "$D/sweep.log"
+  done
+}

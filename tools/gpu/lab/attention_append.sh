@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for the KV cache's append done by the attention step (LIVEFUSE_ATTENTION_APPEND;
 # pass_attention, kernels/cuda/attention_decode.cu), run THERE after tools/gpu/pack.sh: the suites
-# (the attention cases first), the decode kernel benchmark, decode processes alternating
+# (the attention cases first), the decode kernel benchmark (--append), decode processes alternating
 # LIVEFUSE_ATTENTION_APPEND=1|0 (GPT-2 f16 and Llama-1B bf16, concat cache), then the sweep's end
 # points with each. Logs in $OUT/attention_append.tgz. Usage: bash tools/gpu/lab/attention_append.sh
 #   [AP_PARTS="suites bench ab sweep" AP_ROUNDS=3 AP_SUITES="test_planner:*attention* ..."]
@@ -16,25 +16,19 @@ if [[ $parts == *suites* ]]; then
   pack_out
 fi
 if [[ $parts == *bench* ]]; then
-  at "livefuse-bench-attention-decode --iters 100"
-  timeout -k 5 150 stdbuf -oL "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/attention_decode.json" \
-    > "$D/attention_decode.log" 2>&1
-  echo "rc=$?"; tail -40 "$D/attention_decode.log"
+  # Each case's kernel appending the step's rows itself against the copy launch + the kernel.
+  at "livefuse-bench-attention-decode --append"
+  timeout -k 5 150 stdbuf -oL "$B/bench/livefuse-bench-attention-decode" --iters 100 --append \
+    --json "$D/attention_append.json" > "$D/attention_append.log" 2>&1
+  echo "rc=$?"; grep -B1 "appending in the kernel" "$D/attention_append.log" | grep -v "^--"; tail -1 "$D/attention_append.log"
   pack_out
 fi
 if [[ $parts == *ab* ]]; then
-  for m in gpt2:f16 llama-1b:bf16; do
-    at "$m concat, LIVEFUSE_ATTENTION_APPEND=1 | 0 alternating"
-    AB_A="LIVEFUSE_ATTENTION_APPEND=1" AB_B="LIVEFUSE_ATTENTION_APPEND=0" MODEL=${m%%:*} DTYPE=${m##*:} \
-      ROUNDS=${AP_ROUNDS:-3} STEPS=256 RUNS=3 timeout -s KILL 300 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
-  done
+  setting_ab LIVEFUSE_ATTENTION_APPEND ${AP_ROUNDS:-3}
   pack_out
 fi
 if [[ $parts == *sweep* ]]; then
-  for ap in 1 0; do
-    at "sweep, Llama-1B bf16 concat, LIVEFUSE_ATTENTION_APPEND=$ap"
-    LIVEFUSE_ATTENTION_APPEND=$ap SWEEP_LENS="128 4096" SWEEP_MODES="on:concat" timeout -s KILL 200 bash tools/gpu/sweep.sh 2>&1 | tee -a "$D/sweep.log"
-  done
+  setting_sweep LIVEFUSE_ATTENTION_APPEND
   pack_out
 fi
 at "done"

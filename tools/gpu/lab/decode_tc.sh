@@ -32,18 +32,11 @@ if [[ $parts == *bench* ]]; then
   pack_out
 fi
 if [[ $parts == *ab* ]]; then
-  for m in llama-1b:bf16 gpt2:f16; do
-    at "$m concat, LIVEFUSE_DECODE_TC=1 | 0 alternating"
-    AB_A="LIVEFUSE_DECODE_TC=1" AB_B="LIVEFUSE_DECODE_TC=0" MODEL=${m%%:*} DTYPE=${m##*:} \
-      ROUNDS=${TC_ROUNDS:-2} STEPS=256 RUNS=3 timeout -s KILL 300 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
-  done
+  setting_ab LIVEFUSE_DECODE_TC ${TC_ROUNDS:-2}
   pack_out
 fi
 if [[ $parts == *sweep* ]]; then
-  for tc in 1 0; do
-    at "sweep, Llama-1B bf16 concat, LIVEFUSE_DECODE_TC=$tc"
-    LIVEFUSE_DECODE_TC=$tc SWEEP_LENS="128 4096" SWEEP_MODES="on:concat" timeout -s KILL 200 bash tools/gpu/sweep.sh 2>&1 | tee -a "$D/sweep.log"
-  done
+  setting_sweep LIVEFUSE_DECODE_TC
   pack_out
 fi
 at "done"
