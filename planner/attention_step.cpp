@@ -1,6 +1,7 @@
 #include "planner/attention_step.hpp"
 
 #include "livefuse/error.hpp"
+#include "runtime/append.hpp"
 
 namespace livefuse::planner {
 namespace {
@@ -133,16 +134,10 @@ void bind_append(AttentionArgs& a, const Tensor& k, const Tensor& v, const Tenso
   strides4(k_new, a.batch, a.heads, added, a.d, "the step's k", a.k_new_st);
   strides4(v_new, a.batch, a.heads, added, a.dv, "the step's v", a.v_new_st);
   a.k = data(k_old), a.v = data(v_old), a.k_new = data(k_new), a.v_new = data(v_new);
-  // In place (runtime/append.hpp, Note 2): the old rows already are the grown cache's first rows.
-  const auto in_place = [](const void* old, const int64_t (&os)[4], const void* dst, const int64_t (&ds)[4],
-                           const Shape& s) {
-    if (old != dst) return s.numel() == 0;
-    for (int i = 0; i < 4; ++i)
-      if (s.v[i] > 1 && os[i] != ds[i]) return false;
-    return true;
-  };
-  a.copy_old_k = !in_place(a.k, a.k_st, a.k_dst, a.k_dst_st, ko);
-  a.copy_old_v = !in_place(a.v, a.v_st, a.v_dst, a.v_dst_st, vo);
+  // Grown in place (runtime/append.hpp, Note 2): the old rows already are the grown cache's first
+  // rows -- the concat's own test (its copy kernels skip such an input).
+  a.copy_old_k = !append::same_place(a.k, k_old.strides(), a.k_dst, k.strides(), ko);
+  a.copy_old_v = !append::same_place(a.v, v_old.strides(), a.v_dst, v.strides(), vo);
 }
 
 }  // namespace livefuse::planner
