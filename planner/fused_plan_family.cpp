@@ -9,8 +9,9 @@
 // Those stretches of fixed steps are captured as graphs, keyed by the fixed values' shapes and
 // addresses, over a binding set that holds the fixed values only -- so the same graphs replay at
 // every length -- and the varying steps launch directly between them, into fresh storage from
-// the pool. A GPT-2 layer is then two graph launches and three direct ones (two concats and the
-// attention) instead of nine direct launches.
+// the pool. A GPT-2 layer was then two graph launches and three direct ones (two concats and the
+// attention) instead of nine direct launches (the concats have since joined the attention step:
+// pass_attention).
 //
 // Better still, the whole run is one graph (graphs/patchable_graph.hpp, [ Note -- one graph for
 // a step whose extents move ]): captured once with the varying steps' kernel nodes marked, then
