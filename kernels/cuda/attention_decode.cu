@@ -322,10 +322,11 @@ __device__ void copy_key_rows(const void* src, const int64_t (&sst)[4], int64_t 
 // grown in place. Nothing in the launch reads k_dst / v_dst: the walk reads the old keys from k / v
 // and the new ones from k_new / v_new. Done after the walk, whose loads it then finds in cache: put
 // first, its load-then-store stood before the walk's first loads (H100, cold: +1.5 us a launch).
+// Keys [begin, mid) are old ones, [mid, end) the step's (the kernel's split of its keys).
 template <class S>
-__device__ void land_append(const AttentionArgs& a, int64_t b, int64_t h, int64_t begin, int64_t end) {
+__device__ void land_append(const AttentionArgs& a, int64_t b, int64_t h, int64_t begin, int64_t mid,
+                            int64_t end) {
   using Bits = typename S::Bits;
-  const int64_t mid = begin > a.first_new ? begin : end < a.first_new ? end : a.first_new;
   if (a.copy_old_k && begin < mid) copy_key_rows<Bits>(a.k, a.k_st, 0, a.k_dst, a.k_dst_st, b, h, begin, mid, a.d);
   if (a.copy_old_v && begin < mid) copy_key_rows<Bits>(a.v, a.v_st, 0, a.v_dst, a.v_dst_st, b, h, begin, mid, a.dv);
   if (mid < end) {
@@ -375,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     st.seek_new(b, h, row0, mid + group);
     for (int64_t j0 = mid; j0 < end; j0 += int64_t{groups} * kUnroll) st.step(end - (j0 + group));
   }
-  if (appends && blockIdx.y == 0) land_append<S>(a, b, h, begin, end);
+  if (appends && blockIdx.y == 0) land_append<S>(a, b, h, begin, mid, end);
   st.merge_warp();
   st.store(sh.warp[warp], lane);
   __syncthreads();
