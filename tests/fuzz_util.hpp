@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "livefuse/config.hpp"
+#include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
@@ -46,12 +47,23 @@ inline livefuse::Config with_mode(const livefuse::Config& base, livefuse::Mode m
   return c;
 }
 
-// The seeds to run: `programs` from `first` on, or <env>_PROGRAMS of them; <env>_SEED=S alone
-// (what a failure names).
+// The seeds to run: `programs` from `first` on, or <env>_PROGRAMS of them from <env>_FIRST on;
+// <env>_SEED=S alone (what a failure names); <env>_SEEDS=a,b,c those, in that order (a failure
+// that needs earlier programs in the process, bisected).
 inline std::vector<uint64_t> seeds(const std::string& env, int programs, uint64_t first) {
   if (const char* one = std::getenv((env + "_SEED").c_str()))
     return {std::strtoull(one, nullptr, 10)};
+  if (const char* list = std::getenv((env + "_SEEDS").c_str())) {
+    std::vector<uint64_t> s;
+    for (const char* c = list; *c;) {
+      char* end = nullptr;
+      s.push_back(std::strtoull(c, &end, 10));
+      c = *end ? end + 1 : end;
+    }
+    return s;
+  }
   if (const char* n = std::getenv((env + "_PROGRAMS").c_str())) programs = std::atoi(n);
+  if (const char* f = std::getenv((env + "_FIRST").c_str())) first = std::strtoull(f, nullptr, 10);
   std::vector<uint64_t> s;
   for (int i = 0; i < std::max(1, programs); ++i) s.push_back(first + static_cast<uint64_t>(i));
   return s;
@@ -139,6 +151,54 @@ struct Tally {
   }
 };
 
+// A program that failed, run again from an empty plan table in the state the process is in: as
+// it ran, then with one switch at a time (each twice: planning is asynchronous, so a run may
+// meet other plans), each run's verdict a MESSAGE. Whether it fails again says whether it needs
+// the earlier programs (the process's memory, caches and compiled kernels); which switch makes
+// it pass names the fusion that gives it; LIVEFUSE_VERIFY names the plan whose values differ
+// from eager. With LIVEFUSE_FUZZ_REPORT_DIR set, the report of the failing run and of the
+// verifying one (every plan, its shapes and verdict) are written there.
+template <class P, class M, class Run, class Differ, class R>
+void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, const M& m,
+              const R& want, Run run, Differ differ) {
+  const char* dir = std::getenv("LIVEFUSE_FUZZ_REPORT_DIR");
+  const auto report = [&](const char* what) {
+    if (!dir) return;
+    const std::string path = std::string(dir) + "/seed" + std::to_string(p.seed) + "-" + what + ".json";
+    livefuse::write_report(path, false);
+    MESSAGE("report: " << path);
+  };
+  report("failed");
+  struct Variant {
+    const char* name;
+    void (*set)(livefuse::Config&);
+  };
+  const Variant variants[] = {
+      {"as it ran", [](livefuse::Config&) {}},
+      {"LIVEFUSE_VERIFY=1000000", [](livefuse::Config& c) { c.verify = 1000000; }},
+      {"LIVEFUSE_ATTENTION=0", [](livefuse::Config& c) { c.attention = 0; }},
+      {"LIVEFUSE_GRAPHS=0", [](livefuse::Config& c) { c.graphs = false; }},
+      {"LIVEFUSE_FAMILY_GRAPH=0", [](livefuse::Config& c) { c.family_graph = false; }},
+      {"LIVEFUSE_FAMILY_RECORD=0", [](livefuse::Config& c) { c.family_record = false; }},
+      {"LIVEFUSE_CUDA_CACHE=0", [](livefuse::Config& c) { c.cuda_cache = false; }},
+      {"LIVEFUSE_GEMM_SIBLINGS=0", [](livefuse::Config& c) { c.gemm_siblings = false; }},
+      {"LIVEFUSE_SPLIT_K_ROWS=0", [](livefuse::Config& c) { c.split_k_rows = false; }},
+      {"LIVEFUSE_FUSION=0", [](livefuse::Config& c) { c.fusion = false; }},
+  };
+  for (const Variant& v : variants)
+    for (int k = 0; k < 2; ++k) {
+      livefuse::Config c = with_mode(saved, livefuse::Mode::on, p.sampled);
+      v.set(c);
+      livefuse::set_config_for_testing(c);
+      reset_pipeline(dev);
+      const auto got = run(p, m);
+      livefuse::synchronize(dev);
+      const std::string f = differ(p, want, got);
+      MESSAGE("program " << p.seed << " again, " << std::string(v.name) << ": " << (f.empty() ? "passes" : f));
+      if (c.verify && k == 0) report("verify");
+    }
+}
+
 // For each seed: make_program(seed) (with describe() and `sampled`), make_model(program, dev),
 // then run(program, model) with LIVEFUSE=off and again with fusion on; differ(program, off, on)
 // names the first disagreement (empty: none).
@@ -161,6 +221,7 @@ Tally differential(livefuse::Device dev, const std::vector<uint64_t>& seeds,
     livefuse::synchronize(dev);
     const std::string failure = differ(p, want, got);
     CHECK_MESSAGE(failure.empty(), failure);
+    if (!failure.empty()) diagnose(dev, saved, p, m, want, run, differ);
     ++t.programs;
     t.calls += ctr.calls - calls0;
     t.served += ctr.served - served0;
