@@ -92,7 +92,7 @@ inline bool bad_call_throws(const livefuse::Tensor& x) {
 // read later, all pending ones together; and its bad calls that did not throw.
 class Results {
  public:
-  explicit Results(size_t n) : values(n) {}
+  explicit Results(size_t n) : values(n), calls_(n) {}
   void take(size_t i, livefuse::Tensor t, bool read_now) {
     if (read_now)
       values[i] = t.to_doubles();
@@ -104,11 +104,20 @@ class Results {
     pending_.clear();
   }
 
+  // The op calls each output's request made and how many of them plans served (a label's
+  // "served k of n": whether fusion was engaged for the request that failed).
+  void note_calls(size_t i, uint64_t calls, uint64_t served) { calls_[i] = {calls, served}; }
+  std::string served(size_t i) const {
+    const auto [calls, by_plans] = i < calls_.size() ? calls_[i] : std::pair<uint64_t, uint64_t>{};
+    return "served " + std::to_string(by_plans) + " of " + std::to_string(calls) + " calls";
+  }
+
   std::vector<std::vector<double>> values;
   int errors_missed = 0;
 
  private:
   std::vector<std::pair<size_t, livefuse::Tensor>> pending_;
+  std::vector<std::pair<uint64_t, uint64_t>> calls_;
 };
 
 // How `on` first disagrees with `off` -- a bad call that did not throw, an output of another
@@ -128,7 +137,7 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
     if (got.size() != want.size())
       s << label(i) << " gave " << got.size() << " values, want " << want.size();
     else if (!close_to_scale(got, want, tolerance(dtype), &at, &scale))
-      s << label(i) << " value " << at << " got " << got[at] << " want " << want[at]
+      s << label(i) << " (" << on.served(i) << ") value " << at << " got " << got[at] << " want " << want[at]
         << " (largest |value| " << scale << ")"
         << (std::isnan(got[at]) && std::isnan(want[at]) ? "; NaN with fusion off too: no finite result to compare"
                                                         : "");

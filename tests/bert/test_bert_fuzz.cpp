@@ -110,7 +110,10 @@ lftest::fuzz::Results run(const Program& p, const BertModel& m) {
     const auto given = [&](const std::vector<int64_t>& v) {
       return v.empty() ? lf::Tensor{} : lf::from_int64s(v, s, lf::DType::i64, dev);
     };
+    const lf::MatcherCounters& ctr = lf::matcher_counters();
+    const uint64_t calls = ctr.calls, served = ctr.served;
     lf::Tensor h = m.forward(given(q.ids), given(q.mask), given(q.types));
+    r.note_calls(i, ctr.calls - calls, ctr.served - served);
     if (q.bad_call) r.errors_missed += !lftest::fuzz::bad_call_throws(h);
     r.take(i, std::move(h), q.read_now);
     if (q.read_pending) r.read_pending();

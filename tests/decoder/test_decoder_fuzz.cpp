@@ -166,7 +166,10 @@ lftest::fuzz::Results run(const Program& p, const lfd::DecoderModel& m) {
     const lf::Tensor ids = own_ids
                                ? lf::Tensor::wrap(own.data(), {a.batch, a.T}, lf::DType::i64, dev)
                                : lf::from_int64s(a.ids, {a.batch, a.T}, lf::DType::i64, dev);
+    const lf::MatcherCounters& ctr = lf::matcher_counters();
+    const uint64_t calls = ctr.calls, served = ctr.served;
     lf::Tensor logits = m.forward(ids, kv);
+    r.note_calls(i, ctr.calls - calls, ctr.served - served);
     if (own_ids)
       for (int64_t& t : own) t = (t + 7) % p.cfg.vocab_size;
     if (a.bad_call) r.errors_missed += !lftest::fuzz::bad_call_throws(logits);

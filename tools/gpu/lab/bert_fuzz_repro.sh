@@ -4,17 +4,18 @@
 # more (a failing program is run again by the fuzz itself, as it ran and with one switch off at a
 # time: tests/fuzz_util.hpp, diagnose), its reports under $OUT/fr, then the GPU suites.
 # Usage (device tool): bash tools/gpu/lab/bert_fuzz_repro.sh
-#   [FR_RUNS=1 FR_SEEDS="" (LIVEFUSE_FUZZ_BERT_SEEDS) FR_PROGRAMS=234 FR_ENV="" FR_SUITES=1
-#    FR_SANITIZE="" (a compute-sanitizer tool: memcheck, initcheck, racecheck)]
+#   [FR_TAG=run FR_RUNS=1 FR_SEEDS="" (LIVEFUSE_FUZZ_BERT_SEEDS) FR_PROGRAMS=234 FR_ENV=""
+#    FR_SUITES=1 FR_SANITIZE="" (a compute-sanitizer tool: memcheck, initcheck, racecheck)]
 . "$(dirname "$0")/../prelude.sh" lf-fuzz-repro
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 mkdir -p "$REAL_OUT/fr"
-export LIVEFUSE_FUZZ_REPORT_DIR=$REAL_OUT/fr
+export LIVEFUSE_FUZZ_REPORT_DIR=$REAL_OUT/fr/${FR_TAG:-run}
+mkdir -p "$LIVEFUSE_FUZZ_REPORT_DIR"
 nvidia-smi -L
 for i in $(seq "${FR_RUNS:-1}"); do
   at "bert fuzz run $i: ${FR_SEEDS:-${FR_PROGRAMS:-234} programs from 1000} ${FR_ENV:-}"
-  log=$REAL_OUT/fuzz_$i.log
+  log=$REAL_OUT/fuzz_${FR_TAG:-run}_$i.log
   san=()
   [ -n "${FR_SANITIZE:-}" ] && san=(compute-sanitizer --tool "$FR_SANITIZE" --print-limit 20)
   env ${FR_ENV:-} ${FR_SEEDS:+LIVEFUSE_FUZZ_BERT_SEEDS=$FR_SEEDS} \
