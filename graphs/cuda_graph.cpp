@@ -1,6 +1,8 @@
 #if LIVEFUSE_HAS_CUDA
 #include "graphs/cuda_graph.hpp"
 
+#include <atomic>
+
 #include "graphs/capture_budget.hpp"
 #include "graphs/patchable_graph.hpp"
 
@@ -9,6 +11,12 @@
 #include "runtime/memory_pool.hpp"
 
 namespace livefuse::graphs {
+
+namespace {
+std::atomic<uint64_t> g_abandoned{0};
+}  // namespace
+
+uint64_t captures_abandoned() { return g_abandoned.load(std::memory_order_relaxed); }
 
 CudaGraph::~CudaGraph() {
   if (g_) (void)cudaGraphDestroy(g_);
@@ -61,6 +69,9 @@ CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
   try {
     enqueue();
   } catch (...) {
+    // A step threw (a kernel still compiling for these shapes): no graph comes of it, and the
+    // window runs eagerly (FusedPlan::run puts its outputs back first).
+    g_abandoned.fetch_add(1, std::memory_order_relaxed);
     cudaGraph_t g = nullptr;
     (void)cudaStreamEndCapture(stream, &g);
     if (g) (void)cudaGraphDestroy(g);

@@ -54,6 +54,8 @@ class CudaGraphExec {
 // graph does not own wait for the end of the capture, memory_pool.hpp).
 // On an exception the capture is ended and the error rethrown.
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue);
+// Captures of this process that ended that way (the report's graphs.captures_abandoned).
+uint64_t captures_abandoned();
 
 struct GraphCacheCounters {
   uint64_t hits = 0, misses = 0, updates = 0, instantiations = 0, evictions = 0, dropped = 0;

@@ -242,24 +242,51 @@ bool FusedPlan::run(Window& w, const std::vector<std::pair<int, int>>&) {
   ++runs_;
   if (family.defined()) note_family_n(values);
   if (faults::fire(faults::Point::run)) throw Error("[plan] injected fault at run");
-  if (device_kind == DeviceKind::cpu) {
-    // A run that filled a cache (a GEMM weight packed, sibling weights concatenated) is not what
-    // a run costs, so live sampling skips it, as it skips a CUDA binding's first, uncaptured
-    // run. A plan that serves every layer of a model meets new weights in each of its first
-    // runs: timed, those made the CPU demo's layer plan look 28% slower than eager (1.60
-    // against 1.25 ms) where it ran as fast. Only early runs: a plan whose caches refill on
-    // every run (weights the program rewrites) must still be timed.
-    const bool early = runs_ <= kColdRunsAtMost;  // later runs skip the counters' locks
-    const uint64_t fills = early ? cache_fills() : 0;
-    if (config().profile) run_profiled_cpu(values);
-    else run_plan(planned_, values, nullptr);
-    if (early && cache_fills() != fills) w.cold_run = true;
-    return true;
+  // A run that stops part-way -- a kernel still compiling for these shapes, an error -- has
+  // bound some outputs: to a binding set's buffers, views to their sources. The window then
+  // runs eagerly into the program's handles, so they go back to what its calls made them first:
+  // eager execution binds them as it would have, and nothing the program keeps points into a set
+  // the plan hands out again (the encoder fuzz's GPU case: a layer plan whose capture a kernel
+  // still compiling for a new shape ended left its outputs bound, and the eager layer after it
+  // gave wrong values).
+  unbound_at_entry_.clear();
+  for (size_t v = w.externals.size(); v < values.size(); ++v) {
+    const TensorImpl& t = *values[v].impl();
+    if (!t.storage)
+      unbound_at_entry_.push_back({v, t.offset, t.strides, t.pending.load(std::memory_order_relaxed)});
   }
   try {
+    if (device_kind == DeviceKind::cpu) {
+      // A run that filled a cache (a GEMM weight packed, sibling weights concatenated) is not
+      // what a run costs, so live sampling skips it, as it skips a CUDA binding's first,
+      // uncaptured run. A plan that serves every layer of a model meets new weights in each of
+      // its first runs: timed, those made the CPU demo's layer plan look 28% slower than eager
+      // (1.60 against 1.25 ms) where it ran as fast. Only early runs: a plan whose caches refill
+      // on every run (weights the program rewrites) must still be timed.
+      const bool early = runs_ <= kColdRunsAtMost;  // later runs skip the counters' locks
+      const uint64_t fills = early ? cache_fills() : 0;
+      if (config().profile) run_profiled_cpu(values);
+      else run_plan(planned_, values, nullptr);
+      if (early && cache_fills() != fills) w.cold_run = true;
+      return true;
+    }
     return run_cuda(values, w);
   } catch (const KernelNotReady&) {
+    restore_unbound(values);
     return false;  // a kernel for these shapes is compiling: this window runs eagerly
+  } catch (...) {
+    restore_unbound(values);
+    throw;
+  }
+}
+
+void FusedPlan::restore_unbound(std::vector<Tensor>& values) const {
+  for (const Unbound& u : unbound_at_entry_) {
+    TensorImpl& t = *values[u.value].impl();
+    t.storage.reset();
+    t.offset = u.offset;
+    t.strides = u.strides;
+    t.pending.store(u.pending, std::memory_order_relaxed);
   }
 }
 

@@ -167,6 +167,17 @@ class FusedPlan final : public Plan {
   uint64_t profiled_runs_ = 0;                    // ... over this many runs (the first, cold, not counted)
   std::vector<void*> step_events_;                // cudaEvent_t, steps + 1, made once
   std::vector<Tensor> values_;                    // run()'s binding of the window, empty between runs
+  // A run's outputs that had no storage when it began, as they were (run(): a run that stops
+  // part-way puts them back before the window runs eagerly). Kept between runs: no allocation
+  // per run.
+  struct Unbound {
+    size_t value;
+    int64_t offset;
+    Strides strides;
+    void* pending;
+  };
+  std::vector<Unbound> unbound_at_entry_;
+  void restore_unbound(std::vector<Tensor>& values) const;
   // A plan may be completed by two threads at once, and inspected by the report thread while
   // a run compiles a missing kernel variant into a step.
   mutable std::mutex run_mu_;

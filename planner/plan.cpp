@@ -17,6 +17,7 @@
 #include "planner/rotary_step.hpp"
 #include "runtime/append.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/faults.hpp"
 #include "runtime/write_batch.hpp"
 #if LIVEFUSE_HAS_CUDA
 #include "kernels/cuda/gemm.hpp"
@@ -456,6 +457,8 @@ void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* str
       break;
     }
   for (const Step& s : p.steps) {
+    if (&s != &p.steps.front() && faults::fire(faults::Point::step))
+      throw KernelNotReady("[plan] " + s.label + ": injected fault: its kernel is compiling");
     if (cuda) launch_step_cuda(p, s, values, stream);
     else run_step_cpu(p, s, values);
   }

@@ -31,6 +31,8 @@
 
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime.h>
+
+#include "graphs/cuda_graph.hpp"
 #endif
 
 namespace livefuse::planner {
@@ -205,6 +207,9 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("updates", sum[3]);
       sink.add("evictions", sum[4]);
       sink.add("captures_deferred", sum[5]);  // graphs/capture_budget.hpp
+#if LIVEFUSE_HAS_CUDA
+      sink.add("captures_abandoned", graphs::captures_abandoned());  // a step threw: eager
+#endif
     });
   }
 

@@ -5,10 +5,14 @@
 
 namespace livefuse::faults {
 
-enum class Point : uint8_t { plan, compile, load, instantiate, run, kCount };
+// step: a plan's step finds its kernel still compiling for these shapes (planner/plan.hpp,
+// KernelNotReady), reached before each step of a run but its first: the run stops part-way.
+enum class Point : uint8_t { plan, compile, load, instantiate, run, step, kCount };
 
-// The next `count` times `p` is reached, it fails.
-void inject(Point p, int count = 1);
+// The next `count` times `p` is reached, it fails -- after `skip` more reaches that do not.
+void inject(Point p, int count = 1, int skip = 0);
+// Drops what is still injected at `p` (failures and skips).
+void clear(Point p);
 // Consumes one pending failure of `p`: true when the step must fail now. One relaxed load
 // when nothing is injected.
 bool fire(Point p);

@@ -15,6 +15,7 @@
 #include "livefuse/inspect.hpp"
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 #include "tests/test_util.hpp"
 
@@ -104,12 +105,13 @@ class Results {
     pending_.clear();
   }
 
-  // The op calls each output's request made and how many of them plans served (a label's
-  // "served k of n": whether fusion was engaged for the request that failed).
+  // The op calls counted while each output's request ran (a window is counted when it ends) and
+  // how many of them plans served: whether fusion was engaged for the request that failed.
   void note_calls(size_t i, uint64_t calls, uint64_t served) { calls_[i] = {calls, served}; }
   std::string served(size_t i) const {
     const auto [calls, by_plans] = i < calls_.size() ? calls_[i] : std::pair<uint64_t, uint64_t>{};
-    return "served " + std::to_string(by_plans) + " of " + std::to_string(calls) + " calls";
+    return "plans served " + std::to_string(by_plans) + " of the " + std::to_string(calls) +
+           " calls counted while it ran";
   }
 
   std::vector<std::vector<double>> values;
@@ -144,6 +146,14 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
     if (!s.str().empty()) return s.str();
   }
   return {};
+}
+
+// The process's graph captures that a step ended by throwing (a kernel still compiling for the
+// shapes: the window runs eagerly), as "; N graph captures abandoned"; "" when none.
+inline std::string abandoned_captures() {
+  const auto n = livefuse::find_counter(livefuse::counters(), "graphs", "captures_abandoned");
+  if (!n || !*n) return {};
+  return "; " + std::to_string(*n) + " graph captures abandoned";
 }
 
 // Programs, op calls and calls served by plans over a fuzz run.
@@ -200,10 +210,21 @@ void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, c
       v.set(c);
       livefuse::set_config_for_testing(c);
       reset_pipeline(dev);
+      // The runs as it ran on the timeline (each request an instant "fuzz" / "request"), from
+      // an empty buffer: the process's first events would have filled it.
+      const bool timeline = dir && &v == &variants[0];
+      if (timeline) livefuse::trace::reset_for_testing(true);
       const auto got = run(p, m);
       livefuse::synchronize(dev);
       const std::string f = differ(p, want, got);
       MESSAGE("program " << p.seed << " again, " << std::string(v.name) << ": " << (f.empty() ? "passes" : f));
+      if (timeline) {
+        const std::string path = std::string(dir) + "/seed" + std::to_string(p.seed) + "-again" +
+                                 std::to_string(k) + (f.empty() ? "-passed" : "-failed") + ".trace.json";
+        livefuse::write_trace(path);
+        livefuse::trace::reset_for_testing(false);
+        MESSAGE("timeline: " << path);
+      }
       if (c.verify && k == 0) report("verify");
     }
 }

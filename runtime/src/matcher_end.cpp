@@ -189,6 +189,7 @@ void complete(StreamWindow& sw) {
     bool ok = false;
     sw.w.cold_run = false;
     trace::Scope ts("plan", sampling ? "replay_sampled" : "replay");
+    if (ts) ts.detail("plan " + std::to_string(plan.id));
     try {
       append::DonatedInputs donated(sw.w);  // caches the program let go grow in place
       count_held(donated, sw);

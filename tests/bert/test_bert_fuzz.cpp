@@ -110,6 +110,7 @@ lftest::fuzz::Results run(const Program& p, const BertModel& m) {
     const auto given = [&](const std::vector<int64_t>& v) {
       return v.empty() ? lf::Tensor{} : lf::from_int64s(v, s, lf::DType::i64, dev);
     };
+    if (lf::trace::enabled()) lf::trace::instant("fuzz", "request", "request " + std::to_string(i));
     const lf::MatcherCounters& ctr = lf::matcher_counters();
     const uint64_t calls = ctr.calls, served = ctr.served;
     lf::Tensor h = m.forward(given(q.ids), given(q.mask), given(q.types));
@@ -145,7 +146,7 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
       lftest::fuzz::differential(dev, lftest::fuzz::seeds("LIVEFUSE_FUZZ_BERT", programs, first),
                                  make_program, model_of, run, first_difference);
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
-                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served");
+                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served" << lftest::fuzz::abandoned_captures());
   t.check_engaged();
 }
 

@@ -209,7 +209,7 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
   const uint64_t appends = lf::matcher_counters().appends_in_place - appends0;
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
                      << 100.0 * t.served_share() << "%), " << t.engaged << " programs served, "
-                     << appends << " caches grown in place");
+                     << appends << " caches grown in place" << lftest::fuzz::abandoned_captures());
   t.check_engaged();
   // ... and the habits reached what they are here for: caches grown in place.
   if (seeds.size() > 1) CHECK(appends > 0);
