@@ -14,23 +14,13 @@
 
 #include "examples/bert/bert.hpp"
 #include "examples/bert/run.hpp"
-#include "monitor/monitor.hpp"
-#include "planner/service.hpp"
 #include "runtime/faults.hpp"
 #include "runtime/plan.hpp"
-#include "tests/test_util.hpp"
+#include "tests/fuzz_util.hpp"
 
 namespace lf = livefuse;
 
 namespace {
-
-void reset_pipeline(lf::Device dev) {
-  lf::synchronize(dev);
-  lf::monitor::Monitor::instance().reset();
-  lf::planner::wait_service_idle();
-  lf::planner::reset_service_for_testing();
-  lf::PlanTable::get().clear_for_testing();
-}
 
 struct Request {
   lf::Tensor ids, mask;
@@ -49,7 +39,7 @@ void check_partial_runs(lf::Device dev, lf::DType dt, double tol) {
     lf::Device d;
     ~Restore() {
       lf::faults::clear(lf::faults::Point::step);
-      reset_pipeline(d);
+      lftest::fuzz::reset_pipeline(d);
       lf::set_config_for_testing(c);
     }
   } restore{saved, dev};
@@ -83,7 +73,7 @@ void check_partial_runs(lf::Device dev, lf::DType dt, double tol) {
   on.sample = 0;  // plans serve at once: this is about results
   on.settle = false;
   lf::set_config_for_testing(on);
-  reset_pipeline(dev);
+  lftest::fuzz::reset_pipeline(dev);
   // Planned on the first shape (every shape's windows have the same ops).
   for (int it = 0; it < 6; ++it)
     REQUIRE(lftest::allclose(forward(shapes[0].first), shapes[0].first.want, tol, tol));
