@@ -13,10 +13,12 @@
 namespace livefuse::graphs {
 
 namespace {
-std::atomic<uint64_t> g_abandoned{0};
+std::atomic<uint64_t> g_abandoned{0}, g_held_memory{0};
 }  // namespace
 
-uint64_t captures_abandoned() { return g_abandoned.load(std::memory_order_relaxed); }
+CaptureCounts capture_counts() {
+  return {g_abandoned.load(std::memory_order_relaxed), g_held_memory.load(std::memory_order_relaxed)};
+}
 
 CudaGraph::~CudaGraph() {
   if (g_) (void)cudaGraphDestroy(g_);
@@ -76,10 +78,20 @@ CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue) {
     (void)cudaStreamEndCapture(stream, &g);
     if (g) (void)cudaGraphDestroy(g);
     (void)cudaGetLastError();
+    (void)scope.rehome(stream);
     throw;
   }
   cudaGraph_t g = nullptr;
   LF_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+  if (const size_t held = scope.held_allocations()) {
+    (void)cudaGraphDestroy(g);
+    (void)scope.rehome(stream);
+    g_held_memory.fetch_add(1, std::memory_order_relaxed);
+    throw CaptureHeldMemory(livefuse::detail::concat(
+        "[graph] the captured steps allocated ", held,
+        " storage(s) still held after the capture: a relaunch would allocate them again while they "
+        "are live, which CUDA refuses"));
+  }
   return CudaGraph(g);
 }
 

@@ -10,6 +10,8 @@
 #include <memory>
 #include <unordered_map>
 
+#include "livefuse/error.hpp"
+
 namespace livefuse::graphs {
 
 class PatchableGraph;  // patchable_graph.hpp
@@ -52,10 +54,20 @@ class CudaGraphExec {
 // no synchronisation: the runtime allocates a binding's buffers and warms its modules and
 // library handles by a direct run on the same stream before capturing it; frees of memory the
 // graph does not own wait for the end of the capture, memory_pool.hpp).
-// On an exception the capture is ended and the error rethrown.
+// On an exception the capture is ended and the error rethrown. Memory the steps allocated
+// during the capture that is still held when it ends makes the graph one that cannot be launched
+// twice (runtime/memory_pool.hpp, CaptureScope): it is discarded, the memory rehomed, and
+// CaptureHeldMemory thrown -- the work was not done; the caller runs it directly.
 CudaGraph capture(cudaStream_t stream, const std::function<void()>& enqueue);
-// Captures of this process that ended that way (the report's graphs.captures_abandoned).
-uint64_t captures_abandoned();
+struct CaptureHeldMemory : Error {
+  using Error::Error;
+};
+// This process's captures that a step ended by throwing (abandoned) and that were discarded for
+// held memory (the report's graphs.captures_abandoned / captures_holding_memory).
+struct CaptureCounts {
+  uint64_t abandoned = 0, held_memory = 0;
+};
+CaptureCounts capture_counts();
 
 struct GraphCacheCounters {
   uint64_t hits = 0, misses = 0, updates = 0, instantiations = 0, evictions = 0, dropped = 0;

@@ -216,7 +216,7 @@ void FusedPlan::details(PlanDetails& d) const {
                                        std::to_string(planned_.summary.eager_launches) + ")");
   for (const auto& [key, sg] : graphs_by_shape_)
     d.graphs.push_back({sg.shapes, sg.replays, static_cast<int>(sg.nodes)});
-  d.notes.emplace_back("graphs", use_graphs_ ? "on" : "off");
+  d.notes.emplace_back("graphs", use_graphs_ ? "on" : graphs_off_.empty() ? "off" : "off: " + graphs_off_);
   d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
   d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
   d.notes.emplace_back("captures_deferred", std::to_string(captures_deferred_));
@@ -493,8 +493,20 @@ bool FusedPlan::replay(uint64_t key, int set, void* stream, const std::function<
                        const std::vector<Tensor>& values, const Window& w, size_t* nodes) {
   const auto st = static_cast<cudaStream_t>(stream);
   const uint64_t misses_before = graphs_->counters().misses;
-  const graphs::CudaGraphExec& exec =
-      graphs_->get_or_build(key, static_cast<uint32_t>(set), st, enqueue, nodes);
+  const graphs::CudaGraphExec* found = nullptr;
+  try {
+    found = &graphs_->get_or_build(key, static_cast<uint32_t>(set), st, enqueue, nodes);
+  } catch (const graphs::CaptureHeldMemory& e) {
+    // A step allocates memory the program then holds (a value no binding set covers): such a
+    // graph cannot run twice. The plan launches its steps directly from now on; this run's
+    // work, which the capture did not do, too.
+    use_graphs_ = false;
+    graphs_off_ = e.what();
+    ++graph_misses_;
+    enqueue();
+    return false;
+  }
+  const graphs::CudaGraphExec& exec = *found;
   const bool hit = graphs_->counters().misses == misses_before;
   if (hit) {
     ++graph_hits_;

@@ -161,6 +161,7 @@ class FusedPlan final : public Plan {
   std::unordered_map<uint64_t, ShapeGraphs> graphs_by_shape_;  // by shape key (bounded)
   std::vector<bool> written_;  // per value id
   bool use_graphs_ = true;
+  std::string graphs_off_;  // why a capture turned them off (empty: on, or off by config / probation)
   uint64_t graph_hits_ = 0, graph_misses_ = 0, runs_ = 0, unbound_runs_ = 0;
   uint64_t window_hits_ = 0, window_misses_ = 0;  // at the start of the probation window
   std::vector<double> step_us_;                   // LIVEFUSE_PROFILE: time per step (GPU; CPU: host), summed

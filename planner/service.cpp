@@ -208,7 +208,9 @@ class Service final : public monitor::CandidateConsumer {
       sink.add("evictions", sum[4]);
       sink.add("captures_deferred", sum[5]);  // graphs/capture_budget.hpp
 #if LIVEFUSE_HAS_CUDA
-      sink.add("captures_abandoned", graphs::captures_abandoned());  // a step threw: eager
+      const graphs::CaptureCounts cc = graphs::capture_counts();
+      sink.add("captures_abandoned", cc.abandoned);           // a step threw: the window ran eagerly
+      sink.add("captures_holding_memory", cc.held_memory);  // the plan launches directly since
 #endif
     });
   }

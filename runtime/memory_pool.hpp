@@ -37,6 +37,12 @@ std::vector<std::shared_ptr<Storage>> allocate_storage_run(Device device, size_t
 // again later). Memory the graph does not own, freed then, is not freed until the scope ends
 // (a cudaFreeAsync inside the capture would become a node of the graph), and the block cache
 // evicts nothing meanwhile.
+//
+// Memory allocated inside a capture and still held when it ends (a value a step bound there)
+// would make the graph unusable: a relaunch allocates it again, and CUDA refuses a graph whose
+// allocation from its last launch is still live (cudaErrorInvalidValue). graphs::capture()
+// then discards the graph and rehomes those storages: each gets a block of its own, outside any
+// capture (the graph's addresses went with it, never written or freed).
 class CaptureScope {
  public:
   CaptureScope();
@@ -44,9 +50,21 @@ class CaptureScope {
   CaptureScope(const CaptureScope&) = delete;
   CaptureScope& operator=(const CaptureScope&) = delete;
   static bool active();
+  // Storages allocated in this capture that something still holds.
+  size_t held_allocations() const;
+  // After the stream's capture ended and its graph was discarded: ends the scope's capture mode
+  // and rehomes the held storages (on `stream`); returns how many.
+  size_t rehome(void* stream);
+
+  struct Allocation {
+    std::weak_ptr<Storage> storage;
+    bool owns = false;  // the graph's allocation itself (else a part of one: allocate_storage_run)
+  };
 
  private:
   bool prev_;
+  std::vector<Allocation> allocs_;
+  std::vector<Allocation>* prev_allocs_;
 };
 
 }  // namespace livefuse

@@ -149,11 +149,15 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
 }
 
 // The process's graph captures that a step ended by throwing (a kernel still compiling for the
-// shapes: the window runs eagerly), as "; N graph captures abandoned"; "" when none.
+// shapes: the window ran eagerly) and that were discarded for memory they left held (the plan
+// launches directly since), as "; N graph captures abandoned, M discarded"; "" when none.
 inline std::string abandoned_captures() {
-  const auto n = livefuse::find_counter(livefuse::counters(), "graphs", "captures_abandoned");
-  if (!n || !*n) return {};
-  return "; " + std::to_string(*n) + " graph captures abandoned";
+  const auto groups = livefuse::counters();
+  const uint64_t n = livefuse::find_counter(groups, "graphs", "captures_abandoned").value_or(0);
+  const uint64_t h = livefuse::find_counter(groups, "graphs", "captures_holding_memory").value_or(0);
+  if (!n && !h) return {};
+  return "; " + std::to_string(n) + " graph captures abandoned, " + std::to_string(h) +
+         " discarded for memory left held";
 }
 
 // Programs, op calls and calls served by plans over a fuzz run.

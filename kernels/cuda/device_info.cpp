@@ -10,6 +10,9 @@ namespace livefuse::cuda {
 
 namespace detail {
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  // Reported here: it must not linger as the thread's last error, where the next launch check
+  // (the eager fallback's, say) would report it as its own.
+  (void)cudaGetLastError();
   throw Error(livefuse::detail::concat("[cuda] ", call, " failed: ", cudaGetErrorName(err), " (",
                                        cudaGetErrorString(err), ") at ", file, ":", line));
 }

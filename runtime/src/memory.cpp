@@ -97,6 +97,8 @@ CpuPool& cpu_pool() {
 }
 
 thread_local bool t_capturing = false;
+// The storages allocated in this thread's innermost capture (CaptureScope).
+thread_local std::vector<CaptureScope::Allocation>* t_capture_allocs = nullptr;
 
 #if LIVEFUSE_HAS_CUDA
 // A failed free (a destructor has nobody to tell) must not linger as the thread's last CUDA
@@ -261,14 +263,47 @@ void graph_owned_free(uint64_t packed, void* ptr, cudaStream_t st) {
 
 }  // namespace
 
-CaptureScope::CaptureScope() : prev_(t_capturing) { t_capturing = true; }
+CaptureScope::CaptureScope() : prev_(t_capturing), prev_allocs_(t_capture_allocs) {
+  t_capturing = true;
+  t_capture_allocs = &allocs_;
+}
 CaptureScope::~CaptureScope() {
   t_capturing = prev_;
+  t_capture_allocs = prev_allocs_;
 #if LIVEFUSE_HAS_CUDA
   release_deferred_frees();
 #endif
 }
 bool CaptureScope::active() { return t_capturing; }
+
+size_t CaptureScope::held_allocations() const {
+  size_t n = 0;
+  for (const Allocation& a : allocs_) n += !a.storage.expired();
+  return n;
+}
+
+size_t CaptureScope::rehome(void* stream) {
+  t_capturing = prev_;  // what follows allocates outside the capture
+  t_capture_allocs = prev_allocs_;
+  size_t n = 0;
+  // Newest first: the parts of a run before the block they hold (a block only its parts held is
+  // gone once they are rehomed).
+  for (auto it = allocs_.rbegin(); it != allocs_.rend(); ++it) {
+    const std::shared_ptr<Storage> s = it->storage.lock();
+    if (!s || !s->device.is_cuda()) continue;
+    const std::shared_ptr<Storage> fresh = allocate_storage(s->device, s->bytes, stream);
+#if LIVEFUSE_HAS_CUDA
+    if (it->owns) cuda_device(s->device.index).counters.sub(s->bytes);  // the graph's, gone with it
+#endif
+    s->ptr = fresh->ptr;
+    s->deleter = std::move(fresh->deleter);
+    fresh->ptr = nullptr;
+    fresh->deleter = nullptr;
+    ++n;
+  }
+  allocs_.clear();
+  return n;
+}
 
 size_t cuda_size_class(size_t bytes) {
   constexpr size_t kSmall = size_t(64) << 10, kLarge = size_t(16) << 20, kLargeStep = size_t(2) << 20;
@@ -292,6 +327,7 @@ std::vector<std::shared_ptr<Storage>> allocate_storage_run(Device device, size_t
     s->ptr = block->ptr ? static_cast<std::byte*>(block->ptr) + step * static_cast<size_t>(i) : nullptr;
     // Owns a share of the block: the block goes back to the pool with its last part.
     s->deleter = [block](void*) {};
+    if (t_capturing && t_capture_allocs) t_capture_allocs->push_back({s, false});
     out.push_back(std::move(s));
   }
   return out;
@@ -336,8 +372,10 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   d.counters.add(held);
   // Stream-ordered: later work on `st` may still read it; reuse on `st` is ordered after it.
   const uint64_t packed = pack(held, device.index);
-  if (t_capturing)
+  if (t_capturing) {
     s->deleter = [packed, st](void* ptr) { graph_owned_free(packed, ptr, st); };
+    if (t_capture_allocs) t_capture_allocs->push_back({s, true});
+  }
   else if (cache)
     s->deleter = [packed, st](void* ptr) { to_block_cache(packed, ptr, st); };
   else
