@@ -285,15 +285,24 @@ size_t CaptureScope::held_allocations() const {
 size_t CaptureScope::rehome(void* stream) {
   t_capturing = prev_;  // what follows allocates outside the capture
   t_capture_allocs = prev_allocs_;
+  // The graph's own allocations are never freed here, rehomed or not (a block only parts of a
+  // run held dies once they are rehomed): the address went with the graph and may be another
+  // graph's by now. Only their bytes leave the count.
+#if LIVEFUSE_HAS_CUDA
+  for (const Allocation& a : allocs_)
+    if (const std::shared_ptr<Storage> s = a.storage.lock(); s && a.owns && s->device.is_cuda())
+      s->deleter = [device = s->device.index, bytes = s->bytes](void*) {
+        cuda_device(device).counters.sub(bytes);
+      };
+#endif
   size_t n = 0;
-  // Newest first: the parts of a run before the block they hold (a block only its parts held is
-  // gone once they are rehomed).
+  // Newest first: the parts of a run before the block they hold.
   for (auto it = allocs_.rbegin(); it != allocs_.rend(); ++it) {
     const std::shared_ptr<Storage> s = it->storage.lock();
     if (!s || !s->device.is_cuda()) continue;
     const std::shared_ptr<Storage> fresh = allocate_storage(s->device, s->bytes, stream);
 #if LIVEFUSE_HAS_CUDA
-    if (it->owns) cuda_device(s->device.index).counters.sub(s->bytes);  // the graph's, gone with it
+    if (it->owns) cuda_device(s->device.index).counters.sub(s->bytes);  // its deleter goes below
 #endif
     s->ptr = fresh->ptr;
     s->deleter = std::move(fresh->deleter);
