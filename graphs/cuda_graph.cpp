@@ -17,7 +17,8 @@ std::atomic<uint64_t> g_abandoned{0}, g_held_memory{0};
 }  // namespace
 
 CaptureCounts capture_counts() {
-  return {g_abandoned.load(std::memory_order_relaxed), g_held_memory.load(std::memory_order_relaxed)};
+  return {g_abandoned.load(std::memory_order_relaxed),
+          g_held_memory.load(std::memory_order_relaxed)};
 }
 
 CudaGraph::~CudaGraph() {

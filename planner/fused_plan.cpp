@@ -216,7 +216,9 @@ void FusedPlan::details(PlanDetails& d) const {
                                        std::to_string(planned_.summary.eager_launches) + ")");
   for (const auto& [key, sg] : graphs_by_shape_)
     d.graphs.push_back({sg.shapes, sg.replays, static_cast<int>(sg.nodes)});
-  d.notes.emplace_back("graphs", use_graphs_ ? "on" : graphs_off_.empty() ? "off" : "off: " + graphs_off_);
+  d.notes.emplace_back("graphs", use_graphs_            ? "on"
+                                 : graphs_off_.empty() ? "off"
+                                                       : "off: " + graphs_off_);
   d.notes.emplace_back("graph_hits", std::to_string(graph_hits_));
   d.notes.emplace_back("graph_misses", std::to_string(graph_misses_));
   d.notes.emplace_back("captures_deferred", std::to_string(captures_deferred_));

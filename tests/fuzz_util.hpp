@@ -139,10 +139,11 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
     if (got.size() != want.size())
       s << label(i) << " gave " << got.size() << " values, want " << want.size();
     else if (!close_to_scale(got, want, tolerance(dtype), &at, &scale))
-      s << label(i) << " (" << on.served(i) << ") value " << at << " got " << got[at] << " want " << want[at]
-        << " (largest |value| " << scale << ")"
-        << (std::isnan(got[at]) && std::isnan(want[at]) ? "; NaN with fusion off too: no finite result to compare"
-                                                        : "");
+      s << label(i) << " (" << on.served(i) << ") value " << at << " got " << got[at] << " want "
+        << want[at] << " (largest |value| " << scale << ")"
+        << (std::isnan(got[at]) && std::isnan(want[at])
+                ? "; NaN with fusion off too: no finite result to compare"
+                : "");
     if (!s.str().empty()) return s.str();
   }
   return {};
@@ -154,7 +155,8 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
 inline std::string abandoned_captures() {
   const auto groups = livefuse::counters();
   const uint64_t n = livefuse::find_counter(groups, "graphs", "captures_abandoned").value_or(0);
-  const uint64_t h = livefuse::find_counter(groups, "graphs", "captures_holding_memory").value_or(0);
+  const uint64_t h =
+      livefuse::find_counter(groups, "graphs", "captures_holding_memory").value_or(0);
   if (!n && !h) return {};
   return "; " + std::to_string(n) + " graph captures abandoned, " + std::to_string(h) +
          " discarded for memory left held";
@@ -187,7 +189,8 @@ void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, c
   const char* dir = std::getenv("LIVEFUSE_FUZZ_REPORT_DIR");
   const auto report = [&](const char* what) {
     if (!dir) return;
-    const std::string path = std::string(dir) + "/seed" + std::to_string(p.seed) + "-" + what + ".json";
+    const std::string path =
+        std::string(dir) + "/seed" + std::to_string(p.seed) + "-" + what + ".json";
     livefuse::write_report(path, false);
     MESSAGE("report: " << path);
   };
@@ -221,10 +224,12 @@ void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, c
       const auto got = run(p, m);
       livefuse::synchronize(dev);
       const std::string f = differ(p, want, got);
-      MESSAGE("program " << p.seed << " again, " << std::string(v.name) << ": " << (f.empty() ? "passes" : f));
+      MESSAGE("program " << p.seed << " again, " << std::string(v.name) << ": "
+                         << (f.empty() ? "passes" : f));
       if (timeline) {
         const std::string path = std::string(dir) + "/seed" + std::to_string(p.seed) + "-again" +
-                                 std::to_string(k) + (f.empty() ? "-passed" : "-failed") + ".trace.json";
+                                 std::to_string(k) + (f.empty() ? "-passed" : "-failed") +
+                                 ".trace.json";
         livefuse::write_trace(path);
         livefuse::trace::reset_for_testing(false);
         MESSAGE("timeline: " << path);

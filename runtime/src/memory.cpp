@@ -384,11 +384,11 @@ std::shared_ptr<Storage> allocate_storage(Device device, size_t bytes, void* str
   if (t_capturing) {
     s->deleter = [packed, st](void* ptr) { graph_owned_free(packed, ptr, st); };
     if (t_capture_allocs) t_capture_allocs->push_back({s, true});
-  }
-  else if (cache)
+  } else if (cache) {
     s->deleter = [packed, st](void* ptr) { to_block_cache(packed, ptr, st); };
-  else
+  } else {
     s->deleter = [packed, st](void* ptr) { to_pool(packed, ptr, st); };
+  }
   return s;
 #else
   (void)stream;

@@ -146,7 +146,8 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
       lftest::fuzz::differential(dev, lftest::fuzz::seeds("LIVEFUSE_FUZZ_BERT", programs, first),
                                  make_program, model_of, run, first_difference);
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
-                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served" << lftest::fuzz::abandoned_captures());
+                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served"
+                     << lftest::fuzz::abandoned_captures());
   t.check_engaged();
 }
 
