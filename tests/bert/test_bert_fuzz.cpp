@@ -2,11 +2,13 @@
 // layers, erf / tanh GELU or relu, f32 / f16 / bf16) serving random requests -- a few
 // (batch, length) shapes in a random mix, padding masks with random lengths (a row padded
 // throughout now and then), token types or none, results read at once or left pending, a bad
-// call now and then -- must give LIVEFUSE=off's hidden states with fusion on, and plans must
+// call now and then, a plan run stopped part-way now and then (a kernel still compiling: the
+// window runs eagerly) -- must give LIVEFUSE=off's hidden states with fusion on, and plans must
 // serve. What the encoder's fusions (Q/K/V as one GEMM, attention as one step, GEMM epilogues,
 // the layer seam) meet in serving that one fixed model at one shape does not show.
 // Programs per run: LIVEFUSE_FUZZ_BERT_PROGRAMS (default 24 on the CPU, 6 on a GPU);
 // LIVEFUSE_FUZZ_BERT_SEED=S runs program S alone (what a failure names).
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,13 +37,15 @@ struct Program {
   lf::DType dtype = lf::DType::f32;
   bool sampled = false;
   std::vector<Request> requests;
+  std::vector<int> stops;  // per request: a plan run stopped part-way (lftest::fuzz::random_stops)
 
   std::string describe() const {
     std::ostringstream o;
     o << "program seed=" << seed << ": " << lf::dtype_name(dtype) << ", hidden " << cfg.hidden_size
       << ", heads " << cfg.num_attention_heads << ", layers " << cfg.num_hidden_layers << ", "
       << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled") << ", " << requests.size()
-      << " requests";
+      << " requests (" << std::count_if(stops.begin(), stops.end(), [](int k) { return k >= 0; })
+      << " with a run stopped part-way)";
     return o.str();
   }
 };
@@ -98,6 +102,7 @@ Program make_program(uint64_t seed) {
     q.bad_call = chance(0.03);
     p.requests.push_back(std::move(q));
   }
+  p.stops = lftest::fuzz::random_stops(seed, p.requests.size());
   return p;
 }
 
@@ -113,7 +118,11 @@ lftest::fuzz::Results run(const Program& p, const BertModel& m) {
     if (lf::trace::enabled()) lf::trace::instant("fuzz", "request", "request " + std::to_string(i));
     const lf::MatcherCounters& ctr = lf::matcher_counters();
     const uint64_t calls = ctr.calls, served = ctr.served;
-    lf::Tensor h = m.forward(given(q.ids), given(q.mask), given(q.types));
+    lf::Tensor h;
+    {
+      const lftest::fuzz::StopScope stop(p.stops[i]);
+      h = m.forward(given(q.ids), given(q.mask), given(q.types));
+    }
     r.note_calls(i, ctr.calls - calls, ctr.served - served);
     if (q.bad_call) r.errors_missed += !lftest::fuzz::bad_call_throws(h);
     r.take(i, std::move(h), q.read_now);
@@ -146,7 +155,8 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
       lftest::fuzz::differential(dev, lftest::fuzz::seeds("LIVEFUSE_FUZZ_BERT", programs, first),
                                  make_program, model_of, run, first_difference);
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
-                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served"
+                     << 100.0 * t.served_share() << "%), " << t.engaged << " programs served, "
+                     << t.declined << " windows declined (runs stopped part-way)"
                      << lftest::fuzz::abandoned_captures());
   t.check_engaged();
 }

@@ -3,7 +3,8 @@
 // f32/f16/bf16) driven by random program habits -- sequences restarted at random prompt lengths,
 // two sequences interleaved on caches of their own, a sequence forked from another's cache (beam
 // search's copy), old caches kept alive for a few steps, logits read at once or left pending for
-// several steps, ids from a buffer the program reuses, now and then a call that must fail --
+// several steps, ids from a buffer the program reuses, now and then a call that must fail, and
+// now and then a plan run stopped part-way (a kernel still compiling: the window runs eagerly) --
 // must give LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families (one plan
 // for every length), caches grown in place and the donation rule that decides when a cache may
 // be grown are what these habits reach; one fixed model in one loop (the decoder suite's other
@@ -58,6 +59,7 @@ struct Program {
   int64_t capacity = 0;
   bool sampled = false;  // live sampling on (plans alternate with eager runs while new)
   std::vector<Action> actions;
+  std::vector<int> stops;  // per call: a plan run stopped part-way (lftest::fuzz::random_stops)
 
   std::string describe() const {
     std::ostringstream o;
@@ -66,7 +68,9 @@ struct Program {
       << (mixed_batch ? "1-" : "") << batch << ", hidden " << cfg.hidden_size << ", heads "
       << cfg.num_attention_heads << "/" << cfg.num_key_value_heads << ", layers "
       << cfg.num_hidden_layers << ", " << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled")
-      << ", " << actions.size() << " calls";
+      << ", " << actions.size() << " calls ("
+      << std::count_if(stops.begin(), stops.end(), [](int k) { return k >= 0; })
+      << " with a run stopped part-way)";
     return o.str();
   }
 };
@@ -142,6 +146,7 @@ Program make_program(uint64_t seed) {
     a.bad_call = chance(0.03);
     p.actions.push_back(std::move(a));
   }
+  p.stops = lftest::fuzz::random_stops(seed, p.actions.size());
   return p;
 }
 
@@ -168,7 +173,11 @@ lftest::fuzz::Results run(const Program& p, const lfd::DecoderModel& m) {
                                : lf::from_int64s(a.ids, {a.batch, a.T}, lf::DType::i64, dev);
     const lf::MatcherCounters& ctr = lf::matcher_counters();
     const uint64_t calls = ctr.calls, served = ctr.served;
-    lf::Tensor logits = m.forward(ids, kv);
+    lf::Tensor logits;
+    {
+      const lftest::fuzz::StopScope stop(p.stops[i]);
+      logits = m.forward(ids, kv);
+    }
     r.note_calls(i, ctr.calls - calls, ctr.served - served);
     if (own_ids)
       for (int64_t& t : own) t = (t + 7) % p.cfg.vocab_size;
@@ -209,7 +218,9 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
   const uint64_t appends = lf::matcher_counters().appends_in_place - appends0;
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
                      << 100.0 * t.served_share() << "%), " << t.engaged << " programs served, "
-                     << appends << " caches grown in place" << lftest::fuzz::abandoned_captures());
+                     << appends << " caches grown in place, " << t.declined
+                     << " windows declined (runs stopped part-way)"
+                     << lftest::fuzz::abandoned_captures());
   t.check_engaged();
   // ... and the habits reached what they are here for: caches grown in place.
   if (seeds.size() > 1) CHECK(appends > 0);
