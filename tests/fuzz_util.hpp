@@ -49,6 +49,68 @@ inline livefuse::Config with_mode(const livefuse::Config& base, livefuse::Mode m
   if (!sampled) c.sample = 0;
   return c;
 }
+// ... with fusion on, with the program's switches.
+template <class P>
+livefuse::Config on_for(const livefuse::Config& base, const P& p) {
+  livefuse::Config c = with_mode(base, livefuse::Mode::on, p.sampled);
+  p.switches.apply(c);
+  return c;
+}
+
+// Now and then a program runs with a switch away from its default: a feature off by default on,
+// a fusion's off switch off (the decode fuzz under LIVEFUSE_GEMV_NORM=2 found a graph that could
+// not be launched twice, session 40). Each group with probability 1/32, one of its settings; drawn
+// from a stream of their own, so a seed's program is what it was. Switches read per plan, per
+// run or per call only (the monitor's are read again by reset_pipeline).
+class Switches {
+ public:
+  Switches() = default;  // none
+  explicit Switches(uint64_t seed) {
+    std::mt19937_64 rng(seed * 0x9FB21C651E98DF25ull + 17);
+    for (size_t g = 0; g < std::size(kGroups); ++g)
+      if (rng() % 32 == 0) chosen_.push_back({g, static_cast<size_t>(rng() % kGroups[g].size())});
+  }
+  void apply(livefuse::Config& c) const {
+    for (const auto& [g, k] : chosen_) kGroups[g][k].set(c);
+  }
+  // ", LIVEFUSE_X=v, ..." or "".
+  std::string describe() const {
+    std::string d;
+    for (const auto& [g, k] : chosen_) d += std::string(", ") + kGroups[g][k].name;
+    return d;
+  }
+
+ private:
+  struct Setting {
+    const char* name;
+    void (*set)(livefuse::Config&);
+  };
+  using C = livefuse::Config;
+  static inline const std::vector<Setting> kGroups[] = {
+      {{"LIVEFUSE_ATTENTION=0", [](C& c) { c.attention = 0; }},
+       {"LIVEFUSE_ATTENTION=1", [](C& c) { c.attention = 1; }}},
+      {{"LIVEFUSE_GEMM_SIBLINGS=0", [](C& c) { c.gemm_siblings = false; }}},
+      {{"LIVEFUSE_ROTARY=0", [](C& c) { c.rotary = false; }}},
+      {{"LIVEFUSE_SEAM=0", [](C& c) { c.seam = false; }}},
+      {{"LIVEFUSE_GEMV=0", [](C& c) { c.gemv = false; }}},
+      {{"LIVEFUSE_GEMV_NORM=0", [](C& c) { c.gemv_norm = 0; }},
+       {"LIVEFUSE_GEMV_NORM=2", [](C& c) { c.gemv_norm = 2; }}},
+      {{"LIVEFUSE_GEMV_PAIR=0", [](C& c) { c.gemv_pair = 0; }},
+       {"LIVEFUSE_GEMV_PAIR=2", [](C& c) { c.gemv_pair = 2; }}},
+      {{"LIVEFUSE_SPLIT_K_ROWS=0", [](C& c) { c.split_k_rows = false; }}},
+      {{"LIVEFUSE_WRITE_BATCH=0", [](C& c) { c.write_batch = false; }}},
+      {{"LIVEFUSE_APPEND=0", [](C& c) { c.append = false; }}},
+      {{"LIVEFUSE_ATTENTION_APPEND=0", [](C& c) { c.attention_append = false; }}},
+      {{"LIVEFUSE_FAMILY_GRAPH=0", [](C& c) { c.family_graph = false; }}},
+      {{"LIVEFUSE_FAMILY_RECORD=0", [](C& c) { c.family_record = false; }}},
+      {{"LIVEFUSE_CUDA_CACHE=0", [](C& c) { c.cuda_cache = false; }}},
+      {{"LIVEFUSE_DECODE_LEAN=0", [](C& c) { c.decode_lean = false; }}},
+      {{"LIVEFUSE_DECODE_TC=1", [](C& c) { c.decode_tc = true; }}},
+      {{"LIVEFUSE_PACK_CACHE=0", [](C& c) { c.pack_cache = false; }}},
+      {{"LIVEFUSE_GRAPHS=0", [](C& c) { c.graphs = false; }}},
+  };
+  std::vector<std::pair<size_t, size_t>> chosen_;  // (group, setting)
+};
 
 // The seeds to run: `programs` from `first` on, or <env>_PROGRAMS of them from <env>_FIRST on;
 // <env>_SEED=S alone (what a failure names); <env>_SEEDS=a,b,c those, in that order (a failure
@@ -240,7 +302,7 @@ void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, c
   };
   for (const Variant& v : variants)
     for (int k = 0; k < 2; ++k) {
-      livefuse::Config c = with_mode(saved, livefuse::Mode::on, p.sampled);
+      livefuse::Config c = on_for(saved, p);
       v.set(c);
       livefuse::set_config_for_testing(c);
       reset_pipeline(dev);
@@ -280,7 +342,7 @@ Tally differential(livefuse::Device dev, const std::vector<uint64_t>& seeds,
     const auto m = make_model(p, dev);
     livefuse::set_config_for_testing(with_mode(saved, livefuse::Mode::off, p.sampled));
     const auto want = run(p, m);
-    livefuse::set_config_for_testing(with_mode(saved, livefuse::Mode::on, p.sampled));
+    livefuse::set_config_for_testing(on_for(saved, p));
     reset_pipeline(dev);
     const uint64_t calls0 = ctr.calls, served0 = ctr.served, declined0 = ctr.plan_declined;
     const auto got = run(p, m);

@@ -38,6 +38,7 @@ struct Program {
   bool sampled = false;
   std::vector<Request> requests;
   std::vector<int> stops;  // per request: a plan run stopped part-way (lftest::fuzz::random_stops)
+  lftest::fuzz::Switches switches;  // fusion on runs with these (lftest::fuzz::Switches)
 
   std::string describe() const {
     std::ostringstream o;
@@ -45,7 +46,7 @@ struct Program {
       << ", heads " << cfg.num_attention_heads << ", layers " << cfg.num_hidden_layers << ", "
       << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled") << ", " << requests.size()
       << " requests (" << std::count_if(stops.begin(), stops.end(), [](int k) { return k >= 0; })
-      << " with a run stopped part-way)";
+      << " with a run stopped part-way)" << switches.describe();
     return o.str();
   }
 };
@@ -103,6 +104,7 @@ Program make_program(uint64_t seed) {
     p.requests.push_back(std::move(q));
   }
   p.stops = lftest::fuzz::random_stops(seed, p.requests.size());
+  p.switches = lftest::fuzz::Switches(seed);
   return p;
 }
 

@@ -60,6 +60,7 @@ struct Program {
   bool sampled = false;  // live sampling on (plans alternate with eager runs while new)
   std::vector<Action> actions;
   std::vector<int> stops;  // per call: a plan run stopped part-way (lftest::fuzz::random_stops)
+  lftest::fuzz::Switches switches;  // fusion on runs with these (lftest::fuzz::Switches)
 
   std::string describe() const {
     std::ostringstream o;
@@ -70,7 +71,7 @@ struct Program {
       << cfg.num_hidden_layers << ", " << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled")
       << ", " << actions.size() << " calls ("
       << std::count_if(stops.begin(), stops.end(), [](int k) { return k >= 0; })
-      << " with a run stopped part-way)";
+      << " with a run stopped part-way)" << switches.describe();
     return o.str();
   }
 };
@@ -147,6 +148,7 @@ Program make_program(uint64_t seed) {
     p.actions.push_back(std::move(a));
   }
   p.stops = lftest::fuzz::random_stops(seed, p.actions.size());
+  p.switches = lftest::fuzz::Switches(seed);
   return p;
 }
 
