@@ -4,7 +4,8 @@
 // two sequences interleaved on caches of their own, a sequence forked from another's cache (beam
 // search's copy), old caches kept alive for a few steps, logits read at once or left pending for
 // several steps, ids from a buffer the program reuses, now and then a call that must fail, and
-// now and then a plan run stopped part-way (a kernel still compiling: the window runs eagerly) --
+// now and then a plan run stopped part-way (a kernel still compiling: the window runs eagerly),
+// now and then a program with a switch off its default (lftest::fuzz::Switches) --
 // must give LIVEFUSE=off's logits with fusion on, and plans must serve. Shape families (one plan
 // for every length), caches grown in place and the donation rule that decides when a cache may
 // be grown are what these habits reach; one fixed model in one loop (the decoder suite's other
