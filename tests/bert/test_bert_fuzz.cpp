@@ -4,9 +4,9 @@
 // throughout now and then), token types or none, results read at once or left pending, a bad
 // call now and then, a plan run stopped part-way now and then (a kernel still compiling: the
 // window runs eagerly), a switch off its default now and then (lftest::fuzz::Switches) -- must
-// give LIVEFUSE=off's hidden states with fusion on, and plans must
-// serve. What the encoder's fusions (Q/K/V as one GEMM, attention as one step, GEMM epilogues,
-// the layer seam) meet in serving that one fixed model at one shape does not show.
+// give LIVEFUSE=off's hidden states with fusion on, and plans must serve. What the encoder's
+// fusions (Q/K/V as one GEMM, attention as one step, GEMM epilogues, the layer seam) meet in
+// serving that one fixed model at one shape does not show.
 // Programs per run: LIVEFUSE_FUZZ_BERT_PROGRAMS (default 24 on the CPU, 6 on a GPU);
 // LIVEFUSE_FUZZ_BERT_SEED=S runs program S alone (what a failure names).
 #include <algorithm>
