@@ -57,6 +57,12 @@ livefuse::Config on_for(const livefuse::Config& base, const P& p) {
   return c;
 }
 
+// A setting of a LIVEFUSE_* switch, named as the variable would give it.
+struct Setting {
+  const char* name;
+  void (*set)(livefuse::Config&);
+};
+
 // Now and then a program runs with a switch away from its default: a feature off by default on,
 // a fusion's off switch off (the decode fuzz under LIVEFUSE_GEMV_NORM=2 found a graph that could
 // not be launched twice, session 40). Each group with probability 1/32, one of its settings; drawn
@@ -81,10 +87,6 @@ class Switches {
   }
 
  private:
-  struct Setting {
-    const char* name;
-    void (*set)(livefuse::Config&);
-  };
   using C = livefuse::Config;
   static inline const std::vector<Setting> kGroups[] = {
       {{"LIVEFUSE_ATTENTION=0", [](C& c) { c.attention = 0; }},
@@ -284,11 +286,7 @@ void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, c
     MESSAGE("report: " << path);
   };
   report("failed");
-  struct Variant {
-    const char* name;
-    void (*set)(livefuse::Config&);
-  };
-  const Variant variants[] = {
+  const Setting variants[] = {
       {"as it ran", [](livefuse::Config&) {}},
       {"LIVEFUSE_VERIFY=1000000", [](livefuse::Config& c) { c.verify = 1000000; }},
       {"LIVEFUSE_ATTENTION=0", [](livefuse::Config& c) { c.attention = 0; }},
@@ -300,7 +298,7 @@ void diagnose(livefuse::Device dev, const livefuse::Config& saved, const P& p, c
       {"LIVEFUSE_SPLIT_K_ROWS=0", [](livefuse::Config& c) { c.split_k_rows = false; }},
       {"LIVEFUSE_FUSION=0", [](livefuse::Config& c) { c.fusion = false; }},
   };
-  for (const Variant& v : variants)
+  for (const Setting& v : variants)
     for (int k = 0; k < 2; ++k) {
       livefuse::Config c = on_for(saved, p);
       v.set(c);
