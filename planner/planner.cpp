@@ -170,6 +170,12 @@ void fold_norm_prologues(PlannedSegment& p, int level) {
     if (outputs > kNormFoldOutputsPerColumn * ys.v[ys.rank - 1]) continue;
     gemm->prologue = f->norm;
     gemm->prologue_chain = f->chain;
+    // The fallback runs the norm's nodes one by one, so each writes memory: a value that lived
+    // only inside the norm's kernel becomes materialized, bound in the plan's sets like the
+    // others (else the fallback would allocate it, inside a graph capture too: a graph holding
+    // memory it allocated cannot launch twice -- graphs::CaptureHeldMemory).
+    for (int j : gemm->prologue_nodes())
+      if (ValueKind& k = p.values[seg.value_id(ValueRef::of(j))]; k == ValueKind::Virtual) k = ValueKind::Materialized;
     gemm->prologue_x = f->x;
     gemm->prologue_scale = f->scale;
     Step& gs = p.steps[gemm_step];

@@ -423,8 +423,13 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
       CHECK(prologues(plan_segment(seg, default_planner_options(Device::cuda(0)))) == 0);
       CHECK(q.num_kernels() == (observable ? 2 : 1));
       for (const Step& st : q.steps)
-        if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->prologue >= 0)
+        if (const auto* gs = std::get_if<GemmStep>(&st.body); gs && gs->prologue >= 0) {
           CHECK(gs->prologue_nodes().size() == (dt == DType::f32 ? 2u : 4u));
+          // The fallback writes each of the chain's values: every one is bound memory, none
+          // left to be allocated while the fallback runs (inside a capture, say).
+          for (int j : gs->prologue_nodes())
+            CHECK(q.values[seg.value_id(ValueRef::of(j))] == ValueKind::Materialized);
+        }
     }
   // A Llama layer's rms_norm before Q/K/V (merged siblings): one GEMV writes all three outputs,
   // normalizing its input itself -- one launch; at 16 rows the norm, the GEMM and its split.
