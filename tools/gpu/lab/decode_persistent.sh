@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# Run THERE (device tool): builds and runs the persistent decode-step lab
-# (tools/gpu/lab/decode_persistent.cu: a chain of GEMVs as one launch a product against one
-# resident kernel with grid barriers), then prints the table; JSON under $OUT.
-#   DP_REPS  replays a median is taken over (default 50)
-set -euo pipefail
+# Run THERE (device tool): builds and runs the persistent decode labs, JSON under $OUT --
+#   decode_persistent.cu  a chain of GEMVs (GPT-2's 48, Llama-1B's 64) as one launch a product
+#                         against one resident kernel with grid barriers
+#   gpt2_step.cu          a whole GPT-2-shaped decode step (norms, Q/K/V + cache append,
+#                         attention, residuals, gelu, head + argmax) as 62 launches against one
+#                         resident kernel; checked against a host reference
+#   DP_REPS  replays a median is taken over (default 50; gpt2_step takes at most 200)
+set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp/lab}
 mkdir -p "$OUT"
-nvcc -O3 -arch=sm_90 -std=c++17 -lineinfo tools/gpu/lab/decode_persistent.cu -o "$OUT/decode_persistent"
-timeout 300 "$OUT/decode_persistent" "${DP_REPS:-50}" --json "$OUT/decode_persistent.json"
+rc=0
+for lab in decode_persistent gpt2_step; do
+  echo "== $lab"
+  if ! nvcc -O3 -arch=sm_90 -std=c++17 -lineinfo "tools/gpu/lab/$lab.cu" -o "$OUT/$lab"; then
+    rc=1
+    continue
+  fi
+  timeout 300 "$OUT/$lab" "${DP_REPS:-50}" --json "$OUT/$lab.json" || { echo "$lab: exit $?"; rc=1; }
+  rm -f "$OUT/$lab"
+done
+exit $rc
