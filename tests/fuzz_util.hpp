@@ -231,12 +231,13 @@ inline std::string abandoned_captures() {
 // Now and then a plan's run stops part-way, as when a step's kernel is still compiling for the
 // shapes at hand (the `step` fault point, runtime/faults.hpp): the window runs eagerly and must
 // give eager's values. For each of a program's `calls`, -1 (none) or the step points to pass
-// before the stop; drawn from a stream of its own, so a seed's program is what it was before.
-inline std::vector<int> random_stops(uint64_t seed, size_t calls) {
+// before the stop (fewer than `most`: a call's step points); drawn from a stream of its own, so a
+// seed's program is what it was before.
+inline std::vector<int> random_stops(uint64_t seed, size_t calls, int most = 40) {
   std::mt19937_64 rng(seed * 0xD1B54A32D192ED03ull + 11);
   std::vector<int> stops(calls, -1);
   for (int& s : stops)
-    if (rng() % 100 < 8) s = static_cast<int>(rng() % 40);
+    if (rng() % 100 < 8) s = static_cast<int>(rng() % static_cast<uint64_t>(most));
   return stops;
 }
 
