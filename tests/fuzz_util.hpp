@@ -218,11 +218,13 @@ std::string first_disagreement(const Results& off, const Results& on, livefuse::
 // The process's graph captures that a step ended by throwing (a kernel still compiling for the
 // shapes: the window ran eagerly) and that were discarded for memory they left held (the plan
 // launches directly since), as "; N graph captures abandoned, M discarded"; "" when none.
+inline uint64_t captures_holding_memory() {
+  return livefuse::find_counter(livefuse::counters(), "graphs", "captures_holding_memory").value_or(0);
+}
 inline std::string abandoned_captures() {
   const auto groups = livefuse::counters();
   const uint64_t n = livefuse::find_counter(groups, "graphs", "captures_abandoned").value_or(0);
-  const uint64_t h =
-      livefuse::find_counter(groups, "graphs", "captures_holding_memory").value_or(0);
+  const uint64_t h = captures_holding_memory();
   if (!n && !h) return {};
   return "; " + std::to_string(n) + " graph captures abandoned, " + std::to_string(h) +
          " discarded for memory left held";
@@ -260,11 +262,15 @@ struct Tally {
 
   double served_share() const { return calls ? double(served) / double(calls) : 0.0; }
   // A check that never engaged fusion proves nothing: most programs must have been served, and
-  // most of their calls; and over several programs some runs stopped part-way.
+  // most of their calls; and over several programs some runs stopped part-way. And no graph was
+  // discarded for memory a step allocated while it was captured: every value a step writes is
+  // bound in the plan's sets (the discard keeps results right, but that plan loses its graphs).
   void check_engaged() const {
     CHECK(engaged * 4 >= programs * 3);
     CHECK(served_share() >= 0.5);
     if (programs >= 4) CHECK(declined > 0);
+    CHECK_MESSAGE(captures_holding_memory() == 0, "graph captures discarded for memory left held: a value a "
+                                                  "step writes has no bound memory");
   }
 };
 
