@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "lab_grid.cuh"
 #include "lab_timing.cuh"
 #define CK LAB_CK
 
@@ -63,18 +64,6 @@ struct Chain {
   int phases;
 };
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ uint4 load_weight(const void* p) {  // read-only for the whole run
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
   const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
   const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
@@ -142,43 +131,6 @@ __global__ void __launch_bounds__(128) gemv_launch(Phase p) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) cur[u] = next[u];
   }
-}
-
-// ---- the grid barrier ----
-// Sense by generation: a block reads the generation, arrives; the last to arrive resets the count
-// and publishes the next generation; the others wait for it. The count is back at 0 after every
-// barrier, so the next launch starts clean. bar[2] is the give-up flag.
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ void grid_barrier(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned nblocks = gridDim.x;
-    const unsigned gen = ld_acquire(bar + 1);
-    __threadfence();
-    unsigned arrived;
-    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;"
-                 : "=r"(arrived)
-                 : "l"(bar)
-                 : "memory");
-    if (arrived == nblocks - 1) {
-      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(bar) : "memory");
-      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
-    } else {
-      const long long start = clock64();
-      while (ld_acquire(bar + 1) == gen) {
-        if (clock64() - start > (1ll << 32)) {  // ~2 s: not every block is resident
-          atomicExch(bar + 2, 1u);
-          break;
-        }
-      }
-    }
-    __threadfence();
-  }
-  __syncthreads();
 }
 
 // ---- persistent: the chain in one kernel ----
@@ -363,12 +315,7 @@ std::vector<Result> run_model(const Model& m, int reps, int sms, cudaStream_t st
 int main(int argc, char** argv) {
   int reps = 50;
   const char* json = nullptr;
-  for (int a = 1; a < argc; ++a) {
-    if (!std::strcmp(argv[a], "--json") && a + 1 < argc)
-      json = argv[++a];
-    else
-      reps = std::atoi(argv[a]);
-  }
+  lab_args(argc, argv, &reps, &json);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs, L2 %d MB; reps %d\n", prop.name, prop.multiProcessorCount,

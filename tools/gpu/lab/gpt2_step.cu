@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "lab_grid.cuh"
 #include "lab_timing.cuh"
 #define CK LAB_CK
 
@@ -89,11 +90,6 @@ __device__ __forceinline__ Ctx ctx() {
              static_cast<int>(gridDim.x) * kWarps, static_cast<int>(threadIdx.x) % 32};
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -110,47 +106,8 @@ __device__ float block_sum(float v, float* red) {
   for (int w = 0; w < kWarps; ++w) s += red[w];
   return s;
 }
-__device__ __forceinline__ uint4 load_weight(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
-// ---- the grid barrier (persistent form; see decode_persistent.cu) ----
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ void grid_barrier(unsigned* bar) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned gen = ld_acquire(bar + 1);
-    __threadfence();
-    unsigned arrived;
-    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;"
-                 : "=r"(arrived)
-                 : "l"(bar)
-                 : "memory");
-    if (arrived == gridDim.x - 1) {
-      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(bar) : "memory");
-      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
-    } else {
-      const long long start = clock64();
-      while (ld_acquire(bar + 1) == gen)
-        if (clock64() - start > (1ll << 32)) {  // ~2 s: not every block is resident
-          atomicExch(bar + 2, 1u);
-          break;
-        }
-    }
-    __threadfence();
-  }
-  __syncthreads();
 }
 
 // ---- GEMV phases ----
@@ -690,12 +647,7 @@ Run read_run(const Device& dev, int steps) {
 int main(int argc, char** argv) {
   int reps = 100;
   const char* json = nullptr;
-  for (int a = 1; a < argc; ++a) {
-    if (!std::strcmp(argv[a], "--json") && a + 1 < argc)
-      json = argv[++a];
-    else
-      reps = std::atoi(argv[a]);
-  }
+  lab_args(argc, argv, &reps, &json);
   reps = std::min(reps, 200);  // 2 rounds x 3 forms x (reps + 3 warm-up) steps must fit LMAX - L0
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define LAB_CK(x)                                                                                  \
@@ -46,4 +47,14 @@ double lab_time_graph_us(cudaStream_t st, int reps, F capture) {
   LAB_CK(cudaGraphExecDestroy(e));
   LAB_CK(cudaGraphDestroy(g));
   return us[us.size() / 2];
+}
+
+// The labs' arguments: [reps] [--json PATH] (each left as it is when not given).
+inline void lab_args(int argc, char** argv, int* reps, const char** json) {
+  for (int a = 1; a < argc; ++a) {
+    if (!std::strcmp(argv[a], "--json") && a + 1 < argc)
+      *json = argv[++a];
+    else
+      *reps = std::atoi(argv[a]);
+  }
 }

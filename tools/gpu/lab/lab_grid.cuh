@@ -1,0 +1,56 @@
+#pragma once
+// The persistent labs' device pieces (tools/gpu/lab/decode_persistent.cu, gpt2_step.cu): a warp's
+// sum, a weight load that bypasses L1, and the grid barrier. Standalone (nvcc alone).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+// Weights: read-only for the whole run, streamed once (no L1 allocation).
+__device__ __forceinline__ uint4 load_weight(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The grid barrier. Sense by generation: a block reads the generation, arrives; the last to
+// arrive resets the count and publishes the next generation; the others wait for it. The count
+// is back at 0 after every barrier, so the next launch starts clean. bar[0] count, bar[1]
+// generation, bar[2] the give-up flag: a wait over ~2 s (not every block resident) gives up
+// instead of hanging the machine, and says so there.
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ inline void grid_barrier(unsigned* bar) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned gen = ld_acquire(bar + 1);
+    __threadfence();
+    unsigned arrived;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;"
+                 : "=r"(arrived)
+                 : "l"(bar)
+                 : "memory");
+    if (arrived == gridDim.x - 1) {
+      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(bar) : "memory");
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
+    } else {
+      const long long start = clock64();
+      while (ld_acquire(bar + 1) == gen)
+        if (clock64() - start > (1ll << 32)) {
+          atomicExch(bar + 2, 1u);
+          break;
+        }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
