@@ -1,5 +1,5 @@
 #pragma once
-// The persistent labs' device pieces (tools/gpu/lab/decode_persistent.cu, gpt2_step.cu): a warp's
+// The persistent labs' device pieces (tools/gpu/lab/decode_persistent.cu, decode_step.cu): a warp's
 // sum, a weight load that bypasses L1, and the grid barrier. Standalone (nvcc alone).
 #include <cuda_runtime.h>
 

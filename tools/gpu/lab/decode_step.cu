@@ -1,0 +1,643 @@
+// Decode-step lab (not part of the meson build; run on the GPU machine, no livefuse needed): a
+// GPT-2-small-shaped (f16) and a Llama-3.2-1B-shaped (bf16, grouped-query, rotary, gated MLP)
+// decode step with random weights, as ONE resident kernel whose phases meet at grid barriers,
+// against the same phases as one launch each -- the decomposition livefuse's plans use today
+// (a layer: Q/K/V with the norm inside and the cache append, attention, output + residual, the
+// MLP's first product with the norm inside and its activation, the second + residual).
+//   nvcc -O3 -arch=sm_90 -std=c++17 tools/gpu/lab/decode_step.cu -o decode_step
+//   ./decode_step [reps] [--json PATH]        (or: bash tools/gpu/lab/decode_persistent.sh)
+//
+// The question (issue 20: GPT-2 <= 0.20 ms a token, livefuse 0.364 on the H200; Llama-1B <=
+// 0.85, livefuse 1.074; their weights take 0.06 / 0.60 at the copy bandwidth): how much of a
+// token is the chain of short kernels, and does a persistent step keep it? Everything a step
+// needs lives on the device -- the cache length, the token the last step chose (its argmax,
+// taken inside the head's phase) -- so ONE captured graph serves every step and every length:
+// nothing is patched, nothing captured again.
+//
+// Phases of a step (tools/gpu/lab/lab_step.cuh has the GEMV and attention phases):
+//   embed      x = wte[token] (+ wpe[len]: GPT-2); the token is the previous step's argmax
+//   per layer: qkv   norm(x) into Q/K/V (+ bias); K and V rows written into the caches at len
+//              attn  (K/V head, 32-key split) partial softmax(q kᵀ / 8) v, the split arriving
+//                    last folding them (Llama: q and the new key rotated here)
+//              out   xm = x + W_o attn (+ b_o)
+//              mlp1  GPT-2: f = gelu_tanh(W_fc norm(xm) + b_fc); Llama: f = silu(gate) * up,
+//                    gate and up as pairs of rows of one stacked weight
+//              mlp2  x = xm + W_2 f (+ b)
+//   head       logits = wte norm_f(x) (tied); the argmax by one 64-bit atomicMax; len += 1
+// Forms: "launches" (2 + 5 a layer kernels, each over the same grid), "persistent" (one
+// kernel), "persistent, no prefetch" (the persistent form loads each warp's first weight tile of
+// the next GEMV phase before a barrier; weights are never written). Checks: both persistent
+// forms give the launches form's tokens and logits bit for bit over `steps` steps; the launches
+// form's tokens and last logits against a host reference (double accumulation, rounding where
+// the GPU stores 16-bit values).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lab_step.cuh"
+#include "lab_timing.cuh"
+#define CK LAB_CK
+
+namespace {
+
+using lab::kHD;
+using lab::kThreads;
+
+constexpr int kMaxLayers = 16;
+constexpr int L0 = 32;           // the prompt's keys already in the caches
+constexpr int LMAX = L0 + 1024;  // cache capacity (steps run: checks + timing rounds)
+constexpr int kMaxSplits = (LMAX + lab::kSplitKeys - 1) / lab::kSplitKeys;
+
+struct Gpt2 {
+  using T = __half;
+  static constexpr const char* name = "gpt2 f16";
+  static constexpr int D = 768, HQ = 12, HKV = 12, F = 3072, V = 50257, LAYERS = 12;
+  static constexpr lab::Norm norm = lab::Norm::layer;
+  static constexpr bool bias = true, gated = false, rotary = false, positions = true;
+  static constexpr float eps = 1e-5f, theta = 0.f;
+  static constexpr int steps = 6;  // steps checked against the host
+};
+struct Llama {
+  using T = __nv_bfloat16;
+  static constexpr const char* name = "llama-1b bf16";
+  static constexpr int D = 2048, HQ = 32, HKV = 8, F = 8192, V = 128256, LAYERS = 16;
+  static constexpr lab::Norm norm = lab::Norm::rms;
+  static constexpr bool bias = false, gated = true, rotary = true, positions = false;
+  static constexpr float eps = 1e-5f, theta = 500000.f;
+  static constexpr int steps = 3;
+};
+template <class A>
+constexpr int kQkvRows = (A::HQ + 2 * A::HKV) * kHD;
+template <class A>
+constexpr int kSmemK = A::F > A::D ? A::F : A::D;
+
+template <class A>
+struct LayerW {
+  using T = typename A::T;
+  const T *n1_g, *n1_b, *w_qkv, *b_qkv, *w_o, *b_o, *n2_g, *n2_b, *w_1, *b_1, *w_2,
+      *b_2;  // b: null without
+  T *k, *v;  // caches [HKV][LMAX][kHD]
+};
+template <class A>
+struct Params {
+  using T = typename A::T;
+  LayerW<A> l[kMaxLayers];
+  const T *nf_g, *nf_b, *wte, *wpe;  // wte [V][D], the head too; wpe [LMAX][D] (GPT-2)
+  T *x, *xm, *qkv, *attn, *f;        // activations
+  float* part;                       // [HQ][kMaxSplits][2 + kHD]
+  unsigned* count;                   // [HKV]: splits of a K/V head done
+  unsigned long long* best;          // the step's argmax key (lab::best_key)
+  int* len;       // keys in the caches before this step: the new token's position
+  int* tokens;    // [LMAX]: the token each step embedded
+  int* steps;     // steps taken
+  float* logits;  // [V]
+  unsigned* bar;  // grid barrier (lab_grid.cuh)
+};
+
+template <class T>
+__device__ __forceinline__ float bias_of(const T* b, int r) {
+  return b ? lab::El<T>::f(b[r]) : 0.f;
+}
+
+// ---- the phases ----
+template <class A>
+__device__ void phase_embed(const Params<A>& p) {
+  using E = lab::El<typename A::T>;
+  if (blockIdx.x != 0) return;
+  const int tok = lab::token_of(*reinterpret_cast<volatile unsigned long long*>(p.best));
+  const int pos = *reinterpret_cast<volatile int*>(p.len);
+  for (int i = threadIdx.x; i < A::D; i += kThreads) {
+    float v = E::f(p.wte[static_cast<int64_t>(tok) * A::D + i]);
+    if (A::positions) v += E::f(p.wpe[static_cast<int64_t>(pos) * A::D + i]);
+    p.x[i] = E::from(v);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    p.tokens[*p.steps] = tok;
+    *p.best = 0ull;  // the head's phase takes the max into it
+  }
+}
+
+template <class A>
+__device__ void phase_qkv(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
+                          lab::Pre& pre) {
+  using T = typename A::T;
+  using E = lab::El<T>;
+  const LayerW<A>& w = p.l[l];
+  const int pos = __ldcg(p.len);
+  lab::load_input(p.x, A::D, A::norm, w.n1_g, w.n1_b, A::eps, sm);
+  lab::gemv<1>(w.w_qkv, kQkvRows<A>, A::D, sm, c, pre, [&](int r, float d, float) {
+    const T y = E::from(d + bias_of(w.b_qkv, r));
+    constexpr int q = A::HQ * kHD, kv = A::HKV * kHD;
+    if (r < q) {
+      p.qkv[r] = y;
+    } else {
+      const int j = (r - q) % kv, h = j / kHD, e = j % kHD;
+      T* cache = r < q + kv ? w.k : w.v;
+      cache[(static_cast<int64_t>(h) * LMAX + pos) * kHD + e] = y;
+    }
+  });
+}
+
+template <class A>
+__device__ void phase_attn(const Params<A>& p, int l, const lab::Ctx& c) {
+  const LayerW<A>& w = p.l[l];
+  const lab::AttnArgs a{p.qkv,  w.k,  w.v,        p.attn,        p.part,  p.count,
+                        A::HKV, LMAX, kMaxSplits, __ldcg(p.len), A::theta};
+  lab::attention<typename A::T, A::HQ / A::HKV, A::rotary>(a, c);
+}
+
+template <class A>
+__device__ void phase_out(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
+                          lab::Pre& pre) {
+  using E = lab::El<typename A::T>;
+  const LayerW<A>& w = p.l[l];
+  lab::load_input(p.attn, A::D, lab::Norm::none, w.n1_g, w.n1_b, A::eps, sm);
+  lab::gemv<1>(w.w_o, A::D, A::D, sm, c, pre, [&](int r, float d, float) {
+    p.xm[r] = E::from(lab::ld_f(p.x + r) + (d + bias_of(w.b_o, r)));
+  });
+}
+
+template <class A>
+__device__ void phase_mlp1(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
+                           lab::Pre& pre) {
+  using E = lab::El<typename A::T>;
+  const LayerW<A>& w = p.l[l];
+  lab::load_input(p.xm, A::D, A::norm, w.n2_g, w.n2_b, A::eps, sm);
+  if constexpr (A::gated) {
+    // Eager rounding: gate and up as the linears give them, silu(gate), then the product.
+    lab::gemv<2>(w.w_1, A::F, A::D, sm, c, pre, [&](int r, float g, float u) {
+      const float gs = E::f(E::from(lab::silu(E::f(E::from(g)))));
+      p.f[r] = E::from(gs * E::f(E::from(u)));
+    });
+  } else {
+    lab::gemv<1>(w.w_1, A::F, A::D, sm, c, pre, [&](int r, float d, float) {
+      p.f[r] = E::from(lab::gelu_tanh(d + bias_of(w.b_1, r)));
+    });
+  }
+}
+
+template <class A>
+__device__ void phase_mlp2(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
+                           lab::Pre& pre) {
+  using E = lab::El<typename A::T>;
+  const LayerW<A>& w = p.l[l];
+  lab::load_input(p.f, A::F, lab::Norm::none, w.n2_g, w.n2_b, A::eps, sm);
+  lab::gemv<1>(w.w_2, A::D, A::F, sm, c, pre, [&](int r, float d, float) {
+    p.x[r] = E::from(lab::ld_f(p.xm + r) + (d + bias_of(w.b_2, r)));
+  });
+}
+
+template <class A>
+__device__ void phase_head(const Params<A>& p, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
+                           lab::Pre& pre) {
+  lab::load_input(p.x, A::D, A::norm, p.nf_g, p.nf_b, A::eps, sm);
+  unsigned long long mine = 0ull;
+  lab::gemv<1>(p.wte, A::V, A::D, sm, c, pre, [&](int r, float d, float) {
+    p.logits[r] = d;
+    mine = max(mine, lab::best_key(d, r));
+  });
+  if (c.lane == 0 && mine) atomicMax(p.best, mine);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {  // every phase that reads len is behind us
+    *p.len += 1;
+    *p.steps += 1;
+  }
+}
+
+// ---- the two forms ----
+enum Phase : int { kEmbed, kQkv, kAttn, kOut, kMlp1, kMlp2, kHead };
+
+template <class A>
+__global__ void __launch_bounds__(kThreads)
+    one_phase(const __grid_constant__ Params<A> p, int phase, int l) {
+  __shared__ lab::Smem<kSmemK<A>> sm;
+  const lab::Ctx c = lab::ctx();
+  lab::Pre pre;
+  switch (phase) {
+    case kEmbed:
+      phase_embed(p);
+      break;
+    case kQkv:
+      phase_qkv(p, l, sm, c, pre);
+      break;
+    case kAttn:
+      phase_attn(p, l, c);
+      break;
+    case kOut:
+      phase_out(p, l, sm, c, pre);
+      break;
+    case kMlp1:
+      phase_mlp1(p, l, sm, c, pre);
+      break;
+    case kMlp2:
+      phase_mlp2(p, l, sm, c, pre);
+      break;
+    default:
+      phase_head(p, sm, c, pre);
+      break;
+  }
+}
+
+template <class A, bool kPrefetch>
+__global__ void __launch_bounds__(kThreads) whole_step(const __grid_constant__ Params<A> p) {
+  __shared__ lab::Smem<kSmemK<A>> sm;
+  const lab::Ctx c = lab::ctx();
+  lab::Pre pre;
+  phase_embed(p);
+  if (kPrefetch) lab::preload(p.l[0].w_qkv, kQkvRows<A>, A::D, c, pre);
+  grid_barrier(p.bar);
+  for (int l = 0; l < A::LAYERS; ++l) {
+    const LayerW<A>& w = p.l[l];
+    phase_qkv(p, l, sm, c, pre);
+    grid_barrier(p.bar);
+    phase_attn(p, l, c);
+    if (kPrefetch) lab::preload(w.w_o, A::D, A::D, c, pre);
+    grid_barrier(p.bar);
+    phase_out(p, l, sm, c, pre);
+    if (kPrefetch) lab::preload(w.w_1, A::F, A::D, c, pre);  // F rows, or F pairs when gated
+    grid_barrier(p.bar);
+    phase_mlp1(p, l, sm, c, pre);
+    if (kPrefetch) lab::preload(w.w_2, A::D, A::F, c, pre);
+    grid_barrier(p.bar);
+    phase_mlp2(p, l, sm, c, pre);
+    if (kPrefetch) {
+      if (l + 1 < A::LAYERS)
+        lab::preload(p.l[l + 1].w_qkv, kQkvRows<A>, A::D, c, pre);
+      else
+        lab::preload(p.wte, A::V, A::D, c, pre);
+    }
+    grid_barrier(p.bar);
+  }
+  phase_head(p, sm, c, pre);
+}
+
+// ---- the host's reference ----
+struct HostLayer {
+  std::vector<float> n1_g, n1_b, w_qkv, b_qkv, w_o, b_o, n2_g, n2_b, w_1, b_1, w_2, b_2, k, v;
+};
+struct HostNet {
+  std::vector<HostLayer> l;
+  std::vector<float> nf_g, nf_b, wte, wpe;
+};
+
+template <class A>
+void norm(const std::vector<float>& x, const std::vector<float>& g, const std::vector<float>& b,
+          std::vector<double>& out) {
+  const size_t k = x.size();
+  double mean = 0, var = 0;
+  if (A::norm == lab::Norm::layer) {
+    for (float v : x) mean += v;
+    mean /= k;
+  }
+  for (float v : x) var += (v - mean) * (v - mean);
+  const double rstd = 1.0 / std::sqrt(var / k + A::eps);
+  out.resize(k);
+  for (size_t i = 0; i < k; ++i) out[i] = (x[i] - mean) * rstd * g[i] + (b.empty() ? 0.0 : b[i]);
+}
+double dot_row(const std::vector<float>& w, size_t row, const std::vector<double>& x) {
+  const float* r = w.data() + row * x.size();
+  double a = 0;
+  for (size_t i = 0; i < x.size(); ++i) a += r[i] * x[i];
+  return a;
+}
+double bias_at(const std::vector<float>& b, int r) { return b.empty() ? 0.0 : b[r]; }
+// Rotate-half of a head's 64 values at position pos, as lab::rope gives cos / sin.
+template <class A>
+void rotate(float* h, int pos) {
+  float out[kHD];
+  for (int e = 0; e < kHD; ++e) {
+    const double inv = std::pow(double(A::theta), -2.0 * (e % (kHD / 2)) / kHD);
+    const double ang = pos * inv, c = std::cos(ang), s = std::sin(ang);
+    out[e] = lab::round_to<typename A::T>(e < kHD / 2 ? h[e] * c - h[e + kHD / 2] * s
+                                                      : h[e] * c + h[e - kHD / 2] * s);
+  }
+  std::copy(out, out + kHD, h);
+}
+
+// One decode step on the host; the caches grow in `net`. Returns the argmax; logits out.
+template <class A>
+int reference_step(HostNet& net, int tok, int pos, std::vector<float>& logits) {
+  using T = typename A::T;
+  auto rnd = [](double v) { return lab::round_to<T>(v); };
+  constexpr int G = A::HQ / A::HKV;
+  std::vector<float> x(A::D), xm(A::D), attn(A::D), f(A::F), q(A::HQ * kHD);
+  for (int i = 0; i < A::D; ++i)
+    x[i] = rnd(double(net.wte[size_t(tok) * A::D + i]) +
+               (A::positions ? net.wpe[size_t(pos) * A::D + i] : 0.f));
+  std::vector<double> xn, xd;
+  for (int l = 0; l < A::LAYERS; ++l) {
+    HostLayer& w = net.l[l];
+    norm<A>(x, w.n1_g, w.n1_b, xn);
+    constexpr int nq = A::HQ * kHD, nkv = A::HKV * kHD;
+    for (int r = 0; r < kQkvRows<A>; ++r) {
+      const float y = rnd(dot_row(w.w_qkv, r, xn) + bias_at(w.b_qkv, r));
+      if (r < nq) {
+        q[r] = y;
+      } else {
+        const int j = (r - nq) % nkv, h = j / kHD, e = j % kHD;
+        (r < nq + nkv ? w.k : w.v)[(size_t(h) * LMAX + pos) * kHD + e] = y;
+      }
+    }
+    if (A::rotary) {
+      for (int h = 0; h < A::HQ; ++h) rotate<A>(q.data() + h * kHD, pos);
+      for (int h = 0; h < A::HKV; ++h) rotate<A>(w.k.data() + (size_t(h) * LMAX + pos) * kHD, pos);
+    }
+    const int keys = pos + 1;
+    for (int h = 0; h < A::HQ; ++h) {
+      const int kvh = h / G;
+      std::vector<double> sc(keys);
+      double mx = -INFINITY;
+      for (int j = 0; j < keys; ++j) {
+        double a = 0;
+        for (int e = 0; e < kHD; ++e)
+          a += double(q[h * kHD + e]) * w.k[(size_t(kvh) * LMAX + j) * kHD + e];
+        sc[j] = a * 0.125;
+        mx = std::max(mx, sc[j]);
+      }
+      double den = 0;
+      for (double& v : sc) den += (v = std::exp(v - mx));
+      for (int e = 0; e < kHD; ++e) {
+        double o = 0;
+        for (int j = 0; j < keys; ++j) o += sc[j] * w.v[(size_t(kvh) * LMAX + j) * kHD + e];
+        attn[h * kHD + e] = rnd(o / den);
+      }
+    }
+    xd.assign(attn.begin(), attn.end());
+    for (int r = 0; r < A::D; ++r) xm[r] = rnd(x[r] + (dot_row(w.w_o, r, xd) + bias_at(w.b_o, r)));
+    norm<A>(xm, w.n2_g, w.n2_b, xn);
+    for (int r = 0; r < A::F; ++r) {
+      if (A::gated) {
+        const double g = rnd(dot_row(w.w_1, r, xn)), u = rnd(dot_row(w.w_1, r + A::F, xn));
+        f[r] = rnd(rnd(g / (1 + std::exp(-g))) * u);
+      } else {
+        const double a = dot_row(w.w_1, r, xn) + bias_at(w.b_1, r);
+        f[r] = rnd(0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a))));
+      }
+    }
+    xd.assign(f.begin(), f.end());
+    for (int r = 0; r < A::D; ++r) x[r] = rnd(xm[r] + (dot_row(w.w_2, r, xd) + bias_at(w.b_2, r)));
+  }
+  norm<A>(x, net.nf_g, net.nf_b, xn);
+  logits.resize(A::V);
+  int best = 0;
+  for (int r = 0; r < A::V; ++r) {
+    logits[r] = static_cast<float>(dot_row(net.wte, r, xn));
+    if (logits[r] > logits[best]) best = r;
+  }
+  return best;
+}
+
+// ---- the device's model ----
+constexpr int kStartToken = 464;
+
+template <class A>
+struct Model {
+  using T = typename A::T;
+  Params<A> p{};
+  HostNet host;
+  std::vector<void*> owned;
+  std::vector<std::vector<T>> cache0;  // each layer's initial K and V caches
+  size_t weight_bytes = 0;
+
+  template <class U>
+  U* alloc(size_t n) {
+    void* d;
+    CK(cudaMalloc(&d, n * sizeof(U)));
+    CK(cudaMemset(d, 0, n * sizeof(U)));
+    owned.push_back(d);
+    return static_cast<U*>(d);
+  }
+  // Random values to the device (and their f32 copy to *h); none when n is 0 (no bias).
+  const T* make(size_t n, float scale, uint64_t seed, std::vector<float>* h, float offset = 0.f,
+                bool weight = false) {
+    if (n == 0) return nullptr;
+    const std::vector<T> v = lab::random_values<T>(n, scale, seed, offset);
+    *h = lab::widen(v);
+    T* d = alloc<T>(n);
+    CK(cudaMemcpy(d, v.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    if (weight) weight_bytes += n * sizeof(T);
+    return d;
+  }
+  ~Model() {
+    for (void* d : owned) cudaFree(d);
+  }
+
+  void build() {
+    uint64_t seed = 1;
+    const float wd = 1.7f / std::sqrt(float(A::D)), wf = 1.7f / std::sqrt(float(A::F));
+    const size_t nb = A::bias ? 1 : 0;
+    host.l.resize(A::LAYERS);
+    for (int l = 0; l < A::LAYERS; ++l) {
+      HostLayer& h = host.l[l];
+      LayerW<A>& w = p.l[l];
+      w.n1_g = make(A::D, 0.2f, seed++, &h.n1_g, 1.f);
+      w.n1_b = make(A::norm == lab::Norm::layer ? A::D : 0, 0.1f, seed++, &h.n1_b);
+      w.w_qkv = make(size_t(kQkvRows<A>) * A::D, wd, seed++, &h.w_qkv, 0.f, true);
+      w.b_qkv = make(nb * kQkvRows<A>, 0.1f, seed++, &h.b_qkv);
+      w.w_o = make(size_t(A::D) * A::D, wd, seed++, &h.w_o, 0.f, true);
+      w.b_o = make(nb * A::D, 0.1f, seed++, &h.b_o);
+      w.n2_g = make(A::D, 0.2f, seed++, &h.n2_g, 1.f);
+      w.n2_b = make(A::norm == lab::Norm::layer ? A::D : 0, 0.1f, seed++, &h.n2_b);
+      w.w_1 = make(size_t(A::gated ? 2 : 1) * A::F * A::D, wd, seed++, &h.w_1, 0.f, true);
+      w.b_1 = make(nb * A::F, 0.1f, seed++, &h.b_1);
+      w.w_2 = make(size_t(A::D) * A::F, wf, seed++, &h.w_2, 0.f, true);
+      w.b_2 = make(nb * A::D, 0.1f, seed++, &h.b_2);
+      const size_t n = size_t(A::HKV) * LMAX * kHD;
+      for (int kv = 0; kv < 2; ++kv) {
+        std::vector<T> c = lab::random_values<T>(n, 1.f, seed++);
+        (kv ? h.v : h.k) = lab::widen(c);
+        (kv ? w.v : w.k) = alloc<T>(n);
+        cache0.push_back(std::move(c));
+      }
+    }
+    p.nf_g = make(A::D, 0.2f, seed++, &host.nf_g, 1.f);
+    p.nf_b = make(A::norm == lab::Norm::layer ? A::D : 0, 0.1f, seed++, &host.nf_b);
+    p.wte = make(size_t(A::V) * A::D, 1.f, seed++, &host.wte, 0.f, true);
+    p.wpe = make(A::positions ? size_t(LMAX) * A::D : 0, 0.5f, seed++, &host.wpe);
+    p.x = alloc<T>(A::D);
+    p.xm = alloc<T>(A::D);
+    p.qkv = alloc<T>(kQkvRows<A>);
+    p.attn = alloc<T>(A::D);
+    p.f = alloc<T>(A::F);
+    p.part = alloc<float>(size_t(A::HQ) * kMaxSplits * (2 + kHD));
+    p.count = alloc<unsigned>(A::HKV);
+    p.best = alloc<unsigned long long>(1);
+    p.len = alloc<int>(1);
+    p.tokens = alloc<int>(LMAX);
+    p.steps = alloc<int>(1);
+    p.logits = alloc<float>(A::V);
+    p.bar = alloc<unsigned>(4);
+  }
+
+  // Back to the state before the first step: caches as generated, len L0, the start token.
+  void reset() {
+    for (int l = 0; l < A::LAYERS; ++l) {
+      const size_t n = size_t(A::HKV) * LMAX * kHD * sizeof(T);
+      CK(cudaMemcpy(p.l[l].k, cache0[2 * l].data(), n, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(p.l[l].v, cache0[2 * l + 1].data(), n, cudaMemcpyHostToDevice));
+    }
+    const int len = L0, zero = 0;
+    const unsigned long long best = 0xffffffffull - kStartToken;  // a key whose row is the token
+    CK(cudaMemcpy(p.len, &len, sizeof len, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(p.steps, &zero, sizeof zero, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(p.best, &best, sizeof best, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+  }
+
+  struct Run {
+    std::vector<int> tokens;
+    std::vector<float> logits;  // the last step's
+  };
+  Run read(int steps) {
+    Run r;
+    r.tokens.resize(steps);
+    r.logits.resize(A::V);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(r.tokens.data(), p.tokens, steps * sizeof(int), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(r.logits.data(), p.logits, A::V * sizeof(float), cudaMemcpyDeviceToHost));
+    return r;
+  }
+};
+
+struct Result {
+  std::string model;
+  int grid = 0, kernels = 0, barriers = 0;
+  double launches = 0, persistent = 0, no_prefetch = 0, floor = 0, err = 0, scale = 0;
+  bool same = false, same_np = false, tokens_match = false, gave_up = false, len_ok = false;
+};
+
+template <class A>
+Result run_model(int reps, int sms, cudaStream_t st) {
+  Result res;
+  res.model = A::name;
+  Model<A> m;
+  m.build();
+  int per_sm = 0, per_sm_np = 0;  // the grid must be resident for both persistent kernels
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, whole_step<A, true>, kThreads, 0));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_np, whole_step<A, false>, kThreads, 0));
+  const int grid = std::min(per_sm, per_sm_np) * sms;
+  res.grid = grid;
+  res.kernels = 2 + 5 * A::LAYERS;
+  res.barriers = 1 + 5 * A::LAYERS;
+  const Params<A>& p = m.p;
+  auto launches = [&] {
+    one_phase<A><<<1, kThreads, 0, st>>>(p, kEmbed, 0);
+    for (int l = 0; l < A::LAYERS; ++l)
+      for (int ph : {kQkv, kAttn, kOut, kMlp1, kMlp2})
+        one_phase<A><<<grid, kThreads, 0, st>>>(p, ph, l);
+    one_phase<A><<<grid, kThreads, 0, st>>>(p, kHead, 0);
+    CK(cudaGetLastError());
+  };
+  auto persistent = [&](bool prefetch) {
+    if (prefetch)
+      whole_step<A, true><<<grid, kThreads, 0, st>>>(p);
+    else
+      whole_step<A, false><<<grid, kThreads, 0, st>>>(p);
+    CK(cudaGetLastError());
+  };
+  // Checks: A::steps steps of each form from the same state, and on the host.
+  m.reset();
+  for (int i = 0; i < A::steps; ++i) launches();
+  const auto want = m.read(A::steps);
+  for (int pf = 0; pf < 2; ++pf) {
+    m.reset();
+    for (int i = 0; i < A::steps; ++i) persistent(pf == 1);
+    const auto got = m.read(A::steps);
+    (pf ? res.same : res.same_np) =
+        got.tokens == want.tokens &&
+        std::memcmp(got.logits.data(), want.logits.data(), A::V * sizeof(float)) == 0;
+  }
+  std::vector<float> ref;
+  std::vector<int> ref_tokens;
+  int tok = kStartToken;
+  for (int i = 0; i < A::steps; ++i) {
+    ref_tokens.push_back(tok);
+    tok = reference_step<A>(m.host, tok, L0 + i, ref);
+  }
+  for (int i = 0; i < A::V; ++i) {
+    res.err = std::max(res.err, double(std::fabs(ref[i] - want.logits[i])));
+    res.scale = std::max(res.scale, double(std::fabs(ref[i])));
+  }
+  res.tokens_match = ref_tokens == want.tokens;
+  std::printf("%s: tokens", A::name);
+  for (int t : want.tokens) std::printf(" %d", t);
+  std::printf(" (host:");
+  for (int t : ref_tokens) std::printf(" %d", t);
+  std::printf(")\n");
+  // Timings: each form's step as one graph, replayed (each replay one more key); two rounds.
+  for (int round = 0; round < 2; ++round) {
+    m.reset();
+    res.launches = lab_time_graph_us(st, reps, launches);
+    m.reset();
+    res.persistent = lab_time_graph_us(st, reps, [&] { persistent(true); });
+    m.reset();
+    res.no_prefetch = lab_time_graph_us(st, reps, [&] { persistent(false); });
+  }
+  unsigned flags[3];
+  CK(cudaMemcpy(flags, p.bar, sizeof flags, cudaMemcpyDeviceToHost));
+  int len = 0;
+  CK(cudaMemcpy(&len, p.len, sizeof len, cudaMemcpyDeviceToHost));
+  res.gave_up = flags[2] != 0;
+  res.len_ok = len == L0 + reps + 3;
+  res.floor = m.weight_bytes / 4140e3;  // us at the H200's measured copy bandwidth
+  return res;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 100;
+  const char* json = nullptr;
+  lab_args(argc, argv, &reps, &json);
+  reps = std::min(reps, 300);  // each timing runs reps + 3 steps from L0: they must fit LMAX
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs; reps %d\n", prop.name, prop.multiProcessorCount, reps);
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const std::vector<Result> rs = {run_model<Gpt2>(reps, prop.multiProcessorCount, st),
+                                  run_model<Llama>(reps, prop.multiProcessorCount, st)};
+  std::printf("\n%-14s %6s %9s %9s %11s %12s %9s  %s\n", "us a step", "grid", "launches",
+              "(kernels)", "persistent", "no prefetch", "floor", "checks");
+  bool ok = true;
+  for (const Result& r : rs) {
+    std::printf(
+        "%-14s %6d %9.1f %9d %11.1f %12.1f %9.1f  persistent = launches: %s / %s; host tokens %s, "
+        "logits "
+        "err %.3g of %.3g%s%s\n",
+        r.model.c_str(), r.grid, r.launches, r.kernels, r.persistent, r.no_prefetch, r.floor,
+        r.same ? "yes" : "NO", r.same_np ? "yes" : "NO", r.tokens_match ? "same" : "DIFFER", r.err,
+        r.scale, r.gave_up ? "; a barrier GAVE UP" : "",
+        r.len_ok ? "" : "; the length did not advance as it should");
+    ok &= r.same && r.same_np && !r.gave_up && r.len_ok;
+  }
+  if (json) {
+    FILE* f = std::fopen(json, "w");
+    if (!f) return 2;
+    std::fprintf(f, "{\"device\": \"%s\", \"reps\": %d, \"results\": [", prop.name, reps);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const Result& r = rs[i];
+      std::fprintf(
+          f,
+          "%s{\"model\": \"%s\", \"grid\": %d, \"kernels\": %d, \"barriers\": %d, \"launches_us\": "
+          "%.2f, "
+          "\"persistent_us\": %.2f, \"no_prefetch_us\": %.2f, \"floor_us\": %.2f, \"same_bits\": "
+          "%s, "
+          "\"same_bits_no_prefetch\": %s, \"host_tokens_match\": %s, \"logits_max_err\": %.4g, "
+          "\"gave_up\": %s}",
+          i ? ", " : "", r.model.c_str(), r.grid, r.kernels, r.barriers, r.launches, r.persistent,
+          r.no_prefetch, r.floor, r.same ? "true" : "false", r.same_np ? "true" : "false",
+          r.tokens_match ? "true" : "false", r.err, r.gave_up ? "true" : "false");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return ok ? 0 : 1;
+}
