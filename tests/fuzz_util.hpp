@@ -243,15 +243,32 @@ inline std::vector<int> random_stops(uint64_t seed, size_t calls, int most = 40)
   return stops;
 }
 
-// Arms one stop for the call it spans (skip < 0: none); whatever is left of it is cleared after.
-class StopScope {
+// Now and then a plan's run fails outright (the `run` fault point, as a launch error would): the
+// plan is marked failed with the reason, the window runs eagerly, and the program goes on with
+// eager's values, its later windows served by other plans or run eagerly. One program in
+// `one_in`, at one call of its last quarter (-1: none: the calls after it are the program's served
+// share lost); drawn from a stream of its own, so a seed's program is what it was before.
+inline int random_failure(uint64_t seed, size_t calls, int one_in = 4) {
+  std::mt19937_64 rng(seed * 0xA24BAED4963EE407ull + 5);
+  if (calls < 4 || rng() % static_cast<uint64_t>(one_in) != 0) return -1;
+  const size_t quarter = calls / 4;
+  return static_cast<int>(calls - quarter + rng() % quarter);
+}
+
+// Arms, for the call it spans, one stop (skip < 0: none) and, when `fail`, one failed run;
+// whatever is left of them is cleared after.
+class FaultScope {
  public:
-  explicit StopScope(int skip) {
+  explicit FaultScope(int skip, bool fail = false) {
     if (skip >= 0) livefuse::faults::inject(livefuse::faults::Point::step, 1, skip);
+    if (fail) livefuse::faults::inject(livefuse::faults::Point::run, 1);
   }
-  ~StopScope() { livefuse::faults::clear(livefuse::faults::Point::step); }
-  StopScope(const StopScope&) = delete;
-  StopScope& operator=(const StopScope&) = delete;
+  ~FaultScope() {
+    livefuse::faults::clear(livefuse::faults::Point::step);
+    livefuse::faults::clear(livefuse::faults::Point::run);
+  }
+  FaultScope(const FaultScope&) = delete;
+  FaultScope& operator=(const FaultScope&) = delete;
 };
 
 // Programs, op calls and calls served by plans over a fuzz run.
@@ -259,16 +276,19 @@ struct Tally {
   size_t programs = 0, engaged = 0;  // engaged: programs with calls served
   uint64_t calls = 0, served = 0;
   uint64_t declined = 0;  // windows a plan declined: its run stopped part-way (random_stops)
+  uint64_t failed = 0;    // windows whose plan failed while running (random_failure)
 
   double served_share() const { return calls ? double(served) / double(calls) : 0.0; }
   // A check that never engaged fusion proves nothing: most programs must have been served, and
-  // most of their calls; and over several programs some runs stopped part-way. And no graph was
+  // most of their calls; and over several programs some runs stopped part-way, and over many
+  // some failed (a quarter of the programs arm a failure: 24 without one are ~0.1%). And no graph was
   // discarded for memory a step allocated while it was captured: every value a step writes is
   // bound in the plan's sets (the discard keeps results right, but that plan loses its graphs).
   void check_engaged() const {
     CHECK(engaged * 4 >= programs * 3);
     CHECK(served_share() >= 0.5);
     if (programs >= 4) CHECK(declined > 0);
+    if (programs >= 24) CHECK(failed > 0);
     CHECK_MESSAGE(captures_holding_memory() == 0, "graph captures discarded for memory left held: a value a "
                                                   "step writes has no bound memory");
   }
@@ -349,7 +369,8 @@ Tally differential(livefuse::Device dev, const std::vector<uint64_t>& seeds,
     const auto want = run(p, m);
     livefuse::set_config_for_testing(on_for(saved, p));
     reset_pipeline(dev);
-    const uint64_t calls0 = ctr.calls, served0 = ctr.served, declined0 = ctr.plan_declined;
+    const uint64_t calls0 = ctr.calls, served0 = ctr.served, declined0 = ctr.plan_declined,
+                   failed0 = ctr.flush_error;
     const auto got = run(p, m);
     livefuse::synchronize(dev);
     const std::string failure = differ(p, want, got);
@@ -359,6 +380,7 @@ Tally differential(livefuse::Device dev, const std::vector<uint64_t>& seeds,
     t.calls += ctr.calls - calls0;
     t.served += ctr.served - served0;
     t.declined += ctr.plan_declined - declined0;
+    t.failed += ctr.flush_error - failed0;
     t.engaged += ctr.served > served0;
   }
   livefuse::set_config_for_testing(saved);

@@ -39,6 +39,7 @@ struct Program {
   bool sampled = false;
   std::vector<Request> requests;
   std::vector<int> stops;  // per request: a plan run stopped part-way (lftest::fuzz::random_stops)
+  int failure = -1;        // the request in which a plan's run fails (lftest::fuzz::random_failure)
   lftest::fuzz::Switches switches;  // fusion on runs with these (lftest::fuzz::Switches)
 
   std::string describe() const {
@@ -47,7 +48,8 @@ struct Program {
       << ", heads " << cfg.num_attention_heads << ", layers " << cfg.num_hidden_layers << ", "
       << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled") << ", " << requests.size()
       << " requests (" << std::count_if(stops.begin(), stops.end(), [](int k) { return k >= 0; })
-      << " with a run stopped part-way)" << switches.describe();
+      << " with a run stopped part-way" << (failure >= 0 ? ", a run failing in request " + std::to_string(failure) : "")
+      << ")" << switches.describe();
     return o.str();
   }
 };
@@ -105,6 +107,7 @@ Program make_program(uint64_t seed) {
     p.requests.push_back(std::move(q));
   }
   p.stops = lftest::fuzz::random_stops(seed, p.requests.size());
+  p.failure = lftest::fuzz::random_failure(seed, p.requests.size());
   p.switches = lftest::fuzz::Switches(seed);
   return p;
 }
@@ -123,7 +126,7 @@ lftest::fuzz::Results run(const Program& p, const BertModel& m) {
     const uint64_t calls = ctr.calls, served = ctr.served;
     lf::Tensor h;
     {
-      const lftest::fuzz::StopScope stop(p.stops[i]);
+      const lftest::fuzz::FaultScope faults(p.stops[i], static_cast<int>(i) == p.failure);
       h = m.forward(given(q.ids), given(q.mask), given(q.types));
     }
     r.note_calls(i, ctr.calls - calls, ctr.served - served);
@@ -159,7 +162,7 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
                                  make_program, model_of, run, first_difference);
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
                      << 100.0 * t.served_share() << "%), " << t.engaged << " programs served, "
-                     << t.declined << " windows declined (runs stopped part-way)"
+                     << t.declined << " windows declined (runs stopped part-way), " << t.failed << " windows of failed runs"
                      << lftest::fuzz::abandoned_captures());
   t.check_engaged();
 }

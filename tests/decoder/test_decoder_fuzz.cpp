@@ -61,6 +61,7 @@ struct Program {
   bool sampled = false;  // live sampling on (plans alternate with eager runs while new)
   std::vector<Action> actions;
   std::vector<int> stops;  // per call: a plan run stopped part-way (lftest::fuzz::random_stops)
+  int failure = -1;        // the call in which a plan's run fails (lftest::fuzz::random_failure)
   lftest::fuzz::Switches switches;  // fusion on runs with these (lftest::fuzz::Switches)
 
   std::string describe() const {
@@ -72,7 +73,8 @@ struct Program {
       << cfg.num_hidden_layers << ", " << cfg.hidden_act << (sampled ? ", sampled" : ", unsampled")
       << ", " << actions.size() << " calls ("
       << std::count_if(stops.begin(), stops.end(), [](int k) { return k >= 0; })
-      << " with a run stopped part-way)" << switches.describe();
+      << " with a run stopped part-way" << (failure >= 0 ? ", a run failing in call " + std::to_string(failure) : "")
+      << ")" << switches.describe();
     return o.str();
   }
 };
@@ -149,6 +151,7 @@ Program make_program(uint64_t seed) {
     p.actions.push_back(std::move(a));
   }
   p.stops = lftest::fuzz::random_stops(seed, p.actions.size());
+  p.failure = lftest::fuzz::random_failure(seed, p.actions.size());
   p.switches = lftest::fuzz::Switches(seed);
   return p;
 }
@@ -178,7 +181,7 @@ lftest::fuzz::Results run(const Program& p, const lfd::DecoderModel& m) {
     const uint64_t calls = ctr.calls, served = ctr.served;
     lf::Tensor logits;
     {
-      const lftest::fuzz::StopScope stop(p.stops[i]);
+      const lftest::fuzz::FaultScope faults(p.stops[i], static_cast<int>(i) == p.failure);
       logits = m.forward(ids, kv);
     }
     r.note_calls(i, ctr.calls - calls, ctr.served - served);
@@ -222,7 +225,7 @@ void fuzz(lf::Device dev, int programs, uint64_t first) {
   MESSAGE(t.programs << " programs, " << t.calls << " calls, " << t.served << " served by plans ("
                      << 100.0 * t.served_share() << "%), " << t.engaged << " programs served, "
                      << appends << " caches grown in place, " << t.declined
-                     << " windows declined (runs stopped part-way)"
+                     << " windows declined (runs stopped part-way), " << t.failed << " windows of failed runs"
                      << lftest::fuzz::abandoned_captures());
   t.check_engaged();
   // ... and the habits reached what they are here for: caches grown in place.

@@ -1,7 +1,8 @@
 // Differential fuzz: random valid programs run repeatedly with fusion on must give what
 // LIVEFUSE=off gives, and plans must really serve the calls (a run where fusion never engaged
 // fails). Now and then a plan's run stops part-way (lftest::fuzz::random_stops: its window runs
-// eagerly) and must still give eager's values. Programs per run: LIVEFUSE_FUZZ_PROGRAMS
+// eagerly), and in one program of eight one fails outright (random_failure: the plan is marked
+// failed); both must still give eager's values. Programs per run: LIVEFUSE_FUZZ_PROGRAMS
 // (default 2000).
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,7 @@ namespace {
 struct FuzzResult {
   uint64_t calls = 0, served = 0, mismatches = 0, programs = 0;
   uint64_t declined = 0;  // plan runs stopped part-way (their windows ran eagerly)
+  uint64_t failed = 0;    // plan runs that failed (their plans marked failed)
   std::string first_failure;
 };
 
@@ -55,9 +57,12 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool re
     lf::set_config_for_testing(on);
     const uint64_t calls0 = lf::matcher_counters().calls, served0 = lf::matcher_counters().served;
     const uint64_t declined0 = lf::matcher_counters().plan_declined;
+    const uint64_t failed0 = lf::matcher_counters().flush_error;
     // Drawn from a stream of their own: each seed's program is what it was before stops came. A
     // run of the program passes few step points (a plan or two of a few steps).
     const std::vector<int> stops = lftest::fuzz::random_stops(seed0 + p, static_cast<size_t>(iters), 3);
+    // Failures in one program of 8: each costs the rest of its program the plan it failed.
+    const int failure = lftest::fuzz::random_failure(seed0 + p, static_cast<size_t>(iters), 8);
     std::vector<std::pair<void*, size_t>> reach;
     std::vector<std::vector<char>> saved;
     if (reachable) {
@@ -66,7 +71,7 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool re
     }
     for (int it = 0; it < iters; ++it) {
       // Spans the iteration: a plan may run at the read of its window's results.
-      const lftest::fuzz::StopScope stop(stops[static_cast<size_t>(it)]);
+      const lftest::fuzz::FaultScope faults(stops[static_cast<size_t>(it)], it == failure);
       std::vector<lf::Tensor> outs = prog.run();
       for (const auto& [p, n] : reach) std::memset(p, 0x7f, n);  // huge values: any stale read shows
       for (size_t k = 0; k < outs.size(); ++k) {
@@ -89,6 +94,7 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool re
     r.calls += lf::matcher_counters().calls - calls0;
     r.served += lf::matcher_counters().served - served0;
     r.declined += lf::matcher_counters().plan_declined - declined0;
+    r.failed += lf::matcher_counters().flush_error - failed0;
     ++r.programs;
   }
   lftest::reset_pipeline();
@@ -108,11 +114,12 @@ TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on the CPU"
   lf::set_config_for_testing(saved);
   MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served
                       << " (" << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0)
-                      << "%), " << r.declined << " plan runs stopped part-way");
+                      << "%), " << r.declined << " plan runs stopped part-way, " << r.failed << " failed");
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
   CHECK(r.calls > 0);
   CHECK(double(r.served) >= 0.5 * double(r.calls));
   if (r.programs >= 50) CHECK(r.declined > 0);
+  if (r.programs >= 50) CHECK(r.failed > 0);
 }
 
 TEST_CASE("differential: inputs the program rewrites through data_ptr() after the calls, on the CPU") {
@@ -133,10 +140,11 @@ LF_CUDA_TEST_CASE("differential: random programs, fusion on vs LIVEFUSE=off, on 
   lf::set_config_for_testing(saved);
   MESSAGE("programs " << r.programs << ", calls " << r.calls << ", served by plans " << r.served
                       << " (" << (r.calls ? 100.0 * double(r.served) / double(r.calls) : 0.0)
-                      << "%), " << r.declined << " plan runs stopped part-way");
+                      << "%), " << r.declined << " plan runs stopped part-way, " << r.failed << " failed");
   CHECK_MESSAGE(r.mismatches == 0, r.first_failure);
   CHECK(double(r.served) >= 0.5 * double(r.calls));
   if (r.programs >= 50) CHECK(r.declined > 0);
+  if (r.programs >= 50) CHECK(r.failed > 0);
 }
 
 // LIVEFUSE_FUZZ_SEED=S reruns the program a failure names ("program seed=S ..."), on the GPU when
