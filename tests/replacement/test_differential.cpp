@@ -49,7 +49,10 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool re
   for (int p = 0; p < programs; ++p) {
     const lf::DType dt = dtypes[p % 5];
     lftest::RandomProgram prog(seed0 + p, dev, dt);
-    const lf::Config on = with_mode(lf::Mode::on);
+    // Now and then a switch off its default (lftest::fuzz::Switches), named in a failure.
+    const lftest::fuzz::Switches switches(seed0 + p);
+    lf::Config on = with_mode(lf::Mode::on);
+    switches.apply(on);
     lftest::reset_pipeline(&on);
     lf::set_config_for_testing(with_mode(lf::Mode::off));
     std::vector<std::vector<double>> ref;
@@ -80,7 +83,7 @@ FuzzResult fuzz(lf::Device dev, int programs, int iters, uint64_t seed0, bool re
         if (!lftest::allclose(got, ref[k], rtol_for(dt), rtol_for(dt) * 0.1, &bad)) {
           ++r.mismatches;
           if (r.first_failure.empty())
-            r.first_failure = prog.describe() + " iter " + std::to_string(it) + " output " +
+            r.first_failure = prog.describe() + switches.describe() + " iter " + std::to_string(it) + " output " +
                               std::to_string(k) + " index " + std::to_string(bad) + ": got " +
                               std::to_string(got[bad]) + " want " + std::to_string(ref[k][bad]);
         }
