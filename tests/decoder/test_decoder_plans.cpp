@@ -7,6 +7,7 @@
 #include "monitor/monitor.hpp"
 #include "planner/service.hpp"
 #include "runtime/plan.hpp"
+#include "tests/fuzz_util.hpp"
 #include "tests/test_util.hpp"
 
 namespace lf = livefuse;
@@ -97,4 +98,56 @@ TEST_CASE("decoder plans: a concat-cache decode loop is planned once, not once p
     CHECK(settled.published <= 4);
     CHECK(settled.handed < at_once.handed);
   }
+}
+
+// Llama's norm chain (cast -> rms_norm -> cast -> mul) folded into the Q/K/V and gate/up GEMVs
+// (LIVEFUSE_GEMV_NORM=2) at a hidden size the GEMV does not take (36 f16 columns: not whole
+// 16-byte packs), so every run's fallback runs the chain op by op. Its values are bound memory now
+// (planner.cpp, fold_norm_prologues): nothing is allocated inside a graph capture, so no capture
+// is discarded and the plans keep their graphs (session 40's decode fuzz found the capture that
+// held memory under this switch; the plans then ran without graphs).
+LF_CUDA_TEST_CASE(
+    "decoder plans: Llama's folded norm chain, refused by the GEMV, keeps its graphs") {
+  const lf::Config saved = lf::config();
+  const lf::Device dev = lf::Device::cuda(0);
+  lfd::DecoderConfig cfg = lfd::DecoderConfig::preset("llama-tiny");
+  cfg.hidden_size = 36, cfg.num_attention_heads = 3, cfg.num_key_value_heads = 1;
+  cfg.intermediate_size = 96, cfg.vocab_size = 128;
+  const lfd::DecoderModel m = lfd::DecoderModel::random(cfg, 5, lf::DType::f16, dev, 0.08);
+  const lf::Tensor p = lf::from_int64s({3, 17, 41, 88, 5}, {1, 5}, lf::DType::i64, dev);
+  lf::Config off = saved;
+  off.mode = lf::Mode::off;
+  lf::set_config_for_testing(off);
+  const auto eager = lfd::generate(m, p, 48, lfd::CacheKind::concat, {}, false).tokens;
+  lf::Config on = saved;
+  on.mode = lf::Mode::on;
+  on.sample = 0;
+  on.gemv_norm = 2;
+  lftest::fuzz::reset_pipeline(dev);
+  lf::set_config_for_testing(on);
+  const auto counter = [](const char* name) {
+    return lf::find_counter(lf::counters(), "graphs", name).value_or(0);
+  };
+  const uint64_t held0 = counter("captures_holding_memory"), inst0 = counter("instantiations");
+  const uint64_t served0 = lfd::plan_use().served_calls;
+  std::vector<std::vector<int64_t>> tokens;
+  for (int run = 0; run < 3; ++run)
+    tokens = lfd::generate(m, p, 48, lfd::CacheKind::concat, {}, false).tokens;
+  lf::synchronize(dev);
+  const uint64_t held = counter("captures_holding_memory") - held0,
+                 inst = counter("instantiations") - inst0;
+  const uint64_t served = lfd::plan_use().served_calls - served0;
+  bool folded = false;  // the chain did fold: a GEMV step runs the norm
+  for (const lf::PlanInfo& pi : lf::inspect().plans)
+    for (const auto& [what, why] : pi.details.decisions)
+      folded |= what.find("(its prologue)") != std::string::npos;
+  lf::set_config_for_testing(saved);
+  lftest::fuzz::reset_pipeline(dev);
+  MESSAGE("served " << served << " calls, " << inst << " graphs instantiated, " << held
+                    << " captures discarded for held memory");
+  CHECK(tokens == eager);
+  CHECK(folded);
+  CHECK(served > 0);
+  CHECK(inst > 0);
+  CHECK(held == 0);
 }
