@@ -30,6 +30,8 @@
 // forms give the launches form's tokens and logits bit for bit over `steps` steps; the launches
 // form's tokens and last logits against a host reference (double accumulation, rounding where
 // the GPU stores 16-bit values).
+// Then the launches form's phases one kind at a time: us a launch, where its step's time goes
+// (a phase's launches over the layers as one graph).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -511,7 +513,11 @@ struct Result {
   int grid = 0, kernels = 0, barriers = 0;
   double launches = 0, persistent = 0, no_prefetch = 0, floor = 0, err = 0, scale = 0;
   bool same = false, same_np = false, tokens_match = false, gave_up = false, len_ok = false;
+  // The launches form's phases one kind at a time (a graph of that kind's launches over the
+  // layers; the embedding's and the head's alone): us a launch -- where its step goes.
+  double phase_us[7] = {};
 };
+const char* const kPhaseNames[7] = {"embed", "qkv", "attn", "out", "mlp1", "mlp2", "head"};
 
 template <class A>
 Result run_model(int reps, int sms, cudaStream_t st) {
@@ -584,6 +590,16 @@ Result run_model(int reps, int sms, cudaStream_t st) {
   CK(cudaMemcpy(flags, p.bar, sizeof flags, cudaMemcpyDeviceToHost));
   int len = 0;
   CK(cudaMemcpy(&len, p.len, sizeof len, cudaMemcpyDeviceToHost));
+  for (int ph = kEmbed; ph <= kHead; ++ph) {
+    m.reset();
+    const int n = ph == kEmbed || ph == kHead ? 1 : A::LAYERS;
+    const double us = lab_time_graph_us(st, reps, [&] {
+      for (int l = 0; l < n; ++l)
+        one_phase<A><<<ph == kEmbed ? 1 : grid, kThreads, 0, st>>>(p, ph, l);
+      CK(cudaGetLastError());
+    });
+    res.phase_us[ph] = us / n;
+  }
   res.gave_up = flags[2] != 0;
   res.len_ok = len == L0 + reps + 3;
   res.floor = m.weight_bytes / 4140e3;  // us at the H200's measured copy bandwidth
@@ -618,6 +634,14 @@ int main(int argc, char** argv) {
         r.len_ok ? "" : "; the length did not advance as it should");
     ok &= r.same && r.same_np && !r.gave_up && r.len_ok;
   }
+  std::printf("\nthe launches form's phases alone, us a launch:\n%-14s", "");
+  for (const char* n : kPhaseNames) std::printf(" %8s", n);
+  std::printf("\n");
+  for (const Result& r : rs) {
+    std::printf("%-14s", r.model.c_str());
+    for (double u : r.phase_us) std::printf(" %8.2f", u);
+    std::printf("\n");
+  }
   if (json) {
     FILE* f = std::fopen(json, "w");
     if (!f) return 2;
@@ -631,10 +655,13 @@ int main(int argc, char** argv) {
           "\"persistent_us\": %.2f, \"no_prefetch_us\": %.2f, \"floor_us\": %.2f, \"same_bits\": "
           "%s, "
           "\"same_bits_no_prefetch\": %s, \"host_tokens_match\": %s, \"logits_max_err\": %.4g, "
-          "\"gave_up\": %s}",
+          "\"gave_up\": %s, \"phase_us\": {",
           i ? ", " : "", r.model.c_str(), r.grid, r.kernels, r.barriers, r.launches, r.persistent,
           r.no_prefetch, r.floor, r.same ? "true" : "false", r.same_np ? "true" : "false",
           r.tokens_match ? "true" : "false", r.err, r.gave_up ? "true" : "false");
+      for (int ph = 0; ph < 7; ++ph)
+        std::fprintf(f, "%s\"%s\": %.3f", ph ? ", " : "", kPhaseNames[ph], r.phase_us[ph]);
+      std::fprintf(f, "}}");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);
