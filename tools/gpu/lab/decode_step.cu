@@ -85,7 +85,9 @@ template <class A>
 __device__ void phase_embed(const Params<A>& p) {
   using E = lab::El<typename A::T>;
   if (blockIdx.x != 0) return;
-  const int tok = lab::token_of(*reinterpret_cast<volatile unsigned long long*>(p.best));
+  // No head since the last embedding (a graph of embeddings alone, timed): token 0.
+  const unsigned long long key = *reinterpret_cast<volatile unsigned long long*>(p.best);
+  const int tok = key ? lab::token_of(key) : 0;
   const int pos = *reinterpret_cast<volatile int*>(p.len);
   for (int i = threadIdx.x; i < A::D; i += kThreads) {
     float v = E::f(p.wte[static_cast<int64_t>(tok) * A::D + i]);
