@@ -170,6 +170,55 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// ---- persistent, deep: more loads in flight, the barrier of flags ----
+// Each warp issues a group of kG tiles (its next rows' tiles) and, while summing them, the group
+// after: up to 2 * kG tiles in flight a warp, where the forms above keep two (a latency chain of
+// one DRAM round trip a tile). Before a barrier the next product's first group is issued.
+constexpr int kG = 4;
+__device__ __forceinline__ void load_group(const Phase& p, const Walk& wk, int t0, int tiles,
+                                           int lane, uint4 (&g)[kG][kU]) {
+#pragma unroll
+  for (int j = 0; j < kG; ++j)
+    if (t0 + j < tiles) load_tile(p, wk, t0 + j, lane, g[j]);
+}
+__global__ void __launch_bounds__(256)
+    gemv_persistent_deep(const __grid_constant__ Chain c, unsigned* words, int rows) {
+  const int lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (blockDim.x / 32);
+  const int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  unsigned gen = flag_barrier_start(words);
+  uint4 cur[kG][kU], nxt[kG][kU];
+  float acc = 0.f;
+  bool have = false;
+  for (int i = 0; i < c.phases; ++i) {
+    Phase p = c.p[i];
+    if (!rows) p.n = 0;
+    const Walk wk = walk_of(p, warp, warps);
+    const int tiles = wk.tiles();
+    if (tiles > 0 && !have) load_group(p, wk, 0, tiles, lane, cur);
+    for (int g0 = 0; g0 < tiles; g0 += kG) {
+      if (g0 + kG < tiles) load_group(p, wk, g0 + kG, tiles, lane, nxt);
+#pragma unroll
+      for (int j = 0; j < kG; ++j)
+        if (g0 + j < tiles) use_tile(p, wk, g0 + j, lane, cur[j], acc);
+#pragma unroll
+      for (int j = 0; j < kG; ++j)
+#pragma unroll
+        for (int u = 0; u < kU; ++u) cur[j][u] = nxt[j][u];
+    }
+    have = false;
+    if (i + 1 == c.phases) break;
+    Phase q = c.p[i + 1];
+    if (!rows) q.n = 0;
+    const Walk wq = walk_of(q, warp, warps);
+    if (wq.tiles() > 0) {
+      load_group(q, wq, 0, wq.tiles(), lane, cur);
+      have = true;
+    }
+    flag_barrier(words, gen);
+  }
+}
+
 // ---- host ----
 struct Product {
   const char* name;
@@ -195,6 +244,9 @@ struct Result {
   std::string model;
   int products = 0, grid = 0, per_sm = 0;
   double mb = 0, launches = 0, persistent = 0, no_prefetch = 0, barriers = 0;
+  double deep = 0, flag_barriers = 0;  // gemv_persistent_deep, and its barriers alone
+  int deep_grid = 0;
+  bool same_deep = false;
   bool same = false, same_np = false, gave_up = false;
 };
 
@@ -250,8 +302,14 @@ std::vector<Result> run_model(const Model& m, int reps, int sms, cudaStream_t st
   CK(cudaMalloc(&bar, 16));
   CK(cudaMemset(bar, 0, 16));
   owned.push_back(bar);
-  int most = 0;
+  int most = 0, most_deep = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&most, gemv_persistent<true>, 256, 0));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&most_deep, gemv_persistent_deep, 256, 0));
+  unsigned* words;  // the flag barrier's (lab_grid.cuh)
+  CK(cudaMalloc(&words, (64 + 4096) * sizeof(unsigned)));
+  CK(cudaMemset(words, 0, (64 + 4096) * sizeof(unsigned)));
+  owned.push_back(words);
+  r.deep_grid = most_deep * sms;
 
   auto launches = [&] {
     for (int j = 0; j < chain.phases; ++j) {
@@ -265,6 +323,10 @@ std::vector<Result> run_model(const Model& m, int reps, int sms, cudaStream_t st
       gemv_persistent<true><<<r.grid, 256, 0, st>>>(chain, bar, rows);
     else
       gemv_persistent<false><<<r.grid, 256, 0, st>>>(chain, bar, rows);
+    CK(cudaGetLastError());
+  };
+  auto deep = [&](int rows) {
+    gemv_persistent_deep<<<r.deep_grid, 256, 0, st>>>(chain, words, rows);
     CK(cudaGetLastError());
   };
   auto output = [&] {
@@ -293,16 +355,22 @@ std::vector<Result> run_model(const Model& m, int reps, int sms, cudaStream_t st
     CK(cudaMemset(const_cast<bf*>(last), 0, last_n * 2));
     persistent(false, 1);
     r.same_np = same_bits(output(), want);
+    CK(cudaMemset(const_cast<bf*>(last), 0, last_n * 2));
+    deep(1);
+    r.same_deep = same_bits(output(), want);
     // Timings, alternating the forms twice; the second round's medians are reported.
     for (int round = 0; round < 2; ++round) {
       r.launches = lab_time_graph_us(st, reps, launches);
       r.persistent = lab_time_graph_us(st, reps, [&] { persistent(true, 1); });
       r.no_prefetch = lab_time_graph_us(st, reps, [&] { persistent(false, 1); });
       r.barriers = lab_time_graph_us(st, reps, [&] { persistent(true, 0); });
+      r.deep = lab_time_graph_us(st, reps, [&] { deep(1); });
+      r.flag_barriers = lab_time_graph_us(st, reps, [&] { deep(0); });
     }
-    unsigned flags[3];
+    unsigned flags[3], wflags[2];
     CK(cudaMemcpy(flags, bar, sizeof flags, cudaMemcpyDeviceToHost));
-    r.gave_up = flags[2] != 0;
+    CK(cudaMemcpy(wflags, words, sizeof wflags, cudaMemcpyDeviceToHost));
+    r.gave_up = flags[2] != 0 || wflags[1] != 0;
     out.push_back(r);
     if (r.gave_up) break;  // the barrier's state is no longer clean
   }
@@ -342,8 +410,11 @@ int main(int argc, char** argv) {
                   r.barriers, r.barriers / std::max(1, r.products - 1), r.same ? "yes" : "NO",
                   r.same_np ? "yes" : "NO",
                   r.gave_up ? "  (a barrier gave up: not every block resident)" : "");
-      std::printf("       grid %d blocks of 8 warps (%d an SM); %.1f MB of weights\n", r.grid,
-                  r.per_sm, r.mb);
+      std::printf(
+          "       grid %d blocks of 8 warps (%d an SM); %.1f MB of weights; deep (%d blocks): "
+          "%.1f us, its flag barriers alone %.1f (%.2f each), same bits %s\n",
+          r.grid, r.per_sm, r.mb, r.deep_grid, r.deep, r.flag_barriers,
+          r.flag_barriers / std::max(1, r.products - 1), r.same_deep ? "yes" : "NO");
     }
   if (json) {
     FILE* f = std::fopen(json, "w");
@@ -356,16 +427,19 @@ int main(int argc, char** argv) {
                    "\"launches_us\": %.2f, "
                    "\"persistent_us\": %.2f, \"no_prefetch_us\": %.2f, \"barriers_us\": %.2f, "
                    "\"grid\": %d, \"per_sm\": %d, "
-                   "\"same_bits\": %s, \"same_bits_no_prefetch\": %s, \"gave_up\": %s}",
+                   "\"same_bits\": %s, \"same_bits_no_prefetch\": %s, \"gave_up\": %s, "
+                   "\"deep_us\": %.2f, \"flag_barriers_us\": %.2f, \"deep_grid\": %d, "
+                   "\"same_bits_deep\": %s}",
                    i ? ", " : "", r.model.c_str(), r.products, r.mb, r.mb * 1e6 / (kGBs * 1e3),
                    r.launches, r.persistent, r.no_prefetch, r.barriers, r.grid, r.per_sm,
                    r.same ? "true" : "false", r.same_np ? "true" : "false",
-                   r.gave_up ? "true" : "false");
+                   r.gave_up ? "true" : "false", r.deep, r.flag_barriers, r.deep_grid,
+                   r.same_deep ? "true" : "false");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);
   }
   bool ok = true;
-  for (const Result& r : rs) ok &= r.same && r.same_np && !r.gave_up;
+  for (const Result& r : rs) ok &= r.same && r.same_np && r.same_deep && !r.gave_up;
   return ok ? 0 : 1;
 }

@@ -54,3 +54,44 @@ __device__ inline void grid_barrier(unsigned* bar) {
   }
   __syncthreads();
 }
+
+// A barrier of flags: each block stores its arrival (the barrier's generation) in a word of its
+// own -- no contended atomic -- one warp of block 0 polls them all, then publishes the generation,
+// on which every other block's thread 0 spins. words[0] the published generation, words[1] the
+// give-up flag, words[64 + b] block b's arrival; `gen` (every thread's copy) starts as words[0]
+// read at the kernel's start (flag_barrier_start) and is the generation the last barrier published.
+__device__ __forceinline__ unsigned flag_barrier_start(const unsigned* words) {
+  return ld_acquire(words);
+}
+__device__ inline void flag_barrier(unsigned* words, unsigned& gen) {
+  __syncthreads();
+  const unsigned target = gen + 1;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(words + 64 + blockIdx.x), "r"(target)
+                 : "memory");
+  }
+  const long long start = clock64();
+  if (blockIdx.x == 0 && threadIdx.x < 32) {
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
+      while (ld_acquire(words + 64 + b) != target)
+        if (clock64() - start > (1ll << 32)) {
+          atomicExch(words + 1, 1u);
+          break;
+        }
+    __syncwarp();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(words), "r"(target) : "memory");
+    }
+  } else if (threadIdx.x == 0) {
+    while (ld_acquire(words) != target)
+      if (clock64() - start > (1ll << 32)) {
+        atomicExch(words + 1, 1u);
+        break;
+      }
+    __threadfence();
+  }
+  gen = target;
+  __syncthreads();
+}
