@@ -135,7 +135,7 @@ __device__ void phase_out(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, c
                           lab::Pre& pre) {
   using E = lab::El<typename A::T>;
   const LayerW<A>& w = p.l[l];
-  lab::load_input(p.attn, A::D, lab::Norm::none, w.n1_g, w.n1_b, A::eps, sm);
+  lab::load_input<typename A::T>(p.attn, A::D, lab::Norm::none, nullptr, nullptr, 0.f, sm);
   lab::gemv<1>(w.w_o, A::D, A::D, sm, c, pre, [&](int r, float d, float) {
     p.xm[r] = E::from(lab::ld_f(p.x + r) + (d + bias_of(w.b_o, r)));
   });
@@ -165,7 +165,7 @@ __device__ void phase_mlp2(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, 
                            lab::Pre& pre) {
   using E = lab::El<typename A::T>;
   const LayerW<A>& w = p.l[l];
-  lab::load_input(p.f, A::F, lab::Norm::none, w.n2_g, w.n2_b, A::eps, sm);
+  lab::load_input<typename A::T>(p.f, A::F, lab::Norm::none, nullptr, nullptr, 0.f, sm);
   lab::gemv<1>(w.w_2, A::D, A::F, sm, c, pre, [&](int r, float d, float) {
     p.x[r] = E::from(lab::ld_f(p.xm + r) + (d + bias_of(w.b_2, r)));
   });

@@ -29,6 +29,17 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// Spins until done() -- or ~2 s have passed (not every block resident): then sets *give_up and
+// returns, rather than hang the machine.
+template <class Done>
+__device__ inline void spin_until(Done done, unsigned* give_up) {
+  const long long start = clock64();
+  while (!done())
+    if (clock64() - start > (1ll << 32)) {
+      atomicExch(give_up, 1u);
+      return;
+    }
+}
 __device__ inline void grid_barrier(unsigned* bar) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -43,12 +54,7 @@ __device__ inline void grid_barrier(unsigned* bar) {
       asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(bar) : "memory");
       asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(bar + 1), "r"(gen + 1) : "memory");
     } else {
-      const long long start = clock64();
-      while (ld_acquire(bar + 1) == gen)
-        if (clock64() - start > (1ll << 32)) {
-          atomicExch(bar + 2, 1u);
-          break;
-        }
+      spin_until([&] { return ld_acquire(bar + 1) != gen; }, bar + 2);
     }
     __threadfence();
   }
@@ -71,25 +77,16 @@ __device__ inline void flag_barrier(unsigned* words, unsigned& gen) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(words + 64 + blockIdx.x), "r"(target)
                  : "memory");
   }
-  const long long start = clock64();
   if (blockIdx.x == 0 && threadIdx.x < 32) {
     for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
-      while (ld_acquire(words + 64 + b) != target)
-        if (clock64() - start > (1ll << 32)) {
-          atomicExch(words + 1, 1u);
-          break;
-        }
+      spin_until([&] { return ld_acquire(words + 64 + b) == target; }, words + 1);
     __syncwarp();
     if (threadIdx.x == 0) {
       __threadfence();
       asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(words), "r"(target) : "memory");
     }
   } else if (threadIdx.x == 0) {
-    while (ld_acquire(words) != target)
-      if (clock64() - start > (1ll << 32)) {
-        atomicExch(words + 1, 1u);
-        break;
-      }
+    spin_until([&] { return ld_acquire(words) == target; }, words + 1);
     __threadfence();
   }
   gen = target;
