@@ -224,7 +224,8 @@ inline uint64_t captures_holding_memory() {
 inline std::string abandoned_captures() {
   const auto groups = livefuse::counters();
   const uint64_t n = livefuse::find_counter(groups, "graphs", "captures_abandoned").value_or(0);
-  const uint64_t h = captures_holding_memory();
+  const uint64_t h =
+      livefuse::find_counter(groups, "graphs", "captures_holding_memory").value_or(0);
   if (!n && !h) return {};
   return "; " + std::to_string(n) + " graph captures abandoned, " + std::to_string(h) +
          " discarded for memory left held";
