@@ -100,6 +100,7 @@ class Switches {
       {{"LIVEFUSE_GEMV_PAIR=0", [](C& c) { c.gemv_pair = 0; }},
        {"LIVEFUSE_GEMV_PAIR=2", [](C& c) { c.gemv_pair = 2; }}},
       {{"LIVEFUSE_SPLIT_K_ROWS=0", [](C& c) { c.split_k_rows = false; }}},
+      {{"LIVEFUSE_ROW_EARLY_LOADS=0", [](C& c) { c.row_early_loads = false; }}},
       {{"LIVEFUSE_WRITE_BATCH=0", [](C& c) { c.write_batch = false; }}},
       {{"LIVEFUSE_APPEND=0", [](C& c) { c.append = false; }}},
       {{"LIVEFUSE_ATTENTION_APPEND=0", [](C& c) { c.attention_append = false; }}},

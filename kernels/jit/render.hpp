@@ -121,6 +121,12 @@ void set_row_reg_budget(int floats);
 // Row kernels: only pipelined register variants (1), only unpipelined ones (0), or both, the
 // launch choosing (-1, the built-in); a knob for benchmarks, like the budget.
 void set_row_pipeline(int on);
+// Row kernels: register rows issue their later loops' loads (a norm's weight and bias) at the
+// row's start, held across the reductions (render_row.cpp); off: each where its loop needs it.
+// LIVEFUSE_ROW_EARLY_LOADS by default (-1); 0 / 1 force it (tests, benchmarks). Changes the
+// rendered source, so kernels rendered one way are never served for the other.
+void set_row_early_loads(int on);
+bool row_early_loads();
 // Expensive scalar functions (gelu, erf, tanh, sigmoid, silu) called out of line, one copy per
 // kernel instead of one per unrolled element (less NVRTC time, a call per element); a knob for
 // benchmarks, off by default. Like the budget, it changes the rendered source.

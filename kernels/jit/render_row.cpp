@@ -14,6 +14,7 @@
 
 #include "kernels/jit/render_detail.hpp"
 #include "kernels/jit/row_schedule.hpp"
+#include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 
 namespace livefuse::jit {
@@ -42,6 +43,13 @@ constexpr int kRegMax = 64;  // beyond this, the cache variants use shared memor
 constexpr int kStageRegWords = 48;
 std::atomic<int> g_reg_budget{0};  // 0: kRegBudget
 std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one of them
+std::atomic<int> g_early_loads{-1};  // -1: LIVEFUSE_ROW_EARLY_LOADS; 0 / 1: forced
+// Register rows issue the loads of their later loops -- a norm's weight and bias, read after
+// the row's mean and variance -- at the row's start, into registers held across the reductions:
+// else each is one more memory round trip after the reductions, on the chain of every row (and
+// a BERT layer's add + layer_norm, 128 rows of 768, is that chain and little else). At most this
+// many 32-bit words a thread, as for staging (kStageRegWords); past it the loads stay late.
+constexpr int kEarlyRegWords = 48;
 // Register rows come in two bodies, and each launch shape runs the one its first launches
 // measured faster (row_tuner.hpp). The pipelined body (VecPipe) loops over rows and
 // reads the next row's first-loop inputs while this row reduces and writes: one row at a time
@@ -49,6 +57,15 @@ std::atomic<int> g_pipeline{-1};   // -1: both register bodies; 0 / 1: only one 
 // arithmetic with nothing in flight). The loop costs registers, so occupancy, and which body wins differs by kernel.
 // 4-byte rows stage the next row in registers (storage form), 2-byte ones in shared memory
 // (cp.async), which measured faster for them.
+// 32-bit words a thread holds for the late loads of a register row of `regs` columns a thread.
+int early_words(const KernelPart& part, const RowSchedule& s, int regs) {
+  int words = 0;
+  for (size_t sec = 1; sec < s.loop_eval.size(); ++sec)
+    for (int i : s.loop_eval[sec])
+      if (part.instrs[i].kind == InstrKind::Load)
+        words += regs * static_cast<int>(dtype_size(part.instrs[i].dtype)) / 4;
+  return words;
+}
 struct RowBodies {
   bool plain, pipelined;
 };
@@ -82,6 +99,7 @@ struct Body {
   int np;   // Regs: column groups (packs, or single columns) a thread owns
   bool pipelined;  // Regs + vec: grid-stride over rows, next row's first loads in flight
   bool smem_stage;  // pipelined: the next row is staged in shared memory (cp.async), not registers
+  bool early;       // Regs + vec: later loops' loads issued at the row's start (early_loads)
 
   size_t nin() const { return part.inputs.size(); }
   // Appended, not "r" + to_string(k): GCC 12 warns falsely (-Wrestrict) on the inlined operator+.
@@ -109,6 +127,37 @@ struct Body {
       offs.push_back({prefix + std::to_string(k), word(k) + 1});
     }
     os << decompose("(" + valid + " ? " + row + " : (I)0)", 1, 2, offs, false);
+  }
+
+  // Loads of the later loops (after a reduction): with `early`, issued at the row's start.
+  std::vector<int> late() const {
+    std::vector<int> v;
+    for (size_t sec = 1; sec < s.loop_eval.size(); ++sec)
+      for (int i : s.loop_eval[sec])
+        if (part.instrs[i].kind == InstrKind::Load) v.push_back(i);
+    return v;
+  }
+  bool is_early(int i) const {
+    if (!early) return false;
+    const std::vector<int> v = late();
+    return std::find(v.begin(), v.end(), i) != v.end();
+  }
+  // The row's late loads into registers (lf_e<i>, storage form), before its first loop: they are
+  // in flight while the row is read and reduced, and the loop that needs them finds them there.
+  void early_loads(std::ostringstream& os) const {
+    const std::vector<int> loads = late();
+    if (!early || loads.empty()) return;
+    os << "  // ---- the later loops' loads, issued now\n";
+    for (int i : loads) os << "  " << storage_type(part.instrs[i].dtype) << " lf_e" << i << "[" << np * vec << "];\n";
+    os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
+    os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
+    os << "    if (lf_valid && lf_c0 < lf_cols) {\n";
+    for (int i : loads) {
+      const Instr& in = part.instrs[i];
+      os << "      lf_ldpack<" << vec << ">(lf_e" << i << " + lf_p * " << vec << ", ((const " << storage_type(in.dtype)
+         << "*)A.w[" << lp.in[in.io] << "]) + " << rname(in.io) << " + lf_c0);\n";
+    }
+    os << "    }\n  }\n";
   }
 
   // Loads of the first loop: what a pipelined kernel stages for the next row.
@@ -265,6 +314,10 @@ struct Body {
       const Instr& in = part.instrs[i];
       if (in.kind != InstrKind::Load) continue;
       const std::string st = storage_type(in.dtype);
+      if (is_early(i)) {
+        os << ind << "const " << st << "* lf_s" << i << " = lf_e" << i << " + lf_p * " << vec << ";\n";
+        continue;
+      }
       if (pipelined && sec == 0) {
         if (!smem_stage) {
           os << ind << "const " << st << "* lf_s" << i << " = lf_n" << i << " + lf_p * " << vec << ";\n";
@@ -336,6 +389,7 @@ struct Body {
 
   void render(std::ostringstream& os) const {
     prologue(os);
+    early_loads(os);
     for (int sec = 0; sec <= s.nloops; ++sec) {
       section(os, sec);
       if (sec < s.nloops) loop(os, sec);
@@ -367,6 +421,11 @@ int row_vec_width(const KernelPart& part) {
 
 void set_row_reg_budget(int floats) { g_reg_budget.store(std::max(0, floats)); }
 void set_row_pipeline(int on) { g_pipeline.store(on); }
+void set_row_early_loads(int on) { g_early_loads.store(on); }
+bool row_early_loads() {
+  const int knob = g_early_loads.load(std::memory_order_relaxed);
+  return knob < 0 ? config().row_early_loads : knob == 1;
+}
 
 void render_row(const KernelSpec& spec, RenderedKernel& rk) {
   LF_ASSERT(spec.parts.size() == 1, "row spec with ", spec.parts.size(), " parts");
@@ -426,7 +485,9 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
       const Store st = !f.cache ? Store::None : rk.row_regs > 0 ? Store::Regs : Store::Smem;
       const RowSchedule& s = !f.cache ? recomputed : st == Store::Regs ? regs : smem;
       const Body b{part, rk.layout.parts[0], s, st, w, rk.row_regs / w, f.pipe,
-                   f.pipe && smem_staged_rows(part, s, rk.row_vec)};
+                   f.pipe && smem_staged_rows(part, s, rk.row_vec),
+                   st == Store::Regs && f.vec && early_words(part, s, rk.row_regs) <= kEarlyRegWords &&
+                       row_early_loads()};
       if (!body) {
         if (b.smem_stage) rk.row_stage_bytes = static_cast<int>(b.staged().size()) * b.np * 16;
         b.render(os);

@@ -143,6 +143,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_ATTENTION_APPEND", &Config::attention_append),
       bool_row("LIVEFUSE_DECODE_TC", &Config::decode_tc),
       bool_row("LIVEFUSE_SPLIT_K_ROWS", &Config::split_k_rows),
+      bool_row("LIVEFUSE_ROW_EARLY_LOADS", &Config::row_early_loads),
       bool_row("LIVEFUSE_PDL", &Config::pdl),
       {"LIVEFUSE_DEVICE", "cpu or cuda",
        [](const std::string& s, Config& c) {

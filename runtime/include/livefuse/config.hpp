@@ -115,6 +115,11 @@ struct Config {
   // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
   // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.
   bool split_k_rows = true;
+  // LIVEFUSE_ROW_EARLY_LOADS: generated row kernels that hold their row in registers issue the
+  // loads of their later loops (a norm's weight and bias, needed after the mean and variance)
+  // at the row's start (kernels/jit/render_row.cpp); 0: each where its loop needs it, one more
+  // memory round trip after the reductions, for comparison.
+  bool row_early_loads = true;
   // LIVEFUSE_PDL=1: livefuse's decode kernels (GEMV, decode attention, copies, norms) launch
   // with CUDA's programmatic dependent launch on sm_90+, prefetching their weights into L2 while
   // the kernel before them finishes (kernels/cuda/pdl.cuh). Off by default: on the H200 it
