@@ -47,9 +47,12 @@ std::atomic<int> g_early_loads{-1};  // -1: LIVEFUSE_ROW_EARLY_LOADS; 0 / 1: for
 // Register rows issue the loads of their later loops -- a norm's weight and bias, read after
 // the row's mean and variance -- at the row's start, into registers held across the reductions:
 // else each is one more memory round trip after the reductions, on the chain of every row (and
-// a BERT layer's add + layer_norm, 128 rows of 768, is that chain and little else). At most this
-// many 32-bit words a thread, as for staging (kStageRegWords); past it the loads stay late.
-constexpr int kEarlyRegWords = 48;
+// a BERT layer's add + layer_norm, 128 rows of 768, is that chain and little else). Only while a
+// thread's words for the held row, the first loop's loads (all in flight at once: the loop is
+// unrolled) and the early loads stay within this many: the add + layer_norm over four f32
+// partial products of a split GEMM (planner/split_k_rows.hpp), 208 words with its bf16 weights
+// early, spilled in every variant; with two partials (144) or none (96) it does not.
+constexpr int kEarlyPressureWords = 160;
 // Register rows come in two bodies, and each launch shape runs the one its first launches
 // measured faster (row_tuner.hpp). The pipelined body (VecPipe) loops over rows and
 // reads the next row's first-loop inputs while this row reduces and writes: one row at a time
@@ -57,14 +60,21 @@ constexpr int kEarlyRegWords = 48;
 // arithmetic with nothing in flight). The loop costs registers, so occupancy, and which body wins differs by kernel.
 // 4-byte rows stage the next row in registers (storage form), 2-byte ones in shared memory
 // (cp.async), which measured faster for them.
-// 32-bit words a thread holds for the late loads of a register row of `regs` columns a thread.
-int early_words(const KernelPart& part, const RowSchedule& s, int regs) {
+// 32-bit words a thread of a register row of `regs` columns holds for the loads of loops
+// [first, last).
+int load_words(const KernelPart& part, const RowSchedule& s, int regs, size_t first, size_t last) {
   int words = 0;
-  for (size_t sec = 1; sec < s.loop_eval.size(); ++sec)
+  for (size_t sec = first; sec < std::min(last, s.loop_eval.size()); ++sec)
     for (int i : s.loop_eval[sec])
       if (part.instrs[i].kind == InstrKind::Load)
         words += regs * static_cast<int>(dtype_size(part.instrs[i].dtype)) / 4;
   return words;
+}
+// Whether a register row's later loads may be issued at its start (kEarlyPressureWords).
+bool early_fits(const KernelPart& part, const RowSchedule& s, int regs) {
+  const int held = std::max(s.live, 1) * regs;
+  return held + load_words(part, s, regs, 0, 1) + load_words(part, s, regs, 1, s.loop_eval.size()) <=
+         kEarlyPressureWords;
 }
 struct RowBodies {
   bool plain, pipelined;
@@ -460,11 +470,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
     Variant v32, v64;
   };
   const bool reg_rows = rk.row_regs > 0 && rk.row_vec > 1;
-  int stage_words = 0;
-  if (reg_rows && !smem_staged_rows(part, regs, rk.row_vec))
-    for (int i : regs.loop_eval[0])
-      if (part.instrs[i].kind == InstrKind::Load)
-        stage_words += rk.row_regs * static_cast<int>(dtype_size(part.instrs[i].dtype)) / 4;
+  const int stage_words = reg_rows && !smem_staged_rows(part, regs, rk.row_vec) ? load_words(part, regs, rk.row_regs, 0, 1) : 0;
   const RowBodies bodies = !reg_rows || stage_words > kStageRegWords ? RowBodies{true, false} : row_bodies();
   const Family families[] = {
       {false, true, false, Variant::CacheI32, Variant::CacheI64},
@@ -486,8 +492,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
       const RowSchedule& s = !f.cache ? recomputed : st == Store::Regs ? regs : smem;
       const Body b{part, rk.layout.parts[0], s, st, w, rk.row_regs / w, f.pipe,
                    f.pipe && smem_staged_rows(part, s, rk.row_vec),
-                   st == Store::Regs && f.vec && early_words(part, s, rk.row_regs) <= kEarlyRegWords &&
-                       row_early_loads()};
+                   st == Store::Regs && f.vec && early_fits(part, s, rk.row_regs) && row_early_loads()};
       if (!body) {
         if (b.smem_stage) rk.row_stage_bytes = static_cast<int>(b.staged().size()) * b.np * 16;
         b.render(os);
