@@ -26,8 +26,12 @@
 //   head       logits = wte norm_f(x) (tied); the argmax by one 64-bit atomicMax; len += 1
 // Forms: "launches" (2 + 5 a layer kernels, each over the same grid), "persistent" (one
 // kernel), "persistent, no prefetch" (the persistent form loads each warp's first weight tile of
-// the next GEMV phase before a barrier; weights are never written). Checks: both persistent
-// forms give the launches form's tokens and logits bit for bit over `steps` steps; the launches
+// the next GEMV phase before a barrier; weights are never written). Then the same with deeper
+// GEMV phases -- a warp's tiles in groups of kDeep, the next group in flight while this one is
+// summed, where the forms above keep one tile and the next: a warp that walks several rows
+// waits one DRAM round trip a tile -- and with the barrier of flags (lab_grid.cuh) instead of
+// the counting one. Checks: every persistent and deep form gives the launches form's tokens and
+// logits bit for bit over `steps` steps; the launches
 // form's tokens and last logits against a host reference (double accumulation, rounding where
 // the GPU stores 16-bit values).
 // Then the launches form's phases one kind at a time: us a launch, where its step's time goes
@@ -40,6 +44,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,7 +77,8 @@ struct Params {
   int* tokens;    // [LMAX]: the token each step embedded
   int* steps;     // steps taken
   float* logits;  // [V]
-  unsigned* bar;  // grid barrier (lab_grid.cuh)
+  unsigned* bar;    // grid barrier (lab_grid.cuh)
+  unsigned* words;  // the barrier of flags' (lab_grid.cuh): 64 + one a block
 };
 
 template <class T>
@@ -101,15 +107,15 @@ __device__ void phase_embed(const Params<A>& p) {
   }
 }
 
-template <class A>
+template <class A, int kG>
 __device__ void phase_qkv(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
-                          lab::Pre& pre) {
+                          lab::PreG<kG>& pre) {
   using T = typename A::T;
   using E = lab::El<T>;
   const LayerW<A>& w = p.l[l];
   const int pos = __ldcg(p.len);
   lab::load_input(p.x, A::D, A::norm, w.n1_g, w.n1_b, A::eps, sm);
-  lab::gemv<1>(w.w_qkv, kQkvRows<A>, A::D, sm, c, pre, [&](int r, float d, float) {
+  lab::gemv<1, kG>(w.w_qkv, kQkvRows<A>, A::D, sm, c, pre, [&](int r, float d, float) {
     const T y = E::from(d + bias_of(w.b_qkv, r));
     constexpr int q = A::HQ * kHD, kv = A::HKV * kHD;
     if (r < q) {
@@ -130,53 +136,53 @@ __device__ void phase_attn(const Params<A>& p, int l, const lab::Ctx& c) {
   lab::attention<typename A::T, A::HQ / A::HKV, A::rotary>(a, c);
 }
 
-template <class A>
+template <class A, int kG>
 __device__ void phase_out(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
-                          lab::Pre& pre) {
+                          lab::PreG<kG>& pre) {
   using E = lab::El<typename A::T>;
   const LayerW<A>& w = p.l[l];
   lab::load_input<typename A::T>(p.attn, A::D, lab::Norm::none, nullptr, nullptr, 0.f, sm);
-  lab::gemv<1>(w.w_o, A::D, A::D, sm, c, pre, [&](int r, float d, float) {
+  lab::gemv<1, kG>(w.w_o, A::D, A::D, sm, c, pre, [&](int r, float d, float) {
     p.xm[r] = E::from(lab::ld_f(p.x + r) + (d + bias_of(w.b_o, r)));
   });
 }
 
-template <class A>
+template <class A, int kG>
 __device__ void phase_mlp1(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
-                           lab::Pre& pre) {
+                           lab::PreG<kG>& pre) {
   using E = lab::El<typename A::T>;
   const LayerW<A>& w = p.l[l];
   lab::load_input(p.xm, A::D, A::norm, w.n2_g, w.n2_b, A::eps, sm);
   if constexpr (A::gated) {
     // Eager rounding: gate and up as the linears give them, silu(gate), then the product.
-    lab::gemv<2>(w.w_1, A::F, A::D, sm, c, pre, [&](int r, float g, float u) {
+    lab::gemv<2, kG>(w.w_1, A::F, A::D, sm, c, pre, [&](int r, float g, float u) {
       const float gs = E::f(E::from(lab::silu(E::f(E::from(g)))));
       p.f[r] = E::from(gs * E::f(E::from(u)));
     });
   } else {
-    lab::gemv<1>(w.w_1, A::F, A::D, sm, c, pre, [&](int r, float d, float) {
+    lab::gemv<1, kG>(w.w_1, A::F, A::D, sm, c, pre, [&](int r, float d, float) {
       p.f[r] = E::from(lab::gelu_tanh(d + bias_of(w.b_1, r)));
     });
   }
 }
 
-template <class A>
+template <class A, int kG>
 __device__ void phase_mlp2(const Params<A>& p, int l, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
-                           lab::Pre& pre) {
+                           lab::PreG<kG>& pre) {
   using E = lab::El<typename A::T>;
   const LayerW<A>& w = p.l[l];
   lab::load_input<typename A::T>(p.f, A::F, lab::Norm::none, nullptr, nullptr, 0.f, sm);
-  lab::gemv<1>(w.w_2, A::D, A::F, sm, c, pre, [&](int r, float d, float) {
+  lab::gemv<1, kG>(w.w_2, A::D, A::F, sm, c, pre, [&](int r, float d, float) {
     p.x[r] = E::from(lab::ld_f(p.xm + r) + (d + bias_of(w.b_2, r)));
   });
 }
 
-template <class A>
+template <class A, int kG>
 __device__ void phase_head(const Params<A>& p, lab::Smem<kSmemK<A>>& sm, const lab::Ctx& c,
-                           lab::Pre& pre) {
+                           lab::PreG<kG>& pre) {
   lab::load_input(p.x, A::D, A::norm, p.nf_g, p.nf_b, A::eps, sm);
   unsigned long long mine = 0ull;
-  lab::gemv<1>(p.wte, A::V, A::D, sm, c, pre, [&](int r, float d, float) {
+  lab::gemv<1, kG>(p.wte, A::V, A::D, sm, c, pre, [&](int r, float d, float) {
     p.logits[r] = d;
     mine = max(mine, lab::best_key(d, r));
   });
@@ -190,12 +196,12 @@ __device__ void phase_head(const Params<A>& p, lab::Smem<kSmemK<A>>& sm, const l
 // ---- the two forms ----
 enum Phase : int { kEmbed, kQkv, kAttn, kOut, kMlp1, kMlp2, kHead };
 
-template <class A>
+template <class A, int kG>
 __global__ void __launch_bounds__(kThreads)
     one_phase(const __grid_constant__ Params<A> p, int phase, int l) {
   __shared__ lab::Smem<kSmemK<A>> sm;
   const lab::Ctx c = lab::ctx();
-  lab::Pre pre;
+  lab::PreG<kG> pre;
   switch (phase) {
     case kEmbed:
       phase_embed(p);
@@ -221,35 +227,43 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class A, bool kPrefetch>
+// kG: the GEMV phases' tile groups (lab_step.cuh, gemv); kFlags: the barrier of flags
+// (lab_grid.cuh: no contended atomic) instead of the counting one.
+template <class A, bool kPrefetch, int kG = 1, bool kFlags = false>
 __global__ void __launch_bounds__(kThreads) whole_step(const __grid_constant__ Params<A> p) {
   __shared__ lab::Smem<kSmemK<A>> sm;
   const lab::Ctx c = lab::ctx();
-  lab::Pre pre;
+  lab::PreG<kG> pre;
+  unsigned gen = kFlags ? flag_barrier_start(p.words) : 0u;
+  const auto barrier = [&] {
+    if constexpr (kFlags) flag_barrier(p.words, gen);
+    else grid_barrier(p.bar);
+  };
+  constexpr int kMlp1Rows = A::gated ? 2 : 1;
   phase_embed(p);
-  if (kPrefetch) lab::preload(p.l[0].w_qkv, kQkvRows<A>, A::D, c, pre);
-  grid_barrier(p.bar);
+  if (kPrefetch) lab::preload<1>(p.l[0].w_qkv, kQkvRows<A>, A::D, c, pre);
+  barrier();
   for (int l = 0; l < A::LAYERS; ++l) {
     const LayerW<A>& w = p.l[l];
     phase_qkv(p, l, sm, c, pre);
-    grid_barrier(p.bar);
+    barrier();
     phase_attn(p, l, c);
-    if (kPrefetch) lab::preload(w.w_o, A::D, A::D, c, pre);
-    grid_barrier(p.bar);
+    if (kPrefetch) lab::preload<1>(w.w_o, A::D, A::D, c, pre);
+    barrier();
     phase_out(p, l, sm, c, pre);
-    if (kPrefetch) lab::preload(w.w_1, A::F, A::D, c, pre);  // F rows, or F pairs when gated
-    grid_barrier(p.bar);
+    if (kPrefetch) lab::preload<kMlp1Rows>(w.w_1, A::F, A::D, c, pre);  // F rows, or F pairs when gated
+    barrier();
     phase_mlp1(p, l, sm, c, pre);
-    if (kPrefetch) lab::preload(w.w_2, A::D, A::F, c, pre);
-    grid_barrier(p.bar);
+    if (kPrefetch) lab::preload<1>(w.w_2, A::D, A::F, c, pre);
+    barrier();
     phase_mlp2(p, l, sm, c, pre);
     if (kPrefetch) {
       if (l + 1 < A::LAYERS)
-        lab::preload(p.l[l + 1].w_qkv, kQkvRows<A>, A::D, c, pre);
+        lab::preload<1>(p.l[l + 1].w_qkv, kQkvRows<A>, A::D, c, pre);
       else
-        lab::preload(p.wte, A::V, A::D, c, pre);
+        lab::preload<1>(p.wte, A::V, A::D, c, pre);
     }
-    grid_barrier(p.bar);
+    barrier();
   }
   phase_head(p, sm, c, pre);
 }
@@ -334,6 +348,7 @@ struct Model {
     p.steps = alloc<int>(1);
     p.logits = alloc<float>(A::V);
     p.bar = alloc<unsigned>(4);
+    p.words = alloc<unsigned>(64 + 4096);
   }
 
   // Back to the state before the first step: caches as generated, len L0, the start token.
@@ -366,11 +381,17 @@ struct Model {
   }
 };
 
+// Tile groups of the deep forms (lab_step.cuh, gemv): up to 2 * kDeep tiles in flight a warp.
+constexpr int kDeep = 2;
+
 struct Result {
   std::string model;
-  int grid = 0, kernels = 0, barriers = 0;
+  int grid = 0, grid_deep = 0, kernels = 0, barriers = 0;
   double launches = 0, persistent = 0, no_prefetch = 0, floor = 0, err = 0, scale = 0;
+  // The deep forms (kDeep tile groups, grid_deep) and the barrier of flags.
+  double launches_deep = 0, persistent_deep = 0, flags = 0, deep_flags = 0;
   bool same = false, same_np = false, tokens_match = false, gave_up = false, len_ok = false;
+  bool same_deep = false;  // every deep and flag form gave the launches form's bits
   // The launches form's phases one kind at a time (a graph of that kind's launches over the
   // layers; the embedding's and the head's alone): us a launch -- where its step goes.
   double phase_us[7] = {};
@@ -383,27 +404,53 @@ Result run_model(int reps, int sms, cudaStream_t st) {
   res.model = A::name;
   Model<A> m;
   m.build();
-  int per_sm = 0, per_sm_np = 0;  // the grid must be resident for both persistent kernels
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, whole_step<A, true>, kThreads, 0));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_np, whole_step<A, false>, kThreads, 0));
-  const int grid = std::min(per_sm, per_sm_np) * sms;
+  // Each persistent kernel's grid must be resident: the kG 1 forms share one grid, the deep
+  // forms (more registers a thread) another; the launches forms use the grid of their kind.
+  const auto resident = [&](auto kernel) {
+    int n = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0));
+    return n;
+  };
+  const int grid = std::min({resident(whole_step<A, true>), resident(whole_step<A, false>),
+                             resident(whole_step<A, true, 1, true>)}) *
+                   sms;
+  const int grid_deep =
+      std::min(resident(whole_step<A, true, kDeep, false>), resident(whole_step<A, true, kDeep, true>)) * sms;
   res.grid = grid;
+  res.grid_deep = grid_deep;
   res.kernels = 2 + 5 * A::LAYERS;
   res.barriers = 1 + 5 * A::LAYERS;
   const Params<A>& p = m.p;
-  auto launches = [&] {
-    one_phase<A><<<1, kThreads, 0, st>>>(p, kEmbed, 0);
+  const auto launches_of = [&](auto g, int gr) {
+    constexpr int kG = decltype(g)::value;
+    one_phase<A, kG><<<1, kThreads, 0, st>>>(p, kEmbed, 0);
     for (int l = 0; l < A::LAYERS; ++l)
       for (int ph : {kQkv, kAttn, kOut, kMlp1, kMlp2})
-        one_phase<A><<<grid, kThreads, 0, st>>>(p, ph, l);
-    one_phase<A><<<grid, kThreads, 0, st>>>(p, kHead, 0);
+        one_phase<A, kG><<<gr, kThreads, 0, st>>>(p, ph, l);
+    one_phase<A, kG><<<gr, kThreads, 0, st>>>(p, kHead, 0);
     CK(cudaGetLastError());
   };
+  using One = std::integral_constant<int, 1>;
+  using Deep = std::integral_constant<int, kDeep>;
+  auto launches = [&] { launches_of(One{}, grid); };
+  auto launches_deep = [&] { launches_of(Deep{}, grid_deep); };
   auto persistent = [&](bool prefetch) {
     if (prefetch)
       whole_step<A, true><<<grid, kThreads, 0, st>>>(p);
     else
       whole_step<A, false><<<grid, kThreads, 0, st>>>(p);
+    CK(cudaGetLastError());
+  };
+  auto persistent_deep = [&] {
+    whole_step<A, true, kDeep, false><<<grid_deep, kThreads, 0, st>>>(p);
+    CK(cudaGetLastError());
+  };
+  auto flags = [&] {
+    whole_step<A, true, 1, true><<<grid, kThreads, 0, st>>>(p);
+    CK(cudaGetLastError());
+  };
+  auto deep_flags = [&] {
+    whole_step<A, true, kDeep, true><<<grid_deep, kThreads, 0, st>>>(p);
     CK(cudaGetLastError());
   };
   // Checks: A::steps steps of each form from the same state, and on the host.
@@ -417,6 +464,14 @@ Result run_model(int reps, int sms, cudaStream_t st) {
     (pf ? res.same : res.same_np) =
         got.tokens == want.tokens &&
         std::memcmp(got.logits.data(), want.logits.data(), A::V * sizeof(float)) == 0;
+  }
+  res.same_deep = true;
+  for (const auto& form : std::vector<std::function<void()>>{launches_deep, persistent_deep, flags, deep_flags}) {
+    m.reset();
+    for (int i = 0; i < A::steps; ++i) form();
+    const auto got = m.read(A::steps);
+    res.same_deep = res.same_deep && got.tokens == want.tokens &&
+                    std::memcmp(got.logits.data(), want.logits.data(), A::V * sizeof(float)) == 0;
   }
   std::vector<float> ref;
   std::vector<int> ref_tokens;
@@ -443,9 +498,18 @@ Result run_model(int reps, int sms, cudaStream_t st) {
     res.persistent = lab_time_graph_us(st, reps, [&] { persistent(true); });
     m.reset();
     res.no_prefetch = lab_time_graph_us(st, reps, [&] { persistent(false); });
+    m.reset();
+    res.launches_deep = lab_time_graph_us(st, reps, launches_deep);
+    m.reset();
+    res.persistent_deep = lab_time_graph_us(st, reps, persistent_deep);
+    m.reset();
+    res.flags = lab_time_graph_us(st, reps, flags);
+    m.reset();
+    res.deep_flags = lab_time_graph_us(st, reps, deep_flags);
   }
-  unsigned flags[3];
-  CK(cudaMemcpy(flags, p.bar, sizeof flags, cudaMemcpyDeviceToHost));
+  unsigned bar_flags[3], words[2];
+  CK(cudaMemcpy(bar_flags, p.bar, sizeof bar_flags, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(words, p.words, sizeof words, cudaMemcpyDeviceToHost));
   int len = 0;
   CK(cudaMemcpy(&len, p.len, sizeof len, cudaMemcpyDeviceToHost));
   for (int ph = kEmbed; ph <= kHead; ++ph) {
@@ -453,12 +517,12 @@ Result run_model(int reps, int sms, cudaStream_t st) {
     const int n = ph == kEmbed || ph == kHead ? 1 : A::LAYERS;
     const double us = lab_time_graph_us(st, reps, [&] {
       for (int l = 0; l < n; ++l)
-        one_phase<A><<<ph == kEmbed ? 1 : grid, kThreads, 0, st>>>(p, ph, l);
+        one_phase<A, 1><<<ph == kEmbed ? 1 : grid, kThreads, 0, st>>>(p, ph, l);
       CK(cudaGetLastError());
     });
     res.phase_us[ph] = us / n;
   }
-  res.gave_up = flags[2] != 0;
+  res.gave_up = bar_flags[2] != 0 || words[1] != 0;
   res.len_ok = len == L0 + reps + 3;
   res.floor = m.weight_bytes / 4140e3;  // us at the H200's measured copy bandwidth
   return res;
@@ -490,8 +554,15 @@ int main(int argc, char** argv) {
         r.same ? "yes" : "NO", r.same_np ? "yes" : "NO", r.tokens_match ? "same" : "DIFFER", r.err,
         r.scale, r.gave_up ? "; a barrier GAVE UP" : "",
         r.len_ok ? "" : "; the length did not advance as it should");
-    ok &= r.same && r.same_np && !r.gave_up && r.len_ok;
+    ok &= r.same && r.same_np && r.same_deep && !r.gave_up && r.len_ok;
   }
+  std::printf("\nthe deep forms (tile groups of %d: up to %d tiles in flight a warp) and the barrier of flags, us a step:\n"
+              "%-14s %6s %9s %11s %14s %11s  %s\n",
+              kDeep, 2 * kDeep, "", "grid", "launches", "persistent", "flags (grid)", "deep+flags", "checks");
+  for (const Result& r : rs)
+    std::printf("%-14s %6d %9.1f %11.1f %14.1f %11.1f  same bits as launches: %s\n", r.model.c_str(),
+                r.grid_deep, r.launches_deep, r.persistent_deep, r.flags, r.deep_flags,
+                r.same_deep ? "yes" : "NO");
   std::printf("\nthe launches form's phases alone, us a launch:\n%-14s", "");
   for (const char* n : kPhaseNames) std::printf(" %8s", n);
   std::printf("\n");
@@ -513,10 +584,12 @@ int main(int argc, char** argv) {
           "\"persistent_us\": %.2f, \"no_prefetch_us\": %.2f, \"floor_us\": %.2f, \"same_bits\": "
           "%s, "
           "\"same_bits_no_prefetch\": %s, \"host_tokens_match\": %s, \"logits_max_err\": %.4g, "
-          "\"gave_up\": %s, \"phase_us\": {",
+          "\"gave_up\": %s, \"grid_deep\": %d, \"launches_deep_us\": %.2f, \"persistent_deep_us\": %.2f, "
+          "\"flags_us\": %.2f, \"deep_flags_us\": %.2f, \"same_bits_deep\": %s, \"phase_us\": {",
           i ? ", " : "", r.model.c_str(), r.grid, r.kernels, r.barriers, r.launches, r.persistent,
           r.no_prefetch, r.floor, r.same ? "true" : "false", r.same_np ? "true" : "false",
-          r.tokens_match ? "true" : "false", r.err, r.gave_up ? "true" : "false");
+          r.tokens_match ? "true" : "false", r.err, r.gave_up ? "true" : "false", r.grid_deep,
+          r.launches_deep, r.persistent_deep, r.flags, r.deep_flags, r.same_deep ? "true" : "false");
       for (int ph = 0; ph < 7; ++ph)
         std::fprintf(f, "%s\"%s\": %.3f", ph ? ", " : "", kPhaseNames[ph], r.phase_us[ph]);
       std::fprintf(f, "}}");

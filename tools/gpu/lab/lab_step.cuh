@@ -116,11 +116,13 @@ __device__ void load_input(const T* x, int k, Norm norm, const T* g, const T* b,
   __syncthreads();
 }
 
-// A weight tile loaded ahead (before a barrier, for the phase after it).
-struct Pre {
-  uint4 w[kU];
+// A weight tile, or a group of kG tiles, loaded ahead (before a barrier, for the phase after it).
+template <int kG>
+struct PreG {
+  uint4 w[kG][kU];
   bool have = false;
 };
+using Pre = PreG<1>;
 template <class T>
 __device__ __forceinline__ void load_tile(const T* w, int k, int row, int tile, int lane,
                                           uint4 (&out)[kU]) {
@@ -131,11 +133,42 @@ __device__ __forceinline__ void load_tile(const T* w, int k, int row, int tile, 
   for (int u = 0; u < kU; ++u)
     if (c0 + u * 32 < chunks) out[u] = load_weight(r + c0 + u * 32);
 }
-// The first tile gemv() below will want from this warp (its first row's first tile).
-template <class T>
-__device__ __forceinline__ void preload(const T* w, int items, int k, const Ctx& c, Pre& pre) {
-  pre.have = c.warp < items;
-  if (pre.have) load_tile(w, k, c.warp, 0, c.lane, pre.w);
+// A warp's walk over one GEMV phase: its items (rows, or pairs of rows with kRows 2) c.warp,
+// c.warp + c.warps, ..., each tiles_a_row tiles a row; tile t of the walk is `row`'s `tile`.
+template <int kRows>
+struct GemvWalk {
+  int items, tiles_a_row, tiles_an_item, tiles;
+  __device__ GemvWalk(int items_, int k, const Ctx& c) : items(items_) {
+    tiles_a_row = (k / 8 + kTile - 1) / kTile;
+    tiles_an_item = kRows * tiles_a_row;
+    const int mine = c.warp < items ? (items - 1 - c.warp) / c.warps + 1 : 0;
+    tiles = mine * tiles_an_item;
+  }
+  __device__ void where(int t, const Ctx& c, int* row, int* tile) const {
+    const int item = c.warp + (t / tiles_an_item) * c.warps, within = t % tiles_an_item;
+    *row = item + (within / tiles_a_row) * items;
+    *tile = within % tiles_a_row;
+  }
+};
+// Tiles t0 .. t0 + kG - 1 of the walk (those that exist) into g.
+template <int kRows, int kG, class T>
+__device__ __forceinline__ void load_group(const T* w, int k, const GemvWalk<kRows>& wk, int t0,
+                                           const Ctx& c, uint4 (&g)[kG][kU]) {
+#pragma unroll
+  for (int j = 0; j < kG; ++j) {
+    if (t0 + j >= wk.tiles) break;
+    int row, tile;
+    wk.where(t0 + j, c, &row, &tile);
+    load_tile(w, k, row, tile, c.lane, g[j]);
+  }
+}
+// The first tiles gemv<kRows, kG>() below will want from this warp.
+template <int kRows, int kG, class T>
+__device__ __forceinline__ void preload(const T* w, int items, int k, const Ctx& c,
+                                        PreG<kG>& pre) {
+  const GemvWalk<kRows> wk(items, k, c);
+  pre.have = wk.tiles > 0;
+  if (pre.have) load_group<kRows, kG>(w, k, wk, 0, c, pre.w);
 }
 template <class T>
 __device__ __forceinline__ float dot_tile(const uint4 (&w)[kU], const float* xs, int k, int tile,
@@ -165,49 +198,51 @@ __device__ __forceinline__ float dot_tile(const uint4 (&w)[kU], const float* xs,
 // y = W x over the block's sm.x. kRows 1: items are rows c.warp, c.warp + c.warps, ... of W
 // (items x k); epi(row, dot, 0). kRows 2: item i is the pair of rows i and i + items of W
 // (2 * items x k: gate and up stacked); epi(i, dot of row i, dot of row i + items). At lane 0.
-template <int kRows, class T, int K, class Epi>
-__device__ void gemv(const T* w, int items, int k, const Smem<K>& sm, const Ctx& c, Pre& pre,
+// kG: the warp's tiles in groups of kG, the next group's loads issued before this one's math --
+// up to 2 * kG tiles in flight a warp. kG 1 is one tile and the next (a chain of one DRAM round
+// trip a tile where a warp walks several); every kG sums each row's tiles in the same order, so
+// gives the same bits.
+template <int kRows, int kG, class T, int K, class Epi>
+__device__ void gemv(const T* w, int items, int k, const Smem<K>& sm, const Ctx& c, PreG<kG>& pre,
                      Epi epi) {
-  const int tiles_a_row = (k / 8 + kTile - 1) / kTile, tiles_an_item = kRows * tiles_a_row;
-  const int mine = c.warp < items ? (items - 1 - c.warp) / c.warps + 1 : 0;
-  const int tiles = mine * tiles_an_item;
-  auto where = [&](int t, int* row, int* tile) {
-    const int item = c.warp + (t / tiles_an_item) * c.warps, within = t % tiles_an_item;
-    *row = item + (within / tiles_a_row) * items;
-    *tile = within % tiles_a_row;
-  };
-  uint4 cur[kU], next[kU];
-  if (tiles > 0) {
+  const GemvWalk<kRows> wk(items, k, c);
+  uint4 cur[kG][kU], next[kG][kU];
+  if (wk.tiles > 0) {
     if (pre.have) {
 #pragma unroll
-      for (int u = 0; u < kU; ++u) cur[u] = pre.w[u];
+      for (int j = 0; j < kG; ++j)
+#pragma unroll
+        for (int u = 0; u < kU; ++u) cur[j][u] = pre.w[j][u];
     } else {
-      load_tile(w, k, c.warp, 0, c.lane, cur);
+      load_group<kRows, kG>(w, k, wk, 0, c, cur);
     }
   }
   pre.have = false;
   float acc = 0.f, first = 0.f;
-  for (int t = 0; t < tiles; ++t) {
-    int row, tile;
-    where(t, &row, &tile);
-    if (t + 1 < tiles) {
-      int nrow, ntile;
-      where(t + 1, &nrow, &ntile);
-      load_tile(w, k, nrow, ntile, c.lane, next);
-    }
-    acc = dot_tile<T>(cur, sm.x, k, tile, c.lane, acc);
-    if (tile == tiles_a_row - 1) {
-      const float s = warp_sum(acc);
-      acc = 0.f;
-      if (kRows == 1 || row >= items) {
-        const int item = kRows == 1 ? row : row - items;
-        if (c.lane == 0) epi(item, kRows == 1 ? s : first, kRows == 1 ? 0.f : s);
-      } else {
-        first = s;
+  for (int t0 = 0; t0 < wk.tiles; t0 += kG) {
+    if (t0 + kG < wk.tiles) load_group<kRows, kG>(w, k, wk, t0 + kG, c, next);
+#pragma unroll
+    for (int j = 0; j < kG; ++j) {
+      const int t = t0 + j;
+      if (t >= wk.tiles) break;
+      int row, tile;
+      wk.where(t, c, &row, &tile);
+      acc = dot_tile<T>(cur[j], sm.x, k, tile, c.lane, acc);
+      if (tile == wk.tiles_a_row - 1) {
+        const float s = warp_sum(acc);
+        acc = 0.f;
+        if (kRows == 1 || row >= items) {
+          const int item = kRows == 1 ? row : row - items;
+          if (c.lane == 0) epi(item, kRows == 1 ? s : first, kRows == 1 ? 0.f : s);
+        } else {
+          first = s;
+        }
       }
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) cur[u] = next[u];
+    for (int j = 0; j < kG; ++j)
+#pragma unroll
+      for (int u = 0; u < kU; ++u) cur[j][u] = next[j][u];
   }
 }
 

@@ -9,7 +9,8 @@
 #  2. The decode fuzz under LIVEFUSE_GEMV_NORM=2: the norm chain's values are bound now, so no
 #     capture may be discarded for held memory (the fuzz checks the counter).
 #  3. Every suite (test_runtime's capture-memory cases included) and the user programs.
-#  4. The persistent decode labs (tools/gpu/lab/decode_persistent.sh), JSON in $OUT.
+#  4. The persistent decode labs (tools/gpu/lab/decode_persistent.sh), JSON in $OUT: the GEMV
+#     chain's and the whole step's deep forms (tile groups in flight) and the barrier of flags.
 . "$(dirname "$0")/../prelude.sh" lf-pending
 START=$(date +%s)
 nvidia-smi -L
