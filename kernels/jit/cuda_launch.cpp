@@ -14,6 +14,10 @@ bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per
   return !late_loads || 4 * pipelined_blocks >= 3 * plain_blocks;
 }
 
+bool rows_in_one_pass(int64_t rows, int sms, int pipelined_blocks_per_sm, unsigned rows_per_block) {
+  return 2 * rows <= int64_t{sms} * pipelined_blocks_per_sm * rows_per_block;
+}
+
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -45,16 +49,18 @@ class RowTimer {
  public:
   int pipelined_blocks_per_sm = 1;
 
-  bool pick(CompiledKernel& k, const LaunchChoice& c, int64_t rows, const LoadedFunction& pipe,
+  bool pick(CompiledKernel& k, const LaunchChoice& c, int64_t rows, int sms, const LoadedFunction& pipe,
             const LoadedFunction* plain, void* stream) {
     key_ = CompiledKernel::row_shape_key(c.block_x, c.block_y, rows);
     const int threads = static_cast<int>(c.block_x * c.block_y);
     auto make = [&] {
       const int pipe_blocks = resident_blocks_per_sm(pipe, threads, static_cast<int>(c.smem));
-      const bool guess = !plain || prefer_pipelined_rows(resident_blocks_per_sm(*plain, threads, 0), pipe_blocks,
-                                                         static_cast<int>(c.block_x / 32), k.rendered.row_late_loads);
+      const bool one_pass = plain && rows_in_one_pass(rows, sms, pipe_blocks, c.block_y);
+      const bool guess = !plain || (!one_pass && prefer_pipelined_rows(resident_blocks_per_sm(*plain, threads, 0), pipe_blocks,
+                                                                      static_cast<int>(c.block_x / 32),
+                                                                      k.rendered.row_late_loads));
       auto shape = std::make_unique<CompiledKernel::RowShape>(pipe_blocks, guess);
-      if (!plain) shape->tuner.abandon();
+      if (!plain || one_pass) shape->tuner.abandon();  // decided: the guess, untimed
       return shape;
     };
     BodyTuner::Pick p;
@@ -271,7 +277,8 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
     static const int sms = current_device_sm_count();
     const Variant plain = plain_row_variant(c.variant);
     const int pi = variant_index(k, plain);
-    const bool pipelined = timer.pick(k, c, geos[0].numel, mod->functions[vi], pi >= 0 && k.usable(plain) ? &mod->functions[pi] : nullptr, stream);
+    const bool pipelined = timer.pick(k, c, geos[0].numel, sms, mod->functions[vi],
+                                      pi >= 0 && k.usable(plain) ? &mod->functions[pi] : nullptr, stream);
     if (pipelined) {
       c.grid = std::min<unsigned>(c.grid, static_cast<unsigned>(sms * timer.pipelined_blocks_per_sm));
     } else {

@@ -34,6 +34,14 @@ std::string launch_spec_cuda(const KernelSpec& spec, CompiledKernel& k, std::spa
 //     layer_norm bf16 105 vs 83 (5 vs 4), rms_norm bf16 82 vs 73 (6 vs 5)  -> pipelined unless
 //     the plain body keeps a third more blocks
 bool prefer_pipelined_rows(int plain_blocks, int pipelined_blocks, int warps_per_row, bool late_loads);
+// Whether one wave of the pipelined body holds every row of a launch shape at most once a
+// thread-row: `rows` is the shape's first launch, and a shape (row_shape_key) holds rows up to
+// twice that. Then no thread-row has a next row to read while it finishes one -- the pipelined
+// body is the plain one with staging on top -- so the shape runs the plain body, untimed. (BERT
+// at batch 1, 128 rows: with the norms' late loads issued early the two bodies timed within
+// noise at their first launches, and processes that kept the pipelined add + layer_norm ran
+// 0.513-0.516 ms a forward against 0.481-0.483 with the plain one, H100, session 42.)
+bool rows_in_one_pass(int64_t rows, int sms, int pipelined_blocks_per_sm, unsigned rows_per_block);
 
 // Which variant a launch would use, and its launch shape (for tests and logs).
 struct LaunchChoice {

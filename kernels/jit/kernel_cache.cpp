@@ -165,7 +165,7 @@ std::string CompiledKernel::RowBodyChoice::describe() const {
     os << ", timed " << (pipelined ? pipelined_us : plain_us) << " us against " << (pipelined ? "plain " : "pipelined ")
        << (pipelined ? plain_us : pipelined_us) << " us";
   else if (decided)
-    os << " (not timed: the only usable body, or timing failed)";
+    os << " (not timed: the only usable body, rows one wave holds once, or timing failed)";
   else
     os << " (the starting guess; both bodies not timed yet)";
   return os.str();

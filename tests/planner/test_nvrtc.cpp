@@ -549,3 +549,14 @@ TEST_CASE("nvrtc: register rows choose the pipelined or the plain body as measur
     CHECK(jit::prefer_pipelined_rows(c.plain, c.pipelined, c.warps_per_row, c.late_loads) == c.pipelined_faster);
   }
 }
+
+TEST_CASE("nvrtc: rows that one wave of the pipelined body holds once a thread-row run the plain body") {
+  // 132 SMs, 2 pipelined blocks an SM of 8 rows: 2112 thread-rows. A launch shape holds rows up
+  // to twice its first launch's (row_shape_key: rows to within a power of two).
+  CHECK(jit::rows_in_one_pass(1, 132, 2, 8));      // a decode step's norm
+  CHECK(jit::rows_in_one_pass(128, 132, 2, 8));    // BERT at batch 1
+  CHECK(jit::rows_in_one_pass(1024, 132, 2, 8));   // batch 8: 2048 <= 2112
+  CHECK(!jit::rows_in_one_pass(1100, 132, 2, 8));  // this shape may see 2200 rows
+  CHECK(!jit::rows_in_one_pass(65536, 132, 4, 8));
+  CHECK(!jit::rows_in_one_pass(128, 132, 1, 1));   // one row a block, one block an SM
+}
