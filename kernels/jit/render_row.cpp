@@ -53,13 +53,6 @@ std::atomic<int> g_early_loads{-1};  // -1: LIVEFUSE_ROW_EARLY_LOADS; 0 / 1: for
 // partial products of a split GEMM (planner/split_k_rows.hpp), 208 words with its bf16 weights
 // early, spilled in every variant; with two partials (144) or none (96) it does not.
 constexpr int kEarlyPressureWords = 160;
-// Register rows come in two bodies, and each launch shape runs the one its first launches
-// measured faster (row_tuner.hpp). The pipelined body (VecPipe) loops over rows and
-// reads the next row's first-loop inputs while this row reduces and writes: one row at a time
-// per thread leaves DRAM idle between rows (a short row is one load latency, then barriers and
-// arithmetic with nothing in flight). The loop costs registers, so occupancy, and which body wins differs by kernel.
-// 4-byte rows stage the next row in registers (storage form), 2-byte ones in shared memory
-// (cp.async), which measured faster for them.
 // 32-bit words a thread of a register row of `regs` columns holds for the loads of loops
 // [first, last).
 int load_words(const KernelPart& part, const RowSchedule& s, int regs, size_t first, size_t last) {
@@ -76,6 +69,13 @@ bool early_fits(const KernelPart& part, const RowSchedule& s, int regs) {
   return held + load_words(part, s, regs, 0, 1) + load_words(part, s, regs, 1, s.loop_eval.size()) <=
          kEarlyPressureWords;
 }
+// Register rows come in two bodies, and each launch shape runs the one its first launches
+// measured faster (row_tuner.hpp). The pipelined body (VecPipe) loops over rows and
+// reads the next row's first-loop inputs while this row reduces and writes: one row at a time
+// per thread leaves DRAM idle between rows (a short row is one load latency, then barriers and
+// arithmetic with nothing in flight). The loop costs registers, so occupancy, and which body wins differs by kernel.
+// 4-byte rows stage the next row in registers (storage form), 2-byte ones in shared memory
+// (cp.async), which measured faster for them.
 struct RowBodies {
   bool plain, pipelined;
 };
