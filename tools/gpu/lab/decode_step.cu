@@ -434,25 +434,14 @@ Result run_model(int reps, int sms, cudaStream_t st) {
   using Deep = std::integral_constant<int, kDeep>;
   auto launches = [&] { launches_of(One{}, grid); };
   auto launches_deep = [&] { launches_of(Deep{}, grid_deep); };
-  auto persistent = [&](bool prefetch) {
-    if (prefetch)
-      whole_step<A, true><<<grid, kThreads, 0, st>>>(p);
-    else
-      whole_step<A, false><<<grid, kThreads, 0, st>>>(p);
+  const auto whole = [&](void (*kernel)(Params<A>), int gr) {
+    kernel<<<gr, kThreads, 0, st>>>(p);
     CK(cudaGetLastError());
   };
-  auto persistent_deep = [&] {
-    whole_step<A, true, kDeep, false><<<grid_deep, kThreads, 0, st>>>(p);
-    CK(cudaGetLastError());
-  };
-  auto flags = [&] {
-    whole_step<A, true, 1, true><<<grid, kThreads, 0, st>>>(p);
-    CK(cudaGetLastError());
-  };
-  auto deep_flags = [&] {
-    whole_step<A, true, kDeep, true><<<grid_deep, kThreads, 0, st>>>(p);
-    CK(cudaGetLastError());
-  };
+  auto persistent = [&](bool prefetch) { whole(prefetch ? whole_step<A, true> : whole_step<A, false>, grid); };
+  auto persistent_deep = [&] { whole(whole_step<A, true, kDeep, false>, grid_deep); };
+  auto flags = [&] { whole(whole_step<A, true, 1, true>, grid); };
+  auto deep_flags = [&] { whole(whole_step<A, true, kDeep, true>, grid_deep); };
   // Checks: A::steps steps of each form from the same state, and on the host.
   m.reset();
   for (int i = 0; i < A::steps; ++i) launches();
