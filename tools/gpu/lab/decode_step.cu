@@ -35,7 +35,8 @@
 // form's tokens and last logits against a host reference (double accumulation, rounding where
 // the GPU stores 16-bit values).
 // Then the launches form's phases one kind at a time: us a launch, where its step's time goes
-// (a phase's launches over the layers as one graph).
+// (a phase's launches over the layers as one graph), beside two floors over the same grid: an
+// empty launch, and one that only reads the input vector with its norm.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -194,7 +195,10 @@ __device__ void phase_head(const Params<A>& p, lab::Smem<kSmemK<A>>& sm, const l
 }
 
 // ---- the two forms ----
-enum Phase : int { kEmbed, kQkv, kAttn, kOut, kMlp1, kMlp2, kHead };
+// kEmpty and kInput are floors, timed alone: a launch over the grid that does nothing, and one
+// that only reads the layer's input vector with its norm (load_input) -- what every GEMV phase
+// pays before its first multiply.
+enum Phase : int { kEmbed, kQkv, kAttn, kOut, kMlp1, kMlp2, kHead, kEmpty, kInput };
 
 template <class A, int kG>
 __global__ void __launch_bounds__(kThreads)
@@ -221,8 +225,14 @@ __global__ void __launch_bounds__(kThreads)
     case kMlp2:
       phase_mlp2(p, l, sm, c, pre);
       break;
-    default:
+    case kHead:
       phase_head(p, sm, c, pre);
+      break;
+    case kEmpty:
+      break;
+    default:
+      lab::load_input(p.x, A::D, A::norm, p.l[l].n1_g, p.l[l].n1_b, A::eps, sm);
+      if (threadIdx.x == 0) p.part[blockIdx.x] = sm.x[blockIdx.x % A::D];  // kept: it is read
       break;
   }
 }
@@ -394,9 +404,9 @@ struct Result {
   bool same_deep = false;  // every deep and flag form gave the launches form's bits
   // The launches form's phases one kind at a time (a graph of that kind's launches over the
   // layers; the embedding's and the head's alone): us a launch -- where its step goes.
-  double phase_us[7] = {};
+  double phase_us[9] = {};
 };
-const char* const kPhaseNames[7] = {"embed", "qkv", "attn", "out", "mlp1", "mlp2", "head"};
+const char* const kPhaseNames[9] = {"embed", "qkv", "attn", "out", "mlp1", "mlp2", "head", "empty", "x+norm"};
 
 template <class A>
 Result run_model(int reps, int sms, cudaStream_t st) {
@@ -501,7 +511,7 @@ Result run_model(int reps, int sms, cudaStream_t st) {
   CK(cudaMemcpy(words, p.words, sizeof words, cudaMemcpyDeviceToHost));
   int len = 0;
   CK(cudaMemcpy(&len, p.len, sizeof len, cudaMemcpyDeviceToHost));
-  for (int ph = kEmbed; ph <= kHead; ++ph) {
+  for (int ph = kEmbed; ph <= kInput; ++ph) {
     m.reset();
     const int n = ph == kEmbed || ph == kHead ? 1 : A::LAYERS;
     const double us = lab_time_graph_us(st, reps, [&] {
@@ -579,7 +589,7 @@ int main(int argc, char** argv) {
           r.no_prefetch, r.floor, r.same ? "true" : "false", r.same_np ? "true" : "false",
           r.tokens_match ? "true" : "false", r.err, r.gave_up ? "true" : "false", r.grid_deep,
           r.launches_deep, r.persistent_deep, r.flags, r.deep_flags, r.same_deep ? "true" : "false");
-      for (int ph = 0; ph < 7; ++ph)
+      for (int ph = 0; ph < 9; ++ph)
         std::fprintf(f, "%s\"%s\": %.3f", ph ? ", " : "", kPhaseNames[ph], r.phase_us[ph]);
       std::fprintf(f, "}}");
     }
