@@ -147,10 +147,15 @@ struct Body {
         if (part.instrs[i].kind == InstrKind::Load) v.push_back(i);
     return v;
   }
-  bool is_early(int i) const {
-    if (!early) return false;
-    const std::vector<int> v = late();
-    return std::find(v.begin(), v.end(), i) != v.end();
+  // Every pack this thread owns, in an unrolled loop: body() within the bounds check on `valid`,
+  // lf_c0 the pack's first column.
+  template <class Body>
+  void over_packs(std::ostringstream& os, const std::string& valid, Body body) const {
+    os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
+    os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
+    os << "    if (" << valid << " && lf_c0 < lf_cols) {\n";
+    body();
+    os << "    }\n  }\n";
   }
   // The row's late loads into registers (lf_e<i>, storage form), before its first loop: they are
   // in flight while the row is read and reduced, and the loop that needs them finds them there.
@@ -159,15 +164,13 @@ struct Body {
     if (!early || loads.empty()) return;
     os << "  // ---- the later loops' loads, issued now\n";
     for (int i : loads) os << "  " << storage_type(part.instrs[i].dtype) << " lf_e" << i << "[" << np * vec << "];\n";
-    os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
-    os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
-    os << "    if (lf_valid && lf_c0 < lf_cols) {\n";
-    for (int i : loads) {
-      const Instr& in = part.instrs[i];
-      os << "      lf_ldpack<" << vec << ">(lf_e" << i << " + lf_p * " << vec << ", ((const " << storage_type(in.dtype)
-         << "*)A.w[" << lp.in[in.io] << "]) + " << rname(in.io) << " + lf_c0);\n";
-    }
-    os << "    }\n  }\n";
+    over_packs(os, "lf_valid", [&] {
+      for (int i : loads) {
+        const Instr& in = part.instrs[i];
+        os << "      lf_ldpack<" << vec << ">(lf_e" << i << " + lf_p * " << vec << ", ((const " << storage_type(in.dtype)
+           << "*)A.w[" << lp.in[in.io] << "]) + " << rname(in.io) << " + lf_c0);\n";
+      }
+    });
   }
 
   // Loads of the first loop: what a pipelined kernel stages for the next row.
@@ -186,17 +189,15 @@ struct Body {
   // (registers), or copied asynchronously into shared memory.
   void stage_loads(std::ostringstream& os, const std::string& prefix, const std::string& valid) const {
     const std::vector<int> loads = staged();
-    os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
-    os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
-    os << "    if (" << valid << " && lf_c0 < lf_cols) {\n";
-    for (size_t j = 0; j < loads.size(); ++j) {
-      const Instr& in = part.instrs[loads[j]];
-      const std::string src = "((const " + storage_type(in.dtype) + "*)A.w[" + std::to_string(lp.in[in.io]) + "]) + " +
-                              prefix + std::to_string(in.io) + " + lf_c0";
-      if (smem_stage) os << "      lf_cp_async16(" << stage_slot(j) << ", " << src << ");\n";
-      else os << "      lf_ldpack<" << vec << ">(lf_n" << loads[j] << " + lf_p * " << vec << ", " << src << ");\n";
-    }
-    os << "    }\n  }\n";
+    over_packs(os, valid, [&] {
+      for (size_t j = 0; j < loads.size(); ++j) {
+        const Instr& in = part.instrs[loads[j]];
+        const std::string src = "((const " + storage_type(in.dtype) + "*)A.w[" + std::to_string(lp.in[in.io]) +
+                                "]) + " + prefix + std::to_string(in.io) + " + lf_c0";
+        if (smem_stage) os << "      lf_cp_async16(" << stage_slot(j) << ", " << src << ");\n";
+        else os << "      lf_ldpack<" << vec << ">(lf_n" << loads[j] << " + lf_p * " << vec << ", " << src << ");\n";
+      }
+    });
     if (smem_stage) os << "  lf_cp_async_commit();\n";
   }
 
@@ -324,7 +325,7 @@ struct Body {
       const Instr& in = part.instrs[i];
       if (in.kind != InstrKind::Load) continue;
       const std::string st = storage_type(in.dtype);
-      if (is_early(i)) {
+      if (early && sec > 0) {  // every load of a later loop was issued at the row's start
         os << ind << "const " << st << "* lf_s" << i << " = lf_e" << i << " + lf_p * " << vec << ";\n";
         continue;
       }
@@ -373,16 +374,14 @@ struct Body {
     if (store == Store::Regs) {
       // This thread's copies of the row must have landed before loop 0 reads them.
       if (pipelined && smem_stage && sec == 0) os << "  lf_cp_async_wait_all();\n";
-      os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
       if (vec > 1) {
-        os << "    const I lf_c0 = ((I)lf_p * (I)lf_tpr + (I)lf_tid) * (I)" << vec << ";\n";
-        os << "    if (lf_valid && lf_c0 < lf_cols) {\n";
-        pack(os, sec, "      ");
-      } else {
-        os << "    const I lf_c = (I)lf_p * (I)lf_tpr + (I)lf_tid;\n";
-        os << "    if (lf_valid && lf_c < lf_cols) {\n";
-        columns(os, sec, "      ");
+        over_packs(os, "lf_valid", [&] { pack(os, sec, "      "); });
+        return;
       }
+      os << "#pragma unroll\n  for (int lf_p = 0; lf_p < " << np << "; ++lf_p) {\n";
+      os << "    const I lf_c = (I)lf_p * (I)lf_tpr + (I)lf_tid;\n";
+      os << "    if (lf_valid && lf_c < lf_cols) {\n";
+      columns(os, sec, "      ");
       os << "    }\n  }\n";
       return;
     }
