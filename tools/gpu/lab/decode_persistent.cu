@@ -306,8 +306,8 @@ std::vector<Result> run_model(const Model& m, int reps, int sms, cudaStream_t st
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&most, gemv_persistent<true>, 256, 0));
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&most_deep, gemv_persistent_deep, 256, 0));
   unsigned* words;  // the flag barrier's (lab_grid.cuh)
-  CK(cudaMalloc(&words, (64 + 4096) * sizeof(unsigned)));
-  CK(cudaMemset(words, 0, (64 + 4096) * sizeof(unsigned)));
+  CK(cudaMalloc(&words, kFlagWords * sizeof(unsigned)));
+  CK(cudaMemset(words, 0, kFlagWords * sizeof(unsigned)));
   owned.push_back(words);
   r.deep_grid = most_deep * sms;
 

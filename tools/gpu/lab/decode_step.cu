@@ -79,7 +79,7 @@ struct Params {
   int* steps;     // steps taken
   float* logits;  // [V]
   unsigned* bar;    // grid barrier (lab_grid.cuh)
-  unsigned* words;  // the barrier of flags' (lab_grid.cuh): 64 + one a block
+  unsigned* words;  // the barrier of flags' (lab_grid.cuh): kFlagWords
 };
 
 template <class T>
@@ -358,7 +358,7 @@ struct Model {
     p.steps = alloc<int>(1);
     p.logits = alloc<float>(A::V);
     p.bar = alloc<unsigned>(4);
-    p.words = alloc<unsigned>(64 + 4096);
+    p.words = alloc<unsigned>(kFlagWords);
   }
 
   // Back to the state before the first step: caches as generated, len L0, the start token.

@@ -64,8 +64,10 @@ __device__ inline void grid_barrier(unsigned* bar) {
 // A barrier of flags: each block stores its arrival (the barrier's generation) in a word of its
 // own -- no contended atomic -- one warp of block 0 polls them all, then publishes the generation,
 // on which every other block's thread 0 spins. words[0] the published generation, words[1] the
-// give-up flag, words[64 + b] block b's arrival; `gen` (every thread's copy) starts as words[0]
+// give-up flag, words[kFlagArrivals + b] block b's arrival; `gen` (every thread's copy) starts as words[0]
 // read at the kernel's start (flag_barrier_start) and is the generation the last barrier published.
+constexpr int kFlagArrivals = 64;
+constexpr int kFlagWords = kFlagArrivals + 4096;  // what a caller allocates and zeroes: 4096 blocks at most
 __device__ __forceinline__ unsigned flag_barrier_start(const unsigned* words) {
   return ld_acquire(words);
 }
@@ -74,12 +76,12 @@ __device__ inline void flag_barrier(unsigned* words, unsigned& gen) {
   const unsigned target = gen + 1;
   if (threadIdx.x == 0) {
     __threadfence();
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(words + 64 + blockIdx.x), "r"(target)
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(words + kFlagArrivals + blockIdx.x), "r"(target)
                  : "memory");
   }
   if (blockIdx.x == 0 && threadIdx.x < 32) {
     for (unsigned b = threadIdx.x; b < gridDim.x; b += 32)
-      spin_until([&] { return ld_acquire(words + 64 + b) == target; }, words + 1);
+      spin_until([&] { return ld_acquire(words + kFlagArrivals + b) == target; }, words + 1);
     __syncwarp();
     if (threadIdx.x == 0) {
       __threadfence();
