@@ -44,12 +44,16 @@ struct Case {
   bool bias;
   cuda::LtAct act;
   bool residual;
+  int parts = 1;  // > 1: `parts` sibling linears of width n / parts as one strided-batched GEMM
 };
 
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (int64_t m : {128, 1024}) {
     v.push_back({"bert", "qkv", m, 768, 2304, true, cuda::LtAct::none, false});
+    // The plan's merged Q/K/V (planner/plan_siblings.cpp): the same FLOPs and bytes as "qkv",
+    // written as three dense outputs.
+    v.push_back({"bert", "qkv_batched", m, 768, 2304, true, cuda::LtAct::none, false, 3});
     v.push_back({"bert", "attn_out", m, 768, 768, true, cuda::LtAct::none, false});
     v.push_back({"bert", "ffn1_gelu", m, 768, 3072, true, cuda::LtAct::gelu_tanh, false});
     v.push_back({"bert", "ffn2_residual", m, 3072, 768, true, cuda::LtAct::none, true});
@@ -85,9 +89,15 @@ std::vector<float> to_host(const Tensor& t, cudaStream_t st) {
 struct Operands {
   livefuse::OpCall call;
   Tensor bias, residual, out;
+  std::vector<Tensor> parts;  // the siblings' outputs: row ranges of `out` viewed [m, n / parts]
 };
 
 void run_once(const Case& c, const Operands& o, cudaStream_t st) {
+  if (c.parts > 1) {
+    if (!cuda::run_sibling_linears(o.call, o.parts, st))
+      throw livefuse::Error("[bench] the strided-batched sibling GEMM refused the case");
+    return;
+  }
   if (!cuda::run_gemm_epilogue(o.call, static_cast<uint8_t>(c.act), c.bias ? &o.bias : nullptr,
                                c.residual ? &o.residual : nullptr, o.out, st))
     throw livefuse::Error("[bench] the cuBLASLt epilogue refused the case");
@@ -175,6 +185,11 @@ int main(int argc, char** argv) {
       }
       if (c.residual) o.residual = random_f16(Shape{c.m, c.n}, 1.0f, d, rng, st);
       o.out = livefuse::empty(Shape{c.m, c.n}, DType::f16, d);
+      if (c.parts > 1) {
+        // Back to back as the plan lays them out: [parts * m, n / parts], part i its rows i m ...
+        const Tensor run = o.out.reshape(Shape{c.parts * c.m, c.n / c.parts});
+        for (int i = 0; i < c.parts; ++i) o.parts.push_back(run.slice(0, i * c.m, (i + 1) * c.m));
+      }
 
       // Top-1: nothing tuned, the heuristic's choice in this thread's plan.
       cuda::reset_gemm_tuning();
