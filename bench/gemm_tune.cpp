@@ -7,6 +7,9 @@
 // CUDA graph of --launches back-to-back GEMMs is captured and replayed; the time is per GEMM,
 // the median over --reps replays, so launch overhead does not dominate. The two variants'
 // outputs are compared (different algorithms round differently: a loose bound, FAIL past it).
+// Last column: the same call on livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp), the one
+// the plans run for merged siblings and erf-GELU / SiLU epilogues, where it takes the call ("-"
+// where it does not: a residual, few rows it is not planned for still shown).
 // Usage: livefuse-bench-gemm-tune [--json PATH] [--reps N] [--launches N]
 //   exit status 1 on a FAIL, 2 on a CUDA or livefuse error.
 #include <cuda_runtime_api.h>
@@ -92,6 +95,16 @@ struct Operands {
   std::vector<Tensor> parts;  // the siblings' outputs: row ranges of `out` viewed [m, n / parts]
 };
 
+// The tensor-core GEMM on the case: false when it does not take it (a residual; its shape rules).
+bool run_tc(const Case& c, const Operands& o, cudaStream_t st) {
+  if (c.residual) return false;
+  const cuda::TcAct act = c.act == cuda::LtAct::gelu_tanh ? cuda::TcAct::gelu_tanh
+                          : c.act == cuda::LtAct::relu    ? cuda::TcAct::relu
+                                                          : cuda::TcAct::none;
+  if (c.parts > 1) return cuda::run_linear_tc(o.call, act, o.parts, st);
+  return cuda::run_linear_tc(o.call, act, std::span<const Tensor>(&o.out, 1), st);
+}
+
 void run_once(const Case& c, const Operands& o, cudaStream_t st) {
   if (c.parts > 1) {
     if (!cuda::run_sibling_linears(o.call, o.parts, st))
@@ -103,12 +116,13 @@ void run_once(const Case& c, const Operands& o, cudaStream_t st) {
     throw livefuse::Error("[bench] the cuBLASLt epilogue refused the case");
 }
 
-// Per-GEMM microseconds: median over `reps` replays of a graph of `launches` GEMMs.
-double time_graph(const Case& c, const Operands& o, cudaStream_t st, int launches, int reps) {
+// Per-GEMM microseconds: median over `reps` replays of a graph of `launches` GEMMs (the
+// tensor-core GEMM's with `tc`).
+double time_graph(const Case& c, const Operands& o, cudaStream_t st, int launches, int reps, bool tc = false) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
   BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < launches; ++i) run_once(c, o, st);
+  for (int i = 0; i < launches; ++i) tc ? (void)run_tc(c, o, st) : run_once(c, o, st);
   BENCH_CUDA(cudaStreamEndCapture(st, &g));
   BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
   cudaEvent_t e0, e1;
@@ -164,9 +178,9 @@ int main(int argc, char** argv) {
     BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
     std::printf("livefuse-bench-gemm-tune on %s: f16, per GEMM in a graph of %d, median of %d\n",
                 prop.name, launches, reps);
-    std::printf("%-5s %-14s %-18s %9s %9s %7s %6s %5s %9s %9s %8s\n", "model", "gemm",
+    std::printf("%-5s %-14s %-18s %9s %9s %7s %6s %5s %9s %9s %8s %8s %8s\n", "model", "gemm",
                 "shape (MxK->N)", "top1_us", "tuned_us", "ratio", "chosen", "timed", "t_top1",
-                "t_chosen", "max_err");
+                "t_chosen", "max_err", "tc_us", "tc_err");
     std::mt19937 rng(1234);
     std::vector<lfbench::Record> recs;
     bool fail = false;
@@ -211,21 +225,31 @@ int main(int argc, char** argv) {
       cuda::GemmTuneRecord r;
       if (!tr.empty()) r = tr.back();
 
-      double err = 0, peak = 0;
-      for (size_t i = 0; i < ref.size(); ++i) {
-        err = std::max(err, static_cast<double>(std::fabs(ref[i] - got[i])));
-        peak = std::max(peak, static_cast<double>(std::fabs(ref[i])));
+      const auto rel_err = [&](const std::vector<float>& v) {
+        double err = 0, peak = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          err = std::max(err, static_cast<double>(std::fabs(ref[i] - v[i])));
+          peak = std::max(peak, static_cast<double>(std::fabs(ref[i])));
+        }
+        return err / std::max(peak, 1e-6);
+      };
+      const double rel = rel_err(got);
+      // The tensor-core GEMM, where it takes the case (NaN: it does not).
+      double tc = std::nan(""), tc_rel = std::nan("");
+      if (run_tc(c, o, st)) {
+        BENCH_CUDA(cudaStreamSynchronize(st));
+        tc_rel = rel_err(to_host(o.out, st));
+        tc = time_graph(c, o, st, launches, reps, true);
       }
-      const double rel = err / std::max(peak, 1e-6);
-      const bool ok = std::isfinite(rel) && rel < 2e-2;
+      const bool ok = std::isfinite(rel) && rel < 2e-2 && !(tc_rel >= 2e-2);
       fail |= !ok;
       sum_top1 += top1, sum_tuned += tuned;
       char shape[64];
       std::snprintf(shape, sizeof shape, "%lldx%lld->%lld", static_cast<long long>(c.m),
                     static_cast<long long>(c.k), static_cast<long long>(c.n));
-      std::printf("%-5s %-14s %-18s %9.2f %9.2f %7.2f %6d %5d %9.2f %9.2f %8.1e%s\n", c.model,
+      std::printf("%-5s %-14s %-18s %9.2f %9.2f %7.2f %6d %5d %9.2f %9.2f %8.1e %8.2f %8.1e%s\n", c.model,
                   c.name, shape, top1, tuned, top1 / tuned, r.chosen, r.timed, r.top1_us,
-                  r.chosen_us, rel, ok ? "" : "  FAIL");
+                  r.chosen_us, rel, tc, tc_rel, ok ? "" : "  FAIL");
       const std::string name = std::string("gemm_tune/") + c.model + "/" + c.name;
       std::vector<std::pair<std::string, double>> dims = {
           {"m", static_cast<double>(c.m)}, {"k", static_cast<double>(c.k)},
@@ -239,6 +263,12 @@ int main(int argc, char** argv) {
       derived.push_back({"tuning_chosen_us", r.chosen_us});
       derived.push_back({"max_rel_err", rel});
       recs.push_back({name, "tuned", shape, tuned, derived, {{"dtype", "f16"}, {"ok", ok ? "1" : "0"}}});
+      if (std::isfinite(tc)) {
+        auto tcd = dims;
+        tcd.push_back({"ratio_vs_top1", top1 / tc});
+        tcd.push_back({"max_rel_err", tc_rel});
+        recs.push_back({name, "tensor_core", shape, tc, tcd, {{"dtype", "f16"}}});
+      }
     }
     std::printf("sum of per-GEMM medians: top-1 %.2f us, tuned %.2f us (%.2fx)\n", sum_top1,
                 sum_tuned, sum_top1 / sum_tuned);

@@ -54,6 +54,7 @@ std::string_view epilogue_name(GemmEpilogue e) {
     case GemmEpilogue::Residual: return "C (residual)";
     case GemmEpilogue::BiasResidual: return "BIAS + C (residual)";
     case GemmEpilogue::Gated: return "gated (act(gate) * up, GEMV)";
+    case GemmEpilogue::BiasAct: return "bias + activation (tensor-core GEMM)";
   }
   return "?";
 }

@@ -34,7 +34,9 @@ inline bool is_template(GroupKind k) { return k == GroupKind::Attention || k == 
 // and its residual add). Gated: merged gate and up siblings whose outputs only act(gate) * up
 // reads -- a gated MLP's -- written as that product by the few-row GEMV (GemvArgs::gated; no
 // cuBLASLt form: other row counts run the merged GEMM, then the tail kernel).
-enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, BiasResidual, Gated };
+// BiasAct: the linear's bias, then an activation cuBLASLt has no epilogue for (erf gelu, silu),
+// applied by livefuse's tensor-core GEMM (CUDA, f16 / bf16: kernels/cuda/gemm_tc.hpp).
+enum class GemmEpilogue : uint8_t { None, Bias, ReluBias, GeluBias, Residual, BiasResidual, Gated, BiasAct };
 // Products of at most this many rows run as the CUDA GEMV (kernels/cuda/gemv.hpp,
 // kGemvMaxRows), whose epilogue rounds as eager's ops do: there a half-precision residual can be
 // fused (pass_gemm_epilogue.cpp, residual_of).
@@ -57,7 +59,7 @@ struct Group {
   GemmEpilogue epilogue = GemmEpilogue::None;
   int bias_value = -1;     // value id of the epilogue's bias (matmul + add(bias))
   int residual_value = -1;  // value id of the epilogue's residual (Residual, BiasResidual)
-  OpId gate_act{};          // Gated: the gate's activation (silu, gelu, gelu_tanh, relu)
+  OpId act{};               // Gated: the gate's activation (silu, gelu, gelu_tanh, relu); BiasAct: the activation
   bool gate_second = false;  // Gated: the gate is the second sibling (the first is up)
   int attention = -1;      // attention: index into FusionGraph::attention
   int rotary = -1;         // rotary: index into FusionGraph::rotary
@@ -110,6 +112,9 @@ struct PlannerOptions {
   bool attention_append = true;
   bool rotary = true;         // the rotary template (pass_rotary)
   bool gemm_siblings = true;  // linears over one input as one GEMM (pass_gemm_siblings)
+  // CUDA, LIVEFUSE_GEMM_TC: an erf-GELU or SiLU after a linear's bias rides on livefuse's
+  // tensor-core GEMM (GemmEpilogue::BiasAct) where cuBLASLt would need the activation's kernel.
+  bool gemm_tc = false;
   bool cuda = false;          // planning for a CUDA device (what a step launches differs)
   // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
   // (planner.cpp, fold_norm_prologues).

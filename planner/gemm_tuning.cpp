@@ -166,7 +166,7 @@ void run_merged(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const S
     for (const auto& b : run)
       outs.emplace_back(std::make_shared<TensorImpl>(b, 0, ps, contiguous_strides(ps), dt, d));
     if (ps.numel() == 0 || cuda::run_gemv_split(nullptr, c, outs, st.handle()) ||
-        cuda::run_sibling_linears(c, outs, st.handle()))
+        cuda::run_linear_tc(c, cuda::TcAct::none, outs, st.handle()) || cuda::run_sibling_linears(c, outs, st.handle()))
       return;
   }
   if (gs.siblings.size() > static_cast<size_t>(cuda::kMaxSplitParts)) {
@@ -182,6 +182,12 @@ void run_merged(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const S
 void tune_step(const PlannedSegment& p, const GemmStep& gs, Scratch& s, const Stream& st) {
   if (!gs.siblings.empty()) return run_merged(p, gs, s, st);
   if (gs.partials > 1) return;  // a split GEMM (split_k_rows.hpp): cuBLASLt's top-1 for its slices
+  if (gs.epilogue == GemmEpilogue::BiasAct && gs.final_value >= 0) {
+    // The tensor-core GEMM's (no cuBLASLt algorithm), unless it refuses the shapes.
+    const Tensor& out = s.dense(gs.final_value);
+    if (cuda::run_linear_tc(s.call_of(gs.node), cuda::tc_act_of(gs.act), std::span<const Tensor>(&out, 1), st.handle())) return;
+    return run_plain(p, gs.node, s, st);
+  }
   if (gs.epilogue != GemmEpilogue::None && gs.final_value >= 0) {
     // The epilogue runner's path (plan.cpp's cublaslt_epilogue): act(product + bias) or
     // product (+ bias) + residual into the tail's final value.

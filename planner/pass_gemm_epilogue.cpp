@@ -2,8 +2,10 @@
 // of its shape takes that group as its tail: one step, GEMM then the tail kernel. When the tail
 // is exactly bias-add [+ relu | + gelu_tanh], cuBLASLt can do it in the GEMM's epilogue
 // (BIAS, RELU_BIAS, GELU_BIAS); a bias-add [+ add of a residual of the product's shape] too, the
-// residual read as cuBLASLt's C (a layer's FFN2 + bias + residual: one launch). The tail kernel
-// remains the fallback for backends without it, and for a residual it cannot read as C.
+// residual read as cuBLASLt's C (a layer's FFN2 + bias + residual: one launch). A linear's erf
+// gelu or silu, which cuBLASLt has no epilogue for, rides on livefuse's tensor-core GEMM on CUDA
+// (BiasAct: BERT's FFN1 + gelu in one launch). The tail kernel remains the fallback for
+// backends without it, and for a residual it cannot read as C.
 // Merged gate and up siblings (pass_gemm_siblings) whose outputs only act(gate) * up reads take
 // that tail as a gated epilogue on CUDA over few rows (take_gate): the GEMV writes the product.
 #include "planner/passes.hpp"
@@ -30,9 +32,18 @@ int residual_of(const FusionGraph& g, const Group& tail, const SegmentNode& a, c
   return g.seg.value_id(other);
 }
 
-// Which epilogue covers the tail, or None with the reason in *why.
+// Whether livefuse's tensor-core GEMM takes `act` right after linear `mn` (its bias inside the
+// call): CUDA, f16 / bf16, more rows than the GEMV's (whose epilogue has cuBLASLt's activations
+// only, outside a gate). Its shape rules are checked at run time (the fallback: GEMM + tail).
+bool tc_takes(const FusionGraph& g, const SegmentNode& mn, OpId act, const Shape& ys) {
+  const DType dt = mn.outputs.empty() ? DType::f32 : mn.outputs[0].dtype;
+  return g.opts.gemm_tc && mn.op == OpId::linear && (act == OpId::gelu || act == OpId::silu) &&
+         (dt == DType::f16 || dt == DType::bf16) && !gemv_rows(ys);
+}
+
+// Which epilogue covers the tail, or None with the reason in *why; *act_op is BiasAct's activation.
 GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group& tail, int* bias,
-                            int* residual, std::string* why) {
+                            int* residual, OpId* act_op, std::string* why) {
   const int m = gemm.nodes[0];
   const SegmentNode& mn = g.seg.nodes[m];
   const bool linear_bias = mn.op == OpId::linear && mn.attrs.i[0] != 0;
@@ -46,6 +57,12 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
     if (nodes.empty()) return GemmEpilogue::None;
     const SegmentNode& a = g.seg.nodes[nodes[0]];
     if (nodes.size() == 1 && (*residual = residual_of(g, tail, a, y)) >= 0) return GemmEpilogue::Residual;
+    // A bias-free linear's activation: the tensor-core GEMM's too.
+    if (nodes.size() == 1 && a.inputs.size() == 1 && a.inputs[0] == y && tc_takes(g, mn, a.op, ys)) {
+      *act_op = a.op;
+      *residual = -1;
+      return GemmEpilogue::BiasAct;
+    }
     if (a.op != OpId::add || a.attrs.scalar_operand) {
       *why = "the tail does not start with a bias add";
       return GemmEpilogue::None;
@@ -77,8 +94,10 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
       *why = "the tail is not a single activation of the biased product";
       return GemmEpilogue::None;
     }
+    *act_op = act.op;
     if (act.op == OpId::relu) e = GemmEpilogue::ReluBias;
     else if (act.op == OpId::gelu_tanh) e = GemmEpilogue::GeluBias;
+    else if (*residual < 0 && pos == 0 && tc_takes(g, mn, act.op, ys)) e = GemmEpilogue::BiasAct;
     else {
       *why = act.op == OpId::gelu ? "cuBLASLt's GELU epilogue is the tanh approximation; erf gelu stays in the fused tail"
                                   : std::string(op_name(act.op)) + " has no cuBLASLt epilogue";
@@ -176,7 +195,7 @@ void take_gate(FusionGraph& g, Group& gm) {
   gm.tail = tail;
   t.tail_of = gm.id;
   gm.epilogue = GemmEpilogue::Gated;
-  gm.gate_act = act.op;
+  gm.act = act.op;
   gm.gate_second = act.inputs[0] == yb;
   g.decide(at + " as one gated GEMV", std::string(op_name(act.op)) +
                                           "(gate) * up written by the product itself: one launch, and neither "
@@ -221,11 +240,17 @@ void pass_gemm_epilogue(FusionGraph& g) {
     g.groups[tail].tail_of = gm.id;
     std::string why;
     int bias = -1, residual = -1;
-    gm.epilogue = match_epilogue(g, gm, g.groups[tail], &bias, &residual, &why);
+    OpId act{};
+    gm.epilogue = match_epilogue(g, gm, g.groups[tail], &bias, &residual, &act, &why);
+    gm.act = gm.epilogue == GemmEpilogue::BiasAct ? act : OpId{};
     gm.bias_value = bias;
     gm.residual_value = gm.epilogue == GemmEpilogue::Residual || gm.epilogue == GemmEpilogue::BiasResidual ? residual : -1;
     const std::string tail_nodes = g.nodes_str(g.groups[tail].nodes);
-    if (gm.epilogue != GemmEpilogue::None)
+    if (gm.epilogue == GemmEpilogue::BiasAct)
+      g.decide(at + " + " + tail_nodes + " as one tensor-core GEMM with its bias and " + std::string(op_name(act)),
+               "cuBLASLt has no epilogue for it; livefuse's GEMM applies it as it writes the product (fallback: "
+               "cuBLASLt's GEMM + one fused kernel)");
+    else if (gm.epilogue != GemmEpilogue::None)
       g.decide(at + " + " + tail_nodes + " as one GEMM with cuBLASLt epilogue " + std::string(epilogue_name(gm.epilogue)),
                "bias and activation ride on the GEMM's output write (fallback: GEMM + one fused kernel)");
     else

@@ -44,7 +44,8 @@ bool wants_residual(GemmEpilogue e) {
 // The CUDA backend's cuBLASLt epilogues (BIAS, RELU_BIAS, GELU_BIAS; C for a residual).
 bool cublaslt_epilogue(const OpCall& gemm, GemmEpilogue e, const Tensor* bias,
                        const Tensor* residual, const Tensor& out, void* stream) {
-  if (e == GemmEpilogue::None || (wants_residual(e) && !residual)) return false;
+  // (BiasAct is the tensor-core GEMM's: launch_step_cuda runs it before any runner.)
+  if (e == GemmEpilogue::None || e == GemmEpilogue::BiasAct || (wants_residual(e) && !residual)) return false;
   return cuda::run_gemm_epilogue(gemm, static_cast<uint8_t>(lt_act(e)), bias, residual, out, stream);
 }
 constexpr GemmEpilogueRunner kDefaultEpilogueRunner = cublaslt_epilogue;
@@ -203,7 +204,7 @@ bool launch_gemv_prologue(const PlannedSegment& p, const GemmStep& gs, std::span
     return cuda::run_gemv_norm(nc, c, 0, nullptr, nullptr, outs[0], stream, round_first);
   }
   const EpilogueValues e = epilogue_values(gs, values);
-  if (wants_residual(gs.epilogue) && !e.residual) return false;
+  if ((wants_residual(gs.epilogue) && !e.residual) || gs.epilogue == GemmEpilogue::BiasAct) return false;
   return cuda::run_gemv_norm(nc, c, static_cast<uint8_t>(lt_act(gs.epilogue)), e.bias, e.residual, *e.out,
                              stream, round_first);
 #else
@@ -385,6 +386,14 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
       }
       run_prologue(p, *gs, values, stream);
     }
+#if LIVEFUSE_HAS_CUDA
+    if (gs->epilogue == GemmEpilogue::BiasAct && gs->final_value >= 0) {
+      TensorList outs;
+      const OpCall c = node_call(p, gs->node, values, &outs);
+      const EpilogueValues e = epilogue_values(*gs, values);
+      if (cuda::run_linear_tc(c, cuda::tc_act_of(gs->act), std::span<const Tensor>(e.out, 1), stream)) return;
+    }
+#endif
     if (gs->epilogue != GemmEpilogue::None && gs->final_value >= 0) {
       if (GemmEpilogueRunner r = g_epilogue_runner.load()) {
         TensorList outs;

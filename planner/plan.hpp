@@ -91,7 +91,8 @@ struct GemmStep {
   bool split_kernel = false;  // CUDA: one more launch splits the merged product (plan_siblings.cpp)
   // Gated (a merged gate/up pair, `tail` their act(gate) * up): the gate's activation, and
   // whether the gate is the second sibling. The GEMV writes final_value (plan_siblings.cpp).
-  OpId gate_act{};
+  // BiasAct: the activation the tensor-core GEMM applies after the bias.
+  OpId act{};
   bool gate_second = false;
   // CUDA, few rows: the layer_norm / rms_norm node whose output only this linear reads, run
   // inside the GEMV (kernels/cuda/gemv.hpp, its prologue; planner.cpp, fold_norm_prologues).

@@ -23,6 +23,7 @@ PlannerOptions default_planner_options(Device device) {
   o.gemv_prologue = device.is_cuda() && config().gemv;
   o.gemv_norm_fold = o.gemv_prologue ? config().gemv_norm : 0;
   o.gemm_siblings = config().gemm_siblings;
+  o.gemm_tc = device.is_cuda() && config().gemm_tc;
   // auto: on CUDA only where a fast kernel takes the shapes (the tensor-core one, the decode
   // one); the general FMA kernel loses to the GEMMs and the softmax it would replace
   // (runtime/include/livefuse/config.hpp has the figures).

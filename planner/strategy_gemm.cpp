@@ -46,6 +46,7 @@ class GemmStrategy final : public Strategy {
     gs.epilogue = gr.epilogue;
     gs.bias_value = gr.bias_value;
     gs.residual_value = gr.residual_value;
+    gs.act = gr.act;  // BiasAct's activation
     Step s;
     s.label = std::string(op_name(g.seg.nodes[gs.node].op)) + " #" + std::to_string(gs.node);
     emit_tail(g, gr, gs, s.label);
@@ -104,7 +105,7 @@ class GemmStrategy final : public Strategy {
     Step s;
     s.label = "linear " + g.nodes_str(gr.nodes) + " as one GEMM";
     gs.epilogue = gr.epilogue;  // a gate's tail (pass_gemm_epilogue, take_gate), or none
-    gs.gate_act = gr.gate_act;
+    gs.act = gr.act;
     gs.gate_second = gr.gate_second;
     emit_tail(g, gr, gs, s.label);
     s.body = std::move(gs);

@@ -2,6 +2,7 @@
 // matmul and linear through cuBLASLt.
 #include <span>
 
+#include "kernels/cuda/gemm_tc.hpp"
 #include "runtime/op_call.hpp"
 
 namespace livefuse::cuda {
@@ -46,6 +47,16 @@ bool run_gemv_gated(const OpCall* norm, const OpCall& call, uint8_t act, bool ga
 // evenly spaced in memory (outs[i] at outs[0] + i * stride: FusedPlan allocates them so); the
 // input's rows must fold to one evenly spaced run read along K. False: nothing was launched.
 bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void* stream);
+
+// A linear `call` (x's rows folding to one run read along K, w [N, K] dense, its bias if any) as
+// the tensor-core GEMM (gemm_tc.hpp), `act` applied after the bias: one dense output, or
+// siblings of one width -- outs[i] takes the product's columns [i W, (i + 1) W), W = N /
+// outs.size(), dense wherever it lives (the merged Q/K/V's outputs in one launch). False:
+// nothing was launched (LIVEFUSE_GEMM_TC=0, or the kernel does not take the call); the caller
+// runs cuBLASLt (and the activation's kernel).
+bool run_linear_tc(const OpCall& call, TcAct act, std::span<const Tensor> outs, void* stream);
+// The tensor-core GEMM's activation computing op `op` (relu, gelu, gelu_tanh, silu); none else.
+TcAct tc_act_of(OpId op);
 
 // linear(x, w) without its bias as `slices` partial products over K, in f32: partial s is
 // x[.., s K/S : (s+1) K/S] w[:, s K/S : (s+1) K/S]^T, dense [rows, N] at partials + s * rows * N

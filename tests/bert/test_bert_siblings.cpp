@@ -76,7 +76,9 @@ TEST_CASE("bert tiny: a hot loop is served with Q/K/V as one GEMM and equals LIV
   // The layer plan (issue: at most 8 launches). The seam (monitor/stream_window.hpp, note 3)
   // makes the unit [q/k/v, ..., FFN2, add, layer_norm]: the residual add and the next layer's
   // norm are one row kernel. Planned for CUDA as well: Q/K/V one batched GEMM, attention,
-  // output GEMM, add + norm, FFN1 + gelu (2: cuBLASLt has no erf-GELU epilogue), FFN2, add + norm.
+  // output GEMM, add + norm, FFN1 + gelu (2 in this f32 model: cuBLASLt has no erf-GELU
+  // epilogue; 1 in f16 / bf16 on livefuse's tensor-core GEMM, test_fusion's BiasAct case), FFN2,
+  // add + norm.
   const lf::planner::FusedPlan* layer = nullptr;
   for (const auto& p : lf::PlanTable::get().plans())
     if (const auto* f = dynamic_cast<const lf::planner::FusedPlan*>(p.get()))

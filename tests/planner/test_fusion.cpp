@@ -457,3 +457,54 @@ TEST_CASE("fusion: on CUDA a few-row linear takes the norm before it into its GE
     }
   }
 }
+
+TEST_CASE("fusion: on CUDA a linear's erf gelu or silu rides on the tensor-core GEMM (BiasAct)") {
+  // BERT's FFN1 + gelu: cuBLASLt's GELU epilogue is the tanh form, so without livefuse's GEMM the
+  // step is the GEMM, then the gelu kernel. The planning runs here on the CPU; the kernel's own
+  // numerics are tests/ops/test_gemm_tc.cpp's.
+  const auto ffn1 = [](DType dt, int64_t rows, OpId act, bool bias) {
+    SegmentBuilder b;
+    const ValueRef x = b.input({rows, 64}, dt), w = b.input({128, 64}, dt);
+    std::vector<ValueRef> in{x, w};
+    if (bias) in.push_back(b.input({128}, dt));
+    b.output(b.add(act, {b.add(OpId::linear, in, linear_attrs(bias))}));
+    return b.build();
+  };
+  PlannerOptions o = default_planner_options(Device::cpu());
+  o.cuda = true;
+  o.gemm_tc = true;
+  for (DType dt : {DType::f16, DType::bf16})
+    for (OpId act : {OpId::gelu, OpId::silu})
+      for (bool bias : {true, false}) {
+        INFO(dtype_name(dt) << " " << op_name(act) << std::string(bias ? " with bias" : " without bias"));
+        const PlannedSegment p = plan_segment(ffn1(dt, 128, act, bias), o);
+        REQUIRE(p.steps.size() == 1);
+        const auto& gs = std::get<GemmStep>(p.steps[0].body);
+        CHECK(gs.epilogue == GemmEpilogue::BiasAct);
+        CHECK(gs.act == act);
+        CHECK(gs.tail != nullptr);  // the fallback: cuBLASLt's GEMM, then the tail kernel
+        CHECK(p.num_kernels() == 1);
+        CHECK(has_decision(p, "as one tensor-core GEMM with its bias and"));
+        // The plan still computes eager's values where its steps run on the CPU (the tail).
+        check_against_eager(ffn1(dt, 128, act, bias), 6, -1, -1, &o);
+      }
+  // Not taken: f32 (no f32 tensor-core path), few rows (the GEMV's), LIVEFUSE_GEMM_TC=0, the
+  // activations cuBLASLt has (gelu_tanh: GELU_BIAS stays), an op the GEMM does not apply.
+  const auto epilogue_of = [](const Segment& seg, const PlannerOptions& opts) {
+    return std::get<GemmStep>(plan_segment(seg, opts).steps[0].body).epilogue;
+  };
+  CHECK(epilogue_of(ffn1(DType::f32, 128, OpId::gelu, true), o) == GemmEpilogue::None);
+  CHECK(epilogue_of(ffn1(DType::f16, kExactEpilogueRows, OpId::gelu, true), o) == GemmEpilogue::None);
+  CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::gelu_tanh, true), o) == GemmEpilogue::GeluBias);
+  CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::sigmoid, true), o) == GemmEpilogue::None);
+  PlannerOptions off = o;
+  off.gemm_tc = false;
+  CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::gelu, true), off) == GemmEpilogue::None);
+  // The option follows LIVEFUSE_GEMM_TC for CUDA plans only.
+  {
+    const lftest::ScopedConfig tc_off(&livefuse::Config::gemm_tc, false);
+    CHECK_FALSE(default_planner_options(Device::cuda(0)).gemm_tc);
+  }
+  CHECK(default_planner_options(Device::cuda(0)).gemm_tc);
+  CHECK_FALSE(default_planner_options(Device::cpu()).gemm_tc);
+}

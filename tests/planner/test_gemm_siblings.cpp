@@ -114,7 +114,7 @@ TEST_CASE("gemm siblings: on CUDA a few-row gate/up pair takes silu(gate) * up a
       if (const auto* gs = std::get_if<GemmStep>(&s.body); gs && gs->epilogue == GemmEpilogue::Gated) {
         ++gated_steps;
         CHECK(gs->siblings.size() == 2);
-        CHECK(gs->gate_act == OpId::silu);
+        CHECK(gs->act == OpId::silu);
         CHECK_FALSE(gs->gate_second);
         REQUIRE(gs->tail);
         CHECK(gs->tail->nodes.size() == 2);

@@ -1,0 +1,47 @@
+#pragma once
+// A tensor-core GEMM of our own for linears whose epilogue cuBLASLt cannot do in one launch:
+//   * bias + erf-GELU or SiLU (cuBLASLt's GELU epilogue is the tanh form): BERT's FFN1 + gelu
+//     is one launch where it took the GEMM and an activation kernel;
+//   * sibling linears over one input (Q / K / V) written as their own dense outputs from one
+//     product over the concatenated weights, where cuBLASLt takes a strided-batched call.
+// out = act(round(x w^T + bias)) rounded, each step rounded as eager's linear then activation
+// kernel write it (the activation reads the linear's rounded value). The sum runs in f32 on
+// m16n8k16 tensor-core tiles in another order than cuBLASLt's, so results may differ from
+// eager's in the last bits of the dtype (eager's tolerance: the planner's tests say so).
+// f16 and bf16; the shape rules are gemm_tc_supported's.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "livefuse/dtype.hpp"
+
+namespace livefuse::cuda {
+
+// Applied after the bias (the op table's numerics: kernels/device/lf_math.cuh).
+enum class TcAct : uint8_t { none, relu, gelu, gelu_tanh, silu };
+inline constexpr int kGemmTcMaxParts = 8;
+// K is consumed in steps of this many elements; N in tiles of kGemmTcTileN columns.
+inline constexpr int64_t kGemmTcStepK = 64, kGemmTcTileN = 64;
+
+struct GemmTcArgs {
+  DType dtype = DType::f16;  // of x, w, bias and the outputs (f16, bf16)
+  int64_t m = 0, n = 0, k = 0;
+  const void* x = nullptr;  // [m, k], row stride ldx, unit stride along k
+  int64_t ldx = 0;
+  const void* w = nullptr;     // [n, k] dense (a linear's weight)
+  const void* bias = nullptr;  // [n] dense, or null
+  TcAct act = TcAct::none;
+  // Column c of the product goes to out[c / width] at [row, c % width], each part dense
+  // [m, width]; parts * width == n. One part: the plain product.
+  int parts = 1;
+  int64_t width = 0;
+  void* out[kGemmTcMaxParts] = {};
+};
+
+// Whether the kernel takes `a` (false: the caller runs cuBLASLt): a device of compute
+// capability 8.0 or later; f16 / bf16; n a multiple of kGemmTcTileN and k of kGemmTcStepK;
+// widths even; x, w and every output 16-byte aligned, ldx a multiple of 8; m, n, k > 0.
+bool gemm_tc_supported(const GemmTcArgs& a);
+void launch_gemm_tc(const GemmTcArgs& a, cudaStream_t s);
+
+}  // namespace livefuse::cuda

@@ -1,0 +1,58 @@
+// The tensor-core GEMM's host side (gemm_tc.hpp): a linear call and its outputs as GemmTcArgs.
+// The planner's steps call run_linear_tc (gemm.hpp) for merged siblings and for an activation
+// cuBLASLt has no epilogue for; whatever it refuses runs as before (cuBLASLt, then the tail).
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/gemm_tc.hpp"
+#include "kernels/cuda/gemm_views.hpp"
+#include "livefuse/config.hpp"
+
+namespace livefuse::cuda {
+
+TcAct tc_act_of(OpId op) {
+  switch (op) {
+    case OpId::relu: return TcAct::relu;
+    case OpId::gelu: return TcAct::gelu;
+    case OpId::gelu_tanh: return TcAct::gelu_tanh;
+    case OpId::silu: return TcAct::silu;
+    default: return TcAct::none;
+  }
+}
+
+bool run_linear_tc(const OpCall& call, TcAct act, std::span<const Tensor> outs, void* stream) {
+  if (!config().gemm_tc || call.op != OpId::linear || outs.empty() ||
+      outs.size() > static_cast<size_t>(kGemmTcMaxParts))
+    return false;
+  const Tensor &x = call.inputs[0], &w = call.inputs[1];
+  const Tensor& first = outs[0];
+  if (w.rank() != 2 || !w.is_contiguous() || x.dtype() != w.dtype() || first.dtype() != x.dtype()) return false;
+  GemmTcArgs a;
+  a.dtype = x.dtype();
+  a.n = w.shape()[0];
+  a.k = w.shape()[1];
+  a.act = act;
+  a.parts = static_cast<int>(outs.size());
+  a.width = first.rank() > 0 ? first.shape()[first.rank() - 1] : 0;
+  if (a.width * a.parts != a.n) return false;
+  detail::MatView av{}, bv{};
+  detail::linear_views(x, w, &av, &bv);
+  if (av.strides[av.shape.rank - 1] != 1 || !detail::fold_rows(av, a.k, &a.m, &a.ldx)) return false;
+  if (a.m == 1) a.ldx = a.k;  // one row: its stride is never read
+  for (int p = 0; p < a.parts; ++p) {
+    const Tensor& o = outs[static_cast<size_t>(p)];
+    if (o.dtype() != a.dtype || !(o.shape() == first.shape()) || !o.is_contiguous() || o.numel() != a.m * a.width)
+      return false;
+    a.out[p] = o.impl()->data();
+  }
+  a.x = x.impl()->data();
+  a.w = w.impl()->data();
+  if (call.attrs.i[0] != 0) {
+    const Tensor& b = call.inputs[2];
+    if (b.rank() != 1 || b.shape()[0] != a.n || b.dtype() != a.dtype || !b.is_contiguous()) return false;
+    a.bias = b.impl()->data();
+  }
+  if (!gemm_tc_supported(a)) return false;
+  launch_gemm_tc(a, static_cast<cudaStream_t>(stream));
+  return true;
+}
+
+}  // namespace livefuse::cuda

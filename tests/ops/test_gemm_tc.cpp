@@ -1,0 +1,142 @@
+// livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp, cuda::run_linear_tc): a linear with its
+// bias and an activation, or sibling linears written as their own dense outputs, against eager's
+// linear (cuBLASLt) then activation kernel -- to the dtype's tolerance, since the two sum in
+// different orders -- and the same bits on every run. Which calls it refuses (the caller then
+// runs cuBLASLt) is host logic and runs on any machine the CUDA backend builds on.
+#if LIVEFUSE_HAS_CUDA
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/gemm.hpp"
+#include "livefuse/config.hpp"
+#include "livefuse/ops.hpp"
+#include "tests/ops/ops_util.hpp"
+
+using namespace opstest;
+namespace cu = livefuse::cuda;
+using livefuse::OpCall;
+using livefuse::OpId;
+
+namespace {
+
+OpCall linear_call(const Tensor& x, const Tensor& w, const Tensor& b) {
+  OpCall c;
+  c.op = OpId::linear;
+  c.inputs = {x, w};
+  if (b.defined()) c.inputs.push_back(b);
+  c.attrs.push_int(b.defined() ? 1 : 0);
+  c.attrs.push_int(0);  // no tf32
+  return c;
+}
+
+Tensor activated(const Tensor& y, cu::TcAct act) {
+  switch (act) {
+    case cu::TcAct::relu: return lf::relu(y);
+    case cu::TcAct::gelu: return lf::gelu(y);
+    case cu::TcAct::gelu_tanh: return lf::gelu_tanh(y);
+    case cu::TcAct::silu: return lf::silu(y);
+    default: return y;
+  }
+}
+
+void check_near(const Tensor& got, const Tensor& want, DType dt, const std::string& what) {
+  INFO(what);
+  size_t at = 0;
+  double scale = 0;
+  const std::vector<double> g = got.to_doubles(), w = want.to_doubles();
+  const bool ok = lftest::close_to_scale(g, w, 2 * lftest::tolerance(dt), &at, &scale);
+  INFO("worst at " << at << ": got " << g[at] << ", want " << w[at] << " (largest |want| " << scale << ")");
+  CHECK(ok);
+}
+
+}  // namespace
+
+LF_CUDA_TEST_CASE("gemm_tc: a linear with its bias and activation gives eager's values, the same bits every run") {
+  const Device d = Device::cuda(0);
+  struct Case {
+    int64_t m, k, n;
+    cu::TcAct act;
+    bool bias;
+  };
+  // BERT's FFN1 at batch 1 (128 rows: 32-row tiles) and 8 (1024: 64-row tiles), rows that are no
+  // multiple of a tile, one row, K over many ring slots, no bias.
+  const Case cases[] = {{128, 768, 3072, cu::TcAct::gelu, true}, {1024, 768, 3072, cu::TcAct::gelu, true},
+                        {77, 128, 192, cu::TcAct::silu, true},   {1, 64, 64, cu::TcAct::none, true},
+                        {300, 1024, 128, cu::TcAct::relu, false}, {65, 192, 256, cu::TcAct::gelu_tanh, true}};
+  for (DType dt : {DType::f16, DType::bf16})
+    for (const Case& c : cases) {
+      const std::string what = std::string(lf::dtype_name(dt)) + " " + std::to_string(c.m) + "x" +
+                               std::to_string(c.k) + "->" + std::to_string(c.n) + " act " +
+                               std::to_string(static_cast<int>(c.act));
+      const Tensor x = rand_tensor({c.m, c.k}, dt, d, 1, -1, 1);
+      const Tensor w = rand_tensor({c.n, c.k}, dt, d, 2, -0.1, 0.1);
+      const Tensor b = c.bias ? rand_tensor({c.n}, dt, d, 3, -0.5, 0.5) : Tensor{};
+      const Tensor want = activated(lf::linear(x, w, b), c.act);
+      Tensor got = lf::empty({c.m, c.n}, dt, d);
+      REQUIRE_MESSAGE(cu::run_linear_tc(linear_call(x, w, b), c.act, std::span<const Tensor>(&got, 1), nullptr), what);
+      check_near(got, want, dt, what);
+      Tensor again = lf::empty({c.m, c.n}, dt, d);
+      REQUIRE(cu::run_linear_tc(linear_call(x, w, b), c.act, std::span<const Tensor>(&again, 1), nullptr));
+      CHECK_MESSAGE(got.to_doubles() == again.to_doubles(), what);
+    }
+}
+
+LF_CUDA_TEST_CASE("gemm_tc: merged siblings each get their dense output, wherever it lives") {
+  const Device d = Device::cuda(0);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    // Q / K / V of a 128-token BERT-shaped layer, narrowed: 3 siblings of 192 columns over K 256.
+    const int64_t m = 128, k = 256, width = 192;
+    const Tensor x = rand_tensor({2, m / 2, k}, dt, d, 4, -1, 1);  // leading dims fold into rows
+    const Tensor w = rand_tensor({3 * width, k}, dt, d, 5, -0.1, 0.1);
+    const Tensor b = rand_tensor({3 * width}, dt, d, 6, -0.5, 0.5);
+    // Separate allocations, not evenly spaced: the batched cuBLASLt call could not take them.
+    std::vector<Tensor> outs = {lf::empty({2, m / 2, width}, dt, d), lf::empty({2, m / 2, width}, dt, d),
+                                lf::empty({2, m / 2, width}, dt, d)};
+    REQUIRE(cu::run_linear_tc(linear_call(x, w, b), cu::TcAct::none, outs, nullptr));
+    for (int i = 0; i < 3; ++i) {
+      const Tensor want = lf::linear(x, w.slice(0, i * width, (i + 1) * width).contiguous(),
+                                     b.slice(0, i * width, (i + 1) * width).contiguous());
+      check_near(outs[static_cast<size_t>(i)], want, dt, std::string(lf::dtype_name(dt)) + " sibling " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("gemm_tc: calls it does not take are left to cuBLASLt, nothing launched") {
+  // Refused before any device is asked: host tensors stand in (only shapes, dtypes, addresses).
+  const Device cpu = Device::cpu();
+  const auto refuses = [&](const Tensor& x, const Tensor& w, const Tensor& b, Shape out_shape, cu::TcAct act) {
+    const Tensor out = lf::empty(out_shape, x.dtype(), cpu);
+    return !cu::run_linear_tc(linear_call(x, w, b), act, std::span<const Tensor>(&out, 1), nullptr);
+  };
+  const Tensor x = rand_tensor({32, 128}, DType::f16, cpu, 7), w = rand_tensor({64, 128}, DType::f16, cpu, 8);
+  // f32 (no f32 tensor-core path here).
+  CHECK(refuses(rand_tensor({32, 128}, DType::f32, cpu, 9), rand_tensor({64, 128}, DType::f32, cpu, 10), {}, {32, 64},
+                cu::TcAct::gelu));
+  // N not a whole number of 64-column tiles; K not of 64-element steps.
+  CHECK(refuses(x, rand_tensor({96, 128}, DType::f16, cpu, 11), {}, {32, 96}, cu::TcAct::none));
+  CHECK(refuses(rand_tensor({32, 96}, DType::f16, cpu, 12), rand_tensor({64, 96}, DType::f16, cpu, 13), {}, {32, 64},
+                cu::TcAct::none));
+  // x one element off a 16-byte boundary; a weight that is a view with strides.
+  CHECK(refuses(rand_tensor({32, 136}, DType::f16, cpu, 14).slice(1, 1, 129, 1), w, {}, {32, 64}, cu::TcAct::none));
+  CHECK(refuses(x, rand_tensor({128, 128}, DType::f16, cpu, 15).slice(0, 0, 128, 2), {}, {32, 64}, cu::TcAct::none));
+  // Mixed dtypes; a bias of another dtype.
+  CHECK(refuses(x, rand_tensor({64, 128}, DType::bf16, cpu, 16), {}, {32, 64}, cu::TcAct::none));
+  CHECK(refuses(x, w, rand_tensor({64}, DType::f32, cpu, 17), {32, 64}, cu::TcAct::none));
+  // Siblings whose widths do not add up to N.
+  {
+    std::vector<Tensor> outs = {lf::empty({32, 16}, DType::f16, cpu), lf::empty({32, 16}, DType::f16, cpu)};
+    CHECK_FALSE(cu::run_linear_tc(linear_call(x, w, {}), cu::TcAct::none, outs, nullptr));
+  }
+  // LIVEFUSE_GEMM_TC=0.
+  const lftest::ScopedConfig off(&livefuse::Config::gemm_tc, false);
+  CHECK(refuses(x, w, {}, {32, 64}, cu::TcAct::none));
+}
+
+TEST_CASE("gemm_tc: the activation of an op") {
+  CHECK(cu::tc_act_of(OpId::gelu) == cu::TcAct::gelu);
+  CHECK(cu::tc_act_of(OpId::gelu_tanh) == cu::TcAct::gelu_tanh);
+  CHECK(cu::tc_act_of(OpId::silu) == cu::TcAct::silu);
+  CHECK(cu::tc_act_of(OpId::relu) == cu::TcAct::relu);
+  CHECK(cu::tc_act_of(OpId::sigmoid) == cu::TcAct::none);
+}
+#endif
