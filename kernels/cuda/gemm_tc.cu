@@ -1,134 +1,29 @@
-// The tensor-core GEMM with epilogues (gemm_tc.hpp). A block of 4 warps computes a BM x 64
-// tile of the product (warps 2 x 2, each (BM / 2) x 32 as m16n8k16 tiles); K runs in steps of
-// 64 through a kStages-deep ring of cp.async copies into swizzled shared tiles, the attention
-// kernel's (attention_mma.cuh), so a step's loads are in flight while earlier steps compute.
-// Rows past m are zero-filled and never stored. BM is 32 when 64-row tiles would leave SMs
-// idle (BERT at batch 1: 128 rows), else 64. Sums are f32 in a fixed order: one call gives the
-// same bits every time.
-#include "kernels/cuda/attention_mma.cuh"
+// The tensor-core GEMM's launches (gemm_tc.hpp; the kernel: gemm_tc.cuh). BM is 32 when 64-row
+// tiles would leave SMs idle (BERT at batch 1: 128 rows), else 64.
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/gemm_tc.hpp"
-#include "kernels/device/lf_math.cuh"
+#include "kernels/cuda/gemm_tc.cuh"
 
 namespace livefuse::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kBK = static_cast<int>(kGemmTcStepK), kBN = static_cast<int>(kGemmTcTileN);
-
-__device__ __forceinline__ float activate(TcAct act, float v) {
-  switch (act) {
-    case TcAct::relu: return lf_relu(v);
-    case TcAct::gelu: return lf_gelu(v);
-    case TcAct::gelu_tanh: return lf_gelu_tanh(v);
-    case TcAct::silu: return lf_silu(v);
-    default: return v;
-  }
-}
-
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-template <class S, int BM, int kStages>
-__global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemmTcArgs a) {
-  constexpr int WM = BM / 2, WN = kBN / 2, MT = WM / 16, NT = WN / 8;
-  extern __shared__ __align__(128) lf_u16 smem[];
-  lf_u16* const sa = smem;                        // [kStages][BM][kBK]
-  lf_u16* const sb = smem + kStages * BM * kBK;   // [kStages][kBN][kBK]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm = warp / 2, wn = warp % 2;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x) * kBN;
-  const auto* x = static_cast<const lf_u16*>(a.x) + row0 * a.ldx;
-  const auto* w = static_cast<const lf_u16*>(a.w) + col0 * a.k;
-  const int steps = static_cast<int>(a.k / kBK);
-  auto load = [&](int s, int slot) {
-    const int64_t k0 = static_cast<int64_t>(s) * kBK;
-    tc::load_tile<kBK, BM, kThreads>(sa + slot * BM * kBK, x + k0, a.ldx, 0, a.m - row0, tid);
-    tc::load_tile<kBK, kBN, kThreads>(sb + slot * kBN * kBK, w + k0, a.k, 0, kBN, tid);
-  };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load(s, s);
-    tc::cp_async_commit();
-  }
-  float acc[MT][NT][4] = {};
-  const int a_row = lane & 15, a_half = lane >> 4;
-  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
-  for (int s = 0; s < steps; ++s) {
-    tc::cp_async_wait<kStages - 2>();
-    __syncthreads();
-    // The slot every warp finished with last step takes step s + kStages - 1.
-    if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
-    tc::cp_async_commit();
-    const lf_u16* ta = sa + (s % kStages) * BM * kBK;
-    const lf_u16* tb = sb + (s % kStages) * kBN * kBK;
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t af[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-        tc::ldmatrix_x4(af[i], tc::smem_address(ta + tc::swizzled<kBK>(wm * WM + i * 16 + a_row, 2 * kk + a_half)));
-#pragma unroll
-      for (int j = 0; j < NT / 2; ++j) {
-        uint32_t bf[4];  // columns j*16 + [0, 8) then + [8, 16), each as two k8 halves
-        tc::ldmatrix_x4(bf, tc::smem_address(tb + tc::swizzled<kBK>(wn * WN + j * 16 + b_row, 2 * kk + b_half)));
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          tc::mma<S>(acc[i][2 * j], af[i], bf[0], bf[1]);
-          tc::mma<S>(acc[i][2 * j + 1], af[i], bf[2], bf[3]);
-        }
-      }
-    }
-  }
-  tc::cp_async_wait<0>();
-  // Element e of tile (i, j) is row g + 8 (e / 2), column 2t + e % 2: a lane stores column
-  // pairs, which never straddle two parts (widths are even).
-  const int g = lane / 4, t = lane % 4;
-  const auto* bias = static_cast<const lf_u16*>(a.bias);
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int64_t col = col0 + wn * WN + j * 8 + 2 * t;
-    const float b0 = bias ? S::to(bias[col]) : 0.0f, b1 = bias ? S::to(bias[col + 1]) : 0.0f;
-    const int64_t part = col / a.width;
-    lf_u16* const out = static_cast<lf_u16*>(a.out[part]) + (col - part * a.width);
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + wm * WM + i * 16 + g + 8 * h;
-        if (row >= a.m) continue;
-        // The linear's value as eager writes it, then the activation of that value.
-        float v0 = S::to(S::from(acc[i][j][2 * h] + b0)), v1 = S::to(S::from(acc[i][j][2 * h + 1] + b1));
-        if (a.act != TcAct::none) v0 = activate(a.act, v0), v1 = activate(a.act, v1);
-        const uint32_t packed = static_cast<uint32_t>(S::from(v0)) | (static_cast<uint32_t>(S::from(v1)) << 16);
-        *reinterpret_cast<uint32_t*>(out + row * a.width) = packed;
-      }
-    }
-  }
-}
-#else
-template <class S, int BM, int kStages>
-__global__ void gemm_tc_kernel(GemmTcArgs) {
-  __trap();  // gemm_tc_supported keeps devices before sm_80 away
-}
-#endif
-
 template <class S, int BM, int kStages>
 void launch_tiles(const GemmTcArgs& a, cudaStream_t s) {
-  constexpr int kSmem = kStages * (BM + kBN) * kBK * 2;
+  constexpr int kSmem = tc::kGemmSmem<BM, kStages>;
   static const bool configured = [] {
-    LF_CUDA_CALL(cudaFuncSetAttribute(gemm_tc_kernel<S, BM, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    LF_CUDA_CALL(cudaFuncSetAttribute(tc::gemm_tc_kernel<S, BM, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
   (void)configured;
-  const dim3 grid(static_cast<unsigned>(a.n / kBN), static_cast<unsigned>((a.m + BM - 1) / BM));
-  gemm_tc_kernel<S, BM, kStages><<<grid, kThreads, kSmem, s>>>(a);
+  const dim3 grid(static_cast<unsigned>(a.n / tc::kGemmBN), static_cast<unsigned>((a.m + BM - 1) / BM));
+  tc::gemm_tc_kernel<S, BM, kStages><<<grid, tc::kGemmThreads, kSmem, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("gemm_tc");
 }
 
 template <class S>
 void launch_typed(const GemmTcArgs& a, cudaStream_t s) {
   // 64-row tiles where they fill the SMs; else 32-row tiles, twice the blocks.
-  const int64_t tiles64 = (a.m + 63) / 64 * (a.n / kBN);
+  const int64_t tiles64 = (a.m + 63) / 64 * (a.n / tc::kGemmBN);
   if (tiles64 >= current_device_info().sm_count) launch_tiles<S, 64, 3>(a, s);
   else launch_tiles<S, 32, 4>(a, s);
 }

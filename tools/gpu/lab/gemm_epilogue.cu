@@ -13,10 +13,7 @@
 // that f16 value rounded again -- what cuBLASLt's BIAS epilogue then an eager GELU give. Checked
 // against cuBLASLt's result (the two sum in different orders: within a few f16 ulps).
 //
-// The kernel: a block of 4 warps computes a BM x BN tile (warps 2 x 2, each (BM/2) x (BN/2) as
-// m16n8k16 tiles), K in steps of 64 through a kStages-deep cp.async ring of swizzled tiles
-// (the attention kernel's, kernels/cuda/attention_mma.cuh); rows past M are zero-filled and not
-// stored. Takes N % BN == 0, K % 64 == 0.
+// The kernel is livefuse's (kernels/cuda/gemm_tc.cuh) at each of its tile shapes.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -27,115 +24,33 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/gemm_tc.cuh"
 #include "lab_timing.cuh"
 #define CK LAB_CK
 
 namespace {
 using livefuse::cuda::F16;
+using livefuse::cuda::GemmTcArgs;
+using livefuse::cuda::TcAct;
 namespace tc = livefuse::cuda::tc;
 
 enum Act : int { kNone = 0, kGeluErf = 1 };
-constexpr int kBK = 64, kThreads = 128;
 
-struct Args {
-  const lf_u16 *x, *w, *bias;  // [M, K], [N, K], [N]
-  lf_u16* out;                 // parts outputs [M, N / parts] back to back
-  int m, n, k, parts;
-};
-
-__device__ __forceinline__ float gelu_erf(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
-
-template <int BM, int BN, int kStages, int kAct>
-__global__ void __launch_bounds__(kThreads) gemm_tc(Args a) {
-  constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8;
-  static_assert(NT % 2 == 0, "B fragments come in pairs of n8 tiles");
-  extern __shared__ __align__(128) lf_u16 smem[];
-  lf_u16* const sa = smem;                       // [kStages][BM][kBK]
-  lf_u16* const sb = smem + kStages * BM * kBK;  // [kStages][BN][kBK]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wm = warp / 2, wn = warp % 2;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x) * BN;
-  const int steps = a.k / kBK;
-  auto load = [&](int s, int stage) {
-    const int64_t k0 = static_cast<int64_t>(s) * kBK;
-    tc::load_tile<kBK, BM, kThreads>(sa + stage * BM * kBK, a.x + row0 * a.k + k0, a.k, 0, a.m - row0, tid);
-    tc::load_tile<kBK, BN, kThreads>(sb + stage * BN * kBK, a.w + col0 * a.k + k0, a.k, 0, BN, tid);
-  };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) load(s, s);
-    tc::cp_async_commit();
-  }
-  float acc[MT][NT][4] = {};
-  const int a_row = lane & 15, a_half = lane >> 4;
-  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
-  for (int s = 0; s < steps; ++s) {
-    tc::cp_async_wait<kStages - 2>();
-    __syncthreads();
-    // The ring slot freed last step takes step s + kStages - 1 while this one computes.
-    if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
-    tc::cp_async_commit();
-    const lf_u16* ta = sa + (s % kStages) * BM * kBK;
-    const lf_u16* tb = sb + (s % kStages) * BN * kBK;
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t af[MT][4];
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-        tc::ldmatrix_x4(af[i], tc::smem_address(ta + tc::swizzled<kBK>(wm * WM + i * 16 + a_row, 2 * kk + a_half)));
-#pragma unroll
-      for (int j = 0; j < NT / 2; ++j) {
-        uint32_t bf[4];
-        tc::ldmatrix_x4(bf, tc::smem_address(tb + tc::swizzled<kBK>(wn * WN + j * 16 + b_row, 2 * kk + b_half)));
-#pragma unroll
-        for (int i = 0; i < MT; ++i) {
-          tc::mma<F16>(acc[i][2 * j], af[i], bf[0], bf[1]);
-          tc::mma<F16>(acc[i][2 * j + 1], af[i], bf[2], bf[3]);
-        }
-      }
-    }
-  }
-  tc::cp_async_wait<0>();
-  // Epilogue: element e of tile (i, j) is row g + 8 (e / 2), column 2t + e % 2.
-  const int g = lane / 4, t = lane % 4;
-  const int64_t width = a.n / a.parts;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int64_t col = col0 + wn * WN + j * 8 + 2 * t;
-    const float b0 = lf_h2f(a.bias[col]), b1 = lf_h2f(a.bias[col + 1]);
-    const int64_t part = col / width, pcol = col % width;
-    lf_u16* const base = a.out + part * a.m * width + pcol;
-#pragma unroll
-    for (int i = 0; i < MT; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + wm * WM + i * 16 + g + 8 * h;
-        if (row >= a.m) continue;
-        float v0 = lf_h2f(lf_f2h(acc[i][j][2 * h] + b0)), v1 = lf_h2f(lf_f2h(acc[i][j][2 * h + 1] + b1));
-        if constexpr (kAct == kGeluErf) v0 = gelu_erf(v0), v1 = gelu_erf(v1);
-        const uint32_t packed = static_cast<uint32_t>(lf_f2h(v0)) | (static_cast<uint32_t>(lf_f2h(v1)) << 16);
-        *reinterpret_cast<uint32_t*>(base + row * width) = packed;
-      }
-    }
-  }
-}
-
-template <int BM, int BN, int kStages, int kAct>
-void launch(const Args& a, cudaStream_t st) {
-  constexpr int smem = kStages * (BM + BN) * kBK * 2;
+template <int BM, int kStages>
+void launch(const GemmTcArgs& a, cudaStream_t st) {
+  constexpr int smem = tc::kGemmSmem<BM, kStages>;
   static bool once = [] {
-    CK(cudaFuncSetAttribute(gemm_tc<BM, BN, kStages, kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(tc::gemm_tc_kernel<F16, BM, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
-  const dim3 grid(a.n / BN, (a.m + BM - 1) / BM);
-  gemm_tc<BM, BN, kStages, kAct><<<grid, kThreads, smem, st>>>(a);
+  const dim3 grid(static_cast<unsigned>(a.n / tc::kGemmBN), static_cast<unsigned>((a.m + BM - 1) / BM));
+  tc::gemm_tc_kernel<F16, BM, kStages><<<grid, tc::kGemmThreads, smem, st>>>(a);
 }
 
 __global__ void gelu_kernel(lf_u16* y, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = lf_f2h(gelu_erf(lf_h2f(y[i])));
+  if (i < n) y[i] = lf_f2h(lf_gelu(lf_h2f(y[i])));
 }
 
 // cuBLASLt: out[M, N] row-major = x w^T + bias, as D (N x M, column-major) = W^T-view... the
@@ -218,17 +133,16 @@ struct Case {
   int m, k, n, parts, act;
 };
 
-// Our kernel's variants: (BM, BN, stages).
-using Launch = void (*)(const Args&, cudaStream_t);
+// The kernel's tile shapes (rows x 64 columns, ring stages): livefuse takes 32 x 64 x 4 where
+// 64-row tiles are fewer than the SMs, else 64 x 64 x 3 (kernels/cuda/gemm_tc.cu).
+using Launch = void (*)(const GemmTcArgs&, cudaStream_t);
 struct Variant {
   const char* name;
-  Launch run[2];  // by act
+  Launch run;
 };
 const Variant kVariants[] = {
-    {"64x64x3", {launch<64, 64, 3, kNone>, launch<64, 64, 3, kGeluErf>}},
-    {"64x32x4", {launch<64, 32, 4, kNone>, launch<64, 32, 4, kGeluErf>}},
-    {"128x64x3", {launch<128, 64, 3, kNone>, launch<128, 64, 3, kGeluErf>}},
-    {"32x64x4", {launch<32, 64, 4, kNone>, launch<32, 64, 4, kGeluErf>}},
+    {"32x64x4", launch<32, 4>}, {"32x64x3", launch<32, 3>}, {"64x64x3", launch<64, 3>},
+    {"64x64x4", launch<64, 4>}, {"128x64x3", launch<128, 3>},
 };
 
 }  // namespace
@@ -272,10 +186,14 @@ int main(int argc, char** argv) {
     const double t_lt = lab_time_graph_us(st, reps, [&] { for (int i = 0; i < kLaunches; ++i) lt_run(); }) / kLaunches;
     std::printf("%-5s %5dx%-5d->%-5d parts %d  cuBLASLt%s %7.2f us\n", c.name, c.m, c.k, c.n, c.parts,
                 c.act == kGeluErf ? "+gelu" : "     ", t_lt);
-    const Args a{x, w, b, got, c.m, c.n, c.k, c.parts};
+    GemmTcArgs a;
+    a.m = c.m, a.n = c.n, a.k = c.k, a.x = x, a.ldx = c.k, a.w = w, a.bias = b;
+    a.act = c.act == kGeluErf ? TcAct::gelu : TcAct::none;
+    a.parts = c.parts, a.width = c.n / c.parts;
+    for (int p = 0; p < c.parts; ++p) a.out[p] = got + static_cast<size_t>(p) * c.m * a.width;
     for (const Variant& v : kVariants) {
       CK(cudaMemset(got, 0xff, outs * 2));
-      v.run[c.act](a, st);
+      v.run(a, st);
       CK(cudaGetLastError());
       CK(cudaStreamSynchronize(st));
       const std::vector<float> o = host(got, outs);
@@ -285,7 +203,7 @@ int main(int argc, char** argv) {
         peak = std::fmax(peak, std::fabs(double(r[i])));
       }
       if (!(err <= 4e-3 * std::fmax(peak, 1.0))) bad = true;  // (NaN fails too)
-      const double t = lab_time_graph_us(st, reps, [&] { for (int i = 0; i < kLaunches; ++i) v.run[c.act](a, st); }) / kLaunches;
+      const double t = lab_time_graph_us(st, reps, [&] { for (int i = 0; i < kLaunches; ++i) v.run(a, st); }) / kLaunches;
       std::printf("      %-10s %7.2f us  (%.2fx cuBLASLt)  max |diff| %.2e of peak %.2f%s\n", v.name, t, t_lt / t, err,
                   peak, err <= 4e-3 * std::fmax(peak, 1.0) ? "" : "  FAIL");
       if (jf)
