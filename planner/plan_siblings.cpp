@@ -2,9 +2,10 @@
 // as eager gives it (DESIGN, "Eager semantics": the outputs may be handed to the program).
 //   CPU   the blocked GEMM stores each column range of a tile straight into its sibling's output
 //         (GemmProblem::Split): one pass, no copy after it.
-//   CUDA  siblings of one width N (Q/K/V, gate/up): livefuse's tensor-core GEMM writes the
-//         columns of sibling i into its dense output as it stores the product (gemm_tc.hpp, one
-//         launch, where it takes the shapes); else one strided-batched cuBLASLt GEMM, batch i
+//   CUDA  siblings of one width N (Q/K/V, gate/up): with LIVEFUSE_GEMM_TC=1 livefuse's
+//         tensor-core GEMM writes the columns of sibling i into its dense output as it stores the
+//         product (gemm_tc.hpp, one launch, where it takes the shapes); else (the default: it is
+//         the slower) one strided-batched cuBLASLt GEMM, batch i
 //         reading weight rows [i N, (i + 1) N) and the one input (batch stride 0), writes
 //         sibling i's dense output, the outputs laid back to back in one allocation
 //         (allocate_storage_run; FusedPlan's binding sets allocate them so): one launch.
@@ -156,8 +157,8 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
   if (o.outs[0].numel() == 0) return true;
   // Few rows: one GEMV writes every sibling's output (no product, no split).
   if (cuda::run_gemv_split(nullptr, merged_call(p, gs, values, c), o.outs, st.handle())) return true;
-  // One width: the tensor-core GEMM writes each sibling's columns where its output lives; or,
-  // outputs evenly spaced, one strided-batched cuBLASLt GEMM writes them in place.
+  // One width: the tensor-core GEMM (LIVEFUSE_GEMM_TC=1) writes each sibling's columns where its
+  // output lives; or, outputs evenly spaced, one strided-batched cuBLASLt GEMM writes them in place.
   if (batched && cuda::run_linear_tc(merged_call(p, gs, values, c), cuda::TcAct::none, o.outs, st.handle()))
     return true;
   if (batched && cuda::run_sibling_linears(merged_call(p, gs, values, c), o.outs, st.handle()))

@@ -77,7 +77,7 @@ TEST_CASE("bert tiny: a hot loop is served with Q/K/V as one GEMM and equals LIV
   // makes the unit [q/k/v, ..., FFN2, add, layer_norm]: the residual add and the next layer's
   // norm are one row kernel. Planned for CUDA as well: Q/K/V one batched GEMM, attention,
   // output GEMM, add + norm, FFN1 + gelu (2 in this f32 model: cuBLASLt has no erf-GELU
-  // epilogue; 1 in f16 / bf16 on livefuse's tensor-core GEMM, test_fusion's BiasAct case), FFN2,
+  // epilogue; 1 in f16 / bf16 with LIVEFUSE_GEMM_TC=1, test_fusion's BiasAct case), FFN2,
   // add + norm.
   const lf::planner::FusedPlan* layer = nullptr;
   for (const auto& p : lf::PlanTable::get().plans())

@@ -1,15 +1,18 @@
-// livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp, cuda::run_linear_tc): a linear with its
-// bias and an activation, or sibling linears written as their own dense outputs, against eager's
-// linear (cuBLASLt) then activation kernel -- to the dtype's tolerance, since the two sum in
-// different orders -- and the same bits on every run. Which calls it refuses (the caller then
-// runs cuBLASLt) is host logic and runs on any machine the CUDA backend builds on.
+// livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp, cuda::run_linear_tc; LIVEFUSE_GEMM_TC=1,
+// set here): a linear with its bias and an activation, or sibling linears written as their own
+// dense outputs, against eager's linear (cuBLASLt) then activation kernel -- to the dtype's
+// tolerance, since the two sum in different orders -- and the same bits on every run. Which
+// calls it refuses (the caller then runs cuBLASLt) is host logic and runs on any machine the
+// CUDA backend builds on.
 #if LIVEFUSE_HAS_CUDA
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/gemm.hpp"
 #include "livefuse/config.hpp"
 #include "livefuse/ops.hpp"
+#include "livefuse/stream.hpp"
 #include "tests/ops/ops_util.hpp"
 
 using namespace opstest;
@@ -52,7 +55,10 @@ void check_near(const Tensor& got, const Tensor& want, DType dt, const std::stri
 }  // namespace
 
 LF_CUDA_TEST_CASE("gemm_tc: a linear with its bias and activation gives eager's values, the same bits every run") {
+  const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
   const Device d = Device::cuda(0);
+  // Eager's stream: the inputs are written there, and the outputs read back after it.
+  void* const st = livefuse::Stream::current(d).handle();
   struct Case {
     int64_t m, k, n;
     cu::TcAct act;
@@ -73,16 +79,18 @@ LF_CUDA_TEST_CASE("gemm_tc: a linear with its bias and activation gives eager's 
       const Tensor b = c.bias ? rand_tensor({c.n}, dt, d, 3, -0.5, 0.5) : Tensor{};
       const Tensor want = activated(lf::linear(x, w, b), c.act);
       Tensor got = lf::empty({c.m, c.n}, dt, d);
-      REQUIRE_MESSAGE(cu::run_linear_tc(linear_call(x, w, b), c.act, std::span<const Tensor>(&got, 1), nullptr), what);
+      REQUIRE_MESSAGE(cu::run_linear_tc(linear_call(x, w, b), c.act, std::span<const Tensor>(&got, 1), st), what);
       check_near(got, want, dt, what);
       Tensor again = lf::empty({c.m, c.n}, dt, d);
-      REQUIRE(cu::run_linear_tc(linear_call(x, w, b), c.act, std::span<const Tensor>(&again, 1), nullptr));
+      REQUIRE(cu::run_linear_tc(linear_call(x, w, b), c.act, std::span<const Tensor>(&again, 1), st));
       CHECK_MESSAGE(got.to_doubles() == again.to_doubles(), what);
     }
 }
 
 LF_CUDA_TEST_CASE("gemm_tc: merged siblings each get their dense output, wherever it lives") {
+  const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
   const Device d = Device::cuda(0);
+  void* const st = livefuse::Stream::current(d).handle();
   for (DType dt : {DType::f16, DType::bf16}) {
     // Q / K / V of a 128-token BERT-shaped layer, narrowed: 3 siblings of 192 columns over K 256.
     const int64_t m = 128, k = 256, width = 192;
@@ -92,7 +100,7 @@ LF_CUDA_TEST_CASE("gemm_tc: merged siblings each get their dense output, whereve
     // Separate allocations, not evenly spaced: the batched cuBLASLt call could not take them.
     std::vector<Tensor> outs = {lf::empty({2, m / 2, width}, dt, d), lf::empty({2, m / 2, width}, dt, d),
                                 lf::empty({2, m / 2, width}, dt, d)};
-    REQUIRE(cu::run_linear_tc(linear_call(x, w, b), cu::TcAct::none, outs, nullptr));
+    REQUIRE(cu::run_linear_tc(linear_call(x, w, b), cu::TcAct::none, outs, st));
     for (int i = 0; i < 3; ++i) {
       const Tensor want = lf::linear(x, w.slice(0, i * width, (i + 1) * width).contiguous(),
                                      b.slice(0, i * width, (i + 1) * width).contiguous());
@@ -103,6 +111,8 @@ LF_CUDA_TEST_CASE("gemm_tc: merged siblings each get their dense output, whereve
 
 TEST_CASE("gemm_tc: calls it does not take are left to cuBLASLt, nothing launched") {
   // Refused before any device is asked: host tensors stand in (only shapes, dtypes, addresses).
+  // Each for its own reason, so with the kernel switched on.
+  std::optional<lftest::ScopedConfig> tc_on(std::in_place, &livefuse::Config::gemm_tc, true);
   const Device cpu = Device::cpu();
   const auto refuses = [&](const Tensor& x, const Tensor& w, const Tensor& b, Shape out_shape, cu::TcAct act) {
     const Tensor out = lf::empty(out_shape, x.dtype(), cpu);
@@ -127,8 +137,9 @@ TEST_CASE("gemm_tc: calls it does not take are left to cuBLASLt, nothing launche
     std::vector<Tensor> outs = {lf::empty({32, 16}, DType::f16, cpu), lf::empty({32, 16}, DType::f16, cpu)};
     CHECK_FALSE(cu::run_linear_tc(linear_call(x, w, {}), cu::TcAct::none, outs, nullptr));
   }
-  // LIVEFUSE_GEMM_TC=0.
-  const lftest::ScopedConfig off(&livefuse::Config::gemm_tc, false);
+  // LIVEFUSE_GEMM_TC=0 (the default).
+  tc_on.reset();
+  CHECK_FALSE(livefuse::config().gemm_tc);
   CHECK(refuses(x, w, {}, {32, 64}, cu::TcAct::none));
 }
 

@@ -500,11 +500,10 @@ TEST_CASE("fusion: on CUDA a linear's erf gelu or silu rides on the tensor-core 
   PlannerOptions off = o;
   off.gemm_tc = false;
   CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::gelu, true), off) == GemmEpilogue::None);
-  // The option follows LIVEFUSE_GEMM_TC for CUDA plans only.
-  {
-    const lftest::ScopedConfig tc_off(&livefuse::Config::gemm_tc, false);
-    CHECK_FALSE(default_planner_options(Device::cuda(0)).gemm_tc);
-  }
+  // The option follows LIVEFUSE_GEMM_TC (off by default: the kernel is slower than cuBLASLt),
+  // for CUDA plans only.
+  CHECK_FALSE(default_planner_options(Device::cuda(0)).gemm_tc);
+  const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
   CHECK(default_planner_options(Device::cuda(0)).gemm_tc);
   CHECK_FALSE(default_planner_options(Device::cpu()).gemm_tc);
 }

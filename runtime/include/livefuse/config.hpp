@@ -77,11 +77,13 @@ struct Config {
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
-  // LIVEFUSE_GEMM_TC: CUDA plans run f16/bf16 linears that cuBLASLt needs more than one launch
+  // LIVEFUSE_GEMM_TC=1: CUDA plans run f16/bf16 linears that cuBLASLt needs more than one launch
   // for on livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp): merged Q/K/V written as
-  // three dense outputs at once, a bias + erf-GELU or SiLU in its epilogue; 0: cuBLASLt (a
-  // strided-batched call; the GEMM, then the activation's kernel), for comparison.
-  bool gemm_tc = true;
+  // three dense outputs at once, a bias + erf-GELU or SiLU in its epilogue. Off by default: its
+  // mma.sync kernel took twice cuBLASLt's time for BERT's linears on an H100 (Q/K/V at 128 rows
+  // 8.1 against 4.0 us; FFN1 + gelu 9.5 against 6.6 for cuBLASLt's GEMM and the gelu kernel),
+  // and BERT-base f16 batch 1 0.540 against 0.474 ms a forward (bench/RESULTS.md, session 43).
+  bool gemm_tc = false;
   // LIVEFUSE_GEMV_NORM: which decode-step norms whose only reader is a few-row linear run inside
   // that linear's GEMV (its prologue: planner.cpp, fold_norm_prologues). 1 (default): a lone
   // layer_norm / rms_norm (GPT-2's); 2: also Llama's cast -> rms_norm -> cast -> mul chain, the
