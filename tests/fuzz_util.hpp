@@ -95,7 +95,7 @@ class Switches {
       {{"LIVEFUSE_ROTARY=0", [](C& c) { c.rotary = false; }}},
       {{"LIVEFUSE_SEAM=0", [](C& c) { c.seam = false; }}},
       {{"LIVEFUSE_GEMV=0", [](C& c) { c.gemv = false; }}},
-      {{"LIVEFUSE_GEMM_TC=0", [](C& c) { c.gemm_tc = false; }}},
+      {{"LIVEFUSE_GEMM_TC=1", [](C& c) { c.gemm_tc = true; }}},
       {{"LIVEFUSE_GEMV_NORM=0", [](C& c) { c.gemv_norm = 0; }},
        {"LIVEFUSE_GEMV_NORM=2", [](C& c) { c.gemv_norm = 2; }}},
       {{"LIVEFUSE_GEMV_PAIR=0", [](C& c) { c.gemv_pair = 0; }},

@@ -8,7 +8,8 @@
 // kernel write it (the activation reads the linear's rounded value). The sum runs in f32 on
 // m16n8k16 tensor-core tiles in another order than cuBLASLt's, so results may differ from
 // eager's in the last bits of the dtype (eager's tolerance: the planner's tests say so).
-// f16 and bf16; the shape rules are gemm_tc_supported's.
+// f16 and bf16; the shape rules are gemm_tc_supported's. Plans use it with LIVEFUSE_GEMM_TC=1
+// only: on an H100 it took twice cuBLASLt's time on BERT's linears (bench/RESULTS.md, session 43).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
