@@ -1,6 +1,7 @@
 // livefuse-bench-gemv-chain: a decode step's products as one CUDA graph of back-to-back GEMVs
-// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh)
-// and with two weight rows a warp never or always (LIVEFUSE_GEMV_PAIR):
+// (kernels/cuda/gemv.hpp), with and without programmatic dependent launch (kernels/cuda/pdl.cuh),
+// with two weight rows a warp never or always (LIVEFUSE_GEMV_PAIR), and with a norm's loads
+// after its statistics (set_gemv_norm_early):
 // what a chain of short dependent kernels costs per kernel, and what launching each while the
 // one before runs (its weights prefetched into L2) saves; then each product of a layer alone,
 // chained over the layers. Per layer, as the plans run them:
@@ -140,15 +141,18 @@ struct Chain {
 
 // The variants compared: no PDL; PDL with the weights prefetched into L2 before the wait; PDL
 // alone; then no PDL with one-row products two weight rows a warp never (LIVEFUSE_GEMV_PAIR=0)
-// and always (2), where the others take them as by default (1).
+// and always (2), where the others take them as by default (1); then no PDL with a norm's
+// chunks loaded after its statistics (set_gemv_norm_early(false)), where the others load them
+// before.
 struct Variant {
   const char* name;
   bool pdl, prefetch;
   int pair;
+  bool norm_early = true;
 };
 constexpr Variant kVariants[] = {{"off", false, false, 1},      {"pdl", true, true, 1},
                                  {"pdl_nopf", true, false, 1}, {"no_pair", false, false, 0},
-                                 {"pair_all", false, false, 2}};
+                                 {"pair_all", false, false, 2}, {"norm_late", false, false, 1, false}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
@@ -156,6 +160,7 @@ void set_variant(const Variant& v) {
   c.gemv_pair = v.pair;
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
+  cu::set_gemv_norm_early(v.norm_early);
 }
 
 // Median microseconds of one replay of the chain captured as one graph.

@@ -188,6 +188,20 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     if (n < cols) load_weights(c0);  // in flight while a norm's rows are normalized
 
     if (kNorm && first_group) {
+      // This thread's first chunk to normalize, and the norm's weight and bias for it, asked for
+      // before the statistics: they arrive while the row is reduced, not one round trip after
+      // (the generated row kernels' early loads; a decode step's norm is this chain and little
+      // else). GPT-2's rows (96 chunks of 768) are all of it; a longer row's later chunks load
+      // in the loop below as before. 16-bit rows only: f32 ones at 4 rows spilled with them.
+      const int64_t i0 = threadIdx.x;
+      const bool early = sizeof(Bits) == 2 && a.norm_early && i0 < a.rows * chunks;
+      uint4 x_early{}, g_early{}, b_early{};
+      if (early) {
+        const int64_t m = i0 / chunks, c = i0 % chunks;
+        x_early = __ldg(reinterpret_cast<const uint4*>(x + m * xstride) + c);
+        if (a.norm_w) g_early = __ldg(static_cast<const uint4*>(a.norm_w) + c);
+        if (a.norm_b) b_early = __ldg(static_cast<const uint4*>(a.norm_b) + c);
+      }
       __shared__ float stats[kRows][2];
       const float inv_n = 1.0f / static_cast<float>(a.k);
 #pragma unroll
@@ -208,9 +222,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
         const int64_t m = i / chunks, c = i % chunks;
         const float mean = stats[m][0], rstd = stats[m][1];
         float v[kPer], gf[kPer], bf[kPer];
-        widen<S>(__ldg(reinterpret_cast<const uint4*>(x + m * xstride) + c), v);
-        if (a.norm_w) widen<S>(__ldg(static_cast<const uint4*>(a.norm_w) + c), gf);
-        if (a.norm_b) widen<S>(__ldg(static_cast<const uint4*>(a.norm_b) + c), bf);
+        const bool pre = early && i == i0;
+        widen<S>(pre ? x_early : __ldg(reinterpret_cast<const uint4*>(x + m * xstride) + c), v);
+        if (a.norm_w) widen<S>(pre ? g_early : __ldg(static_cast<const uint4*>(a.norm_w) + c), gf);
+        if (a.norm_b) widen<S>(pre ? b_early : __ldg(static_cast<const uint4*>(a.norm_b) + c), bf);
         Bits o[kPer];
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {  // eager's layer_norm / rms_norm of the element, as written
@@ -424,10 +439,11 @@ bool gemv_supported(const GemvArgs& a) {
 
 namespace {
 std::atomic<bool> g_prefetch{true};
+std::atomic<bool> g_norm_early{true};
 }  // namespace
 
-
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
+void set_gemv_norm_early(bool on) { g_norm_early.store(on, std::memory_order_relaxed); }
 
 void preload_gemv_kernels(DType dt) {
   with_float_storage(dt, [](auto storage) {
@@ -442,6 +458,7 @@ void preload_gemv_kernels(DType dt) {
 void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
   a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
+  a.norm_early = g_norm_early.load(std::memory_order_relaxed);
   // Warps a weight row: more while the grid would leave loads per SM short and each lane would
   // otherwise wait on more than one round of kUnroll loads. (A gated product's warp reads two
   // rows: its warps are counted by the rows they read.)

@@ -71,6 +71,9 @@ struct GemvArgs {
   int64_t batch = 1, x_bstride = 0, w_bstride = 0, o_bstride = 0;
   // Set by launch_gemv: the kernel prefetches its weights into L2 before its PDL wait.
   bool prefetch = false;
+  // Set by launch_gemv: with a norm, each thread loads its first chunk of x and of the norm's
+  // weight and bias before the row's statistics are taken (set_gemv_norm_early).
+  bool norm_early = false;
 };
 
 // out[b][m, n] = sum_k x[b][m, k] * B[b][k, n] for m < kGemvColsMaxRows, B row-major with unit
@@ -104,5 +107,10 @@ void launch_gemv(const GemvArgs& a, cudaStream_t s);
 // Whether a GEMV launched with PDL (LIVEFUSE_PDL=1) prefetches its weights into L2 first
 // (default on); for livefuse-bench-gemv-chain's comparison.
 void set_gemv_prefetch(bool on);
+// Whether a GEMV with a norm inside loads what its threads normalize first (their chunk of x, of
+// the norm's weight and bias) before the statistics, so those loads arrive while the row is
+// reduced rather than one memory round trip after it (default on; the same bits either way);
+// for livefuse-bench-gemv-chain's comparison.
+void set_gemv_norm_early(bool on);
 
 }  // namespace livefuse::cuda

@@ -1,7 +1,8 @@
 // The one-row GEMV with two adjacent weight rows a warp (kernels/cuda/gemv.cu, LIVEFUSE_GEMV_PAIR)
 // computes each output column with the same loads, lanes and order of sums as the kernel with one
 // row a warp: the same bits, for every split of a row over warps, an odd column count (the last
-// pair has one row), and each epilogue (bias, activation, residual, parts). Needs a GPU.
+// pair has one row), and each epilogue (bias, activation, residual, parts). And a norm's loads
+// before its statistics give the bits of loading them after. Needs a GPU.
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime.h>
 
@@ -118,6 +119,66 @@ LF_CUDA_TEST_CASE("gemv: two weight rows a warp give the bits of one row a warp"
         CHECK(untouched == 0);
       }
       for (void* p : {x, w, bias, resid, out}) cudaFree(p);
+    }
+  }
+}
+
+LF_CUDA_TEST_CASE("gemv: a norm's chunks loaded before its statistics give the bits of loading them after") {
+  // kernels/cuda/gemv.cu, set_gemv_norm_early: only where each thread's first chunk is read
+  // moves. Rows of 768 (every chunk early: GPT-2) and 2048 (a thread's later chunks in the loop),
+  // one to eight rows, layer_norm with weight and bias, rms_norm with a weight, Llama's rounding
+  // before the scale.
+  struct Case {
+    int64_t k;
+    int rows;
+    cu::GemvNorm norm;
+    bool round_first;
+  };
+  const Case cases[] = {{768, 1, cu::GemvNorm::layer, false}, {768, 4, cu::GemvNorm::layer, false},
+                        {2048, 1, cu::GemvNorm::rms, true},    {2048, 8, cu::GemvNorm::rms, false},
+                        {3072, 2, cu::GemvNorm::layer, false}};
+  const int64_t n = 2304;
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    for (const Case& c : cases) {
+      CAPTURE(static_cast<int>(dt));
+      CAPTURE(c.k);
+      CAPTURE(c.rows);
+      void* x = device_values(dt, static_cast<size_t>(c.rows * c.k), 11);
+      void* w = device_values(dt, static_cast<size_t>(n * c.k), 12);
+      void* g = device_values(dt, static_cast<size_t>(c.k), 13);
+      void* b = device_values(dt, static_cast<size_t>(c.k), 14);
+      void* out = nullptr;
+      CU_OK(cudaMalloc(&out, static_cast<size_t>(c.rows * n) * 2));
+      cu::GemvArgs a;
+      a.dtype = dt;
+      a.rows = c.rows;
+      a.n = n;
+      a.k = c.k;
+      a.x = x;
+      a.ldx = c.k;
+      a.w = w;
+      a.ldw = c.k;
+      a.out = out;
+      a.ldo = n;
+      a.norm = c.norm;
+      a.norm_w = g;
+      a.norm_b = c.norm == cu::GemvNorm::layer ? b : nullptr;
+      a.eps = 1e-5f;
+      a.norm_round_first = c.round_first;
+      REQUIRE(cu::gemv_supported(a));
+      std::vector<unsigned char> got[2];
+      for (int early = 0; early < 2; ++early) {
+        cu::set_gemv_norm_early(early == 1);
+        CU_OK(cudaMemset(out, 0xff, static_cast<size_t>(c.rows * n) * 2));
+        cu::launch_gemv(a, nullptr);
+        got[early] = host_bytes(out, static_cast<size_t>(c.rows * n) * 2);
+      }
+      cu::set_gemv_norm_early(true);
+      CHECK(got[0] == got[1]);
+      size_t untouched = 0;  // (0xffff is a NaN in both dtypes: none may survive)
+      for (size_t i = 0; i + 1 < got[1].size(); i += 2) untouched += got[1][i] == 0xff && got[1][i + 1] == 0xff;
+      CHECK(untouched == 0);
+      for (void* p : {x, w, g, b, out}) cudaFree(p);
     }
   }
 }
