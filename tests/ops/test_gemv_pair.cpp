@@ -54,6 +54,23 @@ std::vector<unsigned char> host_bytes(const void* p, size_t bytes) {
   return h;
 }
 
+// A product of `rows` dense rows of x [rows, k] by w [n, k] into the dense out [rows, n], no
+// epilogue: what each case then adds to.
+cu::GemvArgs dense_args(DType dt, int rows, int64_t n, int64_t k, void* x, void* w, void* out) {
+  cu::GemvArgs a;
+  a.dtype = dt;
+  a.rows = rows;
+  a.n = n;
+  a.k = k;
+  a.x = x;
+  a.ldx = k;
+  a.w = w;
+  a.ldw = k;
+  a.out = out;
+  a.ldo = n;
+  return a;
+}
+
 }  // namespace
 
 LF_CUDA_TEST_CASE("gemv: two weight rows a warp give the bits of one row a warp") {
@@ -77,17 +94,7 @@ LF_CUDA_TEST_CASE("gemv: two weight rows a warp give the bits of one row a warp"
         CAPTURE(sz.n);
         CAPTURE(sz.k);
         CAPTURE(static_cast<int>(dt));
-        cu::GemvArgs a;
-        a.dtype = dt;
-        a.rows = 1;
-        a.n = sz.n;
-        a.k = sz.k;
-        a.x = x;
-        a.ldx = sz.k;
-        a.w = w;
-        a.ldw = sz.k;
-        a.out = out;
-        a.ldo = sz.n;
+        cu::GemvArgs a = dense_args(dt, 1, sz.n, sz.k, x, w, out);
         if (ep.find("bias") == 0) a.bias = bias;
         if (ep == "residual") a.residual = resid;
         if (ep == "bias relu") a.act = cu::GemvAct::relu;
@@ -149,17 +156,7 @@ LF_CUDA_TEST_CASE("gemv: a norm's chunks loaded before its statistics give the b
       void* b = device_values(dt, static_cast<size_t>(c.k), 14);
       void* out = nullptr;
       CU_OK(cudaMalloc(&out, static_cast<size_t>(c.rows * n) * 2));
-      cu::GemvArgs a;
-      a.dtype = dt;
-      a.rows = c.rows;
-      a.n = n;
-      a.k = c.k;
-      a.x = x;
-      a.ldx = c.k;
-      a.w = w;
-      a.ldw = c.k;
-      a.out = out;
-      a.ldo = n;
+      cu::GemvArgs a = dense_args(dt, c.rows, n, c.k, x, w, out);
       a.norm = c.norm;
       a.norm_w = g;
       a.norm_b = c.norm == cu::GemvNorm::layer ? b : nullptr;
