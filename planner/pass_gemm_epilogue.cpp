@@ -53,16 +53,19 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
   size_t pos = 0;
   ValueRef cur = y;
   *bias = linear_bias ? g.seg.value_id(mn.inputs[2]) : -1;
+  // The tail is one activation of the linear's value (its bias, if any, inside the call) that
+  // only the tensor-core GEMM's epilogue has.
+  if (nodes.size() == 1) {
+    const SegmentNode& a = g.seg.nodes[nodes[0]];
+    if (a.inputs.size() == 1 && a.inputs[0] == y && tc_takes(g, mn, a.op, ys)) {
+      *act_op = a.op;
+      return GemmEpilogue::BiasAct;
+    }
+  }
   if (!linear_bias) {
     if (nodes.empty()) return GemmEpilogue::None;
     const SegmentNode& a = g.seg.nodes[nodes[0]];
     if (nodes.size() == 1 && (*residual = residual_of(g, tail, a, y)) >= 0) return GemmEpilogue::Residual;
-    // A bias-free linear's activation: the tensor-core GEMM's too.
-    if (nodes.size() == 1 && a.inputs.size() == 1 && a.inputs[0] == y && tc_takes(g, mn, a.op, ys)) {
-      *act_op = a.op;
-      *residual = -1;
-      return GemmEpilogue::BiasAct;
-    }
     if (a.op != OpId::add || a.attrs.scalar_operand) {
       *why = "the tail does not start with a bias add";
       return GemmEpilogue::None;
@@ -94,10 +97,8 @@ GemmEpilogue match_epilogue(const FusionGraph& g, const Group& gemm, const Group
       *why = "the tail is not a single activation of the biased product";
       return GemmEpilogue::None;
     }
-    *act_op = act.op;
     if (act.op == OpId::relu) e = GemmEpilogue::ReluBias;
     else if (act.op == OpId::gelu_tanh) e = GemmEpilogue::GeluBias;
-    else if (*residual < 0 && pos == 0 && tc_takes(g, mn, act.op, ys)) e = GemmEpilogue::BiasAct;
     else {
       *why = act.op == OpId::gelu ? "cuBLASLt's GELU epilogue is the tanh approximation; erf gelu stays in the fused tail"
                                   : std::string(op_name(act.op)) + " has no cuBLASLt epilogue";
