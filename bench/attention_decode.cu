@@ -1,13 +1,14 @@
 // livefuse-bench-attention-decode: the decode attention kernels -- on tensor cores
-// (kernels/cuda/attention_mma_decode.cu, f16/bf16 at d 64 / 128) and the FMA one
-// (attention_decode.cu) -- against the CPU kernel (the reference) and the general CUDA kernel
+// (kernels/cuda/attention_mma_decode.cu, f16/bf16 at d 64 / 128), the FMA one
+// (attention_decode.cu) and the streaming one (attention_decode_stream.cu) -- against the CPU kernel (the reference) and the general CUDA kernel
 // (attention.cu, or the prefill tensor-core kernel where it fits), over the
 // decoders' decode shapes: GPT-2 small (12 heads, d 64, one row) and Llama-3.2-1B (8 K/V heads of
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
 // Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
-//        [--no-workspace] [--split-keys N] [--case TEXT] [--append]
-// (--append: also the FMA decode kernel appending the step's rows to the cache itself, against
+//        [--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8]
+// (--stream-warps: the streaming kernel's blocks of 4 or 8 warps for every case, not its choice;
+// --append: also the FMA decode kernel appending the step's rows to the cache itself, against
 // the concat's copy launch followed by the kernel -- LIVEFUSE_ATTENTION_APPEND's two ways;)
 // (--max-splits: cap the blocks a head's keys are split over, to compare cluster sizes;
 // --max-rows 1 | 2 | 4: query rows a block takes at most, 0 the launch's own choice; --wide: the
@@ -220,18 +221,19 @@ double time_us(Launch launch, int iters, cudaStream_t s) {
 
 // The kernels compared: tensor-core decode (where it takes the shape; else as launch_attention
 // chooses), the FMA decode kernel, and launch_attention with both decode kernels off.
-enum Mode { kTc, kFma, kGeneral, kModes };
-const char* const kModeNames[kModes] = {"tc", "decode", "general"};
+enum Mode { kTc, kFma, kGeneral, kStream, kModes };
+const char* const kModeNames[kModes] = {"tc", "decode", "general", "stream"};
 
 struct Result {
   Diff err[kModes];
   double cold[kModes], hot[kModes], kv_bytes;
-  bool tc_took = false;  // the tensor-core kernel took the shape
+  bool tc_took = false;      // the tensor-core kernel took the shape
+  bool stream_took = false;  // the streaming kernel did
   // --append: the FMA decode kernel appending the step's t rows itself (AttentionArgs::
   // first_new, the cache grown in place), against the copy launch of the concat it replaces
   // followed by the kernel as above; cold us.
-  Diff append_err;
-  double append_cold = 0, copy_then_decode_cold = 0;
+  Diff append_err, stream_append_err;
+  double append_cold = 0, copy_then_decode_cold = 0, stream_append_cold = 0;
 };
 
 bool g_append = false;  // --append
@@ -273,6 +275,7 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
   auto launch = [&](const livefuse::AttentionArgs& x) {
     if (mode == kTc && livefuse::cuda::launch_attention_decode_tc(x, s)) return;
     if (mode == kFma && livefuse::cuda::launch_attention_decode(x, s)) return;
+    if (mode == kStream && livefuse::cuda::launch_attention_decode_stream(x, s)) return;
     livefuse::cuda::launch_attention(x, s);
   };
   auto check = [&] {
@@ -288,16 +291,20 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
   r.kv_bytes = 2.0 * c.batch * c.kv_heads * c.sk * c.d * es;
   livefuse::cuda::force_attention_decode_tc(1);
   r.tc_took = livefuse::cuda::launch_attention_decode_tc(args(0), s);
+  livefuse::cuda::force_attention_decode_stream(1);
+  r.stream_took = livefuse::cuda::launch_attention_decode_stream(args(0), s);
   CHECK_CUDA(cudaStreamSynchronize(s));
   for (int m = 0; m < kModes; ++m) {
     mode = static_cast<Mode>(m);
     livefuse::cuda::force_attention_decode_tc(mode == kTc ? 1 : 0);
+    livefuse::cuda::force_attention_decode_stream(mode == kStream ? 1 : 0);
     livefuse::cuda::set_attention_decode_enabled(mode != kGeneral);
     r.err[m] = check();
     r.cold[m] = time_us([&](int i) { launch(args(i % copies)); }, iters, s);
     r.hot[m] = time_us([&](int) { launch(args(0)); }, iters, s);
   }
   livefuse::cuda::force_attention_decode_tc(-1);
+  livefuse::cuda::force_attention_decode_stream(0);  // the append's FMA arm below
   livefuse::cuda::set_attention_decode_enabled(true);
   if (g_append) {
     // The step's rows: each head's last t rows of the cache, [b, kv heads, t, d] on their own;
@@ -346,9 +353,25 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
           launch(livefuse::after_append(x));
         },
         iters, s);
+    // The same on the streaming kernel, where it takes the shape.
+    livefuse::cuda::force_attention_decode_stream(1);
+    if (r.stream_took) {
+      std::vector<unsigned char> got(l.out_elems * es);
+      CHECK_CUDA(cudaMemsetAsync(dout, 0xff, got.size(), s));
+      if (!livefuse::cuda::launch_attention_decode_stream(appending(0), s)) std::abort();
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      CHECK_CUDA(cudaMemcpy(got.data(), dout, got.size(), cudaMemcpyDeviceToHost));
+      r.stream_append_err = compare(decode(got, c.dt), want, tolerance(c.dt));
+      r.stream_append_cold = time_us(
+          [&](int i) {
+            if (!livefuse::cuda::launch_attention_decode_stream(appending(i % copies), s)) std::abort();
+          },
+          iters, s);
+    }
     CHECK_CUDA(cudaFree(dkn));
     CHECK_CUDA(cudaFree(dvn));
   }
+  livefuse::cuda::force_attention_decode_stream(-1);
   CHECK_CUDA(cudaFree(dq));
   CHECK_CUDA(cudaFree(dkv));
   CHECK_CUDA(cudaFree(dout));
@@ -400,10 +423,12 @@ int main(int argc, char** argv) {
       only = argv[++i];
     else if (arg == "--append")
       g_append = true;
+    else if (arg == "--stream-warps" && i + 1 < argc)
+      livefuse::cuda::set_attention_decode_stream_warps(std::atoi(argv[++i]));
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide] "
-                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append]\n",
+                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8]\n",
                    argv[0]);
       return 2;
     }
@@ -415,9 +440,9 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::vector<lfbench::Record> recs;
   bool all_pass = true;
-  std::printf("%-34s %5s %3s %5s %5s | %9s %8s %6s %7s | %9s %8s %6s %7s | %9s %8s %7s\n", "case", "dtype",
-              "b", "rows", "sk", "tc err", "cold us", "GB/s", "hot us", "fma err", "cold us", "GB/s",
-              "hot us", "gen. err", "cold us", "hot us");
+  std::printf("%-34s %5s %3s %5s %5s | %9s %8s %6s %7s | %9s %8s %6s %7s | %9s %8s %6s %7s | %9s %8s %7s\n",
+              "case", "dtype", "b", "rows", "sk", "tc err", "cold us", "GB/s", "hot us", "fma err", "cold us",
+              "GB/s", "hot us", "strm err", "cold us", "GB/s", "hot us", "gen. err", "cold us", "hot us");
   for (const Case& c : cases()) {
     if ((c.name + " " + name_of(c.dt) + " " + std::to_string(c.sk)).find(only) == std::string::npos) continue;
     const Result r = run_case(c, iters, s);
@@ -425,25 +450,29 @@ int main(int argc, char** argv) {
     for (int m = 0; m < kModes; ++m)
       if (!r.err[m].pass) failed += std::string(failed.empty() ? "" : ", ") + kModeNames[m];
     if (g_append && !r.append_err.pass) failed += std::string(failed.empty() ? "" : ", ") + "append";
+    if (g_append && !r.stream_append_err.pass) failed += std::string(failed.empty() ? "" : ", ") + "stream append";
     all_pass = all_pass && failed.empty();
     const auto gbs = [&](int m) { return r.kv_bytes / r.cold[m] * 1e-3; };
     std::printf(
-        "%-34s %5s %3lld %5lld %5lld | %9.2e %8.2f %6.0f %7.2f | %9.2e %8.2f %6.0f %7.2f | %9.2e %8.2f "
-        "%7.2f  %s%s\n",
+        "%-34s %5s %3lld %5lld %5lld | %9.2e %8.2f %6.0f %7.2f | %9.2e %8.2f %6.0f %7.2f | %9.2e %8.2f %6.0f "
+        "%7.2f | %9.2e %8.2f %7.2f  %s%s%s\n",
         c.name.c_str(), name_of(c.dt).c_str(), static_cast<long long>(c.batch),
         static_cast<long long>(c.groups * c.t), static_cast<long long>(c.sk), r.err[kTc].max_abs,
         r.cold[kTc], gbs(kTc), r.hot[kTc], r.err[kFma].max_abs, r.cold[kFma], gbs(kFma), r.hot[kFma],
-        r.err[kGeneral].max_abs, r.cold[kGeneral], r.hot[kGeneral],
-        failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(), r.tc_took ? "" : "  (tc declined)");
+        r.err[kStream].max_abs, r.cold[kStream], gbs(kStream), r.hot[kStream], r.err[kGeneral].max_abs,
+        r.cold[kGeneral], r.hot[kGeneral], failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(),
+        r.tc_took ? "" : "  (tc declined)", r.stream_took ? "" : "  (stream declined)");
     if (g_append)
-      std::printf("%-34s   appending in the kernel %8.2f us (err %.2e) | copy launch, then the kernel %8.2f us\n", "",
-                  r.append_cold, r.append_err.max_abs, r.copy_then_decode_cold);
+      std::printf("%-34s   appending in the kernel %8.2f us (err %.2e) | copy launch, then the kernel %8.2f us"
+                  " | streaming kernel appending %8.2f us (err %.2e)\n",
+                  "", r.append_cold, r.append_err.max_abs, r.copy_then_decode_cold, r.stream_append_cold,
+                  r.stream_append_err.max_abs);
     const std::string size = "b" + std::to_string(c.batch) + " kvh" + std::to_string(c.kv_heads) +
                              " rows" + std::to_string(c.groups * c.t) + " sk" +
                              std::to_string(c.sk) + " d" + std::to_string(c.d) + " " +
                              name_of(c.dt);
     for (int m = 0; m < kModes; ++m) {
-      if (m == kTc && !r.tc_took) continue;
+      if ((m == kTc && !r.tc_took) || (m == kStream && !r.stream_took)) continue;
       recs.push_back({c.name,
                       kModeNames[m],
                       size,
@@ -458,6 +487,9 @@ int main(int argc, char** argv) {
       recs.push_back({c.name, "append", size, r.append_cold, {{"max_err", r.append_err.max_abs}},
                       {{"check", r.append_err.pass ? "PASS" : "FAIL"}}});
       recs.push_back({c.name, "copy+decode", size, r.copy_then_decode_cold, {}, {}});
+      if (r.stream_took)
+        recs.push_back({c.name, "stream append", size, r.stream_append_cold, {{"max_err", r.stream_append_err.max_abs}},
+                        {{"check", r.stream_append_err.pass ? "PASS" : "FAIL"}}});
     }
   }
   if (!json.empty()) lfbench::write_json(json, recs);

@@ -143,14 +143,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Launches through launch_attention by the kernel that took them (attention_launch_counts).
-std::atomic<uint64_t> g_launches[4];  // decode_tc, decode_fma, mma, general
+std::atomic<uint64_t> g_launches[5];  // decode_tc, decode_fma, mma, general, decode_stream
 void counted(int kernel) { g_launches[kernel].fetch_add(1, std::memory_order_relaxed); }
 
 }  // namespace
 
 AttentionLaunchCounts attention_launch_counts() {
   const auto n = [](int k) { return g_launches[k].load(std::memory_order_relaxed); };
-  return {n(0), n(1), n(2), n(3)};
+  return {n(0), n(1), n(2), n(3), n(4)};
 }
 
 void launch_attention(const AttentionArgs& a, void* stream) {
@@ -167,13 +167,18 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // A KV cache's append (AttentionArgs::first_new): the decode kernel writes the new rows as it
   // reads them; for any other kernel one launch of copies lands them first. (The tensor-core
   // decode kernel, LIVEFUSE_DECODE_TC, does not append: an appending step stays on the FMA one.)
+  // From LIVEFUSE_DECODE_STREAM_KEYS cached keys on (f16/bf16, d 64 / 128, up to 8 rows, the
+  // cache grown in place), the streaming kernel (attention_decode_stream.cu) before the FMA one:
+  // at long caches both split-KV kernels above are bound by their instructions, not the bytes.
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.first_new >= 0) {
+    if (launch_attention_decode_stream(a, stream)) return counted(4);
     if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
     launch_append_copies(a, stream);
     return launch_attention(after_append(a), stream);
   }
   if (launch_attention_decode_tc(a, stream)) return counted(0);
+  if (launch_attention_decode_stream(a, stream)) return counted(4);
   if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) {

@@ -1,6 +1,7 @@
 // The report's "cuda.attention" counters: how many of launch_attention's calls each kernel took
 // (kernels/cuda/attention_kernels.hpp). A decode step's attention takes the tensor-core kernel
-// only with LIVEFUSE_DECODE_TC=1 and where it fits; these say whether a run's steps did.
+// only with LIVEFUSE_DECODE_TC=1 and where it fits, the streaming one from
+// LIVEFUSE_DECODE_STREAM_KEYS cached keys on; these say whether a run's steps did.
 #include "kernels/cuda/attention_kernels.hpp"
 #include "runtime/inspect_registry.hpp"
 
@@ -15,6 +16,7 @@ const bool g_registered = [] {
     sink.add("decode_fma", c.decode_fma);
     sink.add("mma", c.mma);
     sink.add("general", c.general);
+    sink.add("decode_stream", c.decode_stream);
   });
   return true;
 }();

@@ -34,11 +34,25 @@ bool launch_attention_decode_tc(const AttentionArgs& a, void* stream);
 // LIVEFUSE_DECODE_TC says.
 void force_attention_decode_tc(int on);
 
+// attention_decode_stream.cu: decode shapes whose every key of a 128- or 256-key split is in
+// flight at once, one key a thread (its note says why) -- f16/bf16, d = dv in {64, 128}, at most 8 rows,
+// K and V rows 16-byte vectors, an append only into a cache grown in place, at most 64 splits.
+// Enqueues and returns true, or declines (false, nothing enqueued): another shape, fewer cached
+// keys than LIVEFUSE_DECODE_STREAM_KEYS (or forced off), or a long cache on a stream being
+// captured before it had a workspace. launch_attention tries it first.
+bool launch_attention_decode_stream(const AttentionArgs& a, void* stream);
+// Tests and the benchmark: 1 takes every shape that fits at any length, 0 none, -1 (default) as
+// LIVEFUSE_DECODE_STREAM_KEYS says.
+void force_attention_decode_stream(int on);
+// The benchmark: blocks of 4 or 8 warps (128- or 256-key splits) for every launch; 0 (default)
+// chooses by the grid.
+void set_attention_decode_stream_warps(int warps);
+
 // Calls of launch_attention (attention_args.hpp) by the kernel that took them -- launched or
 // recorded into a graph -- since the process began; the report's "cuda.attention" counters
 // (attention_counts.cpp): which kernel a decode step's attention ran on.
 struct AttentionLaunchCounts {
-  uint64_t decode_tc = 0, decode_fma = 0, mma = 0, general = 0;
+  uint64_t decode_tc = 0, decode_fma = 0, mma = 0, general = 0, decode_stream = 0;
 };
 AttentionLaunchCounts attention_launch_counts();
 

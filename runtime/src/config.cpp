@@ -143,6 +143,8 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_DECODE_LEAN", &Config::decode_lean),
       bool_row("LIVEFUSE_ATTENTION_APPEND", &Config::attention_append),
       bool_row("LIVEFUSE_DECODE_TC", &Config::decode_tc),
+      int_row("LIVEFUSE_DECODE_STREAM_KEYS", "an integer 0..1000000000 (0: never)", 0, 1000000000,
+              &Config::decode_stream_keys),
       bool_row("LIVEFUSE_SPLIT_K_ROWS", &Config::split_k_rows),
       bool_row("LIVEFUSE_ROW_EARLY_LOADS", &Config::row_early_loads),
       bool_row("LIVEFUSE_PDL", &Config::pdl),

@@ -61,6 +61,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_DECODE_LEAN") return yes_no(c.decode_lean);
   if (name == "LIVEFUSE_ATTENTION_APPEND") return yes_no(c.attention_append);
   if (name == "LIVEFUSE_DECODE_TC") return yes_no(c.decode_tc);
+  if (name == "LIVEFUSE_DECODE_STREAM_KEYS") return std::to_string(c.decode_stream_keys);
   if (name == "LIVEFUSE_SPLIT_K_ROWS") return yes_no(c.split_k_rows);
   if (name == "LIVEFUSE_ROW_EARLY_LOADS") return yes_no(c.row_early_loads);
   if (name == "LIVEFUSE_PDL") return yes_no(c.pdl);

@@ -80,23 +80,29 @@ void for_each_key_split(F&& body) {
 #endif
 }
 
-// Runs `body` with the decode shapes on the tensor-core split-KV kernel (attention_mma_decode.cu)
-// and then on the FMA one (attention_decode.cu); back to the default after.
+// Runs `body` with the decode shapes on the tensor-core split-KV kernel (attention_mma_decode.cu),
+// then on the streaming one (attention_decode_stream.cu, at every length) and then on the FMA one
+// (attention_decode.cu); back to the defaults after.
 template <class F>
 void for_each_decode_kernel(F&& body) {
 #if LIVEFUSE_HAS_CUDA
   struct Reset {
-    ~Reset() { livefuse::cuda::force_attention_decode_tc(-1); }
+    ~Reset() {
+      livefuse::cuda::force_attention_decode_tc(-1);
+      livefuse::cuda::force_attention_decode_stream(-1);
+    }
   } reset;
-  for (bool tc : {true, false}) {
-    livefuse::cuda::force_attention_decode_tc(tc ? 1 : 0);
-    INFO((tc ? "decode on tensor cores" : "decode on the FMA kernel"));
-    const uint64_t before = livefuse::cuda::attention_launch_counts().decode_tc;
+  enum Kernel { tc, stream, fma };
+  for (Kernel k : {tc, stream, fma}) {
+    livefuse::cuda::force_attention_decode_tc(k == tc ? 1 : 0);
+    livefuse::cuda::force_attention_decode_stream(k == stream ? 1 : 0);
+    INFO((k == tc ? "decode on tensor cores" : k == stream ? "decode on the streaming kernel" : "decode on the FMA kernel"));
+    const auto before = livefuse::cuda::attention_launch_counts();
     body();
     // The plans' attention steps took the kernel asked for (the report's cuda.attention).
-    const uint64_t took = livefuse::cuda::attention_launch_counts().decode_tc - before;
-    if (tc) CHECK(took > 0);
-    else CHECK(took == 0);
+    const auto after = livefuse::cuda::attention_launch_counts();
+    CHECK((after.decode_tc > before.decode_tc) == (k == tc));
+    CHECK((after.decode_stream > before.decode_stream) == (k == stream));
   }
 #else
   body();
@@ -293,24 +299,23 @@ LF_CUDA_TEST_CASE("attention gpu: decode splits merge masked, NaN and all -inf r
 
 #if LIVEFUSE_HAS_CUDA
 // The decoders' shapes take the tensor-core decode kernel (it declines f32, head dims other than
-// 64 / 128 and more than 16 rows), and its result equals the CPU kernel's: Llama-1B's GQA head
-// (4 rows, d 64) at 300 and 4096 keys, an 8B-shaped head (d 128), GPT-2's one row.
-LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal the CPU kernel") {
-  struct Reset {
-    ~Reset() { livefuse::cuda::force_attention_decode_tc(-1); }
-  } reset;
-  livefuse::cuda::force_attention_decode_tc(1);  // whatever LIVEFUSE_DECODE_TC says
+// 64 / 128 and more than 16 rows) and the streaming one (also more than 8 rows, and more keys than
+// 64 splits of 256), and their results equal the CPU kernel's: Llama-1B's GQA head (4 rows, d 64)
+// at 300 and 4096 keys, an 8B-shaped head (d 128), GPT-2's one row, three rows (a GQA group of 3).
+static void check_decode_kernel(const char* name, bool (*launch)(const AttentionArgs&, void*), bool stream) {
   struct Case {
     int64_t heads, rows, sk, d;
     DType dt;
-    bool taken;
+    bool tc_takes, stream_takes;
   };
-  const Case cases[] = {{8, 4, 300, 64, DType::bf16, true},  {8, 4, 4096, 64, DType::bf16, true},
-                        {8, 4, 777, 128, DType::bf16, true}, {12, 1, 4099, 64, DType::f16, true},
-                        {2, 3, 200, 64, DType::f32, false},  {2, 17, 200, 64, DType::f16, false},
-                        {2, 4, 200, 96, DType::f16, false}};
+  const Case cases[] = {{8, 4, 300, 64, DType::bf16, true, true},    {8, 4, 4096, 64, DType::bf16, true, true},
+                        {8, 4, 777, 128, DType::bf16, true, true},   {12, 1, 4099, 64, DType::f16, true, true},
+                        {2, 3, 200, 64, DType::f16, true, true},     {2, 3, 200, 64, DType::f32, false, false},
+                        {2, 12, 200, 64, DType::f16, true, false},   {2, 17, 200, 64, DType::f16, false, false},
+                        {2, 4, 200, 96, DType::f16, false, false},   {1, 1, 64 * 256 + 1, 64, DType::f16, true, false}};
   for (const Case& c : cases) {
-    INFO("heads " << c.heads << " rows " << c.rows << " sk " << c.sk << " d " << c.d << " " << dtype_name(c.dt));
+    INFO(name << ": heads " << c.heads << " rows " << c.rows << " sk " << c.sk << " d " << c.d << " "
+              << dtype_name(c.dt));
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const auto random = [&](Shape shape) {
@@ -336,9 +341,8 @@ LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal th
     livefuse::cpu::run_attention(args(q, k, v, want));
     const Tensor gq = q.to(Device::cuda(0)), gk = k.to(Device::cuda(0)), gv = v.to(Device::cuda(0));
     Tensor got = want.to(Device::cuda(0));
-    const bool taken = livefuse::cuda::launch_attention_decode_tc(args(gq, gk, gv, got),
-                                                                  Stream::current(Device::cuda(0)).handle());
-    CHECK(taken == c.taken);
+    const bool taken = launch(args(gq, gk, gv, got), Stream::current(Device::cuda(0)).handle());
+    CHECK(taken == (stream ? c.stream_takes : c.tc_takes));
     if (!taken) continue;
     synchronize(Device::cuda(0));
     const auto g = got.to(Device::cpu()).to_doubles(), w = want.to_doubles();
@@ -346,6 +350,29 @@ LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal th
     CHECK_MESSAGE(lftest::allclose(g, w, attention_tol(c.dt), attention_tol(c.dt), &bad),
                   "first mismatch at " << bad << ": got " << (bad < g.size() ? g[bad] : 0)
                                        << " want " << (bad < w.size() ? w[bad] : 0));
+  }
+}
+
+LF_CUDA_TEST_CASE("attention gpu: decode shapes run on tensor cores and equal the CPU kernel") {
+  struct Reset {
+    ~Reset() { livefuse::cuda::force_attention_decode_tc(-1); }
+  } reset;
+  livefuse::cuda::force_attention_decode_tc(1);  // whatever LIVEFUSE_DECODE_TC says
+  check_decode_kernel("tensor cores", livefuse::cuda::launch_attention_decode_tc, false);
+}
+
+LF_CUDA_TEST_CASE("attention gpu: decode shapes run on the streaming kernel and equal the CPU kernel") {
+  struct Reset {
+    ~Reset() {
+      livefuse::cuda::force_attention_decode_stream(-1);
+      livefuse::cuda::set_attention_decode_stream_warps(0);
+    }
+  } reset;
+  livefuse::cuda::force_attention_decode_stream(1);  // at any length
+  for (int warps : {4, 8, 0}) {  // 128- and 256-key splits, then the grid's choice
+    livefuse::cuda::set_attention_decode_stream_warps(warps);
+    check_decode_kernel(warps == 4 ? "streaming, 4 warps" : warps == 8 ? "streaming, 8 warps" : "streaming",
+                        livefuse::cuda::launch_attention_decode_stream, true);
   }
 }
 #endif
@@ -405,8 +432,17 @@ LF_CUDA_TEST_CASE("attention gpu: the decode kernel appends the step's rows as t
       {1, 8, 4, 300, 1, 64, DType::bf16, true, false, true},    {1, 8, 4, 300, 1, 64, DType::bf16, false, true, false},
       {2, 2, 2, 77, 2, 128, DType::f16, true, true, true},       {2, 3, 9, 600, 3, 32, DType::f32, false, false, true},
       {1, 2, 1, 16, 4, 16, DType::f32, true, false, false},     {1, 4, 2, 1500, 1, 64, DType::bf16, false, false, false}};
+  struct Reset {
+    ~Reset() { livefuse::cuda::force_attention_decode_stream(-1); }
+  } reset;
+  // On the FMA kernel, then with the streaming one switched on at every length: it takes the f16
+  // / bf16 caches grown in place with 16-byte rows; the FMA kernel the rest.
+  for (bool stream : {false, true})
   for (const Case& c : cases) {
-    INFO("batch " << c.batch << " heads " << c.heads << " rows " << c.rows << " old " << c.old << " added "
+    livefuse::cuda::force_attention_decode_stream(stream ? 1 : 0);
+    const bool streamed = stream && c.in_place && !c.strided_new && c.rows <= 8 && c.dt != DType::f32 &&
+                          (c.d == 64 || c.d == 128);
+    INFO((stream ? "streaming kernel on: " : "") << "batch " << c.batch << " heads " << c.heads << " rows " << c.rows << " old " << c.old << " added "
                   << c.added << " d " << c.d << " " << dtype_name(c.dt) << (c.in_place ? " in place" : " moved")
                   << (c.strided_new ? " strided new rows" : "") << (c.mask ? " masked" : ""));
     const int64_t sk = c.old + c.added, cap = sk + 5, b = c.batch, h = c.heads, d = c.d;
@@ -464,10 +500,12 @@ LF_CUDA_TEST_CASE("attention gpu: the decode kernel appends the step's rows as t
             out0.to(Device::cuda(0))};
     Ops cpu{q, kc, vc, kn, vn, kd, vd, mask, out0};  // (the GPU's copies are taken)
     livefuse::cpu::run_attention(args(cpu));
-    const uint64_t before = livefuse::cuda::attention_launch_counts().decode_fma;
+    const auto before = livefuse::cuda::attention_launch_counts();
     livefuse::cuda::launch_attention(args(gpu), Stream::current(Device::cuda(0)).handle());
     synchronize(Device::cuda(0));
-    CHECK(livefuse::cuda::attention_launch_counts().decode_fma == before + 1);
+    const auto after = livefuse::cuda::attention_launch_counts();
+    CHECK(after.decode_fma == before.decode_fma + (streamed ? 0 : 1));
+    CHECK(after.decode_stream == before.decode_stream + (streamed ? 1 : 0));
     const auto same = [&](const Tensor& g, const Tensor& w, double tol, const char* what) {
       INFO(what);
       const auto gv = g.to(Device::cpu()).to_doubles(), wv = w.to_doubles();

@@ -1,0 +1,464 @@
+// Decode attention that streams the KV cache: the few query rows of one (batch, K/V head) -- a
+// token of each query head of a grouped-query group, stacked as rows, at most 8 -- against a
+// long cache, the keys split over blocks of 128 or 256 keys, every key of a block in flight at
+// once.
+//
+// [ Note -- why a third decode kernel ]
+// The FMA split-KV kernel (attention_decode.cu) reads a key with a group of 8 lanes that then
+// repeat its shuffles, max and exp: ~150 instructions a key a lane, so at 4096 keys it is bound
+// by instructions, not bytes (H200: 17.7 us cold for Llama-1B's 8.4 MB, 17.1 hot from L2, where
+// the bytes take 2 us at the copy bandwidth; bench/RESULTS.md). A decode token's time then grows
+// with the context ~4x faster than the cache's bytes. Here a block of 4 or 8 warps asks for its
+// whole split -- 128 or 256 keys of K and of V, up to 32 KiB each at d = 64 -- with cp.async before it computes
+// anything, so one DRAM round trip brings all of it. Each warp asks for its own 32 keys and works
+// on them as soon as they land, with no block barrier before its last step: each lane scores ONE
+// key alone (the query rows broadcast from shared memory: no shuffles a key, ~50 instructions a
+// key a row), the warp's softmax takes two warp reductions, and P V gives each lane 16 bytes of
+// V's columns for 8 or 16 of the warp's keys. The warps' states merge through shared memory.
+//
+// Splits. A head takes ceil(sk / 128) blocks of 4 warps, or ceil(sk / 256) of 8 (launch_warps), at
+// most kMaxSplits (else the step declines and the FMA kernel takes it); with more than one, each block writes its partial (each row's max,
+// sum and accumulator) to its slot in the stream's workspace (split_space.hpp) and the last to
+// arrive (an atomic count, set back to zero by that block) folds them -- one launch, graph-safe.
+//
+// Appends (AttentionArgs::first_new): keys from first_new on are read from k_new / v_new, and the
+// block that holds them writes them into k_dst / v_dst from shared memory. A cache moved to a new
+// block (copy_old_k / _v) is declined: the FMA kernel copies the old rows too.
+//
+// Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
+// the mask, scores in f32; a row whose scores are all -inf, or hold a NaN or +inf, is NaN.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/attention_kernels.hpp"
+#include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/dtype_io.cuh"
+#include "kernels/cuda/launch_util.hpp"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
+#include "kernels/cuda/preload.hpp"
+#include "kernels/cuda/split_space.hpp"
+#include "livefuse/config.hpp"
+
+namespace livefuse::cuda {
+namespace {
+
+// A block is W warps, one key a lane: a split is 32 W keys (W = 4 or 8, launch_rows says which).
+constexpr int kMaxSplits = 64;   // the fold's loads stay within four round trips of sixteen
+constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kLog2e = 1.4426950408889634f;
+
+std::atomic<int> g_forced{-1};  // force_attention_decode_stream
+
+// A split's partial in the workspace: each row's max, its sum, then its accumulator.
+template <int R, int D>
+constexpr int kSlotFloats = 2 * R + R * D;
+
+// Dynamic shared memory: K and V of the split (swizzled 16-byte chunks, tc::swizzled; warp w's
+// keys are rows 32w .. 32w + 31), the query rows in f32, each row's probabilities, each warp's
+// running softmax (max, sum, P V accumulator) and the fold's scratch.
+template <int R, int D, int W>
+struct Layout {
+  static constexpr int kWarps = W, kKeys = 32 * W;
+  static constexpr int kTile = kKeys * D;                 // elements of K or V
+  static constexpr int kK = 0;                            // bytes
+  static constexpr int kV = kK + kTile * 2;
+  static constexpr int kQ = kV + kTile * 2;               // float [R][D]
+  static constexpr int kP = kQ + R * D * 4;               // float [R][kKeys]
+  static constexpr int kSums = kP + R * kKeys * 4;        // float [kWarps][R][D]
+  static constexpr int kRed = kSums + kWarps * R * D * 4;  // float [2][kWarps][R]
+  static constexpr int kFold = kRed + 2 * kWarps * R * 4;  // float [kMaxSplits][R] weights, [2][R]
+  static constexpr int kBytes = kFold + (kMaxSplits + 2) * R * 4;
+};
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = lf_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The 8 values of a 16-byte chunk of 16-bit elements, in f32.
+template <class S>
+__device__ __forceinline__ void unpack8(const uint4& raw, float (&x)[8]) {
+  const lf_u16* h = reinterpret_cast<const lf_u16*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) x[e] = S::to(h[e]);
+}
+
+// Row r of the output: acc / l, or NaN where the row's max is not finite (every score -inf, or
+// a NaN or +inf among them: eager's NaN row).
+template <class S>
+__device__ __forceinline__ void store_out(const AttentionArgs& a, int64_t b, int64_t h, int r, int c, float acc,
+                                          float m, float l) {
+  auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1] +
+              row_offset(r, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3];
+  *out = S::from(isfinite(m) ? acc / l : __int_as_float(0x7fc00000));
+}
+
+// Grid: x = (batch * head) * splits, each split 32 W keys (the last may have fewer).
+template <class S, int R, int D, int W>
+__global__ void __launch_bounds__(32 * W)
+    decode_stream_kernel(AttentionArgs a, int splits, float* part, unsigned* count) {
+  using L = Layout<R, D, W>;
+  constexpr int kThreads = 32 * W, kWarps = W, kKeys = 32 * W;
+  constexpr int kChunks = D / 8;  // 16-byte chunks a key row
+  extern __shared__ __align__(128) unsigned char smem[];
+  lf_u16* const k_s = reinterpret_cast<lf_u16*>(smem + L::kK);
+  lf_u16* const v_s = reinterpret_cast<lf_u16*>(smem + L::kV);
+  float* const q_s = reinterpret_cast<float*>(smem + L::kQ);
+  float* const p_s = reinterpret_cast<float*>(smem + L::kP);
+  float* const red = reinterpret_cast<float*>(smem + L::kRed);
+  __shared__ bool last;
+
+  const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
+  const int split = static_cast<int>(blockIdx.x % splits);
+  const int64_t bh = blockIdx.x / splits;
+  const int64_t b = bh / a.heads, h = bh % a.heads;
+  const int64_t key0 = int64_t{split} * kKeys, key_end = min(a.sk, key0 + kKeys);
+  const int rows = static_cast<int>(a.sq);
+  const int64_t first_new = a.first_new < 0 ? a.sk : a.first_new;
+  const auto* kc = static_cast<const lf_u16*>(a.k) + b * a.k_st[0] + h * a.k_st[1];
+  const auto* vc = static_cast<const lf_u16*>(a.v) + b * a.v_st[0] + h * a.v_st[1];
+  const auto* kn = static_cast<const lf_u16*>(a.k_new) + b * a.k_new_st[0] + h * a.k_new_st[1];
+  const auto* vn = static_cast<const lf_u16*>(a.v_new) + b * a.v_new_st[0] + h * a.v_new_st[1];
+  pdl_wait();  // nothing above reads q, K, V or the mask, or writes anything
+
+  // Each warp asks for its own 32 keys of K (one cp.async group) and of V (the next), so it can
+  // start on them as soon as they land, whatever the other warps' keys do.
+  const int64_t wkey0 = key0 + 32 * warp;
+  const auto issue = [&](lf_u16* tile, const lf_u16* cache, int64_t cache_st, const lf_u16* added,
+                         int64_t added_st) {
+#pragma unroll
+    for (int it = 0; it < kChunks; ++it) {
+      const int i = it * 32 + lane;
+      const int r = i / kChunks, c = i % kChunks;
+      const int64_t key = wkey0 + r;
+      const bool valid = key < key_end;
+      const lf_u16* src = !valid            ? cache
+                          : key < first_new ? cache + key * cache_st + c * 8
+                                            : added + (key - first_new) * added_st + c * 8;
+      tc::cp_async16(tc::smem_address(tile + tc::swizzled<D>(32 * warp + r, c)), src, valid);
+    }
+    tc::cp_async_commit();
+  };
+  issue(k_s, kc, a.k_st[2], kn, a.k_new_st[2]);
+  issue(v_s, vc, a.v_st[2], vn, a.v_new_st[2]);
+
+  // The query rows in f32, and this lane's key's mask values, while the keys arrive.
+  const auto* q = static_cast<const typename S::Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
+  for (int i = t; i < R * D; i += kThreads) {
+    const int r = i / D, c = i % D;
+    q_s[i] = r < rows ? S::to(q[r * a.q_st[2] + c * a.q_st[3]]) : 0.0f;
+  }
+  const int64_t key = wkey0 + lane;
+  const bool mine = key < key_end;
+  float add[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) add[r] = 0.0f;
+  if (a.mask && mine) {
+    const auto* mask = static_cast<const typename S::Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
+                       key * a.mask_st[3];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      if (r < rows) add[r] = S::to(mask[row_offset(r, a.rows_t, a.mask_st[2], a.mask_st_g)]);
+  }
+  __syncthreads();         // q_s (the keys are still in flight)
+  tc::cp_async_wait<1>();  // this lane's K copies
+  __syncwarp();            // the warp's
+
+  // Scores: this lane's key against every row.
+  const int row = 32 * warp + lane;  // the key's row in the tiles
+  float s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) s[r] = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    float x[8];
+    unpack8<S>(*reinterpret_cast<const uint4*>(k_s + tc::swizzled<D>(row, c)), x);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float4 q0 = *reinterpret_cast<const float4*>(q_s + r * D + 8 * c);
+      const float4 q1 = *reinterpret_cast<const float4*>(q_s + r * D + 8 * c + 4);
+      s[r] = fmaf(q0.x, x[0], s[r]), s[r] = fmaf(q0.y, x[1], s[r]), s[r] = fmaf(q0.z, x[2], s[r]);
+      s[r] = fmaf(q0.w, x[3], s[r]), s[r] = fmaf(q1.x, x[4], s[r]), s[r] = fmaf(q1.y, x[5], s[r]);
+      s[r] = fmaf(q1.z, x[6], s[r]), s[r] = fmaf(q1.w, x[7], s[r]);
+    }
+  }
+  // The warp's softmax over its keys: each row's max, the probabilities, their sum.
+  float* const red_m = red;
+  float* const red_l = red + kWarps * R;
+  float m[R], l[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    s[r] = mine ? s[r] * a.scale + add[r] : kNegInf;
+    // +inf (or NaN) anywhere makes the row NaN: carried as a NaN max (lf_max lets NaN win).
+    if (s[r] == -kNegInf) s[r] = __int_as_float(0x7fc00000);
+    m[r] = warp_max(s[r]);
+    // A key at -inf weighs 0 (also where every key is: m = -inf).
+    const float p = s[r] == kNegInf ? 0.0f : tc::exp2_approx((s[r] - m[r]) * kLog2e);
+    p_s[r * kKeys + row] = p;
+    l[r] = warp_sum(p);
+  }
+  tc::cp_async_wait<0>();  // this lane's V copies
+  __syncwarp();            // the warp's, and its probabilities
+
+  // The step's new rows into the destination caches, from shared memory.
+  if (mine && key >= first_new) {
+    auto* kd = static_cast<lf_u16*>(a.k_dst) + b * a.k_dst_st[0] + h * a.k_dst_st[1] + key * a.k_dst_st[2];
+    auto* vd = static_cast<lf_u16*>(a.v_dst) + b * a.v_dst_st[0] + h * a.v_dst_st[1] + key * a.v_dst_st[2];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      *reinterpret_cast<uint4*>(kd + 8 * c) = *reinterpret_cast<const uint4*>(k_s + tc::swizzled<D>(row, c));
+      *reinterpret_cast<uint4*>(vd + 8 * c) = *reinterpret_cast<const uint4*>(v_s + tc::swizzled<D>(row, c));
+    }
+  }
+
+  // P V over the warp's keys: lane (group g, chunk c) sums chunk c of V over keys g, g + G, ...
+  constexpr int kGroups = 32 / kChunks;
+  const int c = lane % kChunks, g = lane / kChunks;
+  float acc[R][8];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[r][e] = 0.0f;
+#pragma unroll
+  for (int j = g; j < 32; j += kGroups) {
+    float x[8];
+    unpack8<S>(*reinterpret_cast<const uint4*>(v_s + tc::swizzled<D>(32 * warp + j, c)), x);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float p = p_s[r * kKeys + 32 * warp + j];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] = fmaf(p, x[e], acc[r][e]);
+    }
+  }
+#pragma unroll
+  for (int o = kChunks; o < 32; o <<= 1)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], o);
+  float* const sums = reinterpret_cast<float*>(smem + L::kSums);  // [kWarps][R][D]
+  if (lane < kChunks) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sums[(warp * R + r) * D + 8 * c + e] = acc[r][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) red_m[warp * R + r] = m[r], red_l[warp * R + r] = l[r];
+  }
+  __syncthreads();
+
+  // The warps' states merged: each row's max over the warps, each warp's weight in it.
+  float* const ww = reinterpret_cast<float*>(smem + L::kFold);  // [kWarps][R] weights, [2][R]
+  if (t < rows) {
+    const int r = t;
+    float mx = kNegInf, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = lf_max(mx, red_m[w * R + r]);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = red_m[w * R + r];
+      const float wt = mw == kNegInf ? 0.0f : tc::exp2_approx((mw - mx) * kLog2e);
+      ww[w * R + r] = wt;
+      sum += red_l[w * R + r] * wt;
+    }
+    ww[kWarps * R + r] = mx, ww[kWarps * R + R + r] = sum;
+  }
+  __syncthreads();
+
+  // The block's rows: written, or its partial to its slot.
+  float* const slots = part + bh * splits * kSlotFloats<R, D>;
+  float* const slot = slots + split * kSlotFloats<R, D>;
+  for (int i = t; i < rows * D; i += kThreads) {
+    const int r = i / D, col = i % D;
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = ww[w * R + r];
+      if (wt != 0.0f) v = fmaf(sums[(w * R + r) * D + col], wt, v);  // (a warp of -inf keys adds nothing)
+    }
+    const float mr = ww[kWarps * R + r], lr = ww[kWarps * R + R + r];
+    if (splits == 1) {
+      store_out<S>(a, b, h, r, col, v, mr, lr);
+    } else {
+      slot[2 * R + r * D + col] = v;
+      if (col == 0) slot[r] = mr, slot[R + r] = lr;
+    }
+  }
+  if (splits == 1) return;
+
+  // The last split of the head to arrive folds every slot (each thread's stores fenced before
+  // the arrival, the arrival read before the loads: the threadFenceReduction pattern).
+  __threadfence();
+  __syncthreads();
+  if (t == 0) last = atomicAdd(&count[bh], 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Each row's max and sum over the splits, a warp a row: every split's max and sum loaded at
+  // once (two a lane: kMaxSplits is 64), two warp reductions, and each split's weight in the row.
+  static_assert(kMaxSplits <= 64, "two splits a lane");
+  float* const wt = reinterpret_cast<float*>(smem + L::kFold);  // [split][R] weights
+  float* const row_ml = wt + kMaxSplits * R;                    // [R] max, [R] sum
+  for (int r = warp; r < rows; r += kWarps) {
+    float ms[2], ls[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int sp = lane + 32 * u;
+      ms[u] = sp < splits ? __ldcg(slots + sp * kSlotFloats<R, D> + r) : kNegInf;
+      ls[u] = sp < splits ? __ldcg(slots + sp * kSlotFloats<R, D> + R + r) : 0.0f;
+    }
+    const float mx = warp_max(lf_max(ms[0], ms[1]));
+    float l = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      // A split whose keys were all -inf for the row adds nothing.
+      const float w = ms[u] == kNegInf ? 0.0f : tc::exp2_approx((ms[u] - mx) * kLog2e);
+      if (lane + 32 * u < splits) wt[(lane + 32 * u) * R + r] = w;
+      l += ls[u] * w;
+    }
+    l = warp_sum(l);
+    if (lane == 0) row_ml[r] = mx, row_ml[R + r] = l;
+  }
+  __syncthreads();
+  // Two columns a thread, the splits' pairs of them in flight 16 at a time.
+  for (int i = t; i < rows * D / 2; i += kThreads) {
+    const int r = i / (D / 2), col = 2 * (i % (D / 2));
+    float v0 = 0.0f, v1 = 0.0f;
+    constexpr int kBatch = 16;
+    for (int sp0 = 0; sp0 < splits; sp0 += kBatch) {
+      float2 x[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        x[u] = sp0 + u < splits ? __ldcg(reinterpret_cast<const float2*>(slots + (sp0 + u) * kSlotFloats<R, D> +
+                                                                          2 * R + r * D + col))
+                                : make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (sp0 + u >= splits) break;
+        const float w = wt[(sp0 + u) * R + r];
+        if (w != 0.0f) v0 = fmaf(x[u].x, w, v0), v1 = fmaf(x[u].y, w, v1);  // (0 * a NaN stays out)
+      }
+    }
+    store_out<S>(a, b, h, r, col, v0, row_ml[r], row_ml[R + r]);
+    store_out<S>(a, b, h, r, col + 1, v1, row_ml[r], row_ml[R + r]);
+  }
+  if (t == 0) count[bh] = 0;  // as the next launch on the stream expects it
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether rows of a [batch, head, key, col] operand can be copied 16 bytes at a time: unit column
+// stride, 16-byte aligned base, and every stride of a dim longer than one a whole number of
+// 16-byte chunks.
+bool vector_rows(const void* base, const int64_t (&st)[4], int64_t batch, int64_t heads, int64_t keys) {
+  const auto fits = [](int64_t n, int64_t s) { return n <= 1 || s % 8 == 0; };
+  return aligned16(base) && st[3] == 1 && fits(batch, st[0]) && fits(heads, st[1]) && fits(keys, st[2]);
+}
+
+std::atomic<int> g_warps{0};  // set_attention_decode_stream_warps
+
+template <class S, int R, int D, int W>
+bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
+  using L = Layout<R, D, W>;
+  constexpr auto kernel = decode_stream_kernel<S, R, D, W>;
+  static const bool configured = [] {
+    LF_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+    return true;
+  }();
+  (void)configured;
+  const int64_t bh = a.batch * a.heads;
+  const int splits = static_cast<int>((a.sk + L::kKeys - 1) / L::kKeys);
+  if (splits > kMaxSplits) return false;
+  SplitSpace space;
+  if (splits > 1) {
+    const int64_t slot_bytes = int64_t{kSlotFloats<R, D>} * sizeof(float);
+    if (bh > kSplitSpaceCounters || bh * splits * slot_bytes > static_cast<int64_t>(kSplitSpaceBytes)) return false;
+    space = split_space(stream);
+    if (!space.part) return false;  // a stream captured before it had a workspace
+  }
+  launch_pdl("decode_stream_kernel", kernel, dim3(static_cast<unsigned>(bh * splits)), dim3(32 * W),
+             static_cast<size_t>(L::kBytes), stream, a, splits, static_cast<float*>(space.part), space.count);
+  return true;
+}
+
+// Four-warp blocks (128-key splits: twice the blocks, more SMs streaming) while their blocks fit
+// two an SM and their splits the fold; else eight-warp blocks.
+template <class S, int R, int D>
+bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
+  const int forced = g_warps.load(std::memory_order_relaxed);
+  const int64_t small = a.batch * a.heads * ((a.sk + 127) / 128);
+  const bool four = forced == 4 || (forced != 8 && (a.sk + 127) / 128 <= kMaxSplits &&
+                                    small <= 2 * int64_t{current_device_info().sm_count});
+  return four ? launch_rows<S, R, D, 4>(a, stream) : launch_rows<S, R, D, 8>(a, stream);
+}
+
+template <class S, int D>
+bool launch_d(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.sq == 1) return launch_warps<S, 1, D>(a, stream);
+  if (a.sq == 2) return launch_warps<S, 2, D>(a, stream);
+  if (a.sq <= 4) return launch_warps<S, 4, D>(a, stream);
+  return launch_warps<S, 8, D>(a, stream);
+}
+
+template <class S>
+void preload_all() {
+  const auto rows = [](auto d, auto w) {
+    constexpr int D = decltype(d)::value, W = decltype(w)::value;
+    load_kernel(decode_stream_kernel<S, 1, D, W>), load_kernel(decode_stream_kernel<S, 2, D, W>);
+    load_kernel(decode_stream_kernel<S, 4, D, W>), load_kernel(decode_stream_kernel<S, 8, D, W>);
+  };
+  rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 4>{});
+  rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 8>{});
+  rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 4>{});
+  rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 8>{});
+}
+
+}  // namespace
+
+void preload_attention_decode_stream_kernels(DType dt) {
+  if (dt == DType::f16) preload_all<F16>();
+  if (dt == DType::bf16) preload_all<BF16>();
+}
+
+void force_attention_decode_stream(int on) { g_forced.store(on, std::memory_order_relaxed); }
+void set_attention_decode_stream_warps(int warps) { g_warps.store(warps, std::memory_order_relaxed); }
+
+bool launch_attention_decode_stream(const AttentionArgs& a, void* stream) {
+  const int forced = g_forced.load(std::memory_order_relaxed);
+  if (forced == 0) return false;
+  const int from = config().decode_stream_keys;
+  if (forced < 0 && (from <= 0 || a.sk < from)) return false;
+  if (a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
+  if (a.sq < 1 || a.sq > 8 || a.sk < 1 || a.batch < 1 || a.heads < 1 || a.d != a.dv || (a.d != 64 && a.d != 128))
+    return false;
+  if (a.batch * a.heads * kMaxSplits >= (int64_t{1} << 31)) return false;  // grid.x
+  const int64_t old = a.first_new < 0 ? a.sk : a.first_new, added = a.sk - old;
+  if (!vector_rows(a.k, a.k_st, a.batch, a.heads, old) || !vector_rows(a.v, a.v_st, a.batch, a.heads, old))
+    return false;
+  if (a.first_new >= 0) {
+    if (a.copy_old_k || a.copy_old_v || added < 1) return false;  // the FMA kernel copies old rows
+    if (!vector_rows(a.k_new, a.k_new_st, a.batch, a.heads, added) ||
+        !vector_rows(a.v_new, a.v_new_st, a.batch, a.heads, added) ||
+        !vector_rows(a.k_dst, a.k_dst_st, a.batch, a.heads, a.sk) ||
+        !vector_rows(a.v_dst, a.v_dst_st, a.batch, a.heads, a.sk))
+      return false;
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool wide = a.d == 128;
+  if (a.dtype == DType::f16) return wide ? launch_d<F16, 128>(a, s) : launch_d<F16, 64>(a, s);
+  return wide ? launch_d<BF16, 128>(a, s) : launch_d<BF16, 64>(a, s);
+}
+
+}  // namespace livefuse::cuda
