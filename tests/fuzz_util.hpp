@@ -111,7 +111,7 @@ class Switches {
       {{"LIVEFUSE_DECODE_LEAN=0", [](C& c) { c.decode_lean = false; }}},
       {{"LIVEFUSE_DECODE_TC=1", [](C& c) { c.decode_tc = true; }}},
       {{"LIVEFUSE_DECODE_STREAM_KEYS=0", [](C& c) { c.decode_stream_keys = 0; }},
-       {"LIVEFUSE_DECODE_STREAM_KEYS=4096", [](C& c) { c.decode_stream_keys = 4096; }}},
+       {"LIVEFUSE_DECODE_STREAM_KEYS=1", [](C& c) { c.decode_stream_keys = 1; }}},
       {{"LIVEFUSE_PACK_CACHE=0", [](C& c) { c.pack_cache = false; }}},
       {{"LIVEFUSE_GRAPHS=0", [](C& c) { c.graphs = false; }}},
   };

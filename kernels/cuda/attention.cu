@@ -167,9 +167,9 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // A KV cache's append (AttentionArgs::first_new): the decode kernel writes the new rows as it
   // reads them; for any other kernel one launch of copies lands them first. (The tensor-core
   // decode kernel, LIVEFUSE_DECODE_TC, does not append: an appending step stays on the FMA one.)
-  // From LIVEFUSE_DECODE_STREAM_KEYS cached keys on (f16/bf16, d 64 / 128, up to 8 rows, the
-  // cache grown in place), the streaming kernel (attention_decode_stream.cu) before the FMA one:
-  // at long caches both split-KV kernels above are bound by their instructions, not the bytes.
+  // From LIVEFUSE_DECODE_STREAM_KEYS keys read on (f16/bf16, d 64 / 128, up to 8 rows, the cache
+  // grown in place), the streaming kernel (attention_decode_stream.cu) before the FMA one: at
+  // long caches the FMA kernel is bound by its instructions, not the bytes.
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.first_new >= 0) {
     if (launch_attention_decode_stream(a, stream)) return counted(4);

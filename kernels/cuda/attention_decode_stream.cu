@@ -393,13 +393,14 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   return true;
 }
 
-// Four-warp blocks (128-key splits: twice the blocks, more SMs streaming) while their blocks fit
-// two an SM and their splits the fold; else eight-warp blocks.
+// Four-warp blocks (128-key splits: twice the blocks, more SMs streaming) up to 2048 keys while
+// their blocks fit two an SM; else eight-warp blocks, whose fold has half the splits (H100,
+// Llama-1B at 1024 keys: 10.5 against 10.8 us; at 4096: 14.5 against 12.9).
 template <class S, int R, int D>
 bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   const int forced = g_warps.load(std::memory_order_relaxed);
   const int64_t small = a.batch * a.heads * ((a.sk + 127) / 128);
-  const bool four = forced == 4 || (forced != 8 && (a.sk + 127) / 128 <= kMaxSplits &&
+  const bool four = forced == 4 || (forced != 8 && a.sk <= 2048 &&
                                     small <= 2 * int64_t{current_device_info().sm_count});
   return four ? launch_rows<S, R, D, 4>(a, stream) : launch_rows<S, R, D, 8>(a, stream);
 }
@@ -438,8 +439,11 @@ void set_attention_decode_stream_warps(int warps) { g_warps.store(warps, std::me
 bool launch_attention_decode_stream(const AttentionArgs& a, void* stream) {
   const int forced = g_forced.load(std::memory_order_relaxed);
   if (forced == 0) return false;
+  // The keys the step reads over all its (batch, K/V head) pairs: few, and the FMA kernel's
+  // shorter fixed cost wins (H100, bench/RESULTS.md session 44: GPT-2 f16 at 256 keys 7.6 against
+  // 8.8 us; at 4096 16.1 against 13.9; four sequences of 1024 keys 19.3 against 13.1).
   const int from = config().decode_stream_keys;
-  if (forced < 0 && (from <= 0 || a.sk < from)) return false;
+  if (forced < 0 && (from <= 0 || a.batch * a.heads * a.sk < from)) return false;
   if (a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
   if (a.sq < 1 || a.sq > 8 || a.sk < 1 || a.batch < 1 || a.heads < 1 || a.d != a.dv || (a.d != 64 && a.d != 128))
     return false;

@@ -35,11 +35,12 @@ bool launch_attention_decode_tc(const AttentionArgs& a, void* stream);
 void force_attention_decode_tc(int on);
 
 // attention_decode_stream.cu: decode shapes whose every key of a 128- or 256-key split is in
-// flight at once, one key a thread (its note says why) -- f16/bf16, d = dv in {64, 128}, at most 8 rows,
-// K and V rows 16-byte vectors, an append only into a cache grown in place, at most 64 splits.
-// Enqueues and returns true, or declines (false, nothing enqueued): another shape, fewer cached
-// keys than LIVEFUSE_DECODE_STREAM_KEYS (or forced off), or a long cache on a stream being
-// captured before it had a workspace. launch_attention tries it first.
+// flight at once, one key a lane (its note says why) -- f16/bf16, d = dv in {64, 128}, at most 8
+// rows, K and V rows 16-byte vectors, an append only into a cache grown in place, at most 64 splits.
+// Enqueues and returns true, or declines (false, nothing enqueued): another shape, fewer keys
+// read (cached keys x batch x K/V heads) than LIVEFUSE_DECODE_STREAM_KEYS (or forced off), or a
+// long cache on a stream being captured before it had a workspace. launch_attention tries it
+// before the FMA kernel.
 bool launch_attention_decode_stream(const AttentionArgs& a, void* stream);
 // Tests and the benchmark: 1 takes every shape that fits at any length, 0 none, -1 (default) as
 // LIVEFUSE_DECODE_STREAM_KEYS says.

@@ -118,12 +118,13 @@ struct Config {
   // instead of the split-KV FMA kernel (attention_decode.cu). Off by default until it is measured
   // faster on the GPU (bench/RESULTS.md, session 36).
   bool decode_tc = false;
-  // LIVEFUSE_DECODE_STREAM_KEYS: from how many cached keys an f16/bf16 decode attention (head
-  // dims 64 / 128, at most 8 rows a K/V head) runs on the streaming kernel
-  // (kernels/cuda/attention_decode_stream.cu: every key of a block's split in flight at once, one
-  // key a lane) instead of the split-KV FMA kernel; 0: never. Default 1: at every length (README,
-  // "Decode attention that streams the cache").
-  int decode_stream_keys = 1;
+  // LIVEFUSE_DECODE_STREAM_KEYS: from how many keys read (cached keys x batch x K/V heads) an
+  // f16/bf16 decode attention (head dims 64 / 128, at most 8 rows a K/V head) runs on the
+  // streaming kernel (kernels/cuda/attention_decode_stream.cu: every key of a block's split in
+  // flight at once, one key a lane) instead of the split-KV FMA kernel; 0: never, 1: always.
+  // Below the default the FMA kernel's shorter fixed cost wins (README, "Decode attention that
+  // streams the cache").
+  int decode_stream_keys = 16384;
   // LIVEFUSE_SPLIT_K_ROWS: a CUDA linear that cuBLASLt would split over K, read only by a row
   // kernel (a layer's FFN2 before add + layer_norm), writes its f32 partial products and the row
   // kernel adds them up (planner/split_k_rows.hpp); 0: cuBLASLt's split-K reduction, for comparison.

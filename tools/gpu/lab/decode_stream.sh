@@ -2,11 +2,11 @@
 # One GPU call for the streaming decode attention (kernels/cuda/attention_decode_stream.cu), run
 # THERE after tools/gpu/pack.sh: the suites that run it, livefuse-bench-attention-decode (the
 # kernel's own choice of block, then 8-warp blocks on Llama's shapes), decode processes alternating
-# LIVEFUSE_DECODE_STREAM_KEYS=0 with the default (Llama-1B bf16 at prompts 32 and 4096, GPT-2 f16
-# at 32; concat cache, 64 tokens x 3 runs), and the user programs once per mode. Logs in
-# $OUT/decode_stream.tgz.
+# LIVEFUSE_DECODE_STREAM_KEYS=0 with the default (DS_MODELS, preset:dtype:prompt; concat cache, 64
+# tokens x 3 runs), and the user programs once per mode. Logs in $OUT/decode_stream.tgz.
 # Usage (device tool): bash tools/gpu/lab/decode_stream.sh   [DS_PARTS="suites bench ab users"
-#   DS_ROUNDS=2 DS_SUITES="test_planner:*attention* test_decoder test_replacement"]
+#   DS_ROUNDS=2 DS_SUITES="test_planner:*attention* test_decoder test_replacement"
+#   DS_MODELS="llama-1b:bf16:32 llama-1b:bf16:4096 gpt2:f16:32"]
 . "$(dirname "$0")/../prelude.sh" lf-ds-out
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
@@ -31,7 +31,7 @@ fi
 if [[ $parts == *ab* ]]; then
   for r in $(seq 1 "${DS_ROUNDS:-2}"); do
     for setting in LIVEFUSE_DECODE_STREAM_KEYS=0 default; do
-      for m in llama-1b:bf16:32 llama-1b:bf16:4096 gpt2:f16:32; do
+      for m in ${DS_MODELS:-llama-1b:bf16:32 llama-1b:bf16:4096 gpt2:f16:32}; do
         IFS=: read -r preset dtype len <<< "$m"
         name="${preset}_${len}_${setting//[^A-Za-z0-9_]/_}_$r"
         env_args=()
