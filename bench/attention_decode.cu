@@ -1,7 +1,8 @@
 // livefuse-bench-attention-decode: the decode attention kernels -- on tensor cores
 // (kernels/cuda/attention_mma_decode.cu, f16/bf16 at d 64 / 128), the FMA one
-// (attention_decode.cu) and the streaming one (attention_decode_stream.cu) -- against the CPU kernel (the reference) and the general CUDA kernel
-// (attention.cu, or the prefill tensor-core kernel where it fits), over the
+// (attention_decode.cu) and the streaming one (attention_decode_stream.cu) -- against the CPU
+// kernel (the reference) and the general CUDA kernel (attention.cu, or the prefill tensor-core
+// kernel where it fits), over the
 // decoders' decode shapes: GPT-2 small (12 heads, d 64, one row) and Llama-3.2-1B (8 K/V heads of
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //

@@ -9,17 +9,19 @@
 // by instructions, not bytes (H200: 17.7 us cold for Llama-1B's 8.4 MB, 17.1 hot from L2, where
 // the bytes take 2 us at the copy bandwidth; bench/RESULTS.md). A decode token's time then grows
 // with the context ~4x faster than the cache's bytes. Here a block of 4 or 8 warps asks for its
-// whole split -- 128 or 256 keys of K and of V, up to 32 KiB each at d = 64 -- with cp.async before it computes
-// anything, so one DRAM round trip brings all of it. Each warp asks for its own 32 keys and works
-// on them as soon as they land, with no block barrier before its last step: each lane scores ONE
-// key alone (the query rows broadcast from shared memory: no shuffles a key, ~50 instructions a
-// key a row), the warp's softmax takes two warp reductions, and P V gives each lane 16 bytes of
-// V's columns for 8 or 16 of the warp's keys. The warps' states merge through shared memory.
+// whole split -- 128 or 256 keys of K and of V, up to 32 KiB each at d = 64 -- with cp.async before
+// it computes anything, so one DRAM round trip brings all of it. Each warp asks for its own 32 keys
+// and works on them as soon as they land, with no block barrier before its last step: each lane
+// scores ONE key alone (the query rows broadcast from shared memory: no shuffles a key, ~50
+// instructions a key a row), the warp's softmax takes two warp reductions, and P V gives each lane
+// 16 bytes of V's columns for 8 or 16 of the warp's keys. The warps' states merge through shared
+// memory.
 //
 // Splits. A head takes ceil(sk / 128) blocks of 4 warps, or ceil(sk / 256) of 8 (launch_warps), at
-// most kMaxSplits (else the step declines and the FMA kernel takes it); with more than one, each block writes its partial (each row's max,
-// sum and accumulator) to its slot in the stream's workspace (split_space.hpp) and the last to
-// arrive (an atomic count, set back to zero by that block) folds them -- one launch, graph-safe.
+// most kMaxSplits (else the step declines and the FMA kernel takes it); with more than one, each
+// block writes its partial (each row's max, sum and accumulator) to its slot in the stream's
+// workspace (split_space.hpp) and the last to arrive (an atomic count, set back to zero by that
+// block) folds them -- one launch, graph-safe.
 //
 // Appends (AttentionArgs::first_new): keys from first_new on are read from k_new / v_new, and the
 // block that holds them writes them into k_dst / v_dst from shared memory. A cache moved to a new
@@ -46,8 +48,10 @@
 namespace livefuse::cuda {
 namespace {
 
-// A block is W warps, one key a lane: a split is 32 W keys (W = 4 or 8, launch_rows says which).
-constexpr int kMaxSplits = 64;   // the fold's loads stay within four round trips of sixteen
+// A block is W warps, one key a lane: a split is 32 W keys (W = 4 or 8, launch_warps says which).
+// At most 64 splits a head: the fold reads two splits' maxima and sums a lane, and the
+// accumulators sixteen splits at a time (four round trips at most).
+constexpr int kMaxSplits = 64;
 constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -55,20 +59,21 @@ std::atomic<int> g_forced{-1};  // force_attention_decode_stream
 
 // A split's partial in the workspace: each row's max, its sum, then its accumulator.
 template <int R, int D>
-constexpr int kSlotFloats = 2 * R + R * D;
+constexpr int kSlotFloats = (2 + D) * R;
 
 // Dynamic shared memory: K and V of the split (swizzled 16-byte chunks, tc::swizzled; warp w's
 // keys are rows 32w .. 32w + 31), the query rows in f32, each row's probabilities, each warp's
-// running softmax (max, sum, P V accumulator) and the fold's scratch.
+// softmax state (max, sum, P V accumulator), and the weights of the warps' merge -- then of the
+// splits' fold.
 template <int R, int D, int W>
 struct Layout {
   static constexpr int kWarps = W, kKeys = 32 * W;
-  static constexpr int kTile = kKeys * D;                 // elements of K or V
-  static constexpr int kK = 0;                            // bytes
+  static constexpr int kTile = kKeys * D;  // elements of K or V
+  static constexpr int kK = 0;             // bytes
   static constexpr int kV = kK + kTile * 2;
-  static constexpr int kQ = kV + kTile * 2;               // float [R][D]
-  static constexpr int kP = kQ + R * D * 4;               // float [R][kKeys]
-  static constexpr int kSums = kP + R * kKeys * 4;        // float [kWarps][R][D]
+  static constexpr int kQ = kV + kTile * 2;                // float [R][D]
+  static constexpr int kP = kQ + R * D * 4;                // float [R][kKeys]
+  static constexpr int kSums = kP + R * kKeys * 4;         // float [kWarps][R][D]
   static constexpr int kRed = kSums + kWarps * R * D * 4;  // float [2][kWarps][R]
   static constexpr int kFold = kRed + 2 * kWarps * R * 4;  // float [kMaxSplits][R] weights, [2][R]
   static constexpr int kBytes = kFold + (kMaxSplits + 2) * R * 4;
@@ -96,8 +101,8 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float (&x)[8]) {
 // Row r of the output: acc / l, or NaN where the row's max is not finite (every score -inf, or
 // a NaN or +inf among them: eager's NaN row).
 template <class S>
-__device__ __forceinline__ void store_out(const AttentionArgs& a, int64_t b, int64_t h, int r, int c, float acc,
-                                          float m, float l) {
+__device__ __forceinline__ void store_out(const AttentionArgs& a, int64_t b, int64_t h, int r,
+                                          int c, float acc, float m, float l) {
   auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1] +
               row_offset(r, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3];
   *out = S::from(isfinite(m) ? acc / l : __int_as_float(0x7fc00000));
@@ -164,8 +169,8 @@ __global__ void __launch_bounds__(32 * W)
 #pragma unroll
   for (int r = 0; r < R; ++r) add[r] = 0.0f;
   if (a.mask && mine) {
-    const auto* mask = static_cast<const typename S::Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
-                       key * a.mask_st[3];
+    const auto* mask = static_cast<const typename S::Bits*>(a.mask) + b * a.mask_st[0] +
+                       h * a.mask_st[1] + key * a.mask_st[3];
 #pragma unroll
     for (int r = 0; r < R; ++r)
       if (r < rows) add[r] = S::to(mask[row_offset(r, a.rows_t, a.mask_st[2], a.mask_st_g)]);
@@ -212,12 +217,16 @@ __global__ void __launch_bounds__(32 * W)
 
   // The step's new rows into the destination caches, from shared memory.
   if (mine && key >= first_new) {
-    auto* kd = static_cast<lf_u16*>(a.k_dst) + b * a.k_dst_st[0] + h * a.k_dst_st[1] + key * a.k_dst_st[2];
-    auto* vd = static_cast<lf_u16*>(a.v_dst) + b * a.v_dst_st[0] + h * a.v_dst_st[1] + key * a.v_dst_st[2];
+    auto* kd =
+        static_cast<lf_u16*>(a.k_dst) + b * a.k_dst_st[0] + h * a.k_dst_st[1] + key * a.k_dst_st[2];
+    auto* vd =
+        static_cast<lf_u16*>(a.v_dst) + b * a.v_dst_st[0] + h * a.v_dst_st[1] + key * a.v_dst_st[2];
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      *reinterpret_cast<uint4*>(kd + 8 * c) = *reinterpret_cast<const uint4*>(k_s + tc::swizzled<D>(row, c));
-      *reinterpret_cast<uint4*>(vd + 8 * c) = *reinterpret_cast<const uint4*>(v_s + tc::swizzled<D>(row, c));
+      *reinterpret_cast<uint4*>(kd + 8 * c) =
+          *reinterpret_cast<const uint4*>(k_s + tc::swizzled<D>(row, c));
+      *reinterpret_cast<uint4*>(vd + 8 * c) =
+          *reinterpret_cast<const uint4*>(v_s + tc::swizzled<D>(row, c));
     }
   }
 
@@ -286,7 +295,8 @@ __global__ void __launch_bounds__(32 * W)
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float wt = ww[w * R + r];
-      if (wt != 0.0f) v = fmaf(sums[(w * R + r) * D + col], wt, v);  // (a warp of -inf keys adds nothing)
+      if (wt != 0.0f)
+        v = fmaf(sums[(w * R + r) * D + col], wt, v);  // (a warp of -inf keys adds nothing)
     }
     const float mr = ww[kWarps * R + r], lr = ww[kWarps * R + R + r];
     if (splits == 1) {
@@ -341,8 +351,8 @@ __global__ void __launch_bounds__(32 * W)
       float2 x[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u)
-        x[u] = sp0 + u < splits ? __ldcg(reinterpret_cast<const float2*>(slots + (sp0 + u) * kSlotFloats<R, D> +
-                                                                          2 * R + r * D + col))
+        x[u] = sp0 + u < splits ? __ldcg(reinterpret_cast<const float2*>(
+                                      slots + (sp0 + u) * kSlotFloats<R, D> + 2 * R + r * D + col))
                                 : make_float2(0.0f, 0.0f);
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
@@ -362,9 +372,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Whether rows of a [batch, head, key, col] operand can be copied 16 bytes at a time: unit column
 // stride, 16-byte aligned base, and every stride of a dim longer than one a whole number of
 // 16-byte chunks.
-bool vector_rows(const void* base, const int64_t (&st)[4], int64_t batch, int64_t heads, int64_t keys) {
+bool vector_rows(const void* base, const int64_t (&st)[4], int64_t batch, int64_t heads,
+                 int64_t keys) {
   const auto fits = [](int64_t n, int64_t s) { return n <= 1 || s % 8 == 0; };
-  return aligned16(base) && st[3] == 1 && fits(batch, st[0]) && fits(heads, st[1]) && fits(keys, st[2]);
+  return aligned16(base) && st[3] == 1 && fits(batch, st[0]) && fits(heads, st[1]) &&
+         fits(keys, st[2]);
 }
 
 std::atomic<int> g_warps{0};  // set_attention_decode_stream_warps
@@ -374,7 +386,8 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   using L = Layout<R, D, W>;
   constexpr auto kernel = decode_stream_kernel<S, R, D, W>;
   static const bool configured = [] {
-    LF_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
+    LF_CUDA_CALL(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
     return true;
   }();
   (void)configured;
@@ -384,12 +397,15 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   SplitSpace space;
   if (splits > 1) {
     const int64_t slot_bytes = int64_t{kSlotFloats<R, D>} * sizeof(float);
-    if (bh > kSplitSpaceCounters || bh * splits * slot_bytes > static_cast<int64_t>(kSplitSpaceBytes)) return false;
+    if (bh > kSplitSpaceCounters ||
+        bh * splits * slot_bytes > static_cast<int64_t>(kSplitSpaceBytes))
+      return false;
     space = split_space(stream);
     if (!space.part) return false;  // a stream captured before it had a workspace
   }
   launch_pdl("decode_stream_kernel", kernel, dim3(static_cast<unsigned>(bh * splits)), dim3(32 * W),
-             static_cast<size_t>(L::kBytes), stream, a, splits, static_cast<float*>(space.part), space.count);
+             static_cast<size_t>(L::kBytes), stream, a, splits, static_cast<float*>(space.part),
+             space.count);
   return true;
 }
 
@@ -434,7 +450,9 @@ void preload_attention_decode_stream_kernels(DType dt) {
 }
 
 void force_attention_decode_stream(int on) { g_forced.store(on, std::memory_order_relaxed); }
-void set_attention_decode_stream_warps(int warps) { g_warps.store(warps, std::memory_order_relaxed); }
+void set_attention_decode_stream_warps(int warps) {
+  g_warps.store(warps, std::memory_order_relaxed);
+}
 
 bool launch_attention_decode_stream(const AttentionArgs& a, void* stream) {
   const int forced = g_forced.load(std::memory_order_relaxed);
@@ -445,11 +463,13 @@ bool launch_attention_decode_stream(const AttentionArgs& a, void* stream) {
   const int from = config().decode_stream_keys;
   if (forced < 0 && (from <= 0 || a.batch * a.heads * a.sk < from)) return false;
   if (a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
-  if (a.sq < 1 || a.sq > 8 || a.sk < 1 || a.batch < 1 || a.heads < 1 || a.d != a.dv || (a.d != 64 && a.d != 128))
+  if (a.sq < 1 || a.sq > 8 || a.sk < 1 || a.batch < 1 || a.heads < 1 || a.d != a.dv ||
+      (a.d != 64 && a.d != 128))
     return false;
   if (a.batch * a.heads * kMaxSplits >= (int64_t{1} << 31)) return false;  // grid.x
   const int64_t old = a.first_new < 0 ? a.sk : a.first_new, added = a.sk - old;
-  if (!vector_rows(a.k, a.k_st, a.batch, a.heads, old) || !vector_rows(a.v, a.v_st, a.batch, a.heads, old))
+  if (!vector_rows(a.k, a.k_st, a.batch, a.heads, old) ||
+      !vector_rows(a.v, a.v_st, a.batch, a.heads, old))
     return false;
   if (a.first_new >= 0) {
     if (a.copy_old_k || a.copy_old_v || added < 1) return false;  // the FMA kernel copies old rows

@@ -96,7 +96,9 @@ void for_each_decode_kernel(F&& body) {
   for (Kernel k : {tc, stream, fma}) {
     livefuse::cuda::force_attention_decode_tc(k == tc ? 1 : 0);
     livefuse::cuda::force_attention_decode_stream(k == stream ? 1 : 0);
-    INFO((k == tc ? "decode on tensor cores" : k == stream ? "decode on the streaming kernel" : "decode on the FMA kernel"));
+    INFO((k == tc       ? "decode on tensor cores"
+          : k == stream ? "decode on the streaming kernel"
+                        : "decode on the FMA kernel"));
     const auto before = livefuse::cuda::attention_launch_counts();
     body();
     // The plans' attention steps took the kernel asked for (the report's cuda.attention).
@@ -308,11 +310,16 @@ static void check_decode_kernel(const char* name, bool (*launch)(const Attention
     DType dt;
     bool tc_takes, stream_takes;
   };
-  const Case cases[] = {{8, 4, 300, 64, DType::bf16, true, true},    {8, 4, 4096, 64, DType::bf16, true, true},
-                        {8, 4, 777, 128, DType::bf16, true, true},   {12, 1, 4099, 64, DType::f16, true, true},
-                        {2, 3, 200, 64, DType::f16, true, true},     {2, 3, 200, 64, DType::f32, false, false},
-                        {2, 12, 200, 64, DType::f16, true, false},   {2, 17, 200, 64, DType::f16, false, false},
-                        {2, 4, 200, 96, DType::f16, false, false},   {1, 1, 64 * 256 + 1, 64, DType::f16, true, false}};
+  const Case cases[] = {{8, 4, 300, 64, DType::bf16, true, true},
+                        {8, 4, 4096, 64, DType::bf16, true, true},
+                        {8, 4, 777, 128, DType::bf16, true, true},
+                        {12, 1, 4099, 64, DType::f16, true, true},
+                        {2, 3, 200, 64, DType::f16, true, true},
+                        {2, 3, 200, 64, DType::f32, false, false},
+                        {2, 12, 200, 64, DType::f16, true, false},
+                        {2, 17, 200, 64, DType::f16, false, false},
+                        {2, 4, 200, 96, DType::f16, false, false},
+                        {1, 1, 64 * 256 + 1, 64, DType::f16, true, false}};
   for (const Case& c : cases) {
     INFO(name << ": heads " << c.heads << " rows " << c.rows << " sk " << c.sk << " d " << c.d << " "
               << dtype_name(c.dt));
@@ -440,10 +447,10 @@ LF_CUDA_TEST_CASE("attention gpu: the decode kernel appends the step's rows as t
   for (bool stream : {false, true})
   for (const Case& c : cases) {
     livefuse::cuda::force_attention_decode_stream(stream ? 1 : 0);
-    const bool streamed = stream && c.in_place && !c.strided_new && c.rows <= 8 && c.dt != DType::f32 &&
-                          (c.d == 64 || c.d == 128);
-    INFO((stream ? "streaming kernel on: " : "") << "batch " << c.batch << " heads " << c.heads << " rows " << c.rows << " old " << c.old << " added "
-                  << c.added << " d " << c.d << " " << dtype_name(c.dt) << (c.in_place ? " in place" : " moved")
+    const bool streamed = stream && c.in_place && !c.strided_new && c.rows <= 8 &&
+                          c.dt != DType::f32 && (c.d == 64 || c.d == 128);
+    INFO((stream ? "streaming kernel on: " : "") << "batch " << c.batch << " heads " << c.heads
+                  << " rows " << c.rows << " old " << c.old << " added " << c.added << " d " << c.d << " " << dtype_name(c.dt) << (c.in_place ? " in place" : " moved")
                   << (c.strided_new ? " strided new rows" : "") << (c.mask ? " masked" : ""));
     const int64_t sk = c.old + c.added, cap = sk + 5, b = c.batch, h = c.heads, d = c.d;
     std::mt19937_64 rng(static_cast<uint64_t>(c.old * 31 + c.rows));
