@@ -1,7 +1,7 @@
 // The report's "cuda.attention" counters: how many of launch_attention's calls each kernel took
 // (kernels/cuda/attention_kernels.hpp). A decode step's attention takes the tensor-core kernel
 // only with LIVEFUSE_DECODE_TC=1 and where it fits, the streaming one from
-// LIVEFUSE_DECODE_STREAM_KEYS cached keys on; these say whether a run's steps did.
+// LIVEFUSE_DECODE_STREAM_KEYS keys read on; these say whether a run's steps did.
 #include "kernels/cuda/attention_kernels.hpp"
 #include "runtime/inspect_registry.hpp"
 
