@@ -38,10 +38,6 @@ constexpr float kNegInf = -__builtin_huge_valf();
 
 static_assert(kCols * 32 == kAttentionMaxHeadDim && kMaxD == kAttentionMaxHeadDim);
 
-__device__ __forceinline__ float warp_max(float v) {
-  return warp_all_reduce(v, [](float a, float b) { return lf_max(a, b); });  // NaN wins
-}
-
 __global__ void __launch_bounds__(kWarps * 32)
     attention_general_kernel(AttentionArgs a, int64_t row_tiles) {
   __shared__ float q_s[kRows][kMaxD];
@@ -102,7 +98,7 @@ __global__ void __launch_bounds__(kWarps * 32)
               a.mask, b * a.mask_st[0] + h * a.mask_st[1] + mask_row + (j0 + lane) * a.mask_st[3],
               dt);
       }
-      const float m_new = lf_max(m[r], warp_max(s));
+      const float m_new = lf_max(m[r], warp_max_nan(s));
       // Only -inf so far: nothing to accumulate (exp(-inf - -inf) would be NaN, and a later
       // finite score must still give eager's finite row).
       if (m_new == kNegInf) continue;

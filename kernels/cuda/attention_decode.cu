@@ -56,6 +56,7 @@
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/split_space.hpp"
+#include "kernels/cuda/vector_rows.hpp"
 #include "kernels/cuda/warp.cuh"
 #include "livefuse/config.hpp"
 
@@ -437,15 +438,10 @@ int64_t next_pow2(int64_t x) {
   return p;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// Whether K and V rows can be read W elements (16 bytes) at a time: unit column stride, whole
-// vectors per row, and every row start 16-byte aligned (strides of dims longer than 1 count).
-bool vector_rows(const void* base, const int64_t (&st)[4], int64_t cols, const AttentionArgs& a,
-                 int W) {
-  const auto fits = [&](int64_t n, int64_t s) { return n <= 1 || s % W == 0; };
-  return aligned16(base) && st[3] == 1 && cols % W == 0 && fits(a.batch, st[0]) &&
-         fits(a.heads, st[1]) && fits(a.sk, st[2]);
+// Whether K and V rows (cols wide) can be read W elements (16 bytes) at a time.
+bool vector_kv_rows(const void* base, const int64_t (&st)[4], int64_t cols, const AttentionArgs& a,
+                    int W) {
+  return vector_rows(base, st, a.batch, a.heads, a.sk, cols, W);
 }
 
 // The most blocks per cluster this kernel can run with on an sm_90+ device: kMaxSplits where the
@@ -503,9 +499,9 @@ template <class S, int kRows>
 void launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int kVecW = 16 / sizeof(typename S::Bits);
   const bool vec =
-      vector_rows(a.k, a.k_st, a.d, a, kVecW) && vector_rows(a.v, a.v_st, a.dv, a, kVecW) &&
+      vector_kv_rows(a.k, a.k_st, a.d, a, kVecW) && vector_kv_rows(a.v, a.v_st, a.dv, a, kVecW) &&
       (a.first_new < 0 ||
-       (vector_rows(a.k_new, a.k_new_st, a.d, a, kVecW) && vector_rows(a.v_new, a.v_new_st, a.dv, a, kVecW)));
+       (vector_kv_rows(a.k_new, a.k_new_st, a.d, a, kVecW) && vector_kv_rows(a.v_new, a.v_new_st, a.dv, a, kVecW)));
   if constexpr (kRows <= 2) {
     if (lean_rows<kRows>())
       return vec ? launch<S, kRows, kVecW, true, true>(a, stream)

@@ -43,6 +43,8 @@
 #include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/preload.hpp"
 #include "kernels/cuda/split_space.hpp"
+#include "kernels/cuda/vector_rows.hpp"
+#include "kernels/cuda/warp.cuh"
 #include "livefuse/config.hpp"
 
 namespace livefuse::cuda {
@@ -78,25 +80,6 @@ struct Layout {
   static constexpr int kFold = kRed + 2 * kWarps * R * 4;  // float [kMaxSplits][R] weights, [2][R]
   static constexpr int kBytes = kFold + (kMaxSplits + 2) * R * 4;
 };
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = lf_max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The 8 values of a 16-byte chunk of 16-bit elements, in f32.
-template <class S>
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&x)[8]) {
-  const lf_u16* h = reinterpret_cast<const lf_u16*>(&raw);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) x[e] = S::to(h[e]);
-}
 
 // Row r of the output: acc / l, or NaN where the row's max is not finite (every score -inf, or
 // a NaN or +inf among them: eager's NaN row).
@@ -187,7 +170,7 @@ __global__ void __launch_bounds__(32 * W)
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     float x[8];
-    unpack8<S>(*reinterpret_cast<const uint4*>(k_s + tc::swizzled<D>(row, c)), x);
+    widen<S>(*reinterpret_cast<const uint4*>(k_s + tc::swizzled<D>(row, c)), x);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const float4 q0 = *reinterpret_cast<const float4*>(q_s + r * D + 8 * c);
@@ -206,7 +189,7 @@ __global__ void __launch_bounds__(32 * W)
     s[r] = mine ? s[r] * a.scale + add[r] : kNegInf;
     // +inf (or NaN) anywhere makes the row NaN: carried as a NaN max (lf_max lets NaN win).
     if (s[r] == -kNegInf) s[r] = __int_as_float(0x7fc00000);
-    m[r] = warp_max(s[r]);
+    m[r] = warp_max_nan(s[r]);
     // A key at -inf weighs 0 (also where every key is: m = -inf).
     const float p = s[r] == kNegInf ? 0.0f : tc::exp2_approx((s[r] - m[r]) * kLog2e);
     p_s[r * kKeys + row] = p;
@@ -241,7 +224,7 @@ __global__ void __launch_bounds__(32 * W)
 #pragma unroll
   for (int j = g; j < 32; j += kGroups) {
     float x[8];
-    unpack8<S>(*reinterpret_cast<const uint4*>(v_s + tc::swizzled<D>(32 * warp + j, c)), x);
+    widen<S>(*reinterpret_cast<const uint4*>(v_s + tc::swizzled<D>(32 * warp + j, c)), x);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const float p = p_s[r * kKeys + 32 * warp + j];
@@ -329,7 +312,7 @@ __global__ void __launch_bounds__(32 * W)
       ms[u] = sp < splits ? __ldcg(slots + sp * kSlotFloats<R, D> + r) : kNegInf;
       ls[u] = sp < splits ? __ldcg(slots + sp * kSlotFloats<R, D> + R + r) : 0.0f;
     }
-    const float mx = warp_max(lf_max(ms[0], ms[1]));
+    const float mx = warp_max_nan(lf_max(ms[0], ms[1]));
     float l = 0.0f;
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -365,18 +348,6 @@ __global__ void __launch_bounds__(32 * W)
     store_out<S>(a, b, h, r, col + 1, v1, row_ml[r], row_ml[R + r]);
   }
   if (t == 0) count[bh] = 0;  // as the next launch on the stream expects it
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// Whether rows of a [batch, head, key, col] operand can be copied 16 bytes at a time: unit column
-// stride, 16-byte aligned base, and every stride of a dim longer than one a whole number of
-// 16-byte chunks.
-bool vector_rows(const void* base, const int64_t (&st)[4], int64_t batch, int64_t heads,
-                 int64_t keys) {
-  const auto fits = [](int64_t n, int64_t s) { return n <= 1 || s % 8 == 0; };
-  return aligned16(base) && st[3] == 1 && fits(batch, st[0]) && fits(heads, st[1]) &&
-         fits(keys, st[2]);
 }
 
 std::atomic<int> g_warps{0};  // set_attention_decode_stream_warps
@@ -468,15 +439,15 @@ bool launch_attention_decode_stream(const AttentionArgs& a, void* stream) {
     return false;
   if (a.batch * a.heads * kMaxSplits >= (int64_t{1} << 31)) return false;  // grid.x
   const int64_t old = a.first_new < 0 ? a.sk : a.first_new, added = a.sk - old;
-  if (!vector_rows(a.k, a.k_st, a.batch, a.heads, old) ||
-      !vector_rows(a.v, a.v_st, a.batch, a.heads, old))
-    return false;
+  // 16-byte rows of a [batch, K/V head, key, d] operand with `keys` keys (8 16-bit elements).
+  const auto rows16 = [&](const void* base, const int64_t(&st)[4], int64_t keys) {
+    return vector_rows(base, st, a.batch, a.heads, keys, a.d, 8);
+  };
+  if (!rows16(a.k, a.k_st, old) || !rows16(a.v, a.v_st, old)) return false;
   if (a.first_new >= 0) {
     if (a.copy_old_k || a.copy_old_v || added < 1) return false;  // the FMA kernel copies old rows
-    if (!vector_rows(a.k_new, a.k_new_st, a.batch, a.heads, added) ||
-        !vector_rows(a.v_new, a.v_new_st, a.batch, a.heads, added) ||
-        !vector_rows(a.k_dst, a.k_dst_st, a.batch, a.heads, a.sk) ||
-        !vector_rows(a.v_dst, a.v_dst_st, a.batch, a.heads, a.sk))
+    if (!rows16(a.k_new, a.k_new_st, added) || !rows16(a.v_new, a.v_new_st, added) ||
+        !rows16(a.k_dst, a.k_dst_st, a.sk) || !rows16(a.v_dst, a.v_dst_st, a.sk))
       return false;
   }
   const auto s = static_cast<cudaStream_t>(stream);

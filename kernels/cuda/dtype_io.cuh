@@ -121,6 +121,20 @@ struct alignas(16) Vec16 {
   Bits v[kN];
 };
 
+#if defined(__CUDACC__)
+// The 16 / sizeof(S::Bits) elements of a 16-byte load, in f32.
+template <class S>
+__device__ __forceinline__ void widen(const uint4& v, float* f) {
+  using Bits = typename S::Bits;
+  constexpr int kN = 16 / sizeof(Bits);
+  Bits b[kN];
+  static_assert(sizeof(b) == sizeof(uint4));
+  __builtin_memcpy(b, &v, sizeof(v));
+#pragma unroll
+  for (int j = 0; j < kN; ++j) f[j] = S::to(b[j]);
+}
+#endif
+
 // Host-side dispatch on a floating storage dtype: f(F32{}) etc.
 template <class F>
 inline auto with_float_storage(DType dt, F&& f) {

@@ -3,6 +3,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm_tc.cuh"
+#include "kernels/cuda/vector_rows.hpp"
 
 namespace livefuse::cuda {
 namespace {
@@ -28,7 +29,6 @@ void launch_typed(const GemmTcArgs& a, cudaStream_t s) {
   else launch_tiles<S, 32, 4>(a, s);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -42,17 +42,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 }
 
 template <class S>
-__device__ __forceinline__ void widen(const uint4& v, float* f) {
-  using Bits = typename S::Bits;
-  constexpr int kN = 16 / sizeof(Bits);
-  Bits b[kN];
-  static_assert(sizeof(b) == sizeof(uint4));
-  __builtin_memcpy(b, &v, sizeof(v));
-#pragma unroll
-  for (int j = 0; j < kN; ++j) f[j] = S::to(b[j]);
-}
-
-template <class S>
 __device__ __forceinline__ float rounded(float v) {
   return S::to(S::from(v));
 }

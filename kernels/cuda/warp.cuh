@@ -2,6 +2,8 @@
 // Warp / block reduction building blocks shared by the reduction and row kernels.
 #include <cstdint>
 
+#include "kernels/device/lf_math.cuh"
+
 namespace livefuse::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
@@ -15,6 +17,11 @@ __device__ __forceinline__ float warp_all_reduce(float v, F f) {
 
 __device__ __forceinline__ float warp_sum(float v) {
   return warp_all_reduce(v, [](float a, float b) { return a + b; });
+}
+
+// The max with a NaN winning (lf_max): attention scores, where a NaN row must stay NaN.
+__device__ __forceinline__ float warp_max_nan(float v) {
+  return warp_all_reduce(v, [](float a, float b) { return lf_max(a, b); });
 }
 
 // Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets
