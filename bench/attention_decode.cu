@@ -23,7 +23,8 @@
 // host's enqueueing is hidden (the events then bracket the kernel only); median of --iters
 // (default 200) after warm-up. "cold": each launch reads another copy of K and V, the copies
 // spanning 256 MB so the cache comes from HBM as in a real decode step (the weights in between
-// evict it); "hot": one copy, from L2 where it fits. GB/s counts the K and V bytes read.
+// evict it); "hot": one copy, from L2 where it fits. GB/s counts the K and V bytes read. Then
+// each kernel inside a CUDA graph of 20 cold launches (graph_us): its time in a decode step.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -220,6 +221,41 @@ double time_us(Launch launch, int iters, cudaStream_t s) {
   return lfbench::median(us);
 }
 
+// Microseconds a launch inside one CUDA graph of kGraphLaunches launches (launch(i), i its index),
+// median of `reps` replays: a decode step's context, where a kernel's time is its own and the
+// gap to the next node, not an event's and a launch's (the launch-by-launch columns above sit
+// on a ~5 us floor, which hides the short caches' differences).
+constexpr int kGraphLaunches = 20;
+template <class Launch>
+double graph_us(Launch launch, int reps, cudaStream_t s) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kGraphLaunches; ++i) launch(i);
+  CHECK_CUDA(cudaStreamEndCapture(s, &g));
+  CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(ge, s));
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    spin<<<1, 1, 0, s>>>(50000);
+    CHECK_CUDA(cudaEventRecord(e0, s));
+    CHECK_CUDA(cudaGraphLaunch(ge, s));
+    CHECK_CUDA(cudaEventRecord(e1, s));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1e3 / kGraphLaunches);
+  }
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  CHECK_CUDA(cudaGraphExecDestroy(ge));
+  CHECK_CUDA(cudaGraphDestroy(g));
+  return lfbench::median(us);
+}
+
 // The kernels compared: tensor-core decode (where it takes the shape; else as launch_attention
 // chooses), the FMA decode kernel, and launch_attention with both decode kernels off.
 enum Mode { kTc, kFma, kGeneral, kStream, kModes };
@@ -227,7 +263,7 @@ const char* const kModeNames[kModes] = {"tc", "decode", "general", "stream"};
 
 struct Result {
   Diff err[kModes];
-  double cold[kModes], hot[kModes], kv_bytes;
+  double cold[kModes], hot[kModes], graph[kModes], kv_bytes;
   bool tc_took = false;      // the tensor-core kernel took the shape
   bool stream_took = false;  // the streaming kernel did
   // --append: the FMA decode kernel appending the step's t rows itself (AttentionArgs::
@@ -303,6 +339,7 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
     r.err[m] = check();
     r.cold[m] = time_us([&](int i) { launch(args(i % copies)); }, iters, s);
     r.hot[m] = time_us([&](int) { launch(args(0)); }, iters, s);
+    r.graph[m] = graph_us([&](int i) { launch(args(i % copies)); }, std::max(5, iters / 10), s);
   }
   livefuse::cuda::force_attention_decode_tc(-1);
   livefuse::cuda::force_attention_decode_stream(0);  // the append's FMA arm below
@@ -383,7 +420,8 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
 std::vector<Case> cases() {
   std::vector<Case> cs;
   for (DType dt : {DType::f16, DType::f32})
-    for (int64_t sk : {32, 128, 256, 512, 1024, 4096}) cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
+    for (int64_t sk : {32, 128, 160, 256, 512, 1024, 4096})
+      cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
   for (int64_t sk : {32, 128, 300, 1024, 4096})
     cs.push_back({"llama-gqa", DType::bf16, 1, 8, 4, 1, sk, 64, sk});
   for (int64_t sk : {300, 4096}) cs.push_back({"gqa d 128 (8B-shaped)", DType::bf16, 1, 8, 4, 1, sk, 128, sk});
@@ -463,6 +501,10 @@ int main(int argc, char** argv) {
         r.err[kStream].max_abs, r.cold[kStream], gbs(kStream), r.hot[kStream], r.err[kGeneral].max_abs,
         r.cold[kGeneral], r.hot[kGeneral], failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(),
         r.tc_took ? "" : "  (tc declined)", r.stream_took ? "" : "  (stream declined)");
+    std::printf("%-34s   in a graph of %d (cold copies), us a launch: tc %.2f | fma %.2f | stream %.2f"
+                " | general %.2f\n",
+                "", kGraphLaunches, r.graph[kTc], r.graph[kFma], r.graph[kStream],
+                r.graph[kGeneral]);
     if (g_append)
       std::printf("%-34s   appending in the kernel %8.2f us (err %.2e) | copy launch, then the kernel %8.2f us"
                   " | streaming kernel appending %8.2f us (err %.2e)\n",
@@ -480,6 +522,7 @@ int main(int argc, char** argv) {
                       r.cold[m],
                       {{"gb_per_s", gbs(m)},
                        {"hot_us", r.hot[m]},
+                       {"graph_us", r.graph[m]},
                        {"max_err", r.err[m].max_abs},
                        {"kv_bytes", r.kv_bytes}},
                       {{"check", r.err[m].pass ? "PASS" : "FAIL"}}});

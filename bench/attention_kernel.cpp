@@ -7,7 +7,9 @@
 // and compares both outputs with the CPU kernel (livefuse::cpu::run_attention) on the same
 // host data: max abs / rel error and PASS or FAIL per case (NaN must meet NaN). Times are
 // CUDA events around single launches, median of --reps (>= 200) after a warm-up; `pipelined`
-// is the mean per launch of --reps back-to-back launches.
+// is the mean per launch of --reps back-to-back launches; `graph_us` the time a launch takes inside
+// a CUDA graph of 20 (graph_us), as in a plan. Variants "2g 1rw" / "2g 2rw": the keys split in two
+// with blocks of 1 / 2 row warps (force_attention_row_warps).
 // Usage: livefuse-bench-attention [--json PATH] [--reps N]   exit status 1 on any FAIL
 #include <cuda_runtime_api.h>
 
@@ -278,8 +280,41 @@ Check compare(const Case& c, const std::vector<uint8_t>& got, const std::vector<
 }
 
 struct Timing {
-  double median_us = 0, pipelined_us = 0;
+  double median_us = 0, pipelined_us = 0, graph_us = 0;
 };
+
+// Microseconds a launch inside one CUDA graph of 20 launches on `s`, median of `reps` replays:
+// a plan's context, where a kernel's time is its own and the gap to the next node (the single
+// launches above carry an event's and a launch's ~5 us).
+template <class Launch>
+double graph_us(Launch&& launch, int reps, cudaStream_t s) {
+  constexpr int kLaunches = 20;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kLaunches; ++i) launch(s);
+  BENCH_CUDA(cudaStreamEndCapture(s, &g));
+  BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, s));
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaEventRecord(e0, s));
+    BENCH_CUDA(cudaGraphLaunch(ge, s));
+    BENCH_CUDA(cudaEventRecord(e1, s));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1e3 / kLaunches);
+  }
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  BENCH_CUDA(cudaGraphExecDestroy(ge));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return lfbench::median(us);
+}
 
 template <class Launch>
 Timing time_launches(Launch&& launch, int reps) {
@@ -332,8 +367,10 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1234);
   std::vector<lfbench::Record> records;
   bool all_pass = true;
-  std::printf("%-24s %-5s %-8s %-8s %10s %10s %11s %11s %6s %s\n", "case", "dtype", "variant",
-              "kernel", "median_us", "pipe_us", "max_abs", "max_rel", "nan", "check");
+  std::printf("%-24s %-5s %-8s %-8s %10s %10s %9s %11s %11s %6s %s\n", "case", "dtype", "variant",
+              "kernel", "median_us", "pipe_us", "graph_us", "max_abs", "max_rel", "nan", "check");
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (Case& c : all_cases()) {
     std::vector<Buffer> bufs;
     prepare(c, bufs, rng);
@@ -349,14 +386,16 @@ int main(int argc, char** argv) {
     // key group and to two (attention_kernels.hpp); the general kernel last.
     struct Variant {
       const char* name;
-      int key_groups;  // -1: the general kernel
+      int key_groups;     // -1: the general kernel
+      int row_warps = 0;  // with the keys split in two: 1 or 2 row warps a block, 0 the grid's
     };
     std::vector<Variant> variants{{"fused", 0}};
-    if (mma) variants.insert(variants.end(), {{"1group", 1}, {"2groups", 2}});
+    if (mma) variants.insert(variants.end(), {{"1group", 1}, {"2g 1rw", 2, 1}, {"2g 2rw", 2, 2}});
     variants.push_back({"general", -1});
     for (const Variant& var : variants) {
       const bool fused = var.key_groups >= 0;
       livefuse::cuda::force_attention_key_groups(fused ? var.key_groups : 0);
+      livefuse::cuda::force_attention_row_warps(var.row_warps);
       Buffer& out = bufs[c.out.buf];
       BENCH_CUDA(cudaMemset(out.dev, 0xff, out.host.size()));  // NaN where nothing is written
       auto launch = [&] {
@@ -370,7 +409,15 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> got(out.host.size());
       BENCH_CUDA(cudaMemcpy(got.data(), out.dev, got.size(), cudaMemcpyDeviceToHost));
       const Check k = compare(c, got, ref);
-      const Timing t = time_launches(launch, reps);
+      Timing t = time_launches(launch, reps);
+      t.graph_us = graph_us(
+          [&](cudaStream_t s) {
+            if (fused)
+              livefuse::cuda::launch_attention(dev_args, s);
+            else
+              livefuse::cuda::launch_attention_general(dev_args, s);
+          },
+          std::max(20, reps / 10), stream);
       livefuse::cuda::force_attention_key_groups(0);
       const bool pass = k.bad == 0;
       all_pass = all_pass && pass;
@@ -379,17 +426,19 @@ int main(int argc, char** argv) {
         livefuse::cuda::force_attention_key_groups(var.key_groups);
         const livefuse::cuda::AttentionMmaConfig mc = livefuse::cuda::attention_mma_config(dev_args);
         livefuse::cuda::force_attention_key_groups(0);
+        livefuse::cuda::force_attention_row_warps(0);
         kernel += std::to_string(mc.row_warps) + "x" + std::to_string(mc.key_groups);
       }
-      std::printf("%-24s %-5s %-8s %-8s %10.2f %10.2f %11.3g %11.3g %6lld %s\n", c.name.c_str(),
-                  dt.c_str(), var.name, kernel.c_str(), t.median_us, t.pipelined_us, k.max_abs,
-                  k.max_rel, static_cast<long long>(k.nan_rows),
+      std::printf("%-24s %-5s %-8s %-8s %10.2f %10.2f %9.2f %11.3g %11.3g %6lld %s\n",
+                  c.name.c_str(), dt.c_str(), var.name, kernel.c_str(), t.median_us, t.pipelined_us,
+                  t.graph_us, k.max_abs, k.max_rel, static_cast<long long>(k.nan_rows),
                   pass ? "PASS" : ("FAIL (" + std::to_string(k.bad) + " bad)").c_str());
       records.push_back({"attention_kernel",
                          var.name,
                          c.name + "_" + dt,
                          t.median_us,
                          {{"pipelined_us", t.pipelined_us},
+                          {"graph_us", t.graph_us},
                           {"tflops", flops / (t.median_us * 1e-6) / 1e12},
                           {"max_abs_err", k.max_abs},
                           {"max_rel_err", k.max_rel},

@@ -65,6 +65,16 @@ __host__ __device__
   return (r / rows_t) * st_g + (r % rows_t) * st_row;
 }
 
+#if defined(__CUDACC__)
+// row_offset for kernels whose rows and rows_t are below 2^31 (their launches check): in 32-bit
+// division, where a 64-bit one is a long subroutine on the GPU.
+__device__ __forceinline__ int64_t row_offset32(int64_t r, int64_t rows_t, int64_t st_row,
+                                                int64_t st_g) {
+  const uint32_t ru = static_cast<uint32_t>(r), rt = static_cast<uint32_t>(rows_t);
+  return static_cast<int64_t>(ru / rt) * st_g + static_cast<int64_t>(ru % rt) * st_row;
+}
+#endif
+
 // The CUDA kernel's limit on d and dv (a query row and its accumulator live in registers).
 inline constexpr int64_t kAttentionMaxHeadDim = 128;
 // The most rows (query rows times the query heads of one K/V head) the CUDA decode kernel takes.

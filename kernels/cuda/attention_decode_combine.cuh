@@ -67,8 +67,7 @@ __device__ __forceinline__ void fold(int n, Part part, int r, int c, float& m, f
 // Row r of a head's mask or result: group r / rows_t, row r % rows_t (row_offset), in 32-bit
 // arithmetic (r < kAttentionDecodeMaxRows; a 64-bit division is a long subroutine on the GPU).
 __device__ __forceinline__ int64_t row_at(int r, int64_t rows_t, int64_t st_row, int64_t st_g) {
-  const int rt = static_cast<int>(rows_t);
-  return (r / rt) * st_g + (r % rt) * st_row;
+  return row_offset32(r, rows_t, st_row, st_g);
 }
 
 // The block's warps' partials into `dst` (shared memory, or the block's slot in the workspace).

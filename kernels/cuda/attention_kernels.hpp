@@ -23,6 +23,9 @@ AttentionMmaConfig attention_mma_config(const AttentionArgs& a);
 // Tests and the benchmark: 1 keeps every launch at one key group, 2 splits the keys wherever
 // allowed (d = 64, two tiles or more), 0 (default) chooses by the grid as above.
 void force_attention_key_groups(int groups);
+// The benchmark: where the keys split in two, blocks of 1 or 2 row warps (16 or 32 rows) instead
+// of the grid's choice (0, default).
+void force_attention_row_warps(int row_warps);
 
 // attention_mma_decode.cu: decode shapes on tensor cores -- at most 16 rows (a K/V head's stacked
 // query rows), the keys split over blocks meeting in the stream's workspace; what

@@ -57,6 +57,7 @@ namespace {
 template <int RW, int KW>
 constexpr int kThreads = 32 * RW * KW;
 std::atomic<int> g_forced_key_groups{0};  // force_attention_key_groups (tests, benchmark)
+std::atomic<int> g_forced_row_warps{0};   // force_attention_row_warps (benchmark)
 
 using namespace tc;  // the tile pieces (attention_mma.cuh)
 
@@ -75,8 +76,12 @@ __global__ void __launch_bounds__(kThreads<RW, KW>, kMinBlocksPerSm<D, RW, KW>)
   static_assert(KW == 1 || RW * kPartFloats<D> * 4 <= 2 * kBc * D * 2, "partials fit the group's K, V");
   __shared__ alignas(128) lf_u16 q_s[kRows * D];
   __shared__ alignas(128) lf_u16 kv_s[KW][2][kBc * D];  // per key group: K tile, V tile
-  const int64_t tile = blockIdx.x % row_tiles, bh = blockIdx.x / row_tiles;
-  const int64_t b = bh / a.heads, h = bh % a.heads, row0 = tile * kRows;
+  // In 32 bits: the launch keeps blocks (so row tiles and heads) below 2^31.
+  const uint32_t tiles_u = static_cast<uint32_t>(row_tiles),
+                 heads_u = static_cast<uint32_t>(a.heads);
+  const uint32_t bh = blockIdx.x / tiles_u;
+  const int64_t tile = blockIdx.x % tiles_u, b = bh / heads_u, h = bh % heads_u,
+                row0 = tile * kRows;
   const int warp = threadIdx.x / 32, rw = warp % RW, kw = warp / RW;
   const int gt = rw * 32 + static_cast<int>(threadIdx.x % 32);  // thread of its key group
   lf_u16* const k_s = kv_s[kw][0];
@@ -92,7 +97,7 @@ __global__ void __launch_bounds__(kThreads<RW, KW>, kMinBlocksPerSm<D, RW, KW>)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t row = min(row0 + rw * 16 + ln.g + 8 * i, a.sq - 1);
-    mask_rows[i] = mask + row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g);
+    mask_rows[i] = mask + row_offset32(row, a.rows_t, a.mask_st[2], a.mask_st_g);
   }
   const int64_t tiles = (a.sk + kBc - 1) / kBc;
   constexpr int kGroupThreads = 32 * RW;
@@ -178,9 +183,11 @@ bool attention_mma_fits(const AttentionArgs& a) {
   const int64_t q_n[3] = {a.batch, a.heads, a.sq}, kv_n[3] = {a.batch, a.heads, a.sk};
   const int64_t out_n[3] = {a.batch, a.heads, a.rows_t};
   const bool groups_even = a.rows_t >= a.sq || a.out_st_g % 2 == 0;
-  return rows_aligned(a.q, a.q_st, q_n, 8) && rows_aligned(a.k, a.k_st, kv_n, 8) &&
-         rows_aligned(a.v, a.v_st, kv_n, 8) && rows_aligned(a.out, a.out_st, out_n, 2) &&
-         groups_even && current_device_info().cc_major >= 8;
+  constexpr int64_t k32 = int64_t{1} << 31;  // rows in 32-bit arithmetic (row_offset32)
+  return a.sq < k32 && a.rows_t < k32 && rows_aligned(a.q, a.q_st, q_n, 8) &&
+         rows_aligned(a.k, a.k_st, kv_n, 8) && rows_aligned(a.v, a.v_st, kv_n, 8) &&
+         rows_aligned(a.out, a.out_st, out_n, 2) && groups_even &&
+         current_device_info().cc_major >= 8;
 }
 
 void launch_attention_mma(const AttentionArgs& a, void* stream) {
@@ -206,7 +213,13 @@ AttentionMmaConfig attention_mma_config(const AttentionArgs& a) {
   if (forced == 0 && heads * ((a.sq + 63) / 64) > sms * kMinBlocksPerSm<64, 4, 1>) return {4, 1};
   // Keys split in two: 32 rows a block where that still gives every SM a block (fewer blocks
   // re-read K and V fewer times), else 16.
+  const int rw = g_forced_row_warps.load(std::memory_order_relaxed);
+  if (rw == 1 || rw == 2) return {rw, 2};
   return {heads * ((a.sq + 31) / 32) >= sms ? 2 : 1, 2};
+}
+
+void force_attention_row_warps(int row_warps) {
+  g_forced_row_warps.store(row_warps, std::memory_order_relaxed);
 }
 
 void force_attention_key_groups(int groups) {

@@ -99,19 +99,27 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 
 // Rows [row0, row0 + Rows) of one head's operand (row stride `st` elements, unit column
 // stride) into `tile`; rows at or past `n` are zero-filled, so padding keys add 0 * 0.
-// Copied by `Threads` threads, this one being thread `t` of them.
+// Copied by `Threads` threads, this one being thread `t` of them: it takes 16-byte chunk
+// t % kChunks of every kStep-th row from row t / kChunks, so its source steps by one constant
+// and its row count is checked in 32 bits -- one 64-bit product a tile, not one a chunk (the
+// loads' address arithmetic was ~half of BERT b1's attention kernel's instructions, ncu in
+// session 45: ~45 a cp.async).
 template <int D, int Rows, int Threads>
 __device__ __forceinline__ void load_tile(lf_u16* tile, const lf_u16* src, int64_t st, int64_t row0,
                                           int64_t n, int t) {
-  constexpr int kChunks = D / 8;
-  static_assert(Rows * kChunks % Threads == 0);
+  constexpr int kChunks = D / 8, kStep = Threads / kChunks;
+  static_assert(Threads % kChunks == 0 && Rows % kStep == 0);
+  const int c = t % kChunks, r0 = t / kChunks;
+  const int64_t left = n - row0 - r0;  // rows r0 + i kStep valid while i kStep < left
+  const int valid_rows = left <= 0 ? 0 : left >= Rows ? Rows : static_cast<int>(left);
+  const lf_u16* p = src + (row0 + r0) * st + c * 8;
+  const int64_t step = kStep * st;
+  const uint32_t base = smem_address(tile);
 #pragma unroll
-  for (int it = 0; it < Rows * kChunks / Threads; ++it) {
-    const int i = it * Threads + t;
-    const int r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < n;
-    cp_async16(smem_address(tile + swizzled<D>(r, c)), valid ? src + (row0 + r) * st + c * 8 : src,
-               valid);
+  for (int it = 0; it < Rows / kStep; ++it) {
+    const bool valid = it * kStep < valid_rows;
+    cp_async16(base + 2 * swizzled<D>(r0 + it * kStep, c), valid ? p : src, valid);
+    p += step;
   }
 }
 
@@ -148,21 +156,29 @@ __device__ __forceinline__ void tile_scores(float (&s)[kBc / 8][4], const lf_u16
 
 // z = s * scale + mask, -inf for keys past sk. Element e of tile n is row g + 8 (e / 2), key
 // j0 + 8n + 2t + e % 2. `mask_rows` are the lane's two rows of the mask (the same for keys).
+// Keys are counted from the tile's first in 32 bits, the tile's base offsets taken once.
 template <class S>
 __device__ __forceinline__ void scale_and_mask(float (&s)[kBc / 8][4], const AttentionArgs& a,
                                                MaskKind kind, const lf_u16* const (&mask_rows)[2],
                                                int64_t j0, Lane ln) {
+  const int64_t left = a.sk - j0;  // the tile's keys from `left` on are padding
+  const int valid_keys = left >= kBc ? kBc : static_cast<int>(left);
+  const int64_t mst = a.mask_st[3];
+  const lf_u16* m0 = nullptr;
+  const lf_u16* m1 = nullptr;
+  if (kind != MaskKind::none)
+    m0 = mask_rows[0] + (j0 + 2 * ln.t) * mst, m1 = mask_rows[1] + (j0 + 2 * ln.t) * mst;
 #pragma unroll
   for (int n = 0; n < kBc / 8; ++n) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int64_t key = j0 + 8 * n + 2 * ln.t + c;
+      const int key = 8 * n + 2 * ln.t + c;
       float add0 = 0.0f, add1 = 0.0f;  // rows g, g + 8
-      if (key >= a.sk) {
+      if (key >= valid_keys) {
         add0 = add1 = kNegInf;
       } else if (kind != MaskKind::none) {
-        add0 = S::to(__ldg(mask_rows[0] + key * a.mask_st[3]));
-        add1 = kind == MaskKind::keys ? add0 : S::to(__ldg(mask_rows[1] + key * a.mask_st[3]));
+        add0 = S::to(__ldg(m0 + (8 * n + c) * mst));
+        add1 = kind == MaskKind::keys ? add0 : S::to(__ldg(m1 + (8 * n + c) * mst));
       }
       // The scores as eager's GEMM writes them, rounded to the dtype (attention.cu, the note).
       s[n][c] = S::to(S::from(s[n][c])) * a.scale + add0;
@@ -280,7 +296,7 @@ __device__ __forceinline__ void store_rows(const AttentionArgs& a, const RowStat
     if (row >= a.sq) continue;
     const bool finite = isfinite(st.m[i]);
     const float inv = 1.0f / l, nan = __int_as_float(0x7fc00000);
-    lf_u16* o = out + row_offset(row, a.rows_t, a.out_st[2], a.out_st_g) + 2 * ln.t;
+    lf_u16* o = out + row_offset32(row, a.rows_t, a.out_st[2], a.out_st_g) + 2 * ln.t;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const float y0 = finite ? acc[n][2 * i] * inv : nan;

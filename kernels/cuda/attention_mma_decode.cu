@@ -136,7 +136,7 @@ __device__ void fold_slots(const AttentionArgs& a, int64_t b, int64_t h, const f
     const float m = row_ml[r];
     const float inv = 1.0f / row_ml[16 + r], nan = __int_as_float(0x7fc00000);
     const bool finite = isfinite(m);  // all -inf, or a NaN or +inf score: eager's NaN row
-    auto* o = out + row_offset(r, a.rows_t, a.out_st[2], a.out_st_g) + c;
+    auto* o = out + row_offset32(r, a.rows_t, a.out_st[2], a.out_st_g) + c;
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[e] = S::from(finite ? acc[e] * inv : nan);
   }
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(32 * KW, kMinBlocks<D>)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t row = min(int64_t{ln.g + 8 * i}, a.sq - 1);
-    mask_rows[i] = mask + row_offset(row, a.rows_t, a.mask_st[2], a.mask_st_g);
+    mask_rows[i] = mask + row_offset32(row, a.rows_t, a.mask_st[2], a.mask_st_g);
   }
   const int64_t tiles = (a.sk + kBc - 1) / kBc;
   const int64_t t_end = min(tiles, int64_t{split + 1} * tiles_per_split);

@@ -242,6 +242,11 @@ LF_CUDA_TEST_CASE("attention gpu: the tensor-core kernel splits the keys only wh
   CHECK(config(1, 2, 64, 64, 64) == P{4, 1});              // one key tile
   livefuse::cuda::force_attention_key_groups(2);
   CHECK(config(64, 12, 128, 128, 64).second == 2);
+  livefuse::cuda::force_attention_row_warps(1);  // the benchmark's variants
+  CHECK(config(64, 12, 128, 128, 64) == P{1, 2});
+  livefuse::cuda::force_attention_row_warps(2);
+  CHECK(config(1, 12, 128, 128, 64) == P{2, 2});
+  livefuse::cuda::force_attention_row_warps(0);
   livefuse::cuda::force_attention_key_groups(0);
 }
 #endif

@@ -7,7 +7,9 @@
 # Also a decoder's kernels: one more generation of 2 tokens after its timed runs (prefill
 # included; DECODE_LAST=N shows only the last N kernels).
 # Usage (device tool): bash tools/gpu/kernels.sh   [KERNEL_RUNS="bert:f16:1:128 bert:f16:8:128
-#   gpt2:f16:concat llama-1b:bf16:static:4096" KERNEL_LINES=60 DECODE_LAST=0]
+#   gpt2:f16:concat llama-1b:bf16:static:4096" KERNEL_LINES=60 DECODE_LAST=0
+#   KERNEL_NCU_ARGS="--cache-control none" (warm caches, as inside the plan's graph; or
+#   "--graph-profiling graph": each graph launch as one workload, its time with the gaps)]
 . "$(dirname "$0")/prelude.sh" lf-kernels-out
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "kernels.sh: no ncu on this machine"; exit 0; }
@@ -24,7 +26,7 @@ for run in ${KERNEL_RUNS-bert:f16:1:128 gpt2:f16:concat}; do
          --cache "$a" --prompt-len "${b:-32}" --steps 128 --runs 3 --quiet --profile-final 2)
     last=${DECODE_LAST:-0}
   fi
-  timeout -k 5 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+  timeout -k 5 240 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum ${KERNEL_NCU_ARGS:-} \
     --csv --print-units base "${cmd[@]}" > "$D/$name.csv" 2> "$D/$name.log"
   echo "== $name rc=$?"
   python3 tools/gpu/kernel_table.py "$D/$name.csv" > "$D/$name.table"
