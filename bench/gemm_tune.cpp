@@ -10,6 +10,10 @@
 // Last columns: the same call on livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp), which
 // plans run with LIVEFUSE_GEMM_TC=1 for merged siblings and erf-GELU / SiLU epilogues (switched
 // on here); "nan" where it does not take the call.
+// Then a BERT layer's four GEMMs over 12 layers with weights of their own, as a forward reads
+// them (cold: 170 MB through a 50 MB L2), with and without a graph branch at each layer's start
+// that asks L2 for the layer's weights (bench/l2_prefetch.hpp), and over one layer's weights
+// every time (hot): us a layer.
 // Usage: livefuse-bench-gemm-tune [--json PATH] [--reps N] [--launches N]
 //   exit status 1 on a FAIL, 2 on a CUDA or livefuse error.
 #include <cuda_runtime_api.h>
@@ -25,6 +29,7 @@
 
 #include "bench/bench_cuda.hpp"
 #include "bench/bench_record.hpp"
+#include "bench/l2_prefetch.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
 #include "kernels/device/lf_math.cuh"
@@ -143,6 +148,62 @@ double time_graph(const Case& c, const Operands& o, cudaStream_t st, int launche
   }
   BENCH_CUDA(cudaEventDestroy(e0));
   BENCH_CUDA(cudaEventDestroy(e1));
+  BENCH_CUDA(cudaGraphExecDestroy(ge));
+  BENCH_CUDA(cudaGraphDestroy(g));
+  return lfbench::median(us);
+}
+
+// One BERT layer's GEMMs, in a plan's order: Q/K/V, output, FFN1 + GELU, FFN2.
+struct LayerGemms {
+  Case c[4];
+  Operands o[4];
+};
+
+// us a layer over `layers` layers of `m` rows (see the header): weights of each layer's own or
+// layer 0's every time (`hot`), with or without the prefetch branch.
+// prefetch: 0 none, else the chunk in bytes; skip_first: not the layer's first GEMM's weights
+// (it starts with the branch).
+double time_layers(std::vector<LayerGemms>& ls, bool hot, int64_t prefetch, bool skip_first,
+                   cudaStream_t st, cudaStream_t side, int reps) {
+  cudaEvent_t fork, join;
+  BENCH_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  BENCH_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (size_t l = 0; l < ls.size(); ++l) {
+    LayerGemms& L = ls[hot ? 0 : l];
+    if (prefetch) {
+      std::vector<lfbench::L2Range> r;
+      for (int i = skip_first ? 1 : 0; i < 4; ++i) {
+        const Tensor& w = L.o[i].call.inputs[1];
+        r.push_back({w.impl()->data(), w.numel() * 2});
+      }
+      BENCH_CUDA(cudaEventRecord(fork, st));
+      BENCH_CUDA(cudaStreamWaitEvent(side, fork));
+      lfbench::prefetch_to_l2(r, side, prefetch);
+      BENCH_CUDA(cudaEventRecord(join, side));
+    }
+    for (int i = 0; i < 4; ++i) run_once(L.c[i], L.o[i], st);
+    if (prefetch) BENCH_CUDA(cudaStreamWaitEvent(st, join));
+  }
+  BENCH_CUDA(cudaStreamEndCapture(st, &g));
+  BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, st));
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, st));
+    BENCH_CUDA(cudaGraphLaunch(ge, st));
+    BENCH_CUDA(cudaEventRecord(e1, st));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(1000.0 * ms / static_cast<double>(ls.size()));
+  }
+  for (cudaEvent_t e : {fork, join, e0, e1}) BENCH_CUDA(cudaEventDestroy(e));
   BENCH_CUDA(cudaGraphExecDestroy(ge));
   BENCH_CUDA(cudaGraphDestroy(g));
   return lfbench::median(us);
@@ -275,6 +336,56 @@ int main(int argc, char** argv) {
     }
     std::printf("sum of per-GEMM medians: top-1 %.2f us, tuned %.2f us (%.2fx)\n", sum_top1,
                 sum_tuned, sum_top1 / sum_tuned);
+
+    // The layer experiment (the header): 12 layers, each GEMM's input and output shared (the
+    // activations are hot in a forward too), the weights the layer's own.
+    cudaStream_t side;
+    BENCH_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    std::printf("\nBERT layer GEMMs (Q/K/V, output, FFN1 + GELU, FFN2), 12 layers, us a layer:\n");
+    std::printf("%6s %10s %14s %14s %14s %10s\n", "rows", "cold", "+prefetch 64K", "+prefetch 1M",
+                "1M, not QKV", "hot");
+    cuda::reset_gemm_tuning();
+    for (int64_t m : {128, 1024}) {
+      std::vector<Case> lc;
+      for (const Case& c : cases())
+        if (std::string(c.model) == "bert" && c.m == m && c.parts == 1) lc.push_back(c);
+      if (lc.size() != 4) continue;
+      Operands shared[4];
+      for (int i = 0; i < 4; ++i) {
+        shared[i].call.inputs.push_back(random_f16(Shape{m, lc[i].k}, 1.0f, d, rng, st));
+        shared[i].out = livefuse::empty(Shape{m, lc[i].n}, DType::f16, d);
+      }
+      std::vector<LayerGemms> ls(12);
+      for (LayerGemms& L : ls)
+        for (int i = 0; i < 4; ++i) {
+          L.c[i] = lc[i];
+          Operands& o = L.o[i];
+          o.call.op = livefuse::OpId::linear;
+          o.call.attrs.push_int(1);
+          o.call.attrs.push_int(0);
+          o.call.inputs.push_back(shared[i].call.inputs[0]);
+          o.call.inputs.push_back(random_f16(Shape{lc[i].n, lc[i].k}, 1.0f / std::sqrt(float(lc[i].k)), d, rng, st));
+          o.bias = random_f16(Shape{lc[i].n}, 0.1f, d, rng, st);
+          o.call.inputs.push_back(o.bias);
+          o.out = shared[i].out;
+          run_once(L.c[i], o, st);  // the plan's algorithm, outside any capture
+        }
+      BENCH_CUDA(cudaStreamSynchronize(st));
+      const double cold = time_layers(ls, false, 0, false, st, side, reps);
+      const double pre = time_layers(ls, false, int64_t{64} << 10, false, st, side, reps);
+      const double pre1m = time_layers(ls, false, int64_t{1} << 20, false, st, side, reps);
+      const double later = time_layers(ls, false, int64_t{1} << 20, true, st, side, reps);
+      const double hot = time_layers(ls, true, 0, false, st, side, reps);
+      std::printf("%6lld %10.2f %14.2f %14.2f %14.2f %10.2f\n", static_cast<long long>(m), cold, pre,
+                  pre1m, later, hot);
+      const std::string shape = std::to_string(m) + " rows";
+      recs.push_back({"gemm_tune/bert_layer", "cold", shape, cold, {}, {{"dtype", "f16"}}});
+      recs.push_back({"gemm_tune/bert_layer", "cold_prefetch_64k", shape, pre, {}, {{"dtype", "f16"}}});
+      recs.push_back({"gemm_tune/bert_layer", "cold_prefetch_1m", shape, pre1m, {}, {{"dtype", "f16"}}});
+      recs.push_back({"gemm_tune/bert_layer", "cold_prefetch_1m_not_first", shape, later, {}, {{"dtype", "f16"}}});
+      recs.push_back({"gemm_tune/bert_layer", "hot", shape, hot, {}, {{"dtype", "f16"}}});
+    }
+    BENCH_CUDA(cudaStreamDestroy(side));
     if (!json.empty()) lfbench::write_json(json, recs);
     return fail ? 1 : 0;
   } catch (const std::exception& e) {

@@ -14,7 +14,7 @@ void launch_attention_mma(const AttentionArgs& a, void* stream);
 // How launch_attention_mma cuts the work: blocks of row_warps x key_groups warps, each warp 16
 // query rows, each key group every key_groups-th tile of 64 keys (merged at the end). {4, 1}
 // where its blocks take more than one round of the SMs' block slots; else the keys split in two
-// ({2, 2} where 32-row blocks still give every SM one, else {1, 2}; d = 64 only, the two groups'
+// ({2, 2} where 32-row blocks still give every SM two, else {1, 2}; d = 64 only, the two groups'
 // tiles must fit 48 KiB of shared memory; LIVEFUSE_ATTENTION_SPLIT=0: never).
 struct AttentionMmaConfig {
   int row_warps = 4, key_groups = 1;

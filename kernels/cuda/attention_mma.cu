@@ -211,11 +211,13 @@ AttentionMmaConfig attention_mma_config(const AttentionArgs& a) {
   // 14.1, b8 s128 -- 192 blocks in 396 slots -- 14.1 against 16.1, b8 s384 -- 576 -- 50.3
   // against 49.1).
   if (forced == 0 && heads * ((a.sq + 63) / 64) > sms * kMinBlocksPerSm<64, 4, 1>) return {4, 1};
-  // Keys split in two: 32 rows a block where that still gives every SM a block (fewer blocks
-  // re-read K and V fewer times), else 16.
+  // Keys split in two: 32 rows a block where that still gives every SM two blocks (fewer blocks
+  // re-read K and V fewer times), else 16. Inside a CUDA graph (H100, livefuse-bench-attention
+  // graph_us, session 45): BERT b8 s128 -- 384 blocks of 32 rows -- 6.7 us against 7.0 with 16
+  // rows; b1 s384 -- 144 -- 11.5 against 10.7; b1 s128 -- 48 -- 5.05 against 4.97.
   const int rw = g_forced_row_warps.load(std::memory_order_relaxed);
   if (rw == 1 || rw == 2) return {rw, 2};
-  return {heads * ((a.sq + 31) / 32) >= sms ? 2 : 1, 2};
+  return {heads * ((a.sq + 31) / 32) >= 2 * sms ? 2 : 1, 2};
 }
 
 void force_attention_row_warps(int row_warps) {

@@ -233,10 +233,12 @@ LF_CUDA_TEST_CASE("attention gpu: the tensor-core kernel splits the keys only wh
   };
   using P = std::pair<int, int>;
   const auto split = [&](int64_t heads, int64_t sq) {
-    return heads * ((sq + 63) / 64) > 3 * sms ? P{4, 1} : P{heads * ((sq + 31) / 32) >= sms ? 2 : 1, 2};
+    return heads * ((sq + 63) / 64) > 3 * sms ? P{4, 1}
+                                                : P{heads * ((sq + 31) / 32) >= 2 * sms ? 2 : 1, 2};
   };
   CHECK(config(1, 12, 128, 128, 64) == split(12, 128));  // BERT-base b1: {1, 2} on an H200
   CHECK(config(1, 12, 384, 384, 64) == split(12, 384));
+  CHECK(config(8, 12, 128, 128, 64) == split(96, 128));  // {2, 2} on 132 SMs
   CHECK(config(64, 12, 128, 128, 64) == P{4, 1});          // more blocks than the SMs hold at once
   CHECK(config(1, 12, 128, 128, 128) == P{4, 1});          // d = 128: no room for two groups
   CHECK(config(1, 2, 64, 64, 64) == P{4, 1});              // one key tile
