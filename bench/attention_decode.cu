@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_graph.hpp"
 #include "bench/bench_record.hpp"
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_decode.hpp"
@@ -221,39 +222,15 @@ double time_us(Launch launch, int iters, cudaStream_t s) {
   return lfbench::median(us);
 }
 
-// Microseconds a launch inside one CUDA graph of kGraphLaunches launches (launch(i), i its index),
-// median of `reps` replays: a decode step's context, where a kernel's time is its own and the
-// gap to the next node, not an event's and a launch's (the launch-by-launch columns above sit
-// on a ~5 us floor, which hides the short caches' differences).
+// A launch's microseconds inside one CUDA graph of kGraphLaunches launches (launch(i), i its
+// index), after a spin kernel: a decode step's context (the launch-by-launch columns above sit on
+// a ~5 us floor, which hides the short caches' differences).
 constexpr int kGraphLaunches = 20;
 template <class Launch>
 double graph_us(Launch launch, int reps, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kGraphLaunches; ++i) launch(i);
-  CHECK_CUDA(cudaStreamEndCapture(s, &g));
-  CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  CHECK_CUDA(cudaEventCreate(&e0));
-  CHECK_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaGraphLaunch(ge, s));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    spin<<<1, 1, 0, s>>>(50000);
-    CHECK_CUDA(cudaEventRecord(e0, s));
-    CHECK_CUDA(cudaGraphLaunch(ge, s));
-    CHECK_CUDA(cudaEventRecord(e1, s));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(ms * 1e3 / kGraphLaunches);
-  }
-  CHECK_CUDA(cudaEventDestroy(e0));
-  CHECK_CUDA(cudaEventDestroy(e1));
-  CHECK_CUDA(cudaGraphExecDestroy(ge));
-  CHECK_CUDA(cudaGraphDestroy(g));
-  return lfbench::median(us);
+  return lfbench::graph_median_us(
+      s, reps, kGraphLaunches, [&] { for (int i = 0; i < kGraphLaunches; ++i) launch(i); },
+      [&] { spin<<<1, 1, 0, s>>>(50000); });
 }
 
 // The kernels compared: tensor-core decode (where it takes the shape; else as launch_attention

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/bench_cuda.hpp"
+#include "bench/bench_graph.hpp"
 #include "bench/bench_record.hpp"
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_kernels.hpp"
@@ -283,37 +284,15 @@ struct Timing {
   double median_us = 0, pipelined_us = 0, graph_us = 0;
 };
 
-// Microseconds a launch inside one CUDA graph of 20 launches on `s`, median of `reps` replays:
-// a plan's context, where a kernel's time is its own and the gap to the next node (the single
-// launches above carry an event's and a launch's ~5 us).
+// A launch's microseconds inside one CUDA graph of 20 launches on `s`: a plan's context, where a
+// kernel's time is its own and the gap to the next node (the single launches above carry an
+// event's and a launch's ~5 us).
 template <class Launch>
 double graph_us(Launch&& launch, int reps, cudaStream_t s) {
   constexpr int kLaunches = 20;
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kLaunches; ++i) launch(s);
-  BENCH_CUDA(cudaStreamEndCapture(s, &g));
-  BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, s));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventRecord(e0, s));
-    BENCH_CUDA(cudaGraphLaunch(ge, s));
-    BENCH_CUDA(cudaEventRecord(e1, s));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(ms * 1e3 / kLaunches);
-  }
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
-  BENCH_CUDA(cudaGraphExecDestroy(ge));
-  BENCH_CUDA(cudaGraphDestroy(g));
-  return lfbench::median(us);
+  return lfbench::graph_median_us(s, reps, kLaunches, [&] {
+    for (int i = 0; i < kLaunches; ++i) launch(s);
+  });
 }
 
 template <class Launch>

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench/bench_cuda.hpp"
+#include "bench/bench_graph.hpp"
 #include "bench/bench_record.hpp"
 #include "bench/l2_prefetch.hpp"
 #include "kernels/cuda/gemm.hpp"
@@ -125,32 +126,9 @@ void run_once(const Case& c, const Operands& o, cudaStream_t st) {
 // Per-GEMM microseconds: median over `reps` replays of a graph of `launches` GEMMs (the
 // tensor-core GEMM's with `tc`).
 double time_graph(const Case& c, const Operands& o, cudaStream_t st, int launches, int reps, bool tc = false) {
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < launches; ++i) tc ? (void)run_tc(c, o, st) : run_once(c, o, st);
-  BENCH_CUDA(cudaStreamEndCapture(st, &g));
-  BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, st));
-  BENCH_CUDA(cudaStreamSynchronize(st));
-  std::vector<double> us;
-  for (int r = 0; r < reps; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0, st));
-    BENCH_CUDA(cudaGraphLaunch(ge, st));
-    BENCH_CUDA(cudaEventRecord(e1, st));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(1000.0 * ms / launches);
-  }
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
-  BENCH_CUDA(cudaGraphExecDestroy(ge));
-  BENCH_CUDA(cudaGraphDestroy(g));
-  return lfbench::median(us);
+  return lfbench::graph_median_us(st, reps, launches, [&] {
+    for (int i = 0; i < launches; ++i) tc ? (void)run_tc(c, o, st) : run_once(c, o, st);
+  });
 }
 
 // One BERT layer's GEMMs, in a plan's order: Q/K/V, output, FFN1 + GELU, FFN2.
@@ -168,45 +146,27 @@ double time_layers(std::vector<LayerGemms>& ls, bool hot, int64_t prefetch, bool
   cudaEvent_t fork, join;
   BENCH_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   BENCH_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (size_t l = 0; l < ls.size(); ++l) {
-    LayerGemms& L = ls[hot ? 0 : l];
-    if (prefetch) {
-      std::vector<lfbench::L2Range> r;
-      for (int i = skip_first ? 1 : 0; i < 4; ++i) {
-        const Tensor& w = L.o[i].call.inputs[1];
-        r.push_back({w.impl()->data(), w.numel() * 2});
+  const double us = lfbench::graph_median_us(st, reps, static_cast<double>(ls.size()), [&] {
+    for (size_t l = 0; l < ls.size(); ++l) {
+      LayerGemms& L = ls[hot ? 0 : l];
+      if (prefetch) {
+        std::vector<lfbench::L2Range> r;
+        for (int i = skip_first ? 1 : 0; i < 4; ++i) {
+          const Tensor& w = L.o[i].call.inputs[1];
+          r.push_back({w.impl()->data(), w.numel() * 2});
+        }
+        BENCH_CUDA(cudaEventRecord(fork, st));
+        BENCH_CUDA(cudaStreamWaitEvent(side, fork));
+        lfbench::prefetch_to_l2(r, side, prefetch);
+        BENCH_CUDA(cudaEventRecord(join, side));
       }
-      BENCH_CUDA(cudaEventRecord(fork, st));
-      BENCH_CUDA(cudaStreamWaitEvent(side, fork));
-      lfbench::prefetch_to_l2(r, side, prefetch);
-      BENCH_CUDA(cudaEventRecord(join, side));
+      for (int i = 0; i < 4; ++i) run_once(L.c[i], L.o[i], st);
+      if (prefetch) BENCH_CUDA(cudaStreamWaitEvent(st, join));
     }
-    for (int i = 0; i < 4; ++i) run_once(L.c[i], L.o[i], st);
-    if (prefetch) BENCH_CUDA(cudaStreamWaitEvent(st, join));
-  }
-  BENCH_CUDA(cudaStreamEndCapture(st, &g));
-  BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, st));
-  std::vector<double> us;
-  for (int r = 0; r < reps; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0, st));
-    BENCH_CUDA(cudaGraphLaunch(ge, st));
-    BENCH_CUDA(cudaEventRecord(e1, st));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(1000.0 * ms / static_cast<double>(ls.size()));
-  }
-  for (cudaEvent_t e : {fork, join, e0, e1}) BENCH_CUDA(cudaEventDestroy(e));
-  BENCH_CUDA(cudaGraphExecDestroy(ge));
-  BENCH_CUDA(cudaGraphDestroy(g));
-  return lfbench::median(us);
+  });
+  BENCH_CUDA(cudaEventDestroy(fork));
+  BENCH_CUDA(cudaEventDestroy(join));
+  return us;
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_cuda.hpp"
+#include "bench/bench_graph.hpp"
 #include "bench/bench_record.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/pdl.hpp"
@@ -165,31 +166,9 @@ void set_variant(const Variant& v) {
 
 // Median microseconds of one replay of the chain captured as one graph.
 double time_chain(const Chain& c, cudaStream_t s, int reps) {
-  cudaGraph_t g = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (const cu::GemvArgs& a : c.steps) cu::launch_gemv(a, s);
-  BENCH_CUDA(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t e = nullptr;
-  BENCH_CUDA(cudaGraphInstantiate(&e, g, 0));
-  for (int i = 0; i < 5; ++i) BENCH_CUDA(cudaGraphLaunch(e, s));
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventRecord(a, s));
-    BENCH_CUDA(cudaGraphLaunch(e, s));
-    BENCH_CUDA(cudaEventRecord(b, s));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-    us.push_back(ms * 1000.0);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(e);
-  cudaGraphDestroy(g);
-  return lfbench::median(us);
+  return lfbench::graph_median_us(s, reps, 1, [&] {
+    for (const cu::GemvArgs& a : c.steps) cu::launch_gemv(a, s);
+  });
 }
 
 }  // namespace
