@@ -478,8 +478,8 @@ int main(int argc, char** argv) {
         r.err[kStream].max_abs, r.cold[kStream], gbs(kStream), r.hot[kStream], r.err[kGeneral].max_abs,
         r.cold[kGeneral], r.hot[kGeneral], failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(),
         r.tc_took ? "" : "  (tc declined)", r.stream_took ? "" : "  (stream declined)");
-    std::printf("%-34s   in a graph of %d (cold copies), us a launch: tc %.2f | fma %.2f | stream %.2f"
-                " | general %.2f\n",
+    std::printf("%-34s   in a graph of %d (cold copies), us a launch: tc %.2f | fma %.2f"
+                " | stream %.2f | general %.2f\n",
                 "", kGraphLaunches, r.graph[kTc], r.graph[kFma], r.graph[kStream],
                 r.graph[kGeneral]);
     if (g_append)

@@ -324,7 +324,8 @@ int main(int argc, char** argv) {
           o.call.attrs.push_int(1);
           o.call.attrs.push_int(0);
           o.call.inputs.push_back(shared[i].call.inputs[0]);
-          o.call.inputs.push_back(random_f16(Shape{lc[i].n, lc[i].k}, 1.0f / std::sqrt(float(lc[i].k)), d, rng, st));
+          const float ws = 1.0f / std::sqrt(static_cast<float>(lc[i].k));
+          o.call.inputs.push_back(random_f16(Shape{lc[i].n, lc[i].k}, ws, d, rng, st));
           o.bias = random_f16(Shape{lc[i].n}, 0.1f, d, rng, st);
           o.call.inputs.push_back(o.bias);
           o.out = shared[i].out;
@@ -336,14 +337,16 @@ int main(int argc, char** argv) {
       const double pre1m = time_layers(ls, false, int64_t{1} << 20, false, st, side, reps);
       const double later = time_layers(ls, false, int64_t{1} << 20, true, st, side, reps);
       const double hot = time_layers(ls, true, 0, false, st, side, reps);
-      std::printf("%6lld %10.2f %14.2f %14.2f %14.2f %10.2f\n", static_cast<long long>(m), cold, pre,
-                  pre1m, later, hot);
+      std::printf("%6lld %10.2f %14.2f %14.2f %14.2f %10.2f\n", static_cast<long long>(m), cold,
+                  pre, pre1m, later, hot);
       const std::string shape = std::to_string(m) + " rows";
-      recs.push_back({"gemm_tune/bert_layer", "cold", shape, cold, {}, {{"dtype", "f16"}}});
-      recs.push_back({"gemm_tune/bert_layer", "cold_prefetch_64k", shape, pre, {}, {{"dtype", "f16"}}});
-      recs.push_back({"gemm_tune/bert_layer", "cold_prefetch_1m", shape, pre1m, {}, {{"dtype", "f16"}}});
-      recs.push_back({"gemm_tune/bert_layer", "cold_prefetch_1m_not_first", shape, later, {}, {{"dtype", "f16"}}});
-      recs.push_back({"gemm_tune/bert_layer", "hot", shape, hot, {}, {{"dtype", "f16"}}});
+      const std::pair<const char*, double> variants[] = {{"cold", cold},
+                                                         {"cold_prefetch_64k", pre},
+                                                         {"cold_prefetch_1m", pre1m},
+                                                         {"cold_prefetch_1m_not_first", later},
+                                                         {"hot", hot}};
+      for (const auto& [variant, us] : variants)
+        recs.push_back({"gemm_tune/bert_layer", variant, shape, us, {}, {{"dtype", "f16"}}});
     }
     BENCH_CUDA(cudaStreamDestroy(side));
     if (!json.empty()) lfbench::write_json(json, recs);

@@ -20,6 +20,7 @@ inline constexpr int kMaxL2Ranges = 16;
 
 // `chunk`: bytes a block asks for (one TMA bulk prefetch each); fewer, larger chunks take fewer
 // of the SMs' block slots from the kernels beside them.
-void prefetch_to_l2(std::span<const L2Range> ranges, void* stream, int64_t chunk = int64_t{64} << 10);
+void prefetch_to_l2(std::span<const L2Range> ranges, void* stream,
+                    int64_t chunk = int64_t{64} << 10);
 
 }  // namespace lfbench
