@@ -15,7 +15,7 @@ struct L2Range {
   const void* p = nullptr;
   int64_t bytes = 0;
 };
-// At most this many ranges a launch (more are ignored: the caller keeps the largest).
+// At most this many ranges a launch; more are ignored.
 inline constexpr int kMaxL2Ranges = 16;
 
 // `chunk`: bytes a block asks for (one TMA bulk prefetch each); fewer, larger chunks take fewer

@@ -8,8 +8,8 @@
 # included; DECODE_LAST=N shows only the last N kernels).
 # Usage (device tool): bash tools/gpu/kernels.sh   [KERNEL_RUNS="bert:f16:1:128 bert:f16:8:128
 #   gpt2:f16:concat llama-1b:bf16:static:4096" KERNEL_LINES=60 DECODE_LAST=0
-#   KERNEL_NCU_ARGS="--cache-control none" (warm caches, as inside the plan's graph; or
-#   "--graph-profiling graph": each graph launch as one workload, its time with the gaps)]
+#   KERNEL_NCU_ARGS="--cache-control none" (warm caches, as inside the plan's graph; times under
+#   "--graph-profiling graph" read 140-370 us for a ~38 us layer replay in session 45: not a measure)]
 . "$(dirname "$0")/prelude.sh" lf-kernels-out
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "kernels.sh: no ncu on this machine"; exit 0; }

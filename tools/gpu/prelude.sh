@@ -46,3 +46,14 @@ setting_sweep() {
     env "$1=$v" SWEEP_LENS="128 4096" SWEEP_MODES="on:concat" timeout -s KILL 200 bash tools/gpu/sweep.sh 2>&1 | tee -a "$D/sweep.log"
   done
 }
+# base_library BINARY: unpacks the base library carried beside the build (.gpu/base.so.xz, or
+# .gz: another tree's liblivefuse.so) into $B/base and sets BASE_LD, the environment setting that
+# loads it first; checks that BINARY then loads it, and loads at all. Exits when it cannot.
+base_library() {
+  mkdir -p "$B/base"
+  if [ -f .gpu/base.so.xz ]; then xz -dc .gpu/base.so.xz; else gunzip -c .gpu/base.so.gz; fi \
+    > "$B/base/liblivefuse.so" || { echo "no .gpu/base.so.xz or .gpu/base.so.gz"; exit 1; }
+  BASE_LD="LD_LIBRARY_PATH=$PWD/$B/base:${LD_LIBRARY_PATH:-}"
+  env "$BASE_LD" ldd "$1" | grep livefuse
+  env "$BASE_LD" "$1" --help >/dev/null 2>&1 || { echo "base library does not load"; exit 1; }
+}

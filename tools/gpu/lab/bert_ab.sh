@@ -4,10 +4,7 @@
 # alternating processes: ms a forward (livefuse-bert's median). Run THERE after tools/gpu/pack.sh.
 # Usage (device tool): bash tools/gpu/lab/bert_ab.sh  [BAB_CONFIGS="f16:1:128 f16:8:128" BAB_ROUNDS=3]
 . "$(dirname "$0")/../prelude.sh" lf-bert-ab
-mkdir -p "$B/base"
-{ [ -f .gpu/base.so.xz ] && xz -dc .gpu/base.so.xz || gunzip -c .gpu/base.so.gz; } > "$B/base/liblivefuse.so" || { echo "no .gpu/base.so.xz or .gz"; exit 1; }
-BASE_LD="LD_LIBRARY_PATH=$PWD/$B/base:$LD_LIBRARY_PATH"
-env "$BASE_LD" ldd "$B/tools/bert/livefuse-bert" | grep livefuse
+base_library "$B/tools/bert/livefuse-bert"
 for cfg in ${BAB_CONFIGS:-f16:1:128 f16:8:128}; do
   IFS=: read -r dt batch seq <<< "$cfg"
   for r in $(seq 1 "${BAB_ROUNDS:-3}"); do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for a change of the runtime's own host cost (session 37: handles from a per-thread
 # list, TLS descriptors), run THERE: the carried build against a base library carried beside it
-# as .gpu/base.so.gz (gzip of another tree's liblivefuse.so; the binaries load it first through
+# as .gpu/base.so.xz or .gz (xz or gzip of another tree's liblivefuse.so; the binaries load it first through
 # LD_LIBRARY_PATH, their RUNPATH giving way). Alternating processes: the deferred-call benchmark,
 # then GPT-2 f16 and Llama-1B bf16 concat decodes (ms a token and the time it was issued in).
 # Logs in $OUT/host_ab.tgz. Usage: bash tools/gpu/lab/host_ab.sh   [HAB_ROUNDS=3 HAB_PARTS="bench gpt2 llama"]
@@ -9,12 +9,8 @@
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/host_ab.tgz" -C "$D" . 2>/dev/null; }
-mkdir -p "$B/base"
-gunzip -c .gpu/base.so.gz > "$B/base/liblivefuse.so" || { echo "no .gpu/base.so.gz"; exit 1; }
-BASE_LD="LD_LIBRARY_PATH=$PWD/$B/base:$LD_LIBRARY_PATH"
 # The base library must be the one loaded, and load at all (its symbols against today's binaries).
-env "$BASE_LD" ldd "$B/tools/generate/livefuse-generate" | grep livefuse
-env "$BASE_LD" "$B/tools/generate/livefuse-generate" --help >/dev/null 2>&1 || { echo "base library does not load"; exit 1; }
+base_library "$B/tools/generate/livefuse-generate"
 parts=${HAB_PARTS:-bench gpt2 llama}
 rounds=${HAB_ROUNDS:-3}
 if [[ $parts == *bench* ]]; then
