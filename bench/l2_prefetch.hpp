@@ -23,4 +23,16 @@ inline constexpr int kMaxL2Ranges = 16;
 void prefetch_to_l2(std::span<const L2Range> ranges, void* stream,
                     int64_t chunk = int64_t{64} << 10);
 
+// The same ranges asked for line by line: `blocks` blocks of 256 threads, each thread issuing a
+// `prefetch.global.L2` for every 128-byte line it owns (no register waits on them). Fewer SMs
+// than the chunked form at small chunks; more requests in flight than one TMA bulk prefetch
+// a block at large ones.
+void prefetch_lines_to_l2(std::span<const L2Range> ranges, void* stream, int blocks = 16);
+
+// The same ranges read for real (16-byte loads cached in L2 only, eight in flight a thread, the
+// values discarded): what a prefetch hint may skip, a load cannot.
+void load_to_l2(std::span<const L2Range> ranges, void* stream, int blocks = 32);
+// Allocates what load_to_l2 needs; call it before a stream capture that calls load_to_l2.
+void prepare_load_to_l2();
+
 }  // namespace lfbench
