@@ -13,8 +13,12 @@
 //                          do under LIVEFUSE_GEMV_NORM=2 (by default Llama's norms are kernels)
 // Every layer has its own weights (nothing stays in L2 from one layer to the next), and each
 // product reads the one before's output. The floor is the weights' bytes at --bw GB/s.
+// Then the L2 experiment, for models whose layer fits the L2 a few times (GPT-2: 14 MB): the
+// step cold, hot (every layer reads layer 0's weights), and cold with a graph branch at each
+// layer's start asking L2 for weights (bench/l2_prefetch.hpp) -- the layer's own after its first
+// product (what a layer's plan knows) or the next layer's (what a plan of the whole step would).
 // Usage: livefuse-bench-gemv-chain [--json PATH] [--reps N] [--bw GBPS] [--rows 1..8] [--norm-chain]
-//        (exit 2 on a CUDA error)
+//        [--l2-only]   (exit 2 on a CUDA error)
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -27,6 +31,7 @@
 #include "bench/bench_cuda.hpp"
 #include "bench/bench_graph.hpp"
 #include "bench/bench_record.hpp"
+#include "bench/l2_prefetch.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/pdl.hpp"
 #include "livefuse/config.hpp"
@@ -87,11 +92,13 @@ void* device_random(size_t elems, float a, uint64_t seed) {
 
 struct Chain {
   std::vector<cu::GemvArgs> steps;
+  std::vector<int> layer_of;  // steps[i]'s layer
   std::vector<void*> owned;
   double weight_bytes = 0;
 
   // Every product of every layer, or (only >= 0) that one product of every layer; `rows` rows.
-  Chain(const Model& m, int only, int rows) {
+  // `hot`: every layer reads layer 0's weights.
+  Chain(const Model& m, int only, int rows, bool hot = false) {
     int64_t widest = 0;
     for (const Product& p : m.layer) widest = std::max({widest, p.n, p.k});
     widest *= rows;
@@ -111,8 +118,12 @@ struct Chain {
         g.k = p.k;
         g.x = act[cur];
         g.ldx = p.k;
-        g.w = device_random(static_cast<size_t>(p.n * p.k), 0.03f, 100 + steps.size());
-        owned.push_back(const_cast<void*>(g.w));
+        if (hot && l > 0) {
+          g.w = steps[steps.size() - (only < 0 ? m.layer.size() : 1)].w;
+        } else {
+          g.w = device_random(static_cast<size_t>(p.n * p.k), 0.03f, 100 + steps.size());
+          owned.push_back(const_cast<void*>(g.w));
+        }
         g.ldw = p.k;
         g.out = act[1 - cur];
         g.ldo = p.gated ? p.n / 2 : p.n;
@@ -130,6 +141,7 @@ struct Chain {
           std::exit(2);
         }
         steps.push_back(g);
+        layer_of.push_back(l);
         weight_bytes += static_cast<double>(p.n * p.k * 2);
         cur = 1 - cur;
       }
@@ -144,16 +156,23 @@ struct Chain {
 // alone; then no PDL with one-row products two weight rows a warp never (LIVEFUSE_GEMV_PAIR=0)
 // and always (2), where the others take them as by default (1); then no PDL with a norm's
 // chunks loaded after its statistics (set_gemv_norm_early(false)), where the others load them
-// before.
+// before. pdl_early / pdl_pf_early: PDL with each GEMV's first weight loads made before its wait
+// (set_gemv_early_weights), without and with the L2 prefetch.
 struct Variant {
   const char* name;
   bool pdl, prefetch;
   int pair;
   bool norm_early = true;
+  bool early_weights = false;
 };
-constexpr Variant kVariants[] = {{"off", false, false, 1},      {"pdl", true, true, 1},
-                                 {"pdl_nopf", true, false, 1}, {"no_pair", false, false, 0},
-                                 {"pair_all", false, false, 2}, {"norm_late", false, false, 1, false}};
+constexpr Variant kVariants[] = {{"off", false, false, 1},
+                                 {"pdl", true, true, 1},
+                                 {"pdl_nopf", true, false, 1},
+                                 {"pdl_early", true, false, 1, true, true},
+                                 {"pdl_pf_early", true, true, 1, true, true},
+                                 {"no_pair", false, false, 0},
+                                 {"pair_all", false, false, 2},
+                                 {"norm_late", false, false, 1, false}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();
@@ -162,6 +181,7 @@ void set_variant(const Variant& v) {
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
   cu::set_gemv_norm_early(v.norm_early);
+  cu::set_gemv_early_weights(v.early_weights);
 }
 
 // Median microseconds of one replay of the chain captured as one graph.
@@ -171,12 +191,93 @@ double time_chain(const Chain& c, cudaStream_t s, int reps) {
   });
 }
 
+// The L2 experiment's variants (the header): which weights the branch at a layer's start asks
+// for, and how -- TMA bulk prefetches of `chunk` bytes a block, line by line from `line_blocks`
+// blocks, or read by `load_blocks` blocks.
+enum class Ask { none, own_later, next };
+struct L2Variant {
+  const char* name;
+  bool hot;
+  Ask ask;
+  int64_t chunk;
+  int line_blocks;
+  int load_blocks = 0;
+};
+constexpr L2Variant kL2Variants[] = {
+    {"cold", false, Ask::none, 0, 0},
+    {"hot", true, Ask::none, 0, 0},
+    {"own_1m", false, Ask::own_later, int64_t{1} << 20, 0},
+    {"own_128k", false, Ask::own_later, int64_t{128} << 10, 0},
+    {"own_lines16", false, Ask::own_later, 0, 16},
+    {"own_lines64", false, Ask::own_later, 0, 64},
+    {"next_1m", false, Ask::next, int64_t{1} << 20, 0},
+    {"next_128k", false, Ask::next, int64_t{128} << 10, 0},
+    {"next_lines16", false, Ask::next, 0, 16},
+    {"own_load32", false, Ask::own_later, 0, 0, 32},
+    {"next_load32", false, Ask::next, 0, 0, 32},
+    {"next_load64", false, Ask::next, 0, 0, 64},
+    {"next_load132", false, Ask::next, 0, 0, 132},
+};
+
+double time_l2_variant(const Chain& c, const L2Variant& v, cudaStream_t s, cudaStream_t side,
+                       cudaEvent_t fork, cudaEvent_t join, int reps) {
+  const auto bytes = [](const cu::GemvArgs& g) { return g.n * g.k * 2; };
+  return lfbench::graph_median_us(s, reps, 1, [&] {
+    for (size_t i = 0; i < c.steps.size(); ++i) {
+      const int l = c.layer_of[i];
+      const bool first = i == 0 || c.layer_of[i - 1] != l;
+      if (first && v.ask != Ask::none) {
+        std::vector<lfbench::L2Range> r;
+        for (size_t j = i; j < c.steps.size(); ++j) {
+          const int lj = c.layer_of[j];
+          const bool take = v.ask == Ask::own_later ? lj == l && j > i : lj == l + 1;
+          if (take) r.push_back({c.steps[j].w, bytes(c.steps[j])});
+        }
+        BENCH_CUDA(cudaEventRecord(fork, s));
+        BENCH_CUDA(cudaStreamWaitEvent(side, fork));
+        if (v.chunk) lfbench::prefetch_to_l2(r, side, v.chunk);
+        else if (v.line_blocks) lfbench::prefetch_lines_to_l2(r, side, v.line_blocks);
+        else lfbench::load_to_l2(r, side, v.load_blocks);
+        BENCH_CUDA(cudaEventRecord(join, side));
+      }
+      cu::launch_gemv(c.steps[i], s);
+      const bool last = i + 1 == c.steps.size() || c.layer_of[i + 1] != l;
+      if (last && v.ask != Ask::none) BENCH_CUDA(cudaStreamWaitEvent(s, join));
+    }
+  });
+}
+
+void l2_experiment(const Model& m, int rows, int reps, double bw, cudaStream_t s,
+                   std::vector<lfbench::Record>& recs) {
+  cudaStream_t side;
+  cudaEvent_t fork, join;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  BENCH_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  set_variant(kVariants[0]);
+  lfbench::prepare_load_to_l2();
+  const Chain cold(m, -1, rows), hot(m, -1, rows, true);
+  const double floor_us = cold.weight_bytes / (bw * 1e3);
+  std::printf("\nL2 experiment, %s (%d rows): the step, us\n", m.name, rows);
+  for (int round = 0; round < 2; ++round)
+    for (const L2Variant& v : kL2Variants) {
+      const double us = time_l2_variant(v.hot ? hot : cold, v, s, side, fork, join, reps);
+      std::printf("%-16s %-14s %8.1f %9.2f us a layer\n", m.name, v.name, us, us / m.layers);
+      recs.push_back({"gemv_chain/l2", v.name, m.name, us,
+                      {{"us_per_layer", us / m.layers}, {"floor_us", floor_us}, {"round", round},
+                       {"rows", rows}}});
+    }
+  BENCH_CUDA(cudaEventDestroy(fork));
+  BENCH_CUDA(cudaEventDestroy(join));
+  BENCH_CUDA(cudaStreamDestroy(side));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json;
   int reps = 50, rows = 1;
-  bool norm_chain = false;
+  bool norm_chain = false, l2_only = false;
   double bw = 4140;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -185,6 +286,7 @@ int main(int argc, char** argv) {
     else if (a == "--bw" && i + 1 < argc) bw = std::atof(argv[++i]);
     else if (a == "--rows" && i + 1 < argc) rows = std::atoi(argv[++i]);
     else if (a == "--norm-chain") norm_chain = true;
+    else if (a == "--l2-only") l2_only = true;
   }
   if (rows < 1 || rows > cu::kGemvMaxRows) {
     std::fprintf(stderr, "--rows must be 1..%d\n", cu::kGemvMaxRows);
@@ -201,6 +303,7 @@ int main(int argc, char** argv) {
   std::printf("%-16s %-10s %7s %8s %9s %9s %7s\n", "chain", "variant", "kernels", "us", "us/kernel", "floor us",
               "of bw");
   for (const Model& m : models(norm_chain)) {
+    if (l2_only) break;
     // The whole step, then each product alone (16 or 12 of it, one a layer).
     for (int only = -1; only < static_cast<int>(m.layer.size()); ++only) {
       const Chain c(m, only, rows);
@@ -220,6 +323,11 @@ int main(int argc, char** argv) {
         }
       }
     }
+  }
+  for (const Model& m : models(norm_chain)) {
+    double layer_bytes = 0;
+    for (const Product& p : m.layer) layer_bytes += static_cast<double>(p.n * p.k * 2);
+    if (layer_bytes <= 24e6) l2_experiment(m, rows, reps, bw, s, recs);
   }
   if (!json.empty()) lfbench::write_json(json, recs);
   cudaStreamDestroy(s);

@@ -77,6 +77,7 @@ void FusedPlan::plan_family_segments() {
 
 // A stretch's steps on `stream`; a varying stretch of concats as one copy launch.
 void FusedPlan::launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream) {
+  const StepsRun run;  // its own, unless the whole graph's capture holds one
   if (f.varying && launch_concats_cuda(planned_, f.begin, f.end, values, stream)) return;
   for (size_t s = f.begin; s < f.end; ++s) launch_step_cuda(planned_, planned_.steps[s], values, stream);
 }
@@ -236,6 +237,7 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
   std::unique_ptr<graphs::PatchableGraph> built;
   try {
     built = graphs::PatchableGraph::capture(st, [&](graphs::RegionMarks& marks) {
+      const StepsRun run;  // one graph: every stretch's launches in order
       for (const FixedStretch& f : stretches_) {
         if (f.varying) marks.begin();
         launch_stretch(f, values, st);

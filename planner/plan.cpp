@@ -23,12 +23,17 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_lt.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/ops_host.hpp"
 #include "runtime/memory_pool.hpp"
 #endif
 
 namespace livefuse::planner {
 namespace {
+
+constexpr uint64_t kNoRun = ~uint64_t{0};
+// The instrumented launches this thread had made when its current StepsRun began; kNoRun: none.
+thread_local uint64_t t_run_began = kNoRun;
 
 #if LIVEFUSE_HAS_CUDA
 static_assert(kExactEpilogueRows == cuda::kGemvMaxRows);
@@ -315,6 +320,38 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
   }
 }
 
+namespace {
+#if LIVEFUSE_HAS_CUDA
+// [ Note -- a GEMV's weights before its PDL wait ]
+// Launched with PDL (LIVEFUSE_PDL), a kernel may start while the kernel before it on the stream
+// still runs: it must not read what that kernel writes before griddepcontrol.wait. A decode
+// step's GEMV that loads its first weights into registers before the wait overlaps its DRAM
+// round trip with the kernel before (livefuse-bench-gemv-chain, H100: GPT-2's 48 GEMVs 209 ->
+// 162 us; a TMA prefetch into L2 instead: 188). That is safe where the weights are read-only
+// for the run -- an external of the segment (no step writes an external: in-place writes are
+// sync points outside plans, an append writes past the cache's extent) or the plan's merged
+// copy (refreshed before the first step) -- and the kernel that may still be running is one
+// of the run's own: another instrumented launch of this StepsRun came first. (A graph's first
+// node waits for all earlier work whatever its attribute; the held writes and merged-weight
+// copies a plan enqueues come before its StepsRun.)
+bool weights_early(const PlannedSegment& p, const GemmStep& gs) {
+  if (t_run_began == kNoRun || cuda::t_instrumented_launches <= t_run_began) return false;
+  if (gs.merged) return true;
+  const SegmentNode& n = p.segment.nodes[gs.node];
+  return (n.op == OpId::linear || n.op == OpId::matmul) && n.inputs.size() > 1 &&
+         n.inputs[1].is_external();
+}
+#endif
+
+}  // namespace
+
+StepsRun::StepsRun() : before_(t_run_began) {
+#if LIVEFUSE_HAS_CUDA
+  if (t_run_began == kNoRun) t_run_began = cuda::t_instrumented_launches;
+#endif
+}
+StepsRun::~StepsRun() { t_run_began = before_; }
+
 void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Tensor> values, void* stream) {
   auto launch = [&](const FusedKernelStep& fk) {
     std::shared_ptr<const jit::KernelSpec> spec;
@@ -363,6 +400,9 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
   if (const auto* fk = std::get_if<FusedKernelStep>(&s.body)) {
     launch(*fk);
   } else if (const auto* gs = std::get_if<GemmStep>(&s.body)) {
+#if LIVEFUSE_HAS_CUDA
+    const cuda::EarlyWeightsScope early(weights_early(p, *gs));
+#endif
     if (!gs->siblings.empty()) {
       if (gs->prologue >= 0) {
         const OpCall nc = prologue_call(p, *gs, values);
@@ -459,6 +499,7 @@ void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* str
   // matcher runs plans after a call or sync point that already enqueued them; callers that
   // reach a plan some other way get the same order.)
   writes::flush_own();
+  const StepsRun run;  // after the held writes: their copies are not the run's
   bool cuda = false;
   for (const Tensor& t : values)
     if (t.defined()) {

@@ -181,6 +181,21 @@ uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor>
 // All steps, in order, on the values' device.
 void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream = nullptr);
 
+// While alive, the steps this thread launches are one run of a plan's steps on one stream, in
+// order (run_plan, a stretch, a whole graph's capture): a few-row GEMV of a step after another
+// kernel of the run may load its weights before its PDL wait (plan.cpp, weights_early). Nested
+// runs are part of the outermost.
+class StepsRun {
+ public:
+  StepsRun();
+  ~StepsRun();
+  StepsRun(const StepsRun&) = delete;
+  StepsRun& operator=(const StepsRun&) = delete;
+
+ private:
+  uint64_t before_;
+};
+
 // Test/benchmark helper: every value of the segment for the given externals -- node outputs as
 // fresh dense tensors (views as views) on the externals' device. The runtime binds its own.
 std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tensor>& externals);

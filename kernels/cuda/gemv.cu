@@ -120,12 +120,41 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
         prefetch_l2(w + first * a.ldw * es, ((end - first) * a.ldw + a.k) * es);
     }
   }
-  pdl_wait();  // nothing above reads x or writes anything
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int part = warp % kSplit;
   const int64_t xstride = a.ldx * int64_t{sizeof(Bits)};
   const int64_t chunks = a.k / kPer;
   constexpr int64_t kStep = int64_t{32} * kSplit;
+  // The first group's weight loads, into registers before the wait where the launch says no
+  // kernel that may still run writes the weights (GemvArgs::early_weights).
+  uint4 wv[kW][kUnroll];
+  const auto load_weights = [&](const char* const* wrow, int64_t c0, const bool* has) {
+#pragma unroll
+    for (int h = 0; h < kW; ++h)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * kStep;
+        if (c < chunks && has[h]) wv[h][u] = load_stream(wrow[h] + c * 16);
+      }
+  };
+  // Weight row h of output column n's warp, and whether it exists (a pair's second past the end).
+  const auto row_of = [&](int64_t n, int h) { return kGate ? n + h * cols : n + h; };
+  const auto has_row = [&](int64_t n, int h) { return !kPair || h == 0 || n + h < cols; };
+  const auto rows_of = [&](int64_t n, const char* (&wrow)[kW], bool (&has)[kW]) {
+#pragma unroll
+    for (int h = 0; h < kW; ++h) {
+      has[h] = has_row(n, h);
+      wrow[h] = w + (has[h] ? row_of(n, h) : n) * a.ldw * int64_t{sizeof(Bits)};
+    }
+  };
+  const bool preloaded = a.early_weights && n0 + warp / kSplit * (kPair ? 2 : 1) < cols;
+  if (preloaded) {
+    const char* wrow[kW];
+    bool has[kW];
+    rows_of(n0 + warp / kSplit * (kPair ? 2 : 1), wrow, has);
+    load_weights(wrow, int64_t{part} * 32 + lane, has);
+  }
+  pdl_wait();  // nothing above reads x, memory a kernel still running may write, or writes
   // kNorm: x's rows normalized, dense [a.rows, a.k] (gemv_supported bounds its size).
   extern __shared__ __align__(16) unsigned char normed[];
   // Row m of what the products read: x's, or its normalized copy.
@@ -140,41 +169,29 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   bool first_group = true;
   for (int64_t g0 = n0; g0 < cols; g0 = kNorm ? g0 + int64_t{gridDim.x} * kRowsPerBlock : cols, first_group = false) {
     const int64_t n = g0 + warp / kSplit * (kPair ? 2 : 1);
-    // Weight row h of this warp's, and whether it exists (a pair's second past the end).
-    const auto row_of = [&](int h) { return kGate ? n + h * cols : n + h; };
-    const auto has_row = [&](int h) { return !kPair || h == 0 || n + h < cols; };
     float acc[kW][kRows];
 #pragma unroll
     for (int h = 0; h < kW; ++h)
 #pragma unroll
       for (int m = 0; m < kRows; ++m) acc[h][m] = 0.0f;
     const char* wrow[kW];
-#pragma unroll
-    for (int h = 0; h < kW; ++h) wrow[h] = w + (has_row(h) ? row_of(h) : n) * a.ldw * int64_t{sizeof(Bits)};
+    bool has[kW];
+    rows_of(n, wrow, has);
     // The epilogue's operands first (the lane that writes row m reads them): loaded after the
     // reductions they were one more dependent round trip at the end of every product.
     float bias[kW] = {}, resid[kW] = {};
     if (n < cols && lane < a.rows && part == 0) {
 #pragma unroll
       for (int h = 0; h < kW; ++h) {
-        if (!has_row(h)) continue;
-        if (a.bias) bias[h] = S::to(static_cast<const Bits*>(a.bias)[row_of(h)]);
+        if (!has[h]) continue;
+        if (a.bias) bias[h] = S::to(static_cast<const Bits*>(a.bias)[row_of(n, h)]);
         if ((h == 0 || kPair) && a.residual && a.parts == 0)
           resid[h] = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n + h]);
       }
     }
-    uint4 wv[kW][kUnroll];
-    const auto load_weights = [&](int64_t c0) {
-#pragma unroll
-      for (int h = 0; h < kW; ++h)
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t c = c0 + u * kStep;
-          if (c < chunks && has_row(h)) wv[h][u] = load_stream(wrow[h] + c * 16);
-        }
-    };
     int64_t c0 = int64_t{part} * 32 + lane;
-    if (n < cols) load_weights(c0);  // in flight while a norm's rows are normalized
+    // In flight while a norm's rows are normalized (the first group's since before the wait).
+    if (n < cols && !(first_group && preloaded)) load_weights(wrow, c0, has);
 
     if (kNorm && first_group) {
       // This thread's first chunk to normalize, and the norm's weight and bias for it, asked for
@@ -254,7 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
           }
         }
         c0 += kStep * kUnroll;
-        if (c0 < chunks) load_weights(c0);
+        if (c0 < chunks) load_weights(wrow, c0, has);
       }
     }
 #pragma unroll
@@ -301,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       } else {
 #pragma unroll
         for (int h = 0; h < kW; ++h) {
-          if (!has_row(h)) continue;
+          if (!has[h]) continue;
           const int64_t col = n + h;
           float y = acc[h][m];
           if (a.bias) y += bias[h];
@@ -429,10 +446,21 @@ bool gemv_supported(const GemvArgs& a) {
 namespace {
 std::atomic<bool> g_prefetch{true};
 std::atomic<bool> g_norm_early{true};
+std::atomic<bool> g_early_weights{false};
+thread_local bool t_early_weights = false;  // EarlyWeightsScope
+std::atomic<uint64_t> g_launches{0}, g_early_launches{0};
 }  // namespace
+
+GemvLaunchCounts gemv_launch_counts() {
+  return {g_launches.load(std::memory_order_relaxed), g_early_launches.load(std::memory_order_relaxed)};
+}
+
+EarlyWeightsScope::EarlyWeightsScope(bool on) : before_(t_early_weights) { t_early_weights = on; }
+EarlyWeightsScope::~EarlyWeightsScope() { t_early_weights = before_; }
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
 void set_gemv_norm_early(bool on) { g_norm_early.store(on, std::memory_order_relaxed); }
+void set_gemv_early_weights(bool on) { g_early_weights.store(on, std::memory_order_relaxed); }
 
 void preload_gemv_kernels(DType dt) {
   with_float_storage(dt, [](auto storage) {
@@ -448,6 +476,11 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
   a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
   a.norm_early = g_norm_early.load(std::memory_order_relaxed);
+  a.early_weights =
+      a.early_weights ||
+      ((t_early_weights || g_early_weights.load(std::memory_order_relaxed)) && pdl_enabled());
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (a.early_weights) g_early_launches.fetch_add(1, std::memory_order_relaxed);
   // Warps a weight row: more while the grid would leave loads per SM short and each lane would
   // otherwise wait on more than one round of kUnroll loads. (A gated product's warp reads two
   // rows: its warps are counted by the rows they read.)

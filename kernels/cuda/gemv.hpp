@@ -74,6 +74,10 @@ struct GemvArgs {
   // Set by launch_gemv: with a norm, each thread loads its first chunk of x and of the norm's
   // weight and bias before the row's statistics are taken (set_gemv_norm_early).
   bool norm_early = false;
+  // The first weight loads are made before the PDL wait, into registers: only where no kernel
+  // that may still be running when this one starts writes the weights (a launch with PDL lets
+  // the kernel before run on). Set by the caller that knows, or by set_gemv_early_weights.
+  bool early_weights = false;
 };
 
 // out[b][m, n] = sum_k x[b][m, k] * B[b][k, n] for m < kGemvColsMaxRows, B row-major with unit
@@ -112,5 +116,30 @@ void set_gemv_prefetch(bool on);
 // reduced rather than one memory round trip after it (default on; the same bits either way);
 // for livefuse-bench-gemv-chain's comparison.
 void set_gemv_norm_early(bool on);
+// The report's "cuda.gemv" counters (gemv_host.cpp): GEMVs launched (or recorded), and of them
+// those that load their first weights before their PDL wait.
+struct GemvLaunchCounts {
+  uint64_t launches = 0, early_weights = 0;
+};
+GemvLaunchCounts gemv_launch_counts();
+
+// While alive (and `on`), GEMVs this thread launches with PDL load their first weights before
+// their wait (GemvArgs::early_weights): a plan's step whose weights no kernel that may still be
+// running writes (planner/plan.cpp, weights_early).
+class EarlyWeightsScope {
+ public:
+  explicit EarlyWeightsScope(bool on);
+  ~EarlyWeightsScope();
+  EarlyWeightsScope(const EarlyWeightsScope&) = delete;
+  EarlyWeightsScope& operator=(const EarlyWeightsScope&) = delete;
+
+ private:
+  bool before_;
+};
+
+// Whether every GEMV launched with PDL loads its first weights before its wait
+// (GemvArgs::early_weights; default off: a weight written by the kernel before would be read
+// stale); for livefuse-bench-gemv-chain, whose weights no kernel writes.
+void set_gemv_early_weights(bool on);
 
 }  // namespace livefuse::cuda

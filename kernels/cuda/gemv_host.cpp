@@ -9,8 +9,22 @@
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/strided.hpp"
 #include "livefuse/config.hpp"
+#include "runtime/inspect_registry.hpp"
 
 namespace livefuse::cuda {
+namespace {
+
+// Registered when the library loads, as cuda.attention's (attention_counts.cpp).
+const bool g_registered = [] {
+  register_counter_source("cuda.gemv", [](CounterSink& sink) {
+    const GemvLaunchCounts c = gemv_launch_counts();
+    sink.add("launches", c.launches);
+    sink.add("early_weights", c.early_weights);
+  });
+  return true;
+}();
+
+}  // namespace
 
 static_assert(static_cast<int>(GemvAct::relu) == static_cast<int>(LtAct::relu) &&
               static_cast<int>(GemvAct::gelu_tanh) == static_cast<int>(LtAct::gelu_tanh));

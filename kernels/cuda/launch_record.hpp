@@ -77,11 +77,18 @@ class RecordingScope {
   LaunchRecorder* before_;
 };
 
+// Launches this thread made or recorded at instrumented sites (every record_launch call): a
+// plan compares it before and after its steps to know a kernel of its own came last
+// (planner/plan.cpp, weights_early). Kernels launched elsewhere (cuBLASLt, generated ones) are
+// not counted: the count only ever errs low.
+inline thread_local uint64_t t_instrumented_launches = 0;
+
 // At an instrumented site, before its launch: true when the thread records (the launch is
 // recorded and must not be made).
 template <class... Params, class... Args>
 bool record_launch(void (*k)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster,
                    Args&&... args) {
+  ++t_instrumented_launches;
   LaunchRecorder* r = recorder();
   if (!r) return false;
   r->kernel(k, grid, block, smem, cluster, std::forward<Args>(args)...);

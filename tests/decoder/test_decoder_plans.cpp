@@ -9,6 +9,9 @@
 #include "runtime/plan.hpp"
 #include "tests/fuzz_util.hpp"
 #include "tests/test_util.hpp"
+#if LIVEFUSE_HAS_CUDA
+#include "kernels/cuda/pdl.hpp"
+#endif
 
 namespace lf = livefuse;
 namespace lfd = livefuse::decoder;
@@ -150,4 +153,56 @@ LF_CUDA_TEST_CASE(
   CHECK(served > 0);
   CHECK(inst > 0);
   CHECK(held == 0);
+}
+
+// Under LIVEFUSE_PDL, a plan's GEMV after another kernel of the same run loads its first weights
+// before its wait (planner/plan.cpp, the note at weights_early): the decode loop's tokens stay
+// those of fusion off, and the counters show the early loads engaged (sm_90+) -- but never for
+// every GEMV: each run's first kernel waits for what came before the plan.
+LF_CUDA_TEST_CASE("decoder plans under PDL: later GEMVs load their weights early, the tokens of fusion off") {
+  const lf::Config saved = lf::config();
+  const lf::Device dev = lf::Device::cuda(0);
+  // The counter source is registered in every CUDA build.
+  REQUIRE(lf::find_counter(lf::counters(), "cuda.gemv", "launches").has_value());
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    CAPTURE(preset);
+    const lfd::DecoderModel m =
+        lfd::DecoderModel::random(lfd::DecoderConfig::preset(preset), 7, lf::DType::f16, dev, 0.08);
+    const lf::Tensor p = lf::from_int64s({3, 17, 41, 88, 5}, {1, 5}, lf::DType::i64, dev);
+    lf::Config off = saved;
+    off.mode = lf::Mode::off;
+    lf::set_config_for_testing(off);
+    const auto eager = lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens;
+    lf::Config on = saved;
+    on.mode = lf::Mode::on;
+    on.sample = 0;
+    on.pdl = true;
+    lftest::fuzz::reset_pipeline(dev);
+    lf::set_config_for_testing(on);
+    const auto counter = [](const char* name) {
+      return lf::find_counter(lf::counters(), "cuda.gemv", name).value_or(0);
+    };
+    const uint64_t served0 = lfd::plan_use().served_calls;
+    const uint64_t launches0 = counter("launches"), early0 = counter("early_weights");
+    std::vector<std::vector<int64_t>> tokens;
+    for (int run = 0; run < 3; ++run)
+      tokens = lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens;
+    lf::synchronize(dev);
+    const uint64_t served = lfd::plan_use().served_calls - served0;
+    const uint64_t launches = counter("launches") - launches0, early = counter("early_weights") - early0;
+#if LIVEFUSE_HAS_CUDA
+    const bool pdl = lf::cuda::pdl_enabled();  // sm_90+
+#else
+    const bool pdl = false;
+#endif
+    lf::set_config_for_testing(saved);
+    lftest::fuzz::reset_pipeline(dev);
+    MESSAGE(preset << ": served " << served << " calls; GEMVs " << launches << ", " << early
+                   << " with their weights early");
+    CHECK(tokens == eager);
+    CHECK(served > 0);
+    if (pdl) CHECK(early > 0);
+    else CHECK(early == 0);
+    CHECK(early < launches);
+  }
 }

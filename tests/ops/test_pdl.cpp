@@ -238,4 +238,50 @@ LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one b
   CU_OK(cudaStreamDestroy(s));
 }
 
+
+// A GEMV that loads its first weights before its wait (gemv.hpp, EarlyWeightsScope): the chain's
+// weights are never written, so the overlap may take them before the kernel before ends. The
+// same bits, eagerly and as a graph; the counters show the early loads engaged only inside the
+// scope and only with PDL (sm_90+).
+LF_CUDA_TEST_CASE("pdl: GEMVs whose first weights load before the wait give the bits they give without PDL") {
+  cudaStream_t s;
+  CU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const Chain c;
+  std::vector<uint16_t> want;
+  {
+    const lftest::ScopedConfig off(&livefuse::Config::pdl, false);
+    const cu::EarlyWeightsScope early(true);  // no PDL: nothing early
+    const uint64_t e0 = cu::gemv_launch_counts().early_weights;
+    c.enqueue(c.in0, s);
+    want = c.result(s);
+    CHECK(cu::gemv_launch_counts().early_weights == e0);
+  }
+  const bool overlap = cu::current_device_info().cc_major >= 9;
+  const lftest::ScopedConfig on(&livefuse::Config::pdl, true);
+  {
+    const uint64_t e0 = cu::gemv_launch_counts().early_weights;
+    c.enqueue(c.in0, s);  // PDL, outside the scope
+    CHECK(c.result(s) == want);
+    CHECK(cu::gemv_launch_counts().early_weights == e0);
+  }
+  const cu::EarlyWeightsScope early(true);
+  SUBCASE("eager") {
+    const uint64_t e0 = cu::gemv_launch_counts().early_weights;
+    c.enqueue(c.in0, s);
+    CHECK(c.result(s) == want);
+    CHECK(cu::gemv_launch_counts().early_weights - e0 == (overlap ? uint64_t{kSteps} : 0));
+  }
+  SUBCASE("one captured graph, replayed") {
+    gr::CudaGraph g = gr::capture(s, [&] { c.enqueue(c.in0, s); });
+    if (overlap) CHECK(programmatic_edges(g.get()) >= 2 * kSteps - 1);
+    const gr::CudaGraphExec e(g);
+    for (int r = 0; r < 3; ++r) {
+      CU_OK(cudaMemsetAsync(c.d, 0, kRows * kCols * 2, s));
+      e.launch(s);
+      CHECK(c.result(s) == want);
+    }
+  }
+  CU_OK(cudaStreamDestroy(s));
+}
+
 #endif  // LIVEFUSE_HAS_CUDA

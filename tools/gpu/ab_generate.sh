@@ -16,6 +16,7 @@ if [ -f "$W/$M.safetensors" ]; then
 else
   model=(--random 1 --preset "$M" --prompt-len 32)
 fi
+rm -f /tmp/ab_ids_first.npy  # the first process's tokens: every later one's are compared
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for v in A B; do
     envs=AB_$v
@@ -25,6 +26,9 @@ for r in $(seq 1 "${ROUNDS:-3}"); do
     rc=$?
     python3 -c "import json,sys; d=json.load(open('/tmp/ab.json')); print(sys.argv[1], 'round', sys.argv[2], 'ms/token', round(d.get('step_median_ms', -1), 4), 'issued in', round(d.get('step_issue_median_ms', -1), 4), 'served_calls', d.get('served_calls', '?'))" \
       "$v(${!envs})" "$r" 2>/dev/null || { echo "$v round $r rc=$rc"; tail -5 /tmp/ab.log; }
+    if [ ! -f /tmp/ab_ids_first.npy ]; then cp /tmp/ab_ids.npy /tmp/ab_ids_first.npy 2>/dev/null
+    elif cmp -s /tmp/ab_ids.npy /tmp/ab_ids_first.npy; then echo "  tokens: the first process's"
+    else echo "  tokens: DIFFER from the first process's"; fi
     python3 -c "
 import json, collections
 report = json.load(open('/tmp/ab_report.json'))
