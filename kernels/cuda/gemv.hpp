@@ -108,7 +108,7 @@ void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s);
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.
 void launch_gemv(const GemvArgs& a, cudaStream_t s);
-// Whether a GEMV launched with PDL (LIVEFUSE_PDL=1) prefetches its weights into L2 first
+// Whether a GEMV launched with PDL (LIVEFUSE_PDL) prefetches its weights into L2 first
 // (default on); for livefuse-bench-gemv-chain's comparison.
 void set_gemv_prefetch(bool on);
 // Whether a GEMV with a norm inside loads what its threads normalize first (their chunk of x, of

@@ -12,7 +12,7 @@
 
 namespace livefuse::cuda {
 
-// LIVEFUSE_PDL=1 (off by default: README says why) and a device of compute capability 9.0+.
+// LIVEFUSE_PDL (on by default; 0 turns it off) and a device of compute capability 9.0+.
 bool pdl_enabled();
 
 // Adds the PDL attribute to `cfg` (attrs must have room for one more) when pdl_enabled().
