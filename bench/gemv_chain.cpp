@@ -157,7 +157,7 @@ struct Chain {
 // and always (2), where the others take them as by default (1); then no PDL with a norm's
 // chunks loaded after its statistics (set_gemv_norm_early(false)), where the others load them
 // before. pdl_early / pdl_pf_early: PDL with each GEMV's first weight loads made before its wait
-// (set_gemv_early_weights), without and with the L2 prefetch.
+// (an EarlyWeightsScope around the capture), without and with the L2 prefetch.
 struct Variant {
   const char* name;
   bool pdl, prefetch;
@@ -181,11 +181,12 @@ void set_variant(const Variant& v) {
   livefuse::set_config_for_testing(c);
   cu::set_gemv_prefetch(v.prefetch);
   cu::set_gemv_norm_early(v.norm_early);
-  cu::set_gemv_early_weights(v.early_weights);
 }
 
-// Median microseconds of one replay of the chain captured as one graph.
-double time_chain(const Chain& c, cudaStream_t s, int reps) {
+// Median microseconds of one replay of the chain captured as one graph (its weights are written
+// by no kernel: each GEMV may load its first ones before its PDL wait where `early_weights`).
+double time_chain(const Chain& c, cudaStream_t s, int reps, bool early_weights = false) {
+  const cu::EarlyWeightsScope early(early_weights);
   return lfbench::graph_median_us(s, reps, 1, [&] {
     for (const cu::GemvArgs& a : c.steps) cu::launch_gemv(a, s);
   });
@@ -313,7 +314,7 @@ int main(int argc, char** argv) {
       for (int round = 0; round < 2; ++round) {
         for (const Variant& v : kVariants) {
           set_variant(v);
-          const double us = time_chain(c, s, reps);
+          const double us = time_chain(c, s, reps, v.early_weights);
           const double n = static_cast<double>(c.steps.size());
           std::printf("%-16s %-10s %7zu %8.1f %9.2f %9.1f %6.0f%%\n", name.c_str(), v.name, c.steps.size(), us,
                       us / n, floor_us, 100.0 * floor_us / us);

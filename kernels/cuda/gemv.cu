@@ -147,11 +147,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       wrow[h] = w + (has[h] ? row_of(n, h) : n) * a.ldw * int64_t{sizeof(Bits)};
     }
   };
-  const bool preloaded = a.early_weights && n0 + warp / kSplit * (kPair ? 2 : 1) < cols;
+  // The output column of this warp's first weight row in the group that starts at column g0.
+  const auto warp_col = [&](int64_t g0) { return g0 + warp / kSplit * (kPair ? 2 : 1); };
+  const bool preloaded = a.early_weights && warp_col(n0) < cols;
   if (preloaded) {
     const char* wrow[kW];
     bool has[kW];
-    rows_of(n0 + warp / kSplit * (kPair ? 2 : 1), wrow, has);
+    rows_of(warp_col(n0), wrow, has);
     load_weights(wrow, int64_t{part} * 32 + lane, has);
   }
   pdl_wait();  // nothing above reads x, memory a kernel still running may write, or writes
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   // known at compile time (looping there cost 2-4% at four rows, H200, session 26).
   bool first_group = true;
   for (int64_t g0 = n0; g0 < cols; g0 = kNorm ? g0 + int64_t{gridDim.x} * kRowsPerBlock : cols, first_group = false) {
-    const int64_t n = g0 + warp / kSplit * (kPair ? 2 : 1);
+    const int64_t n = warp_col(g0);
     float acc[kW][kRows];
 #pragma unroll
     for (int h = 0; h < kW; ++h)
@@ -446,7 +448,6 @@ bool gemv_supported(const GemvArgs& a) {
 namespace {
 std::atomic<bool> g_prefetch{true};
 std::atomic<bool> g_norm_early{true};
-std::atomic<bool> g_early_weights{false};
 thread_local bool t_early_weights = false;  // EarlyWeightsScope
 std::atomic<uint64_t> g_launches{0}, g_early_launches{0};
 }  // namespace
@@ -460,7 +461,6 @@ EarlyWeightsScope::~EarlyWeightsScope() { t_early_weights = before_; }
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
 void set_gemv_norm_early(bool on) { g_norm_early.store(on, std::memory_order_relaxed); }
-void set_gemv_early_weights(bool on) { g_early_weights.store(on, std::memory_order_relaxed); }
 
 void preload_gemv_kernels(DType dt) {
   with_float_storage(dt, [](auto storage) {
@@ -476,9 +476,7 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   GemvArgs a = args;
   a.prefetch = g_prefetch.load(std::memory_order_relaxed) && pdl_enabled();
   a.norm_early = g_norm_early.load(std::memory_order_relaxed);
-  a.early_weights =
-      a.early_weights ||
-      ((t_early_weights || g_early_weights.load(std::memory_order_relaxed)) && pdl_enabled());
+  a.early_weights = (a.early_weights || t_early_weights) && pdl_enabled();
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (a.early_weights) g_early_launches.fetch_add(1, std::memory_order_relaxed);
   // Warps a weight row: more while the grid would leave loads per SM short and each lane would

@@ -76,7 +76,8 @@ struct GemvArgs {
   bool norm_early = false;
   // The first weight loads are made before the PDL wait, into registers: only where no kernel
   // that may still be running when this one starts writes the weights (a launch with PDL lets
-  // the kernel before run on). Set by the caller that knows, or by set_gemv_early_weights.
+  // the kernel before run on). Set by the caller that knows, or by an EarlyWeightsScope;
+  // launch_gemv clears it without PDL.
   bool early_weights = false;
 };
 
@@ -136,10 +137,5 @@ class EarlyWeightsScope {
  private:
   bool before_;
 };
-
-// Whether every GEMV launched with PDL loads its first weights before its wait
-// (GemvArgs::early_weights; default off: a weight written by the kernel before would be read
-// stale); for livefuse-bench-gemv-chain, whose weights no kernel writes.
-void set_gemv_early_weights(bool on);
 
 }  // namespace livefuse::cuda
