@@ -42,6 +42,10 @@ struct AttentionArgs {
   void* v_dst = nullptr;
   int64_t k_new_st[4] = {}, v_new_st[4] = {}, k_dst_st[4] = {}, v_dst_st[4] = {};
   bool copy_old_k = false, copy_old_v = false;
+  // The keys read from k / v (all of them, or those before first_new) are written by no kernel
+  // that may still run when this one starts: the decode kernel launched with PDL loads its first
+  // step of them before its wait (planner/plan.cpp, "a plan's reads before its PDL wait").
+  bool early_kv = false;
 };
 
 // The same attention once the append has landed: K and V read from the caches after it.
@@ -54,6 +58,7 @@ inline AttentionArgs after_append(const AttentionArgs& a) {
   b.k_new = b.v_new = nullptr;
   b.k_dst = b.v_dst = nullptr;
   b.copy_old_k = b.copy_old_v = false;
+  b.early_kv = false;  // the caches after the append: written by the launch before
   return b;
 }
 

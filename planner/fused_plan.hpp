@@ -70,7 +70,9 @@ class FusedPlan final : public Plan {
     bool varying = false;       // true: steps that launch directly
   };
   std::vector<FixedStretch> stretches_;
-  void launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream);
+  // follows: a kernel of the run comes before the stretch in the graph its launches are bound for
+  // (StepsRun).
+  void launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream, bool follows = false);
   uint64_t family_replays_ = 0, family_direct_ = 0;  // stretches replayed / launched directly
   // The whole run as one graph whose varying steps' kernel nodes take each run's parameters
   // (fused_plan_family.cpp). False: nothing was launched, the stretches run one by one.

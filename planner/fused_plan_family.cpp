@@ -76,8 +76,9 @@ void FusedPlan::plan_family_segments() {
 }
 
 // A stretch's steps on `stream`; a varying stretch of concats as one copy launch.
-void FusedPlan::launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream) {
-  const StepsRun run;  // its own, unless the whole graph's capture holds one
+void FusedPlan::launch_stretch(const FixedStretch& f, std::span<const Tensor> values, void* stream,
+                               bool follows) {
+  const StepsRun run(follows);  // its own, unless the whole graph's capture holds one
   if (f.varying && launch_concats_cuda(planned_, f.begin, f.end, values, stream)) return;
   for (size_t s = f.begin; s < f.end; ++s) launch_step_cuda(planned_, planned_.steps[s], values, stream);
 }
@@ -158,9 +159,14 @@ bool FusedPlan::run_family_patched(std::vector<Tensor>& values, Window& w, uint6
   // The views the varying steps read that fixed steps make: those steps do not run on the host
   // now (their kernels are in the graph).
   bind_written_views(values, w);
+  // Launched (recorded or captured) alone, but bound for the whole graph: there a kernel of the
+  // run may come first (StepsRun's `follows`).
   const auto launch_varying = [&] {
-    for (const FixedStretch& f : stretches_)
-      if (f.varying) launch_stretch(f, values, st);
+    bool kernel_before = false;
+    for (const FixedStretch& f : stretches_) {
+      if (f.varying) launch_stretch(f, values, st, kernel_before);
+      for (size_t s = f.begin; s < f.end; ++s) kernel_before = kernel_before || planned_.steps[s].launches() > 0;
+    }
   };
   // The whole graph of a chain shape, and its run once patched.
   const auto graph_key = [&](uint64_t chain_shape) { return mix_key(mix_key(base, 0x9a7c4), chain_shape); };

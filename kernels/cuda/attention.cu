@@ -23,6 +23,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_record.hpp"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/warp.cuh"
 
 namespace livefuse::cuda {
@@ -139,14 +140,19 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Launches through launch_attention by the kernel that took them (attention_launch_counts).
-std::atomic<uint64_t> g_launches[5];  // decode_tc, decode_fma, mma, general, decode_stream
+// decode_tc, decode_fma, mma, general, decode_stream; then of decode_fma, early_kv's
+std::atomic<uint64_t> g_launches[6];
 void counted(int kernel) { g_launches[kernel].fetch_add(1, std::memory_order_relaxed); }
+void counted_fma(const AttentionArgs& a) {
+  if (a.early_kv && pdl_enabled()) counted(5);
+  counted(1);
+}
 
 }  // namespace
 
 AttentionLaunchCounts attention_launch_counts() {
   const auto n = [](int k) { return g_launches[k].load(std::memory_order_relaxed); };
-  return {n(0), n(1), n(2), n(3), n(4)};
+  return {n(0), n(1), n(2), n(3), n(4), n(5)};
 }
 
 void launch_attention(const AttentionArgs& a, void* stream) {
@@ -169,13 +175,13 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.first_new >= 0) {
     if (launch_attention_decode_stream(a, stream)) return counted(4);
-    if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
+    if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted_fma(a);
     launch_append_copies(a, stream);
     return launch_attention(after_append(a), stream);
   }
   if (launch_attention_decode_tc(a, stream)) return counted(0);
   if (launch_attention_decode_stream(a, stream)) return counted(4);
-  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted(1);
+  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted_fma(a);
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) {
     launch_attention_mma(a, stream);

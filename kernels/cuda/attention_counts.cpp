@@ -17,6 +17,7 @@ const bool g_registered = [] {
     sink.add("mma", c.mma);
     sink.add("general", c.general);
     sink.add("decode_stream", c.decode_stream);
+    sink.add("early_kv", c.early_kv);
   });
   return true;
 }();

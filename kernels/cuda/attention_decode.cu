@@ -136,7 +136,7 @@ struct Walker {
   float q[kRows][W], m[kRows], l[kRows], acc[kRows][W];
 
   // Rows past the last (a partial row block) repeat it; their results are never stored. The
-  // cursors start at key `first`.
+  // cursors start at key `first`. Reads no memory: q is load_q's, after the PDL wait.
   __device__ Walker(const AttentionArgs& args, int64_t b, int64_t h, int row0, int lanes_, int c0_,
                     int64_t first, int stride_)
       : a(args), lanes(lanes_), c0(c0_), stride(stride_), kcol(c0_ < args.d), vcol(c0_ < args.dv) {
@@ -145,13 +145,25 @@ struct Walker {
     vc = static_cast<const Bits*>(a.v) + b * a.v_st[0] + h * a.v_st[1] + first * a.v_st[2] + col;
     kst = stride * a.k_st[2], vst = stride * a.v_st[2], mst = stride * a.mask_st[3];
     kcol_st = a.k_st[3], vcol_st = a.v_st[3];
-    const auto* qb = static_cast<const Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int row = row0 + r < a.sq ? row0 + r : static_cast<int>(a.sq) - 1;
       mc[r] = a.mask ? static_cast<const Bits*>(a.mask) + b * a.mask_st[0] + h * a.mask_st[1] +
                            row_at(row, a.rows_t, a.mask_st[2], a.mask_st_g) + first * a.mask_st[3]
                      : nullptr;
+#pragma unroll
+      for (int w = 0; w < W; ++w) acc[r][w] = 0.0f;
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+    }
+  }
+
+  // This thread's columns of its query rows (the kernel before may write q: after the wait).
+  __device__ void load_q(int64_t b, int64_t h, int row0) {
+    const auto* qb = static_cast<const Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + r < a.sq ? row0 + r : static_cast<int>(a.sq) - 1;
       const Bits* qr = qb + row * a.q_st[2];
       if constexpr (kVec) {  // q's row as K's: one 16-byte load where it is contiguous and aligned
         if (a.q_st[3] == 1 && reinterpret_cast<uintptr_t>(qr + c0) % 16 == 0) {
@@ -166,10 +178,6 @@ struct Walker {
 #pragma unroll
         for (int w = 0; w < W; ++w) q[r][w] = c0 + w < a.d ? S::to(qr[(c0 + w) * a.q_st[3]]) : 0.0f;
       }
-#pragma unroll
-      for (int w = 0; w < W; ++w) acc[r][w] = 0.0f;
-      m[r] = kNegInf;
-      l[r] = 0.0f;
     }
   }
 
@@ -190,28 +198,48 @@ struct Walker {
     }
   }
 
-  // The group's next kUnroll keys (those of the `left` keys still before the split's end: key u
-  // is valid while u * stride < left) into the softmax; the cursors move past them.
-  __device__ void step(int64_t left) {
+  // One step's keys in registers: K and V rows of the group's next kUnroll keys.
+  struct Fetched {
     Elems<Bits, W> kr[kUnroll], vr[kUnroll];
     bool valid[kUnroll];
-    float s[kRows][kUnroll];
+  };
+
+  // The group's next kUnroll keys (those of the `left` keys still before the split's end: key u
+  // is valid while u * stride < left) into `f`; the K and V cursors move past them. Reads K and V
+  // only (the kernel fetches its first step before the PDL wait where AttentionArgs::early_kv).
+  __device__ void fetch(int64_t left, Fetched& f) {
     const int n = left < INT_MAX ? static_cast<int>(left) : INT_MAX;  // 32-bit compares below
     const Bits *kp = kc, *vp = vc;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u, kp += kst, vp += vst) {
-      valid[u] = u * stride < n;
+      f.valid[u] = u * stride < n;
       if constexpr (kVec) {  // 16 bytes a row, zero where the key or the columns are past the end
         uint4 kb = make_uint4(0, 0, 0, 0), vb = kb;
-        if (valid[u] && kcol) kb = __ldg(reinterpret_cast<const uint4*>(kp));
-        if (valid[u] && vcol) vb = __ldg(reinterpret_cast<const uint4*>(vp));
-        __builtin_memcpy(&kr[u], &kb, sizeof(kb));
-        __builtin_memcpy(&vr[u], &vb, sizeof(vb));
+        if (f.valid[u] && kcol) kb = __ldg(reinterpret_cast<const uint4*>(kp));
+        if (f.valid[u] && vcol) vb = __ldg(reinterpret_cast<const uint4*>(vp));
+        __builtin_memcpy(&f.kr[u], &kb, sizeof(kb));
+        __builtin_memcpy(&f.vr[u], &vb, sizeof(vb));
       } else {
-        kr[u] = valid[u] ? load_elems<Bits, W, false>(kp, c0, a.d, kcol_st) : Elems<Bits, W>{};
-        vr[u] = valid[u] ? load_elems<Bits, W, false>(vp, c0, a.dv, vcol_st) : Elems<Bits, W>{};
+        f.kr[u] = f.valid[u] ? load_elems<Bits, W, false>(kp, c0, a.d, kcol_st) : Elems<Bits, W>{};
+        f.vr[u] = f.valid[u] ? load_elems<Bits, W, false>(vp, c0, a.dv, vcol_st) : Elems<Bits, W>{};
       }
     }
+    kc = kp, vc = vp;
+  }
+
+  // The group's next step into the softmax.
+  __device__ void step(int64_t left) {
+    Fetched f;
+    fetch(left, f);
+    consume(f);
+  }
+
+  // Fetched keys into the softmax (their mask entries read here, the mask cursors moved).
+  __device__ void consume(const Fetched& f) {
+    const auto& kr = f.kr;
+    const auto& vr = f.vr;
+    const auto& valid = f.valid;
+    float s[kRows][kUnroll];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const Bits* mp = mc[r];
@@ -219,7 +247,6 @@ struct Walker {
       for (int u = 0; u < kUnroll; ++u) s[r][u] = !valid[u] ? kNegInf : mp ? S::to(mp[u * mst]) : 0.0f;
       if (mp) mc[r] = mp + kUnroll * mst;
     }
-    kc = kp, vc = vp;
     // Every lane takes part in the shuffles (no row is skipped before they are done).
     float dot[kRows * kUnroll];
 #pragma unroll
@@ -364,18 +391,30 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
   // Keys [begin, mid) come from k / v, [mid, end) from the appended rows (AttentionArgs::first_new).
   const bool appends = a.first_new >= 0;
   const int64_t mid = !appends || end <= a.first_new ? end : begin > a.first_new ? begin : a.first_new;
+  using Walk = Walker<S, kRows, W, kVec, kLean>;
+  Walk st(a, b, h, row0, lanes, (lane % lanes) * W, begin + group, groups);
+  const int64_t per_step = int64_t{groups} * Walk::kUnroll;  // keys a step of the block
   if (threadIdx.x == 0 && blockIdx.y == 0 && begin < mid) {  // this split's keys and values
     prefetch_rows<S>(a.k, a.k_st, b, h, begin, mid, a.d);
     prefetch_rows<S>(a.v, a.v_st, b, h, begin, mid, a.dv);
   }
-  pdl_wait();  // nothing above reads q, K or V, or writes anything
+  // The first step's old keys into registers before the wait where no kernel that may still run
+  // writes them (AttentionArgs::early_kv): their memory round trip overlaps the kernel before.
+  typename Walk::Fetched first;
+  const bool early = a.early_kv && begin < mid;
+  if (early) st.fetch(mid - (begin + group), first);
+  pdl_wait();  // nothing above reads q, the mask, memory a kernel still running may write, or writes
+  st.load_q(b, h, row0);
 
-  Walker<S, kRows, W, kVec, kLean> st(a, b, h, row0, lanes, (lane % lanes) * W, begin + group, groups);
-  constexpr int kUnroll = Walker<S, kRows, W, kVec, kLean>::kUnroll;
-  for (int64_t j0 = begin; j0 < mid; j0 += int64_t{groups} * kUnroll) st.step(mid - (j0 + group));
+  int64_t j0 = begin;
+  if (early) {
+    st.consume(first);
+    j0 += per_step;
+  }
+  for (; j0 < mid; j0 += per_step) st.step(mid - (j0 + group));
   if (mid < end) {
     st.seek_new(b, h, row0, mid + group);
-    for (int64_t j0 = mid; j0 < end; j0 += int64_t{groups} * kUnroll) st.step(end - (j0 + group));
+    for (int64_t k0 = mid; k0 < end; k0 += per_step) st.step(end - (k0 + group));
   }
   if (appends && blockIdx.y == 0) land_append<S>(a, b, h, begin, mid, end);
   st.merge_warp();
@@ -541,8 +580,10 @@ void set_attention_decode_max_splits(int most) { g_max_splits.store(most, std::m
 void set_attention_decode_max_rows(int most) { g_max_rows.store(most, std::memory_order_relaxed); }
 void set_attention_decode_lean(bool on) { g_lean.store(on, std::memory_order_relaxed); }
 
-bool launch_attention_decode(const AttentionArgs& a, void* stream) {
+bool launch_attention_decode(const AttentionArgs& args, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
+  AttentionArgs a = args;
+  a.early_kv = args.early_kv && pdl_enabled();  // without PDL the kernel before has ended
   const bool floats = a.dtype == DType::f32 || a.dtype == DType::f16 || a.dtype == DType::bf16;
   if (!floats || a.sq < 1 || a.sq > kAttentionDecodeMaxRows || a.sk < 1 || a.d < 1 || a.d > kMaxD ||
       a.dv < 1 || a.dv > kMaxD || a.batch < 1 || a.heads < 1)

@@ -14,8 +14,9 @@
 // wait a kernel lets the next one launch (pdl_release): at most two grids overlap, the running one
 // and the next one's prologue. A kernel launched without PDL, or with nothing before it, finds
 // its wait already satisfied: the same code runs either way. What pays is real work before the
-// wait: a plan's GEMV loads its first weights there where nothing the kernel before writes is
-// among them (planner/plan.cpp, weights_early); the L2 prefetch alone measured no faster
+// wait: a plan's GEMV loads its first weights there, its decode attention its first cached keys,
+// where nothing the kernel before writes is among them (planner/plan.cpp, "a plan's reads
+// before its PDL wait"); the L2 prefetch alone measured no faster
 // (README, "Programmatic dependent launch"). On by default; LIVEFUSE_PDL=0 turns it off.
 #include <cstdint>
 

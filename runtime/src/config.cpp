@@ -148,6 +148,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_SPLIT_K_ROWS", &Config::split_k_rows),
       bool_row("LIVEFUSE_ROW_EARLY_LOADS", &Config::row_early_loads),
       bool_row("LIVEFUSE_PDL", &Config::pdl),
+      bool_row("LIVEFUSE_EARLY_READS", &Config::early_reads),
       {"LIVEFUSE_DEVICE", "cpu or cuda",
        [](const std::string& s, Config& c) {
          if (s != "cpu" && s != "cuda") return false;

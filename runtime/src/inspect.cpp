@@ -65,6 +65,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_SPLIT_K_ROWS") return yes_no(c.split_k_rows);
   if (name == "LIVEFUSE_ROW_EARLY_LOADS") return yes_no(c.row_early_loads);
   if (name == "LIVEFUSE_PDL") return yes_no(c.pdl);
+  if (name == "LIVEFUSE_EARLY_READS") return yes_no(c.early_reads);
   if (name == "LIVEFUSE_REPORT") return c.report_path;
   if (name == "LIVEFUSE_REPORT_MS") return std::to_string(c.report_ms);
   if (name == "LIVEFUSE_TRACE") return c.trace_path;

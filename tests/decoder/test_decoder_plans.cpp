@@ -155,15 +155,26 @@ LF_CUDA_TEST_CASE(
   CHECK(held == 0);
 }
 
-// Under LIVEFUSE_PDL, a plan's GEMV after another kernel of the same run loads its first weights
-// before its wait (planner/plan.cpp, the note at weights_early): the decode loop's tokens stay
+// Under LIVEFUSE_PDL, a plan's kernel after another kernel of the same run loads what the run
+// never writes before its wait (planner/plan.cpp, "a plan's reads before its PDL wait"): a GEMV
+// its first weights, the decode attention its first cached keys. The decode loop's tokens stay
 // those of fusion off, and the counters show the early loads engaged (sm_90+) -- but never for
-// every GEMV: each run's first kernel waits for what came before the plan.
-LF_CUDA_TEST_CASE("decoder plans under PDL: later GEMVs load their weights early, the tokens of fusion off") {
+// every GEMV: each run's first kernel waits for what came before the plan. With
+// LIVEFUSE_EARLY_READS=0 nothing loads early, and the tokens are the same.
+LF_CUDA_TEST_CASE("decoder plans under PDL: later GEMVs and attentions load early, the tokens of fusion off") {
   const lf::Config saved = lf::config();
   const lf::Device dev = lf::Device::cuda(0);
-  // The counter source is registered in every CUDA build.
+  // The counter sources are registered in every CUDA build.
   REQUIRE(lf::find_counter(lf::counters(), "cuda.gemv", "launches").has_value());
+  REQUIRE(lf::find_counter(lf::counters(), "cuda.attention", "early_kv").has_value());
+  const auto counter = [](const char* source, const char* name) {
+    return lf::find_counter(lf::counters(), source, name).value_or(0);
+  };
+#if LIVEFUSE_HAS_CUDA
+  const bool pdl = lf::cuda::pdl_enabled();  // sm_90+
+#else
+  const bool pdl = false;
+#endif
   for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
     CAPTURE(preset);
     const lfd::DecoderModel m =
@@ -173,41 +184,44 @@ LF_CUDA_TEST_CASE("decoder plans under PDL: later GEMVs load their weights early
     off.mode = lf::Mode::off;
     lf::set_config_for_testing(off);
     const auto eager = lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens;
-    lf::Config on = saved;
-    on.mode = lf::Mode::on;
-    on.sample = 0;
-    on.pdl = true;
-    lftest::fuzz::reset_pipeline(dev);
-    lf::set_config_for_testing(on);
-    const auto counter = [](const char* name) {
-      return lf::find_counter(lf::counters(), "cuda.gemv", name).value_or(0);
-    };
-    const uint64_t served0 = lfd::plan_use().served_calls;
-    const uint64_t launches0 = counter("launches"), early0 = counter("early_weights");
-    // Each run's plans are made while the program goes on (a tiny model's decode loop can end
-    // before its kernels compile): the next run starts once the planner is idle.
-    std::vector<std::vector<int64_t>> tokens;
-    for (int run = 0; run < 4; ++run) {
-      tokens = lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens;
-      CHECK(tokens == eager);
-      lf::monitor::Monitor::instance().drain();
-      lf::planner::wait_service_idle();
+    for (const bool early_reads : {true, false}) {
+      CAPTURE(early_reads);
+      lf::Config on = saved;
+      on.mode = lf::Mode::on;
+      on.sample = 0;
+      on.pdl = true;
+      on.early_reads = early_reads;
+      lftest::fuzz::reset_pipeline(dev);
+      lf::set_config_for_testing(on);
+      const uint64_t served0 = lfd::plan_use().served_calls;
+      const uint64_t launches0 = counter("cuda.gemv", "launches"), early0 = counter("cuda.gemv", "early_weights");
+      const uint64_t kv0 = counter("cuda.attention", "early_kv");
+      // Each run's plans are made while the program goes on (a tiny model's decode loop can end
+      // before its kernels compile): the next run starts once the planner is idle.
+      for (int run = 0; run < 4; ++run) {
+        CHECK(lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens == eager);
+        lf::monitor::Monitor::instance().drain();
+        lf::planner::wait_service_idle();
+      }
+      lf::synchronize(dev);
+      const uint64_t served = lfd::plan_use().served_calls - served0;
+      const uint64_t launches = counter("cuda.gemv", "launches") - launches0;
+      const uint64_t early = counter("cuda.gemv", "early_weights") - early0;
+      const uint64_t early_kv = counter("cuda.attention", "early_kv") - kv0;
+      lf::set_config_for_testing(saved);
+      lftest::fuzz::reset_pipeline(dev);
+      MESSAGE(std::string(preset) << (early_reads ? "" : " (LIVEFUSE_EARLY_READS=0)") << ": served " << served
+                                  << " calls; GEMVs " << launches << ", " << early << " with their weights early; "
+                                  << early_kv << " attentions with their keys early");
+      CHECK(served > 0);
+      if (pdl && early_reads) {
+        CHECK(early > 0);
+        CHECK(early_kv > 0);
+      } else {
+        CHECK(early == 0);
+        CHECK(early_kv == 0);
+      }
+      CHECK(early < launches);
     }
-    lf::synchronize(dev);
-    const uint64_t served = lfd::plan_use().served_calls - served0;
-    const uint64_t launches = counter("launches") - launches0, early = counter("early_weights") - early0;
-#if LIVEFUSE_HAS_CUDA
-    const bool pdl = lf::cuda::pdl_enabled();  // sm_90+
-#else
-    const bool pdl = false;
-#endif
-    lf::set_config_for_testing(saved);
-    lftest::fuzz::reset_pipeline(dev);
-    MESSAGE(std::string(preset) << ": served " << served << " calls; GEMVs " << launches << ", " << early
-                   << " with their weights early");
-    CHECK(served > 0);
-    if (pdl) CHECK(early > 0);
-    else CHECK(early == 0);
-    CHECK(early < launches);
   }
 }

@@ -4,7 +4,9 @@
 // the one before it read (a write-after-read a missing wait would race) and reads what it wrote,
 // run eagerly, as a captured graph and as a PatchableGraph patched from a capture or from recorded
 // launches (kernels/cuda/launch_record.hpp): the same bits as the chain
-// without PDL. Needs a GPU (sm_90 for the overlap itself; older ones run the same code unchained).
+// without PDL. Kernels that load read-only operands before their wait (a GEMV's weights, the
+// decode attention's cached keys) give those bits too. Needs a GPU (sm_90 for the overlap
+// itself; older ones run the same code unchained).
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime.h>
 
@@ -15,6 +17,8 @@
 
 #include "graphs/cuda_graph.hpp"
 #include "graphs/patchable_graph.hpp"
+#include "kernels/attention_args.hpp"
+#include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/launch_record.hpp"
@@ -106,17 +110,22 @@ struct Chain {
       }
       REQUIRE(cu::gemv_supported(g));
       cu::launch_gemv(g, s);
-      cu::StridedLayout l;
-      l.rank = 2;
-      l.n_operands = 2;
-      l.sizes[0] = kRows;
-      l.sizes[1] = kCols;
-      l.strides[0][0] = kCols;    // dst: D
-      l.strides[0][1] = 1;
-      l.strides[1][0] = kPadded;  // src: P
-      l.strides[1][1] = 1;
-      cu::launch_copy(d, p, 2, l, s);
+      copy_back(s);
     }
+  }
+
+  // The strided copy P -> D.
+  void copy_back(cudaStream_t s) const {
+    cu::StridedLayout l;
+    l.rank = 2;
+    l.n_operands = 2;
+    l.sizes[0] = kRows;
+    l.sizes[1] = kCols;
+    l.strides[0][0] = kCols;    // dst: D
+    l.strides[0][1] = 1;
+    l.strides[1][0] = kPadded;  // src: P
+    l.strides[1][1] = 1;
+    cu::launch_copy(d, p, 2, l, s);
   }
 
   std::vector<uint16_t> result(cudaStream_t s) const {
@@ -139,6 +148,21 @@ size_t programmatic_edges(cudaGraph_t g) {
   return k;
 }
 
+// `chain` captured as one graph -- linked by programmatic edges where PDL overlaps (sm_90+):
+// at least `edges` -- and replayed three times over `dst` zeroed: `want` each time.
+template <class Enqueue, class Result>
+void check_replays(cudaStream_t s, Enqueue&& chain, Result&& result, uint16_t* dst, size_t elems,
+                   size_t edges, const std::vector<uint16_t>& want) {
+  gr::CudaGraph g = gr::capture(s, chain);
+  if (cu::current_device_info().cc_major >= 9) CHECK(programmatic_edges(g.get()) >= edges);
+  const gr::CudaGraphExec e(g);
+  for (int r = 0; r < 3; ++r) {
+    CU_OK(cudaMemsetAsync(dst, 0, elems * 2, s));
+    e.launch(s);
+    CHECK(result(s) == want);
+  }
+}
+
 }  // namespace
 
 LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one before read, gives the bits it gives without PDL") {
@@ -158,16 +182,9 @@ LF_CUDA_TEST_CASE("pdl: a chain of GEMVs and copies, each writing what the one b
     c.enqueue(c.in0, s);
     CHECK(c.result(s) == want);
   }
-  SUBCASE("one captured graph, replayed") {
-    gr::CudaGraph g = gr::capture(s, [&] { c.enqueue(c.in0, s); });
-    // The chain is linked by programmatic edges (sm_90+): the overlap is really engaged.
-    if (overlap) CHECK(programmatic_edges(g.get()) >= 2 * kSteps - 1);
-    const gr::CudaGraphExec e(g);
-    for (int r = 0; r < 3; ++r) {
-      CU_OK(cudaMemsetAsync(c.d, 0, kRows * kCols * 2, s));
-      e.launch(s);
-      CHECK(c.result(s) == want);
-    }
+  SUBCASE("one captured graph, replayed") {  // its programmatic edges: the overlap engaged
+    check_replays(s, [&] { c.enqueue(c.in0, s); }, [&](cudaStream_t t) { return c.result(t); }, c.d,
+                  kRows * kCols, 2 * kSteps - 1, want);
   }
   SUBCASE("a PatchableGraph whose chain takes another input") {
     std::vector<uint16_t> want1;
@@ -272,14 +289,90 @@ LF_CUDA_TEST_CASE("pdl: GEMVs whose first weights load before the wait give the 
     CHECK(cu::gemv_launch_counts().early_weights - e0 == (overlap ? uint64_t{kSteps} : 0));
   }
   SUBCASE("one captured graph, replayed") {
-    gr::CudaGraph g = gr::capture(s, [&] { c.enqueue(c.in0, s); });
-    if (overlap) CHECK(programmatic_edges(g.get()) >= 2 * kSteps - 1);
-    const gr::CudaGraphExec e(g);
-    for (int r = 0; r < 3; ++r) {
-      CU_OK(cudaMemsetAsync(c.d, 0, kRows * kCols * 2, s));
-      e.launch(s);
-      CHECK(c.result(s) == want);
+    check_replays(s, [&] { c.enqueue(c.in0, s); }, [&](cudaStream_t t) { return c.result(t); }, c.d,
+                  kRows * kCols, 2 * kSteps - 1, want);
+  }
+  CU_OK(cudaStreamDestroy(s));
+}
+
+namespace {
+
+// A decode attention chain: q [2 batch, 8 heads, 1 row, 64] read from D (Chain's [2, 512]), the
+// output written into P's padded rows, the strided copy P -> D; kSteps times. K and V caches
+// [2, 8, 300, 64] that no kernel writes -- or, appending, the step's key and value taken from D
+// and written into the caches' last row each step (the keys before it are still never written).
+struct AttentionChain {
+  static constexpr int64_t kHeads = 8, kKeys = 300, kD = 64;
+  Chain c;
+  uint16_t *k, *v;
+
+  AttentionChain() {
+    k = device_copy(half_bits(size_t{kRows} * kHeads * kKeys * kD, 1.0f, 6));
+    v = device_copy(half_bits(size_t{kRows} * kHeads * kKeys * kD, 1.0f, 7));
+  }
+  ~AttentionChain() {
+    cudaFree(k);
+    cudaFree(v);
+  }
+
+  livefuse::AttentionArgs args(const uint16_t* q, bool early, bool append) const {
+    livefuse::AttentionArgs a;
+    a.q = q, a.k = k, a.v = v, a.out = c.p;
+    a.dtype = DType::f16;
+    a.batch = kRows, a.heads = kHeads, a.sq = 1, a.sk = kKeys, a.d = a.dv = kD;
+    const int64_t qs[4] = {kCols, kD, kD, 1}, ks[4] = {kHeads * kKeys * kD, kKeys * kD, kD, 1},
+                  os[4] = {kPadded, kD, kD, 1};
+    for (int i = 0; i < 4; ++i) a.q_st[i] = qs[i], a.k_st[i] = a.v_st[i] = ks[i], a.out_st[i] = os[i];
+    a.rows_t = 1;
+    a.scale = 0.125f;
+    if (append) {  // the last key is the step's: from q's rows, landed in place
+      a.first_new = kKeys - 1;
+      a.k_new = a.v_new = q;
+      a.k_dst = k, a.v_dst = v;
+      for (int i = 0; i < 4; ++i) a.k_new_st[i] = a.v_new_st[i] = qs[i], a.k_dst_st[i] = a.v_dst_st[i] = ks[i];
     }
+    a.early_kv = early;
+    return a;
+  }
+
+  void enqueue(bool early, bool append, cudaStream_t s) const {
+    for (int i = 0; i < kSteps; ++i) {
+      cu::launch_attention(args(i == 0 ? c.in0 : c.d, early, append), s);
+      c.copy_back(s);
+    }
+  }
+};
+
+}  // namespace
+
+// The decode attention that loads its first step of cached keys and values before its wait
+// (AttentionArgs::early_kv): the bits of the chain without PDL, eagerly and as a graph, with and
+// without an append in place; the counter moves only with PDL (sm_90+).
+LF_CUDA_TEST_CASE("pdl: a decode attention whose cached keys load before the wait gives the bits it gives without PDL") {
+  cudaStream_t s;
+  CU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const AttentionChain a;
+  const bool overlap = cu::current_device_info().cc_major >= 9;
+  for (const bool append : {false, true}) {
+    CAPTURE(append);
+    std::vector<uint16_t> want;
+    {
+      const lftest::ScopedConfig off(&livefuse::Config::pdl, false);
+      const uint64_t e0 = cu::attention_launch_counts().early_kv;
+      a.enqueue(true, append, s);  // no PDL: nothing early
+      want = a.c.result(s);
+      CHECK(cu::attention_launch_counts().early_kv == e0);
+    }
+    const lftest::ScopedConfig on(&livefuse::Config::pdl, true);
+    const uint64_t fma0 = cu::attention_launch_counts().decode_fma, e0 = cu::attention_launch_counts().early_kv;
+    a.enqueue(true, append, s);
+    CHECK(a.c.result(s) == want);
+    CHECK(cu::attention_launch_counts().decode_fma - fma0 == uint64_t{kSteps});  // the kernel that loads early
+    CHECK(cu::attention_launch_counts().early_kv - e0 == (overlap ? uint64_t{kSteps} : 0));
+    a.enqueue(false, append, s);
+    CHECK(a.c.result(s) == want);
+    check_replays(s, [&] { a.enqueue(true, append, s); }, [&](cudaStream_t t) { return a.c.result(t); }, a.c.d,
+                  kRows * kCols, 2 * kSteps - 1, want);
   }
   CU_OK(cudaStreamDestroy(s));
 }

@@ -135,12 +135,16 @@ struct Config {
   // memory round trip after the reductions, for comparison.
   bool row_early_loads = true;
   // LIVEFUSE_PDL: livefuse's decode kernels (GEMV, decode attention, copies, norms) launch with
-  // CUDA's programmatic dependent launch on sm_90+ (kernels/cuda/pdl.cuh), and a plan's GEMV
-  // that follows another kernel of its run loads its first weights while the kernel before it
-  // finishes (planner/plan.cpp, weights_early). On by default: H100, GPT-2 f16 decode 0.380 ->
-  // 0.350 ms a token, Llama-1B 1.29 -> 1.27, BERT unchanged (README, "Programmatic dependent
-  // launch"); 0: every kernel waits for the one before to end.
+  // CUDA's programmatic dependent launch on sm_90+ (kernels/cuda/pdl.cuh), and may do work
+  // before the kernel before them ends (early_reads). On by default: H100, GPT-2 f16 decode
+  // 0.380 -> 0.350 ms a token, Llama-1B 1.29 -> 1.27, BERT unchanged (README, "Programmatic
+  // dependent launch"); 0: every kernel waits for the one before to end.
   bool pdl = true;
+  // LIVEFUSE_EARLY_READS: under PDL, a plan's kernel that follows another kernel of its run loads
+  // what no kernel of the run writes -- a GEMV its first weights, the decode attention its first
+  // cached keys and values -- before its wait (planner/plan.cpp, "a plan's reads before its PDL
+  // wait"); 0: nothing is loaded before the wait, for comparison.
+  bool early_reads = true;
   std::string device;      // "", "cpu" or "cuda"
 
   // Where each value came from: variable name -> "default" | "env" | "env (invalid, default used)".
