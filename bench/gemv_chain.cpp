@@ -12,7 +12,8 @@
 //                          --norm-chain, QKV and gate/up take the rms_norm inside as the plans
 //                          do under LIVEFUSE_GEMV_NORM=2 (by default Llama's norms are kernels)
 // Every layer has its own weights (nothing stays in L2 from one layer to the next), and each
-// product reads the one before's output. The floor is the weights' bytes at --bw GB/s.
+// product reads the one before's output. The floor is the weights' bytes at --bw GB/s. The whole
+// step also as one graph a layer launched back to back ("/layers"), as a layer's plan replays it.
 // Then the L2 experiment, for models whose layer fits the L2 a few times (GPT-2: 14 MB): the
 // step cold, hot (every layer reads layer 0's weights), and cold with a graph branch at each
 // layer's start asking L2 for weights (bench/l2_prefetch.hpp) -- the layer's own after its first
@@ -33,6 +34,7 @@
 #include "bench/bench_record.hpp"
 #include "bench/l2_prefetch.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/gpu_delay.hpp"
 #include "kernels/cuda/pdl.hpp"
 #include "livefuse/config.hpp"
 
@@ -192,6 +194,44 @@ double time_chain(const Chain& c, cudaStream_t s, int reps, bool early_weights =
   });
 }
 
+// The chain as one graph a layer, launched back to back behind a GPU delay (the host's launches
+// all queued before the first graph runs), median microseconds of the step: what it costs when
+// each layer is a plan's graph -- every graph's first GEMV waits for the graph before to end,
+// where inside one graph it overlaps the GEMV before (PDL).
+double time_chain_by_layer(const Chain& c, cudaStream_t s, int reps, bool early_weights) {
+  const cu::EarlyWeightsScope early(early_weights);
+  std::vector<cudaGraphExec_t> layers;
+  for (size_t i = 0, j = 0; i < c.steps.size(); i = j) {
+    while (j < c.steps.size() && c.layer_of[j] == c.layer_of[i]) ++j;
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t e = nullptr;
+    BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (size_t k = i; k < j; ++k) cu::launch_gemv(c.steps[k], s);
+    BENCH_CUDA(cudaStreamEndCapture(s, &g));
+    BENCH_CUDA(cudaGraphInstantiate(&e, g, 0));
+    BENCH_CUDA(cudaGraphDestroy(g));
+    layers.push_back(e);
+  }
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> us;
+  for (int r = -3; r < reps; ++r) {  // three warm-up steps
+    cu::gpu_delay(s, 20 * 1000 * static_cast<uint32_t>(layers.size()));
+    BENCH_CUDA(cudaEventRecord(e0, s));
+    for (cudaGraphExec_t e : layers) BENCH_CUDA(cudaGraphLaunch(e, s));
+    BENCH_CUDA(cudaEventRecord(e1, s));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 0) us.push_back(1000.0 * ms);
+  }
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  for (cudaGraphExec_t e : layers) BENCH_CUDA(cudaGraphExecDestroy(e));
+  return lfbench::median(us);
+}
+
 // The L2 experiment's variants (the header): which weights the branch at a layer's start asks
 // for, and how -- TMA bulk prefetches of `chunk` bytes a block, line by line from `line_blocks`
 // blocks, or read by `load_blocks` blocks.
@@ -321,6 +361,19 @@ int main(int argc, char** argv) {
           recs.push_back({"gemv_chain", v.name, name, us,
                           {{"kernels", n}, {"us_per_kernel", us / n}, {"floor_us", floor_us}, {"round", round},
                            {"rows", rows}}});
+        }
+        // The whole step once more as a graph a layer, without PDL and with the early weights.
+        for (const Variant& v : {kVariants[0], kVariants[3]}) {
+          if (only >= 0) break;
+          set_variant(v);
+          const double us = time_chain_by_layer(c, s, reps, v.early_weights);
+          const std::string vname = std::string(v.name) + "/layers";
+          const double n = static_cast<double>(c.steps.size());
+          std::printf("%-16s %-10s %7zu %8.1f %9.2f %9.1f %6.0f%%\n", name.c_str(), vname.c_str(), c.steps.size(),
+                      us, us / n, floor_us, 100.0 * floor_us / us);
+          recs.push_back({"gemv_chain", vname, name, us,
+                          {{"kernels", n}, {"us_per_kernel", us / n}, {"floor_us", floor_us}, {"round", round},
+                           {"rows", rows}, {"graphs", static_cast<double>(m.layers)}}});
         }
       }
     }

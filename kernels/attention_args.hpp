@@ -43,8 +43,9 @@ struct AttentionArgs {
   int64_t k_new_st[4] = {}, v_new_st[4] = {}, k_dst_st[4] = {}, v_dst_st[4] = {};
   bool copy_old_k = false, copy_old_v = false;
   // The keys read from k / v (all of them, or those before first_new) are written by no kernel
-  // that may still run when this one starts: the decode kernel launched with PDL loads its first
-  // step of them before its wait (planner/plan.cpp, "a plan's reads before its PDL wait").
+  // that may still run when this one starts: the FMA and streaming decode kernels launched with
+  // PDL load their first of them before their wait (planner/plan.cpp, "a plan's reads before its
+  // PDL wait"); the others ignore it.
   bool early_kv = false;
 };
 

@@ -140,12 +140,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Launches through launch_attention by the kernel that took them (attention_launch_counts).
-// decode_tc, decode_fma, mma, general, decode_stream; then of decode_fma, early_kv's
+// decode_tc, decode_fma, mma, general, decode_stream; then of decode_fma and decode_stream, early_kv's
 std::atomic<uint64_t> g_launches[6];
 void counted(int kernel) { g_launches[kernel].fetch_add(1, std::memory_order_relaxed); }
-void counted_fma(const AttentionArgs& a) {
+void counted_decode(int kernel, const AttentionArgs& a) {
   if (a.early_kv && pdl_enabled()) counted(5);
-  counted(1);
+  counted(kernel);
 }
 
 }  // namespace
@@ -174,14 +174,14 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // long caches the FMA kernel is bound by its instructions, not the bytes.
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.first_new >= 0) {
-    if (launch_attention_decode_stream(a, stream)) return counted(4);
-    if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted_fma(a);
+    if (launch_attention_decode_stream(a, stream)) return counted_decode(4, a);
+    if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted_decode(1, a);
     launch_append_copies(a, stream);
     return launch_attention(after_append(a), stream);
   }
   if (launch_attention_decode_tc(a, stream)) return counted(0);
-  if (launch_attention_decode_stream(a, stream)) return counted(4);
-  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted_fma(a);
+  if (launch_attention_decode_stream(a, stream)) return counted_decode(4, a);
+  if (a.sk >= min_keys && launch_attention_decode(a, stream)) return counted_decode(1, a);
   if (a.batch * a.heads * a.sq * a.dv == 0) return;
   if (attention_mma_fits(a)) {
     launch_attention_mma(a, stream);

@@ -117,19 +117,20 @@ __global__ void __launch_bounds__(32 * W)
   const auto* vc = static_cast<const lf_u16*>(a.v) + b * a.v_st[0] + h * a.v_st[1];
   const auto* kn = static_cast<const lf_u16*>(a.k_new) + b * a.k_new_st[0] + h * a.k_new_st[1];
   const auto* vn = static_cast<const lf_u16*>(a.v_new) + b * a.v_new_st[0] + h * a.v_new_st[1];
-  pdl_wait();  // nothing above reads q, K, V or the mask, or writes anything
-
   // Each warp asks for its own 32 keys of K (one cp.async group) and of V (the next), so it can
-  // start on them as soon as they land, whatever the other warps' keys do.
+  // start on them as soon as they land, whatever the other warps' keys do. `which`: every key,
+  // only the cached ones (before first_new), or the others (the step's, and zeros past the end).
+  enum Which { kAll, kCached, kRest };
   const int64_t wkey0 = key0 + 32 * warp;
-  const auto issue = [&](lf_u16* tile, const lf_u16* cache, int64_t cache_st, const lf_u16* added,
-                         int64_t added_st) {
+  const auto issue = [&](Which which, lf_u16* tile, const lf_u16* cache, int64_t cache_st,
+                         const lf_u16* added, int64_t added_st) {
 #pragma unroll
     for (int it = 0; it < kChunks; ++it) {
       const int i = it * 32 + lane;
       const int r = i / kChunks, c = i % kChunks;
       const int64_t key = wkey0 + r;
       const bool valid = key < key_end;
+      if (which != kAll && (which == kCached) != (valid && key < first_new)) continue;
       const lf_u16* src = !valid            ? cache
                           : key < first_new ? cache + key * cache_st + c * 8
                                             : added + (key - first_new) * added_st + c * 8;
@@ -137,8 +138,16 @@ __global__ void __launch_bounds__(32 * W)
     }
     tc::cp_async_commit();
   };
-  issue(k_s, kc, a.k_st[2], kn, a.k_new_st[2]);
-  issue(v_s, vc, a.v_st[2], vn, a.v_new_st[2]);
+  // The cached keys on their way before the wait where no kernel that may still run writes them
+  // (AttentionArgs::early_kv): their round trip overlaps the kernel before. The groups are then
+  // K, V (cached), K, V (the rest): waiting for all but the last still means "K has landed".
+  if (a.early_kv) {
+    issue(kCached, k_s, kc, a.k_st[2], kn, a.k_new_st[2]);
+    issue(kCached, v_s, vc, a.v_st[2], vn, a.v_new_st[2]);
+  }
+  pdl_wait();  // nothing above reads q, the mask, memory a kernel still running may write, or writes
+  issue(a.early_kv ? kRest : kAll, k_s, kc, a.k_st[2], kn, a.k_new_st[2]);
+  issue(a.early_kv ? kRest : kAll, v_s, vc, a.v_st[2], vn, a.v_new_st[2]);
 
   // The query rows in f32, and this lane's key's mask values, while the keys arrive.
   const auto* q = static_cast<const typename S::Bits*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
@@ -425,7 +434,9 @@ void set_attention_decode_stream_warps(int warps) {
   g_warps.store(warps, std::memory_order_relaxed);
 }
 
-bool launch_attention_decode_stream(const AttentionArgs& a, void* stream) {
+bool launch_attention_decode_stream(const AttentionArgs& args, void* stream) {
+  AttentionArgs a = args;
+  a.early_kv = args.early_kv && pdl_enabled();  // without PDL the kernel before has ended
   const int forced = g_forced.load(std::memory_order_relaxed);
   if (forced == 0) return false;
   // The keys the step reads over all its (batch, K/V head) pairs: few, and the FMA kernel's

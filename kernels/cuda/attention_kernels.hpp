@@ -54,8 +54,9 @@ void set_attention_decode_stream_warps(int warps);
 
 // Calls of launch_attention (attention_args.hpp) by the kernel that took them -- launched or
 // recorded into a graph -- since the process began; the report's "cuda.attention" counters
-// (attention_counts.cpp): which kernel a decode step's attention ran on, and of the FMA decode
-// kernel's launches those that loaded their first keys before their PDL wait (early_kv).
+// (attention_counts.cpp): which kernel a decode step's attention ran on, and of the FMA and
+// streaming decode kernels' launches those that loaded their first keys before their PDL wait
+// (early_kv).
 struct AttentionLaunchCounts {
   uint64_t decode_tc = 0, decode_fma = 0, mma = 0, general = 0, decode_stream = 0, early_kv = 0;
 };

@@ -345,16 +345,27 @@ struct AttentionChain {
 
 }  // namespace
 
-// The decode attention that loads its first step of cached keys and values before its wait
-// (AttentionArgs::early_kv): the bits of the chain without PDL, eagerly and as a graph, with and
-// without an append in place; the counter moves only with PDL (sm_90+).
+// The decode attention that loads its first cached keys and values before its wait
+// (AttentionArgs::early_kv), on the FMA and on the streaming kernel: the bits of the chain
+// without PDL, eagerly and as a graph, with and without an append in place; the counter moves
+// only with PDL (sm_90+).
 LF_CUDA_TEST_CASE("pdl: a decode attention whose cached keys load before the wait gives the bits it gives without PDL") {
   cudaStream_t s;
   CU_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const AttentionChain a;
   const bool overlap = cu::current_device_info().cc_major >= 9;
-  for (const bool append : {false, true}) {
+  struct StreamForced {
+    ~StreamForced() { cu::force_attention_decode_stream(-1); }
+  } restore;
+  for (const int form : {0, 1, 2, 3}) {
+    const bool streaming = form / 2 == 1, append = form % 2 == 1;
+    CAPTURE(streaming);
     CAPTURE(append);
+    cu::force_attention_decode_stream(streaming ? 1 : 0);
+    const auto launches = [&] {
+      const cu::AttentionLaunchCounts n = cu::attention_launch_counts();
+      return streaming ? n.decode_stream : n.decode_fma;
+    };
     std::vector<uint16_t> want;
     {
       const lftest::ScopedConfig off(&livefuse::Config::pdl, false);
@@ -364,10 +375,10 @@ LF_CUDA_TEST_CASE("pdl: a decode attention whose cached keys load before the wai
       CHECK(cu::attention_launch_counts().early_kv == e0);
     }
     const lftest::ScopedConfig on(&livefuse::Config::pdl, true);
-    const uint64_t fma0 = cu::attention_launch_counts().decode_fma, e0 = cu::attention_launch_counts().early_kv;
+    const uint64_t n0 = launches(), e0 = cu::attention_launch_counts().early_kv;
     a.enqueue(true, append, s);
     CHECK(a.c.result(s) == want);
-    CHECK(cu::attention_launch_counts().decode_fma - fma0 == uint64_t{kSteps});  // the kernel that loads early
+    CHECK(launches() - n0 == uint64_t{kSteps});  // the kernel meant
     CHECK(cu::attention_launch_counts().early_kv - e0 == (overlap ? uint64_t{kSteps} : 0));
     a.enqueue(false, append, s);
     CHECK(a.c.result(s) == want);
