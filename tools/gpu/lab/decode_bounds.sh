@@ -4,14 +4,14 @@
 #     kernel with and without its first keys loaded before its PDL wait);
 #  2. livefuse-bench-gemv-chain: each decode step's GEMVs as one graph, and as one graph a layer
 #     launched back to back ("/layers": what a layer plan's replays cost at their seams);
-#  3. a GPT-2 f16 decode process alone on one core, then sharing that core with a busy loop (its
-#     host side about half as fast): how far the token follows the host;
-#  4. Llama-1B bf16 processes alternating LIVEFUSE_GEMV_NORM=2 | 1 (its norm chains inside the
+#  3. Llama-1B bf16 processes alternating LIVEFUSE_GEMV_NORM=2 | 1 (its norm chains inside the
 #     GEMVs, now that those load their weights early);
-#  5. the context sweep's ends with LIVEFUSE_EARLY_READS=1 | 0 (4096 keys: the streaming kernel).
-# DB_PARTS picks parts ("1 2 3 4 5").
+#  4. the context sweep's ends with LIVEFUSE_EARLY_READS=1 | 0 (4096 keys: the streaming kernel).
+# DB_PARTS picks parts ("1 2 3 4"). (A GPT-2 process pinned to a core it shared with a busy loop
+# was tried to slow its host side: its issue time did not move -- the GPU machine's sandbox does
+# not seem to hold the affinity -- so that part was dropped.)
 . "$(dirname "$0")/../prelude.sh" decode_bounds
-parts=" ${DB_PARTS:-1 2 3 4 5} "
+parts=" ${DB_PARTS:-1 2 3 4} "
 if [[ $parts == *" 1 "* ]]; then
   run_suites "${DB_SUITES:-test_ops:*pdl* test_planner:*attention*}"
   timeout -s KILL 240 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/attention_decode.json" \
@@ -27,17 +27,8 @@ if [[ $parts == *" 2 "* ]]; then
   grep -E "^(gpt2|llama-1b) +(off|pdl_early|off/layers|pdl_early/layers) " "$D/gemv_chain.log"
 fi
 if [[ $parts == *" 3 "* ]]; then
-  for how in alone shared; do
-    hog=
-    [ $how = shared ] && { taskset -c 3 sh -c 'while :; do :; done' & hog=$!; }
-    taskset -c 3 timeout -s KILL 150 "${GPT2_DECODE[@]}" --cache concat --json "$D/core_$how.json" > "$D/core_$how.log" 2>&1
-    echo "gpt2 one core ($how) rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('ms/token', round(d['step_median_ms'], 4), 'issued in', round(d['step_issue_median_ms'], 4))" "$D/core_$how.json" 2>&1)"
-    [ -n "$hog" ] && kill "$hog"
-  done
-fi
-if [[ $parts == *" 4 "* ]]; then
   AB_A="LIVEFUSE_GEMV_NORM=2" AB_B="LIVEFUSE_GEMV_NORM=1" MODEL=llama-1b DTYPE=bf16 ROUNDS=${DB_ROUNDS:-2} STEPS=256 RUNS=3 \
     timeout -s KILL 300 bash tools/gpu/ab_generate.sh 2>&1 | tee "$D/norm_ab.log" | grep -E "round|tokens"
 fi
-[[ $parts == *" 5 "* ]] && setting_sweep LIVEFUSE_EARLY_READS
+[[ $parts == *" 4 "* ]] && setting_sweep LIVEFUSE_EARLY_READS
 cp "$D"/*.log "$D"/*.json "$REAL_OUT"/ 2>/dev/null || true
