@@ -27,6 +27,7 @@
 #include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
+#include "planner/early_reads.hpp"
 #include "planner/plan.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/memory_pool.hpp"

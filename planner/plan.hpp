@@ -181,24 +181,6 @@ uint64_t prepare_merged_weights(const PlannedSegment& p, std::span<const Tensor>
 // All steps, in order, on the values' device.
 void run_plan(const PlannedSegment& p, std::span<const Tensor> values, void* stream = nullptr);
 
-// While alive, the steps this thread launches are one run of a plan's steps on one stream, in
-// order (run_plan, a stretch, a whole graph's capture): a step's kernel after another kernel of
-// the run may load what the run never writes before its PDL wait (plan.cpp, "a plan's reads
-// before its PDL wait"). Nested runs are part of the outermost. `follows`: the launches are
-// destined for a graph where a kernel of the same run comes before them (a family graph's
-// varying steps, recorded or captured alone to patch its nodes), as if one had been launched.
-class StepsRun {
- public:
-  explicit StepsRun(bool follows = false);
-  ~StepsRun();
-  StepsRun(const StepsRun&) = delete;
-  StepsRun& operator=(const StepsRun&) = delete;
-
- private:
-  uint64_t before_;
-  bool follows_before_;
-};
-
 // Test/benchmark helper: every value of the segment for the given externals -- node outputs as
 // fresh dense tensors (views as views) on the externals' device. The runtime binds its own.
 std::vector<Tensor> bind_values(const PlannedSegment& p, const std::vector<Tensor>& externals);

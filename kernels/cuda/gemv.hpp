@@ -126,7 +126,7 @@ GemvLaunchCounts gemv_launch_counts();
 
 // While alive (and `on`), GEMVs this thread launches with PDL load their first weights before
 // their wait (GemvArgs::early_weights): a plan's step whose weights no kernel that may still be
-// running writes (planner/plan.cpp, weights_early).
+// running writes (planner/early_reads.hpp, weights_early).
 class EarlyWeightsScope {
  public:
   explicit EarlyWeightsScope(bool on);

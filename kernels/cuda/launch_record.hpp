@@ -79,7 +79,7 @@ class RecordingScope {
 
 // Launches this thread made or recorded at instrumented sites (every record_launch call): a
 // plan compares it before and after its steps to know a kernel of its own came last
-// (planner/plan.cpp, weights_early). Kernels launched elsewhere (cuBLASLt, generated ones) are
+// (planner/early_reads.cpp, StepsRun). Kernels launched elsewhere (cuBLASLt, generated ones) are
 // not counted: the count only ever errs low.
 inline thread_local uint64_t t_instrumented_launches = 0;
 

@@ -15,7 +15,7 @@
 // and the next one's prologue. A kernel launched without PDL, or with nothing before it, finds
 // its wait already satisfied: the same code runs either way. What pays is real work before the
 // wait: a plan's GEMV loads its first weights there, its decode attention its first cached keys,
-// where nothing the kernel before writes is among them (planner/plan.cpp, "a plan's reads
+// where nothing the kernel before writes is among them (planner/early_reads.cpp, "a plan's reads
 // before its PDL wait"); the L2 prefetch alone measured no faster
 // (README, "Programmatic dependent launch"). On by default; LIVEFUSE_PDL=0 turns it off.
 #include <cstdint>

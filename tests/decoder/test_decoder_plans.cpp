@@ -156,7 +156,7 @@ LF_CUDA_TEST_CASE(
 }
 
 // Under LIVEFUSE_PDL, a plan's kernel after another kernel of the same run loads what the run
-// never writes before its wait (planner/plan.cpp, "a plan's reads before its PDL wait"): a GEMV
+// never writes before its wait (planner/early_reads.cpp, "a plan's reads before its PDL wait"): a GEMV
 // its first weights, the decode attention its first cached keys. The decode loop's tokens stay
 // those of fusion off, and the counters show the early loads engaged (sm_90+) -- but never for
 // every GEMV: each run's first kernel waits for what came before the plan. With
