@@ -44,8 +44,8 @@ struct AttentionArgs {
   bool copy_old_k = false, copy_old_v = false;
   // The keys read from k / v (all of them, or those before first_new) are written by no kernel
   // that may still run when this one starts: the FMA and streaming decode kernels launched with
-  // PDL load their first of them before their wait (planner/early_reads.cpp, "a plan's reads before its
-  // PDL wait"); the others ignore it.
+  // PDL load their first of them before their wait (planner/early_reads.cpp, "a plan's reads
+  // before its PDL wait"); the others ignore it.
   bool early_kv = false;
 };
 

@@ -17,8 +17,9 @@ namespace livefuse::cuda::decode {
 // lean build (the default; LIVEFUSE_DECODE_LEAN=0 turns it off) halves it and asks for two
 // blocks an SM (115-128 registers a thread instead of 191-223): in the wide build one block
 // filled an SM, so a head's cluster of 8 splits held 8 SMs and a long cache streamed at ~250
-// GB/s (attention_decode.cu, the note). H200, livefuse-bench-attention-decode, cold us: GPT-2 f16 128 / 1024
-// keys 8.9 / 11.0 -> 8.0 / 10.0 (4096: 21.5 either way); Llama GQA with two-row blocks below.
+// GB/s (attention_decode.cu, the note). H200, livefuse-bench-attention-decode, cold us: GPT-2
+// f16 128 / 1024 keys 8.9 / 11.0 -> 8.0 / 10.0 (4096: 21.5 either way); Llama GQA with two-row
+// blocks in attention_decode.cu.
 constexpr int unroll_for(int rows, bool lean) {
   const int u = rows == 1 ? 8 : rows <= 4 ? 4 : 2;
   return lean ? u / 2 : u;

@@ -156,10 +156,10 @@ LF_CUDA_TEST_CASE(
 }
 
 // Under LIVEFUSE_PDL, a plan's kernel after another kernel of the same run loads what the run
-// never writes before its wait (planner/early_reads.cpp, "a plan's reads before its PDL wait"): a GEMV
-// its first weights, the decode attention its first cached keys. The decode loop's tokens stay
-// those of fusion off, and the counters show the early loads engaged (sm_90+) -- but never for
-// every GEMV: each run's first kernel waits for what came before the plan. With
+// never writes before its wait (planner/early_reads.cpp, "a plan's reads before its PDL wait"):
+// a GEMV its first weights, the decode attention its first cached keys. The decode loop's tokens
+// stay those of fusion off, and the counters show the early loads engaged (sm_90+) -- but never
+// for every GEMV: each run's first kernel waits for what came before the plan. With
 // LIVEFUSE_EARLY_READS=0 nothing loads early, and the tokens are the same.
 LF_CUDA_TEST_CASE("decoder plans under PDL: later GEMVs and attentions load early, the tokens of fusion off") {
   const lf::Config saved = lf::config();

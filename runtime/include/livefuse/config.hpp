@@ -142,8 +142,8 @@ struct Config {
   bool pdl = true;
   // LIVEFUSE_EARLY_READS: under PDL, a plan's kernel that follows another kernel of its run loads
   // what no kernel of the run writes -- a GEMV its first weights, the decode attention its first
-  // cached keys and values -- before its wait (planner/early_reads.cpp, "a plan's reads before its PDL
-  // wait"); 0: nothing is loaded before the wait, for comparison.
+  // cached keys and values -- before its wait (planner/early_reads.cpp, "a plan's reads before
+  // its PDL wait"); 0: nothing is loaded before the wait, for comparison.
   bool early_reads = true;
   std::string device;      // "", "cpu" or "cuda"
 
