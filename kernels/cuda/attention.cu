@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 std::atomic<uint64_t> g_launches[6];
 void counted(int kernel) { g_launches[kernel].fetch_add(1, std::memory_order_relaxed); }
 void counted_decode(int kernel, const AttentionArgs& a) {
-  if (a.early_kv && pdl_enabled()) counted(5);
+  if (a.early_kv) counted(5);
   counted(kernel);
 }
 
@@ -155,7 +155,7 @@ AttentionLaunchCounts attention_launch_counts() {
   return {n(0), n(1), n(2), n(3), n(4), n(5)};
 }
 
-void launch_attention(const AttentionArgs& a, void* stream) {
+void launch_attention(const AttentionArgs& args, void* stream) {
   // Few rows per head: the split-KV decode kernel, from where it is faster than one block per
   // head. One token's rows (at most 4: a GQA group) take it at any length since its index
   // arithmetic was trimmed (H200, session 32, cold us, decode against the tensor-core kernel:
@@ -172,6 +172,10 @@ void launch_attention(const AttentionArgs& a, void* stream) {
   // From LIVEFUSE_DECODE_STREAM_KEYS keys read on (f16/bf16, d 64 / 128, up to 8 rows, the cache
   // grown in place), the streaming kernel (attention_decode_stream.cu) before the FMA one: at
   // long caches the FMA kernel is bound by its instructions, not the bytes.
+  // Early keys count only under PDL: without it the kernel before has ended, and the decode
+  // kernels' early loads are plain loads (harmless, and not what the counter counts).
+  AttentionArgs a = args;
+  a.early_kv = args.early_kv && pdl_enabled();
   const int64_t min_keys = a.dtype == DType::f32 || a.sq <= 4 ? 1 : 512;
   if (a.first_new >= 0) {
     if (launch_attention_decode_stream(a, stream)) return counted_decode(4, a);

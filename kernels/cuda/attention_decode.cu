@@ -332,7 +332,6 @@ void set_attention_decode_lean(bool on) { g_lean.store(on, std::memory_order_rel
 bool launch_attention_decode(const AttentionArgs& args, void* stream) {
   if (!g_enabled.load(std::memory_order_relaxed)) return false;
   AttentionArgs a = args;
-  a.early_kv = args.early_kv && pdl_enabled();  // without PDL the kernel before has ended
   const bool floats = a.dtype == DType::f32 || a.dtype == DType::f16 || a.dtype == DType::bf16;
   if (!floats || a.sq < 1 || a.sq > kAttentionDecodeMaxRows || a.sk < 1 || a.d < 1 || a.d > kMaxD ||
       a.dv < 1 || a.dv > kMaxD || a.batch < 1 || a.heads < 1)
