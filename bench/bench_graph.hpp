@@ -17,6 +17,31 @@ namespace lfbench {
 struct Nothing {
   void operator()() const {}
 };
+// Median microseconds, divided by `per`, of what `launch` enqueues on `s` between two events,
+// over `reps` rounds after `warmup` untimed ones; `before` goes ahead of each round, outside the
+// events.
+template <class Launch, class Before = Nothing>
+double events_median_us(cudaStream_t s, int reps, int warmup, double per, Launch&& launch,
+                        Before&& before = Before{}) {
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> us;
+  for (int r = -warmup; r < reps; ++r) {
+    before();
+    BENCH_CUDA(cudaEventRecord(e0, s));
+    launch();
+    BENCH_CUDA(cudaEventRecord(e1, s));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r >= 0) us.push_back(1000.0 * ms / per);
+  }
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  return median(us);
+}
+
 template <class Enqueue, class Before = Nothing>
 double graph_median_us(cudaStream_t s, int reps, double per, Enqueue&& enqueue,
                        Before&& before = Before{}) {
@@ -26,27 +51,11 @@ double graph_median_us(cudaStream_t s, int reps, double per, Enqueue&& enqueue,
   enqueue();
   BENCH_CUDA(cudaStreamEndCapture(s, &g));
   BENCH_CUDA(cudaGraphInstantiate(&ge, g, 0));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) BENCH_CUDA(cudaGraphLaunch(ge, s));
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  std::vector<double> us;
-  for (int r = 0; r < reps; ++r) {
-    before();
-    BENCH_CUDA(cudaEventRecord(e0, s));
-    BENCH_CUDA(cudaGraphLaunch(ge, s));
-    BENCH_CUDA(cudaEventRecord(e1, s));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(1000.0 * ms / per);
-  }
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
+  const double us = events_median_us(
+      s, reps, 3, per, [&] { BENCH_CUDA(cudaGraphLaunch(ge, s)); }, before);
   BENCH_CUDA(cudaGraphExecDestroy(ge));
   BENCH_CUDA(cudaGraphDestroy(g));
-  return median(us);
+  return us;
 }
 
 }  // namespace lfbench

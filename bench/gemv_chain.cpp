@@ -212,24 +212,11 @@ double time_chain_by_layer(const Chain& c, cudaStream_t s, int reps, bool early_
     BENCH_CUDA(cudaGraphDestroy(g));
     layers.push_back(e);
   }
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  std::vector<double> us;
-  for (int r = -3; r < reps; ++r) {  // three warm-up steps
-    cu::gpu_delay(s, 20 * 1000 * static_cast<uint32_t>(layers.size()));
-    BENCH_CUDA(cudaEventRecord(e0, s));
-    for (cudaGraphExec_t e : layers) BENCH_CUDA(cudaGraphLaunch(e, s));
-    BENCH_CUDA(cudaEventRecord(e1, s));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    if (r >= 0) us.push_back(1000.0 * ms);
-  }
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
+  const double us = lfbench::events_median_us(
+      s, reps, 3, 1.0, [&] { for (cudaGraphExec_t e : layers) BENCH_CUDA(cudaGraphLaunch(e, s)); },
+      [&] { cu::gpu_delay(s, 20 * 1000 * static_cast<uint32_t>(layers.size())); });
   for (cudaGraphExec_t e : layers) BENCH_CUDA(cudaGraphExecDestroy(e));
-  return lfbench::median(us);
+  return us;
 }
 
 // The L2 experiment's variants (the header): which weights the branch at a layer's start asks
