@@ -8,7 +8,9 @@
 //
 // Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
 //        [--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8]
+//        [--stream-cluster N]
 // (--stream-warps: the streaming kernel's blocks of 4 or 8 warps for every case, not its choice;
+// --stream-cluster N: its splits meet in a cluster of at most N (<= 8; 0: the workspace only);
 // --append: also the FMA decode kernel appending the step's rows to the cache itself, against
 // the concat's copy launch followed by the kernel -- LIVEFUSE_ATTENTION_APPEND's two ways;)
 // (--max-splits: cap the blocks a head's keys are split over, to compare cluster sizes;
@@ -25,7 +27,8 @@
 // spanning 256 MB so the cache comes from HBM as in a real decode step (the weights in between
 // evict it); "hot": one copy, from L2 where it fits. GB/s counts the K and V bytes read. Then
 // each kernel inside a CUDA graph of 20 cold launches (graph_us): its time in a decode step; the
-// FMA kernel there once more with its first keys loaded before its PDL wait (early_kv).
+// FMA kernel there once more with its first keys loaded before its PDL wait (early_kv), the
+// streaming one with its splits meeting in the workspace only (where it takes a cluster).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -253,7 +256,13 @@ struct Result {
   // their PDL wait (AttentionArgs::early_kv: no launch writes K or V here), and their results.
   double graph_early[kModes] = {};
   Diff early_err[kModes];
+  // The streaming kernel in the graph once more with its splits meeting in the workspace only
+  // (set_attention_decode_stream_cluster(0)), where the default meets them in a cluster.
+  double graph_workspace = 0;
+  Diff workspace_err;
 };
+
+int g_stream_cluster = -1;  // --stream-cluster
 
 bool g_append = false;  // --append
 
@@ -338,6 +347,14 @@ Result run_case(const Case& c, int iters, cudaStream_t s) {
     r.early_err[m] = check([&] { launch(early(0)); });
     r.graph_early[m] = graph_us([&](int i) { launch(early(i % copies)); }, std::max(5, iters / 10), s);
   }
+  if (r.stream_took) {
+    mode = kStream;
+    livefuse::cuda::force_attention_decode_stream(1);
+    livefuse::cuda::set_attention_decode_stream_cluster(0);
+    r.workspace_err = check([&] { launch(args(0)); });
+    r.graph_workspace = graph_us([&](int i) { launch(args(i % copies)); }, std::max(5, iters / 10), s);
+    livefuse::cuda::set_attention_decode_stream_cluster(g_stream_cluster);
+  }
   livefuse::cuda::force_attention_decode_stream(0);  // the append's FMA arm below
   if (g_append) {
     // The step's rows: each head's last t rows of the cache, [b, kv heads, t, d] on their own;
@@ -407,7 +424,7 @@ std::vector<Case> cases() {
   for (DType dt : {DType::f16, DType::f32})
     for (int64_t sk : {32, 128, 160, 256, 512, 1024, 4096})
       cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
-  for (int64_t sk : {32, 128, 300, 1024, 4096})
+  for (int64_t sk : {32, 128, 300, 1024, 2048, 4096, 4160})
     cs.push_back({"llama-gqa", DType::bf16, 1, 8, 4, 1, sk, 64, sk});
   for (int64_t sk : {300, 4096}) cs.push_back({"gqa d 128 (8B-shaped)", DType::bf16, 1, 8, 4, 1, sk, 128, sk});
   cs.push_back({"gpt2 kv view (capacity 4096)", DType::f16, 1, 12, 1, 1, 1000, 64, 4096});
@@ -449,10 +466,13 @@ int main(int argc, char** argv) {
       g_append = true;
     else if (arg == "--stream-warps" && i + 1 < argc)
       livefuse::cuda::set_attention_decode_stream_warps(std::atoi(argv[++i]));
+    else if (arg == "--stream-cluster" && i + 1 < argc)
+      livefuse::cuda::set_attention_decode_stream_cluster(g_stream_cluster = std::atoi(argv[++i]));
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide] "
-                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8]\n",
+                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8] "
+                   "[--stream-cluster N]\n",
                    argv[0]);
       return 2;
     }
@@ -475,6 +495,7 @@ int main(int argc, char** argv) {
       if (!r.err[m].pass) failed += std::string(failed.empty() ? "" : ", ") + kModeNames[m];
     for (const Mode m : {kFma, kStream})
       if (!r.early_err[m].pass) failed += std::string(failed.empty() ? "" : ", ") + kModeNames[m] + " early";
+    if (r.stream_took && !r.workspace_err.pass) failed += std::string(failed.empty() ? "" : ", ") + "stream workspace";
     if (g_append && !r.append_err.pass) failed += std::string(failed.empty() ? "" : ", ") + "append";
     if (g_append && !r.stream_append_err.pass) failed += std::string(failed.empty() ? "" : ", ") + "stream append";
     all_pass = all_pass && failed.empty();
@@ -489,9 +510,10 @@ int main(int argc, char** argv) {
         r.cold[kGeneral], r.hot[kGeneral], failed.empty() ? "PASS" : ("FAIL (" + failed + ")").c_str(),
         r.tc_took ? "" : "  (tc declined)", r.stream_took ? "" : "  (stream declined)");
     std::printf("%-34s   in a graph of %d (cold copies), us a launch: tc %.2f | fma %.2f"
-                " | stream %.2f | general %.2f | first keys before the wait: fma %.2f, stream %.2f\n",
+                " | stream %.2f | general %.2f | first keys before the wait: fma %.2f, stream %.2f"
+                " | stream, splits meeting in the workspace only %.2f\n",
                 "", kGraphLaunches, r.graph[kTc], r.graph[kFma], r.graph[kStream],
-                r.graph[kGeneral], r.graph_early[kFma], r.graph_early[kStream]);
+                r.graph[kGeneral], r.graph_early[kFma], r.graph_early[kStream], r.graph_workspace);
     if (g_append)
       std::printf("%-34s   appending in the kernel %8.2f us (err %.2e) | copy launch, then the kernel %8.2f us"
                   " | streaming kernel appending %8.2f us (err %.2e)\n",
@@ -519,6 +541,10 @@ int main(int argc, char** argv) {
         recs.push_back({c.name, std::string(kModeNames[m]) + "_early_kv", size, r.graph_early[m],
                         {{"graph_us", r.graph_early[m]}, {"max_err", r.early_err[m].max_abs}},
                         {{"check", r.early_err[m].pass ? "PASS" : "FAIL"}}});
+    if (r.stream_took)
+      recs.push_back({c.name, "stream_workspace", size, r.graph_workspace,
+                      {{"graph_us", r.graph_workspace}, {"max_err", r.workspace_err.max_abs}},
+                      {{"check", r.workspace_err.pass ? "PASS" : "FAIL"}}});
     if (g_append) {
       recs.push_back({c.name, "append", size, r.append_cold, {{"max_err", r.append_err.max_abs}},
                       {{"check", r.append_err.pass ? "PASS" : "FAIL"}}});

@@ -18,10 +18,16 @@
 // memory.
 //
 // Splits. A head takes ceil(sk / 128) blocks of 4 warps, or ceil(sk / 256) of 8 (launch_warps), at
-// most kMaxSplits (else the step declines and the FMA kernel takes it); with more than one, each
-// block writes its partial (each row's max, sum and accumulator) to its slot in the stream's
-// workspace (split_space.hpp) and the last to arrive (an atomic count, set back to zero by that
-// block) folds them -- one launch, graph-safe.
+// most kMaxSplits (else the step declines and the FMA kernel takes it). With more than one, each
+// block's partial (each row's max, sum and accumulator) meets the others' in one of two ways:
+//  * in a thread-block cluster of the head's splits (sm_90, 2-8 splits, more than one query row:
+//    meet_in_cluster says where it won): each block keeps its partial in shared memory and,
+//    after a cluster barrier, folds a share of the outputs from every block's through
+//    distributed shared memory -- no workspace and no block waiting on the others' arrival;
+//  * else in the stream's workspace (split_space.hpp): each block writes its partial to its slot
+//    and the last to arrive (an atomic count, set back to zero by that block) folds them.
+// One launch either way, graph-safe. The fold asks for every split's max, sum and columns at once
+// (fold_splits), so it is one round trip to them for up to 20 splits.
 //
 // Appends (AttentionArgs::first_new): keys from first_new on are read from k_new / v_new, and the
 // block that holds them writes them into k_dst / v_dst from shared memory. A cache moved to a new
@@ -29,6 +35,8 @@
 //
 // Semantics are the general kernel's (kernels/cpu/attention.cpp is the reference): scale, then
 // the mask, scores in f32; a row whose scores are all -inf, or hold a NaN or +inf, is NaN.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -36,6 +44,7 @@
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/cluster.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/launch_util.hpp"
@@ -51,8 +60,7 @@ namespace livefuse::cuda {
 namespace {
 
 // A block is W warps, one key a lane: a split is 32 W keys (W = 4 or 8, launch_warps says which).
-// At most 64 splits a head: the fold reads two splits' maxima and sums a lane, and the
-// accumulators sixteen splits at a time (four round trips at most).
+// At most 64 splits a head: the fold takes them twenty at a time (four round trips at most).
 constexpr int kMaxSplits = 64;
 constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kLog2e = 1.4426950408889634f;
@@ -65,8 +73,8 @@ constexpr int kSlotFloats = (2 + D) * R;
 
 // Dynamic shared memory: K and V of the split (swizzled 16-byte chunks, tc::swizzled; warp w's
 // keys are rows 32w .. 32w + 31), the query rows in f32, each row's probabilities, each warp's
-// softmax state (max, sum, P V accumulator), and the weights of the warps' merge -- then of the
-// splits' fold.
+// softmax state (max, sum, P V accumulator), the weights of the warps' merge, and the block's
+// partial where the splits meet in a cluster.
 template <int R, int D, int W>
 struct Layout {
   static constexpr int kWarps = W, kKeys = 32 * W;
@@ -77,8 +85,9 @@ struct Layout {
   static constexpr int kP = kQ + R * D * 4;                // float [R][kKeys]
   static constexpr int kSums = kP + R * kKeys * 4;         // float [kWarps][R][D]
   static constexpr int kRed = kSums + kWarps * R * D * 4;  // float [2][kWarps][R]
-  static constexpr int kFold = kRed + 2 * kWarps * R * 4;  // float [kMaxSplits][R] weights, [2][R]
-  static constexpr int kBytes = kFold + (kMaxSplits + 2) * R * 4;
+  static constexpr int kFold = kRed + 2 * kWarps * R * 4;  // float [kWarps][R] weights, [2][R]
+  static constexpr int kPart = kFold + (kWarps + 2) * R * 4;  // the block's partial (a slot)
+  static constexpr int kBytes = kPart + kSlotFloats<R, D> * 4;
 };
 
 // Row r of the output: acc / l, or NaN where the row's max is not finite (every score -inf, or
@@ -91,7 +100,52 @@ __device__ __forceinline__ void store_out(const AttentionArgs& a, int64_t b, int
   *out = S::from(isfinite(m) ? acc / l : __int_as_float(0x7fc00000));
 }
 
-// Grid: x = (batch * head) * splits, each split 32 W keys (the last may have fewer).
+// The outputs of rows x D elements from a head's `splits` partials, slot(sp) pointing at split
+// sp's (each row's max, each row's sum, the accumulators: kSlotFloats) -- in the workspace
+// (kGlobal: read through L2, where the other blocks wrote them) or in a cluster block's shared
+// memory. Elements first, first + step, ...: the last block to arrive takes them all, a cluster's
+// blocks a share each. Every split's max, sum and column of a batch are asked for at once, so a
+// head of up to kBatch splits (5120 keys in 256-key splits) costs one round trip to them, not one
+// for the maxima and sums and then one for the accumulators; later batches rescale what came
+// before.
+template <class S, int R, int D, bool kGlobal, class Slot>
+__device__ __forceinline__ void fold_splits(const AttentionArgs& a, int64_t b, int64_t h, int rows,
+                                            int splits, int first, int step, Slot slot) {
+  constexpr int kBatch = 20;
+  const auto load = [](const float* p) { return kGlobal ? __ldcg(p) : *p; };
+  for (int i = first; i < rows * D; i += step) {
+    const int r = i / D, col = i % D;
+    float m = kNegInf, l = 0.0f, v = 0.0f;
+    for (int sp0 = 0; sp0 < splits; sp0 += kBatch) {
+      float ms[kBatch], ls[kBatch], xs[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const bool in = sp0 + u < splits;
+        const float* p = slot(in ? sp0 + u : sp0);
+        ms[u] = in ? load(p + r) : kNegInf;
+        ls[u] = in ? load(p + R + r) : 0.0f;
+        xs[u] = in ? load(p + 2 * R + r * D + col) : 0.0f;
+      }
+      float mn = m;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) mn = lf_max(mn, ms[u]);
+      // What the batches before summed, at the new max (nothing yet: a max of -inf weighs 0).
+      const float wo = m == kNegInf ? 0.0f : tc::exp2_approx((m - mn) * kLog2e);
+      l *= wo, v *= wo;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        // A split whose keys were all -inf for the row adds nothing (0 * a NaN stays out).
+        const float w = ms[u] == kNegInf ? 0.0f : tc::exp2_approx((ms[u] - mn) * kLog2e);
+        if (w != 0.0f) l = fmaf(ls[u], w, l), v = fmaf(xs[u], w, v);
+      }
+      m = mn;
+    }
+    store_out<S>(a, b, h, r, col, v, m, l);
+  }
+}
+
+// Grid: x = (batch * head) * splits, each split 32 W keys (the last may have fewer); with a null
+// `part` and more than one split, a cluster of `splits` blocks a head (their ranks the splits).
 template <class S, int R, int D, int W>
 __global__ void __launch_bounds__(32 * W)
     decode_stream_kernel(AttentionArgs a, int splits, float* part, unsigned* count) {
@@ -278,9 +332,12 @@ __global__ void __launch_bounds__(32 * W)
   }
   __syncthreads();
 
-  // The block's rows: written, or its partial to its slot.
-  float* const slots = part + bh * splits * kSlotFloats<R, D>;
-  float* const slot = slots + split * kSlotFloats<R, D>;
+  // The block's rows: written, or its partial -- to its slot in the workspace, or to its own
+  // shared memory where the cluster's blocks read it.
+  const bool in_cluster = part == nullptr;  // with more than one split
+  float* const slots = in_cluster ? nullptr : part + bh * splits * kSlotFloats<R, D>;
+  float* const slot = in_cluster ? reinterpret_cast<float*>(smem + L::kPart)
+                                 : slots + split * kSlotFloats<R, D>;
   for (int i = t; i < rows * D; i += kThreads) {
     const int r = i / D, col = i % D;
     float v = 0.0f;
@@ -300,66 +357,54 @@ __global__ void __launch_bounds__(32 * W)
   }
   if (splits == 1) return;
 
-  // The last split of the head to arrive folds every slot (each thread's stores fenced before
-  // the arrival, the arrival read before the loads: the threadFenceReduction pattern).
-  __threadfence();
+  if (in_cluster) {  // only launched so on sm_90+ code (meet_in_cluster)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Each block folds a share of the outputs from every block's partial, read through
+    // distributed shared memory: no workspace, no arrival count, no block waiting on the rest.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial is written
+    // Elements dealt out over the blocks (t * splits + split), so every block takes a share.
+    fold_splits<S, R, D, false>(a, b, h, rows, splits, t * splits + split, splits * kThreads,
+                                [&](int sp) { return cluster.map_shared_rank(slot, sp); });
+    cluster.sync();  // and read: a block's shared memory lives only as long as the block
+#endif
+    return;
+  }
+  // The last split of the head to arrive folds every slot. The block's stores come before the
+  // barrier, and thread 0's arrival releases them at device scope (a release is cumulative: it
+  // covers what the barrier ordered before it) and acquires the other blocks' (the same pattern
+  // as a threadFenceReduction, with one fence a block instead of one a thread).
   __syncthreads();
-  if (t == 0) last = atomicAdd(&count[bh], 1u) == static_cast<unsigned>(splits - 1);
+  if (t == 0) {
+    unsigned before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(&count[bh]) : "memory");
+    last = before == static_cast<unsigned>(splits - 1);
+  }
   __syncthreads();
   if (!last) return;
-  __threadfence();
-  // Each row's max and sum over the splits, a warp a row: every split's max and sum loaded at
-  // once (two a lane: kMaxSplits is 64), two warp reductions, and each split's weight in the row.
-  static_assert(kMaxSplits <= 64, "two splits a lane");
-  float* const wt = reinterpret_cast<float*>(smem + L::kFold);  // [split][R] weights
-  float* const row_ml = wt + kMaxSplits * R;                    // [R] max, [R] sum
-  for (int r = warp; r < rows; r += kWarps) {
-    float ms[2], ls[2];
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      const int sp = lane + 32 * u;
-      ms[u] = sp < splits ? __ldcg(slots + sp * kSlotFloats<R, D> + r) : kNegInf;
-      ls[u] = sp < splits ? __ldcg(slots + sp * kSlotFloats<R, D> + R + r) : 0.0f;
-    }
-    const float mx = warp_max_nan(lf_max(ms[0], ms[1]));
-    float l = 0.0f;
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      // A split whose keys were all -inf for the row adds nothing.
-      const float w = ms[u] == kNegInf ? 0.0f : tc::exp2_approx((ms[u] - mx) * kLog2e);
-      if (lane + 32 * u < splits) wt[(lane + 32 * u) * R + r] = w;
-      l += ls[u] * w;
-    }
-    l = warp_sum(l);
-    if (lane == 0) row_ml[r] = mx, row_ml[R + r] = l;
-  }
-  __syncthreads();
-  // Two columns a thread, the splits' pairs of them in flight 16 at a time.
-  for (int i = t; i < rows * D / 2; i += kThreads) {
-    const int r = i / (D / 2), col = 2 * (i % (D / 2));
-    float v0 = 0.0f, v1 = 0.0f;
-    constexpr int kBatch = 16;
-    for (int sp0 = 0; sp0 < splits; sp0 += kBatch) {
-      float2 x[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)
-        x[u] = sp0 + u < splits ? __ldcg(reinterpret_cast<const float2*>(
-                                      slots + (sp0 + u) * kSlotFloats<R, D> + 2 * R + r * D + col))
-                                : make_float2(0.0f, 0.0f);
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (sp0 + u >= splits) break;
-        const float w = wt[(sp0 + u) * R + r];
-        if (w != 0.0f) v0 = fmaf(x[u].x, w, v0), v1 = fmaf(x[u].y, w, v1);  // (0 * a NaN stays out)
-      }
-    }
-    store_out<S>(a, b, h, r, col, v0, row_ml[r], row_ml[R + r]);
-    store_out<S>(a, b, h, r, col + 1, v1, row_ml[r], row_ml[R + r]);
-  }
+  fold_splits<S, R, D, true>(a, b, h, rows, splits, t, kThreads,
+                             [&](int sp) { return slots + sp * kSlotFloats<R, D>; });
   if (t == 0) count[bh] = 0;  // as the next launch on the stream expects it
 }
 
-std::atomic<int> g_warps{0};  // set_attention_decode_stream_warps
+std::atomic<int> g_warps{0};     // set_attention_decode_stream_warps
+std::atomic<int> g_cluster{-1};  // set_attention_decode_stream_cluster: the largest cluster
+
+// Whether a head's `splits` blocks meet in a cluster of them (livefuse-bench-attention-decode,
+// H100, session 48, us in a graph of 20): only with 2-8 splits (the portable size; 16-block
+// clusters lost to the workspace -- Llama-1B at 2048 / 4096 keys 9.00 / 11.09 against 8.72 /
+// 8.56 --, their blocks placed two an SM), only with more than one query row (one row's fold is
+// short: GPT-2 at 160-1024 keys tied or lost 0.15-0.3; Llama's four rows gained 0.9-1.0 at 300
+// and 1024 keys, a d-128 head 1.7 at 300), and only where the device runs every head's cluster at
+// once (asked once per kernel). set_attention_decode_stream_cluster(0) turns it off.
+template <auto Kernel, int kThreads, int kSmem>
+bool meet_in_cluster(int splits, int64_t heads, int rows) {
+  static const int active = active_clusters(Kernel, 8, kThreads, kSmem);
+  const int cap = g_cluster.load(std::memory_order_relaxed);
+  const int most = cap < 0 ? 8 : std::min(8, cap);
+  return splits >= 2 && splits <= most && rows >= 2 && heads <= active;
+}
 
 template <class S, int R, int D, int W>
 bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
@@ -374,6 +419,25 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t bh = a.batch * a.heads;
   const int splits = static_cast<int>((a.sk + L::kKeys - 1) / L::kKeys);
   if (splits > kMaxSplits) return false;
+  const dim3 grid(static_cast<unsigned>(bh * splits)), block(32 * W);
+  if (meet_in_cluster<kernel, 32 * W, L::kBytes>(splits, bh, static_cast<int>(a.sq))) {
+    float* const no_part = nullptr;
+    unsigned* const no_count = nullptr;
+    if (record_launch(kernel, grid, block, L::kBytes, static_cast<unsigned>(splits), a, splits, no_part, no_count))
+      return true;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = L::kBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attrs[2]{};
+    attrs[0] = cluster_attr(static_cast<unsigned>(splits));
+    cfg.attrs = attrs;
+    cfg.numAttrs = 1;
+    add_pdl(cfg, attrs);
+    LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, splits, no_part, no_count));
+    return true;
+  }
   SplitSpace space;
   if (splits > 1) {
     const int64_t slot_bytes = int64_t{kSlotFloats<R, D>} * sizeof(float);
@@ -383,9 +447,8 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
     space = split_space(stream);
     if (!space.part) return false;  // a stream captured before it had a workspace
   }
-  launch_pdl("decode_stream_kernel", kernel, dim3(static_cast<unsigned>(bh * splits)), dim3(32 * W),
-             static_cast<size_t>(L::kBytes), stream, a, splits, static_cast<float*>(space.part),
-             space.count);
+  launch_pdl("decode_stream_kernel", kernel, grid, block, static_cast<size_t>(L::kBytes), stream, a,
+             splits, static_cast<float*>(space.part), space.count);
   return true;
 }
 
@@ -433,10 +496,10 @@ void force_attention_decode_stream(int on) { g_forced.store(on, std::memory_orde
 void set_attention_decode_stream_warps(int warps) {
   g_warps.store(warps, std::memory_order_relaxed);
 }
+void set_attention_decode_stream_cluster(int most) { g_cluster.store(most, std::memory_order_relaxed); }
 
 bool launch_attention_decode_stream(const AttentionArgs& args, void* stream) {
   AttentionArgs a = args;
-  a.early_kv = args.early_kv && pdl_enabled();  // without PDL the kernel before has ended
   const int forced = g_forced.load(std::memory_order_relaxed);
   if (forced == 0) return false;
   // The keys the step reads over all its (batch, K/V head) pairs: few, and the FMA kernel's

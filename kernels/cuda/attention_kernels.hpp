@@ -51,6 +51,9 @@ void force_attention_decode_stream(int on);
 // The benchmark: blocks of 4 or 8 warps (128- or 256-key splits) for every launch; 0 (default)
 // chooses by the grid.
 void set_attention_decode_stream_warps(int warps);
+// Tests and the benchmark: the most splits of a head that meet in a cluster (up to 8; 0 or 1:
+// never a cluster, always the workspace); -1 (default): 8 where the kernel's rule takes one.
+void set_attention_decode_stream_cluster(int most);
 
 // Calls of launch_attention (attention_args.hpp) by the kernel that took them -- launched or
 // recorded into a graph -- since the process began; the report's "cuda.attention" counters

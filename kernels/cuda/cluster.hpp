@@ -14,28 +14,35 @@ inline cudaLaunchAttribute cluster_attr(unsigned blocks) {
   return attr;
 }
 
-// Whether `kernel` can run as clusters of `blocks` blocks of `threads` here: the code that runs
-// is sm_90 code (not sm_80 code on an sm_90 device) and the scheduler can place one such
-// cluster. Callers ask once per kernel and keep the answer.
+// How many clusters of `blocks` blocks of `threads` threads (and `smem` bytes of dynamic shared
+// memory each) of `kernel` the device runs at once: 0 where the code that runs is not sm_90 code
+// (sm_80 code on an sm_90 device) or none fits. Callers ask once per kernel and keep the answer.
 template <class Kernel>
-bool clusters_fit(Kernel kernel, unsigned blocks, unsigned threads) {
+int active_clusters(Kernel kernel, unsigned blocks, unsigned threads, size_t smem = 0) {
   cudaFuncAttributes fa{};
   if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
   cudaLaunchAttribute attr = cluster_attr(blocks);
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return clusters > 0;
+  return clusters;
+}
+
+// Whether `kernel` can run as clusters of `blocks` blocks of `threads` here (active_clusters).
+template <class Kernel>
+bool clusters_fit(Kernel kernel, unsigned blocks, unsigned threads) {
+  return active_clusters(kernel, blocks, threads) > 0;
 }
 
 }  // namespace livefuse::cuda

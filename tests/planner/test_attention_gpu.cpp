@@ -81,7 +81,8 @@ void for_each_key_split(F&& body) {
 }
 
 // Runs `body` with the decode shapes on the tensor-core split-KV kernel (attention_mma_decode.cu),
-// then on the streaming one (attention_decode_stream.cu, at every length) and then on the FMA one
+// then on the streaming one (attention_decode_stream.cu, at every length; its splits meeting in a
+// cluster where it takes one, then in the workspace only) and then on the FMA one
 // (attention_decode.cu); back to the defaults after.
 template <class F>
 void for_each_decode_kernel(F&& body) {
@@ -90,21 +91,25 @@ void for_each_decode_kernel(F&& body) {
     ~Reset() {
       livefuse::cuda::force_attention_decode_tc(-1);
       livefuse::cuda::force_attention_decode_stream(-1);
+      livefuse::cuda::set_attention_decode_stream_cluster(-1);
     }
   } reset;
-  enum Kernel { tc, stream, fma };
-  for (Kernel k : {tc, stream, fma}) {
+  enum Kernel { tc, stream, stream_workspace, fma };
+  for (Kernel k : {tc, stream, stream_workspace, fma}) {
+    const bool streaming = k == stream || k == stream_workspace;
     livefuse::cuda::force_attention_decode_tc(k == tc ? 1 : 0);
-    livefuse::cuda::force_attention_decode_stream(k == stream ? 1 : 0);
-    INFO((k == tc       ? "decode on tensor cores"
-          : k == stream ? "decode on the streaming kernel"
-                        : "decode on the FMA kernel"));
+    livefuse::cuda::force_attention_decode_stream(streaming ? 1 : 0);
+    livefuse::cuda::set_attention_decode_stream_cluster(k == stream_workspace ? 0 : -1);
+    INFO((k == tc                 ? "decode on tensor cores"
+          : k == stream           ? "decode on the streaming kernel"
+          : k == stream_workspace ? "decode on the streaming kernel, splits meeting in the workspace"
+                                  : "decode on the FMA kernel"));
     const auto before = livefuse::cuda::attention_launch_counts();
     body();
     // The plans' attention steps took the kernel asked for (the report's cuda.attention).
     const auto after = livefuse::cuda::attention_launch_counts();
     CHECK((after.decode_tc > before.decode_tc) == (k == tc));
-    CHECK((after.decode_stream > before.decode_stream) == (k == stream));
+    CHECK((after.decode_stream > before.decode_stream) == streaming);
   }
 #else
   body();
@@ -380,13 +385,19 @@ LF_CUDA_TEST_CASE("attention gpu: decode shapes run on the streaming kernel and 
     ~Reset() {
       livefuse::cuda::force_attention_decode_stream(-1);
       livefuse::cuda::set_attention_decode_stream_warps(0);
+      livefuse::cuda::set_attention_decode_stream_cluster(-1);
     }
   } reset;
   livefuse::cuda::force_attention_decode_stream(1);  // at any length
-  for (int warps : {4, 8, 0}) {  // 128- and 256-key splits, then the grid's choice
-    livefuse::cuda::set_attention_decode_stream_warps(warps);
-    check_decode_kernel(warps == 4 ? "streaming, 4 warps" : warps == 8 ? "streaming, 8 warps" : "streaming",
-                        livefuse::cuda::launch_attention_decode_stream, true);
+  // Splits meeting in a cluster where the kernel's rule takes one, then in the workspace only.
+  for (int cluster : {-1, 0}) {
+    livefuse::cuda::set_attention_decode_stream_cluster(cluster);
+    for (int warps : {4, 8, 0}) {  // 128- and 256-key splits, then the grid's choice
+      livefuse::cuda::set_attention_decode_stream_warps(warps);
+      INFO("largest cluster " << cluster);
+      check_decode_kernel(warps == 4 ? "streaming, 4 warps" : warps == 8 ? "streaming, 8 warps" : "streaming",
+                          livefuse::cuda::launch_attention_decode_stream, true);
+    }
   }
 }
 #endif
