@@ -27,6 +27,16 @@ run_suites() {
     grep -B2 -A8 "ERROR" "$D/$t.log" | head -30
   done
 }
+# attention_bench [ARGS]: livefuse-bench-attention-decode --iters 100 ARGS (log and JSON in $D,
+# named $BENCH_NAME: attention_decode), then the decoder shapes' lines and their graph columns.
+attention_bench() {
+  local n=${BENCH_NAME:-attention_decode}
+  timeout -s KILL 240 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/$n.json" "$@" \
+    > "$D/$n.log" 2>&1
+  echo "attention bench $* rc=$?"
+  grep -E "^(gpt2|llama-gqa|gqa d 128) |in a graph|all PASS|FAIL" "$D/$n.log" | grep -v "batch\|view\|strided" \
+    | sed -E 's/\|.*(PASS|FAIL)/ \1/' | cut -c1-250
+}
 # setting_ab VAR ROUNDS: decode processes alternating VAR=1 | VAR=0 (tools/gpu/ab_generate.sh;
 # Llama-1B bf16 and GPT-2 f16, concat cache, 256 tokens x 3 runs), appended to $D/ab.log.
 setting_ab() {

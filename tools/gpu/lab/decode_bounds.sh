@@ -14,11 +14,7 @@
 parts=" ${DB_PARTS:-1 2 3 4} "
 if [[ $parts == *" 1 "* ]]; then
   run_suites "${DB_SUITES:-test_ops:*pdl* test_planner:*attention*}"
-  timeout -s KILL 240 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/attention_decode.json" \
-    > "$D/attention_decode.log" 2>&1
-  echo "attention bench rc=$?"
-  grep -E "^(gpt2|llama-gqa|gqa d 128) |in a graph|all PASS|FAIL" "$D/attention_decode.log" | grep -v "batch\|view\|mask\|strided" \
-    | sed -E 's/\|.*(PASS|FAIL)/ \1/' | cut -c1-200
+  attention_bench
 fi
 if [[ $parts == *" 2 "* ]]; then
   timeout -s KILL 240 "$B/bench/livefuse-bench-gemv-chain" --reps 50 --bw 3350 --json "$D/gemv_chain.json" \
