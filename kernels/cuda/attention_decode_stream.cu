@@ -454,7 +454,9 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 
 // Four-warp blocks (128-key splits: twice the blocks, more SMs streaming) up to 2048 keys while
 // their blocks fit two an SM; else eight-warp blocks, whose fold has half the splits (H100,
-// Llama-1B at 1024 keys: 10.5 against 10.8 us; at 4096: 14.5 against 12.9).
+// Llama-1B at 1024 keys: 10.5 against 10.8 us; at 4096: 14.5 against 12.9). Past 4096 keys a head's
+// 17 eight-warp splits make 136 blocks for 132 SMs, yet four-warp blocks (264, two an SM) lost
+// there too (H200, session 48, in a graph: 4160 keys 11.69 against 10.55).
 template <class S, int R, int D>
 bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   const int forced = g_warps.load(std::memory_order_relaxed);
