@@ -264,23 +264,10 @@ void launch(const AttentionArgs& a, cudaStream_t stream) {
       splits = wide;
     }
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim =
-      dim3(static_cast<unsigned>(a.batch * a.heads * splits), static_cast<unsigned>(row_blocks));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attrs[2]{};
   const bool cluster = splits > 1 && !meet.part;
-  if (cluster) {
-    attrs[0] = cluster_attr(static_cast<unsigned>(splits));
-    cfg.attrs = attrs;
-    cfg.numAttrs = 1;
-  }
-  if (record_launch(kernel, cfg.gridDim, cfg.blockDim, 0, cluster ? static_cast<unsigned>(splits) : 1u, a,
-                    lanes, splits, meet))
-    return;
-  add_pdl(cfg, attrs);
-  LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, lanes, splits, meet));
+  launch_pdl_clusters("decode_kernel", cluster ? static_cast<unsigned>(splits) : 1u, kernel,
+                      dim3(static_cast<unsigned>(a.batch * a.heads * splits), static_cast<unsigned>(row_blocks)),
+                      dim3(kThreads), 0, stream, a, lanes, splits, meet);
 }
 
 template <class S, int kRows>

@@ -419,27 +419,9 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t bh = a.batch * a.heads;
   const int splits = static_cast<int>((a.sk + L::kKeys - 1) / L::kKeys);
   if (splits > kMaxSplits) return false;
-  const dim3 grid(static_cast<unsigned>(bh * splits)), block(32 * W);
-  if (meet_in_cluster<kernel, 32 * W, L::kBytes>(splits, bh, static_cast<int>(a.sq))) {
-    float* const no_part = nullptr;
-    unsigned* const no_count = nullptr;
-    if (record_launch(kernel, grid, block, L::kBytes, static_cast<unsigned>(splits), a, splits, no_part, no_count))
-      return true;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = L::kBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attrs[2]{};
-    attrs[0] = cluster_attr(static_cast<unsigned>(splits));
-    cfg.attrs = attrs;
-    cfg.numAttrs = 1;
-    add_pdl(cfg, attrs);
-    LF_CUDA_CALL(cudaLaunchKernelEx(&cfg, kernel, a, splits, no_part, no_count));
-    return true;
-  }
-  SplitSpace space;
-  if (splits > 1) {
+  const bool cluster = meet_in_cluster<kernel, 32 * W, L::kBytes>(splits, bh, static_cast<int>(a.sq));
+  SplitSpace space;  // none where the splits meet in a cluster
+  if (splits > 1 && !cluster) {
     const int64_t slot_bytes = int64_t{kSlotFloats<R, D>} * sizeof(float);
     if (bh > kSplitSpaceCounters ||
         bh * splits * slot_bytes > static_cast<int64_t>(kSplitSpaceBytes))
@@ -447,8 +429,9 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
     space = split_space(stream);
     if (!space.part) return false;  // a stream captured before it had a workspace
   }
-  launch_pdl("decode_stream_kernel", kernel, grid, block, static_cast<size_t>(L::kBytes), stream, a,
-             splits, static_cast<float*>(space.part), space.count);
+  launch_pdl_clusters("decode_stream_kernel", cluster ? static_cast<unsigned>(splits) : 1u, kernel,
+                      dim3(static_cast<unsigned>(bh * splits)), dim3(32 * W), static_cast<size_t>(L::kBytes),
+                      stream, a, splits, static_cast<float*>(space.part), space.count);
   return true;
 }
 
