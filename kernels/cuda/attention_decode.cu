@@ -28,8 +28,8 @@
 //  * in the stream's workspace (split_space.hpp), when a wave of the device wants more splits
 //    than a cluster holds (long caches, few heads): each block writes its partial to its slot,
 //    and the last split of a tile to arrive (an atomic count, set back to zero by that block)
-//    folds them and writes the rows (write_out_meet: every split's max and sum read at once, the
-//    accumulators eight splits at a time). Still one launch; the count makes it graph-safe. Devices
+//    folds them and writes the rows (attention_fold.cuh: every split's max, sum and accumulator
+//    asked for at once, 16 splits at a time). Still one launch; the count makes it graph-safe. Devices
 //    without clusters take this path too. A stream being captured before it ever had a
 //    workspace uses clusters.
 //
@@ -172,37 +172,31 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
   const int dv = static_cast<int>(a.dv);
   if (meet.part) {
     // Through the workspace: the block's partial into its slot, then the last split of the
-    // tile to arrive (each thread's stores fenced before the arrival, the arrival's count read
-    // before the loads: the threadFenceReduction pattern) folds them all and writes the rows.
+    // tile to arrive folds them all and writes the rows (attention_fold.cuh, its notes).
     const int64_t tile = bh * gridDim.y + blockIdx.y;
     auto* slots = reinterpret_cast<Partial<kRows>*>(meet.part) + tile * splits;
     merge_block(sh, dv, slots[split]);
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0)
-      last = atomicAdd(&meet.count[tile], 1u) == static_cast<unsigned>(splits - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    write_out_meet<S, kRows>(a, b, h, row0, splits, slots);
+    if (!last_to_arrive(&meet.count[tile], static_cast<unsigned>(splits))) return;
+    write_out<S, kRows, kMeetBatch>(a, b, h, row0, 0, 1, splits, [&](int i) { return &slots[i]; },
+                                    [](const float* p) { return __ldcg(p); });
     if (threadIdx.x == 0) meet.count[tile] = 0;  // as the next launch on the stream expects it
     return;
   }
   merge_block(sh, dv, sh.block);
+  const auto in_shared = [](const float* p) { return *p; };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (splits > 1) {
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's partial is written
-    write_out<S, kRows>(a, b, h, row0, split, splits, splits,
-                        [&](int i) { return cluster.map_shared_rank(&sh.block, i); });
+    write_out<S, kRows, kMaxSplits>(a, b, h, row0, split, splits, splits,
+                                    [&](int i) { return cluster.map_shared_rank(&sh.block, i); }, in_shared);
     cluster.sync();  // and read: a block's shared memory lives only as long as the block
     return;
   }
 #endif
   __syncthreads();
-  write_out<S, kRows>(a, b, h, row0, 0, 1, 1, [&](int) { return &sh.block; });
+  write_out<S, kRows, 1>(a, b, h, row0, 0, 1, 1, [&](int) { return &sh.block; }, in_shared);
 }
 
 std::atomic<bool> g_enabled{true};

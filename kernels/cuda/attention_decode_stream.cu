@@ -41,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/cuda/attention_fold.cuh"
 #include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/check.cuh"
@@ -59,7 +60,7 @@
 namespace livefuse::cuda {
 namespace {
 
-// A block is W warps, one key a lane: a split is 32 W keys (W = 4 or 8, launch_warps says which).
+// A block is W warps, one key a lane: a split is 32 W keys (W = 4, 8 or 16, launch_warps says which).
 // At most 64 splits a head: the fold takes them twenty at a time (four round trips at most).
 constexpr int kMaxSplits = 64;
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -97,17 +98,15 @@ __device__ __forceinline__ void store_out(const AttentionArgs& a, int64_t b, int
                                           int c, float acc, float m, float l) {
   auto* out = static_cast<typename S::Bits*>(a.out) + b * a.out_st[0] + h * a.out_st[1] +
               row_offset(r, a.rows_t, a.out_st[2], a.out_st_g) + c * a.out_st[3];
-  *out = S::from(isfinite(m) ? acc / l : __int_as_float(0x7fc00000));
+  *out = S::from(folded_value(m, l, acc));
 }
 
 // The outputs of rows x D elements from a head's `splits` partials, slot(sp) pointing at split
 // sp's (each row's max, each row's sum, the accumulators: kSlotFloats) -- in the workspace
 // (kGlobal: read through L2, where the other blocks wrote them) or in a cluster block's shared
 // memory. Elements first, first + step, ...: the last block to arrive takes them all, a cluster's
-// blocks a share each. Every split's max, sum and column of a batch are asked for at once, so a
-// head of up to kBatch splits (5120 keys in 256-key splits) costs one round trip to them, not one
-// for the maxima and sums and then one for the accumulators; later batches rescale what came
-// before.
+// blocks a share each. kBatch splits' states are asked for at once (attention_fold.cuh), so a
+// head of up to 20 splits (5120 keys in 256-key splits) costs one round trip to them.
 template <class S, int R, int D, bool kGlobal, class Slot>
 __device__ __forceinline__ void fold_splits(const AttentionArgs& a, int64_t b, int64_t h, int rows,
                                             int splits, int first, int step, Slot slot) {
@@ -115,31 +114,14 @@ __device__ __forceinline__ void fold_splits(const AttentionArgs& a, int64_t b, i
   const auto load = [](const float* p) { return kGlobal ? __ldcg(p) : *p; };
   for (int i = first; i < rows * D; i += step) {
     const int r = i / D, col = i % D;
-    float m = kNegInf, l = 0.0f, v = 0.0f;
-    for (int sp0 = 0; sp0 < splits; sp0 += kBatch) {
-      float ms[kBatch], ls[kBatch], xs[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const bool in = sp0 + u < splits;
-        const float* p = slot(in ? sp0 + u : sp0);
-        ms[u] = in ? load(p + r) : kNegInf;
-        ls[u] = in ? load(p + R + r) : 0.0f;
-        xs[u] = in ? load(p + 2 * R + r * D + col) : 0.0f;
-      }
-      float mn = m;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) mn = lf_max(mn, ms[u]);
-      // What the batches before summed, at the new max (nothing yet: a max of -inf weighs 0).
-      const float wo = m == kNegInf ? 0.0f : tc::exp2_approx((m - mn) * kLog2e);
-      l *= wo, v *= wo;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        // A split whose keys were all -inf for the row adds nothing (0 * a NaN stays out).
-        const float w = ms[u] == kNegInf ? 0.0f : tc::exp2_approx((ms[u] - mn) * kLog2e);
-        if (w != 0.0f) l = fmaf(ls[u], w, l), v = fmaf(xs[u], w, v);
-      }
-      m = mn;
-    }
+    float m, l, v;
+    fold_states<kBatch>(
+        splits,
+        [&](int sp, float& ms, float& ls, float& xs) {
+          const float* p = slot(sp);
+          ms = load(p + r), ls = load(p + R + r), xs = load(p + 2 * R + r * D + col);
+        },
+        m, l, v);
     store_out<S>(a, b, h, r, col, v, m, l);
   }
 }
@@ -158,7 +140,6 @@ __global__ void __launch_bounds__(32 * W)
   float* const q_s = reinterpret_cast<float*>(smem + L::kQ);
   float* const p_s = reinterpret_cast<float*>(smem + L::kP);
   float* const red = reinterpret_cast<float*>(smem + L::kRed);
-  __shared__ bool last;
 
   const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
   const int split = static_cast<int>(blockIdx.x % splits);
@@ -371,18 +352,8 @@ __global__ void __launch_bounds__(32 * W)
 #endif
     return;
   }
-  // The last split of the head to arrive folds every slot. The block's stores come before the
-  // barrier, and thread 0's arrival releases them at device scope (a release is cumulative: it
-  // covers what the barrier ordered before it) and acquires the other blocks' (the same pattern
-  // as a threadFenceReduction, with one fence a block instead of one a thread).
-  __syncthreads();
-  if (t == 0) {
-    unsigned before;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(&count[bh]) : "memory");
-    last = before == static_cast<unsigned>(splits - 1);
-  }
-  __syncthreads();
-  if (!last) return;
+  // The last split of the head to arrive folds every slot (attention_fold.cuh's notes).
+  if (!last_to_arrive(&count[bh], static_cast<unsigned>(splits))) return;
   fold_splits<S, R, D, true>(a, b, h, rows, splits, t, kThreads,
                              [&](int sp) { return slots + sp * kSlotFloats<R, D>; });
   if (t == 0) count[bh] = 0;  // as the next launch on the stream expects it
@@ -439,10 +410,16 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 // their blocks fit two an SM; else eight-warp blocks, whose fold has half the splits (H100,
 // Llama-1B at 1024 keys: 10.5 against 10.8 us; at 4096: 14.5 against 12.9). Past 4096 keys a head's
 // 17 eight-warp splits make 136 blocks for 132 SMs, yet four-warp blocks (264, two an SM) lost
-// there too (H200, session 48, in a graph: 4160 keys 11.69 against 10.55).
+// there too (H200, session 48, in a graph: 4160 keys 11.69 against 10.55). Sixteen-warp blocks
+// (512-key splits, one block an SM) exist for d = 64 and up to 4 rows (kWideRows: more rows
+// would spill under 512 threads' 128 registers), chosen only by set_attention_decode_stream_warps.
+constexpr int kWideRows = 4;
+
 template <class S, int R, int D>
 bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   const int forced = g_warps.load(std::memory_order_relaxed);
+  if constexpr (D == 64 && R <= kWideRows)
+    if (forced == 16) return launch_rows<S, R, D, 16>(a, stream);
   const int64_t small = a.batch * a.heads * ((a.sk + 127) / 128);
   const bool four = forced == 4 || (forced != 8 && a.sk <= 2048 &&
                                     small <= 2 * int64_t{current_device_info().sm_count});
@@ -468,6 +445,8 @@ void preload_all() {
   rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 8>{});
   rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 4>{});
   rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 8>{});
+  load_kernel(decode_stream_kernel<S, 1, 64, 16>), load_kernel(decode_stream_kernel<S, 2, 64, 16>);
+  load_kernel(decode_stream_kernel<S, 4, 64, 16>);
 }
 
 }  // namespace

@@ -219,11 +219,11 @@ struct Walker {
       for (int u = 0; u < kUnroll; ++u) m_new = lf_max(m_new, s[r][u]);
       // Only -inf so far: nothing to accumulate (a later finite score still gives a finite row).
       if (m_new == kNegInf) continue;
-      const float alpha = weight(m[r], m_new);  // 0 on the first finite step; NaN once m is NaN
+      const float alpha = softmax_weight(m[r], m_new);  // 0 on the first finite step; NaN once m is NaN
       float p[kUnroll], psum = 0.0f;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        p[u] = weight(s[r][u], m_new);
+        p[u] = softmax_weight(s[r][u], m_new);
         psum += p[u];
       }
       l[r] = l[r] * alpha + psum;

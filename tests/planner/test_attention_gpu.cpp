@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "tests/planner/attention_cases.hpp"
 #if LIVEFUSE_HAS_CUDA
@@ -392,11 +393,11 @@ LF_CUDA_TEST_CASE("attention gpu: decode shapes run on the streaming kernel and 
   // Splits meeting in a cluster where the kernel's rule takes one, then in the workspace only.
   for (int cluster : {-1, 0}) {
     livefuse::cuda::set_attention_decode_stream_cluster(cluster);
-    for (int warps : {4, 8, 0}) {  // 128- and 256-key splits, then the grid's choice
+    for (int warps : {4, 8, 16, 0}) {  // 128-, 256- and 512-key splits, then the grid's choice
       livefuse::cuda::set_attention_decode_stream_warps(warps);
       INFO("largest cluster " << cluster);
-      check_decode_kernel(warps == 4 ? "streaming, 4 warps" : warps == 8 ? "streaming, 8 warps" : "streaming",
-                          livefuse::cuda::launch_attention_decode_stream, true);
+      const std::string name = warps ? "streaming, " + std::to_string(warps) + " warps" : "streaming";
+      check_decode_kernel(name.c_str(), livefuse::cuda::launch_attention_decode_stream, true);
     }
   }
 }
