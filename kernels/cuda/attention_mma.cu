@@ -45,8 +45,9 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/dtype_io.cuh"
-#include "kernels/cuda/launch_record.hpp"
 #include "kernels/cuda/launch_util.hpp"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/pdl.hpp"
 #include "kernels/cuda/preload.hpp"
 #include "livefuse/config.hpp"
 
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(kThreads<RW, KW>, kMinBlocksPerSm<D, RW, KW>)
   const int64_t tiles = (a.sk + kBc - 1) / kBc;
   constexpr int kGroupThreads = 32 * RW;
 
+  pdl_wait();  // nothing above touches memory (pdl.cuh: launched with PDL after a GEMM)
   load_tile<D, kRows, kThreads<RW, KW>>(q_s, q, a.q_st[2], row0, a.sq, static_cast<int>(threadIdx.x));
   if (kw < tiles) load_tile<D, kBc, kGroupThreads>(k_s, k, a.k_st[2], kw * kBc, a.sk, gt);
   cp_async_commit();
@@ -144,12 +146,8 @@ void launch_for(const AttentionArgs& a, cudaStream_t stream) {
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
   const bool mask_by_key = a.mask_st[2] == 0 && a.mask_st_g == 0;
   const MaskKind kind = !a.mask ? MaskKind::none : mask_by_key ? MaskKind::keys : MaskKind::rows;
-  if (record_launch(attention_mma_kernel<S, D, RW, KW>, dim3(static_cast<unsigned>(blocks)),
-                    dim3(kThreads<RW, KW>), 0, 1, a, row_tiles, kind))
-    return;
-  attention_mma_kernel<S, D, RW, KW>
-      <<<static_cast<unsigned>(blocks), kThreads<RW, KW>, 0, stream>>>(a, row_tiles, kind);
-  LF_CUDA_LAUNCH_CHECK("attention_mma_kernel");
+  launch_pdl("attention_mma_kernel", attention_mma_kernel<S, D, RW, KW>, dim3(static_cast<unsigned>(blocks)),
+             dim3(kThreads<RW, KW>), 0, stream, a, row_tiles, kind);
 }
 
 template <class S, int D>

@@ -7,6 +7,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+
+#include "kernels/cuda/pdl.hpp"
 #endif
 
 namespace livefuse::jit {
@@ -20,6 +22,7 @@ struct DriverApi {
   PFN_cuFuncGetAttribute_v2020 get_attribute = nullptr;
   PFN_cuFuncSetAttribute_v9000 set_attribute = nullptr;
   PFN_cuLaunchKernel_v4000 launch = nullptr;
+  PFN_cuLaunchKernelEx_v11060 launch_ex = nullptr;  // null: no PDL for generated kernels
   PFN_cuGetErrorString_v6000 error_string = nullptr;
   PFN_cuOccupancyMaxActiveBlocksPerMultiprocessor_v6050 occupancy = nullptr;
   std::string why;  // empty when usable
@@ -46,6 +49,8 @@ const DriverApi& api() {
     entry("cuFuncGetAttribute", &d.get_attribute, d.why);
     entry("cuFuncSetAttribute", &d.set_attribute, d.why);
     entry("cuLaunchKernel", &d.launch, d.why);
+    std::string optional;  // a driver without it launches every kernel without PDL
+    entry("cuLaunchKernelEx", &d.launch_ex, optional);
     entry("cuGetErrorString", &d.error_string, d.why);
     entry("cuOccupancyMaxActiveBlocksPerMultiprocessor", &d.occupancy, d.why);
     return d;
@@ -131,8 +136,26 @@ bool set_dynamic_smem(LoadedFunction& f, int bytes, std::string* error) {
 
 bool launch_function(const LoadedFunction& f, unsigned grid_x, unsigned block_x, unsigned block_y,
                      unsigned smem, void* stream, void** params, std::string* error) {
-  const CUresult r = api().launch(static_cast<CUfunction>(f.fn), grid_x, 1, 1, block_x, block_y, 1, smem,
-                                  static_cast<CUstream>(stream), params, nullptr);
+  const DriverApi& a = api();
+  CUresult r;
+  if (a.launch_ex && cuda::pdl_enabled()) {
+    // With PDL: every generated kernel waits first (render_common.cpp's lf_pdl_wait), so it may
+    // be resident while the kernel before it on the stream runs (kernels/cuda/pdl.cuh's note).
+    CUlaunchAttribute pdl{};
+    pdl.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    pdl.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = grid_x, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = block_x, cfg.blockDimY = block_y, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = smem;
+    cfg.hStream = static_cast<CUstream>(stream);
+    cfg.attrs = &pdl;
+    cfg.numAttrs = 1;
+    r = a.launch_ex(&cfg, static_cast<CUfunction>(f.fn), params, nullptr);
+  } else {
+    r = a.launch(static_cast<CUfunction>(f.fn), grid_x, 1, 1, block_x, block_y, 1, smem,
+                 static_cast<CUstream>(stream), params, nullptr);
+  }
   if (r != CUDA_SUCCESS) {
     *error = "[jit] cuLaunchKernel: " + cu_error(r);
     return false;

@@ -38,6 +38,7 @@ inline std::string fn_bits(DType d, Cls c) { return "lf_w_bits_" + dname(d) + "_
 inline std::string fn_ld(DType d) { return "lf_w_ld_" + dname(d); }
 inline std::string fn_st(DType d) { return "lf_w_st_" + dname(d); }
 inline std::string fn_custom(uint32_t id) { return "lf_w_custom_" + std::to_string(id); }
+inline std::string fn_pdl_wait() { return "lf_w_pdl_wait"; }  // the preamble's lf_pdl_wait
 
 inline constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::boolean};
 inline constexpr Cls kCls[] = {Cls::F, Cls::I, Cls::L};

@@ -17,6 +17,7 @@ std::string op_library_source(bool fast_exp) {
   std::ostringstream os;
   os << program_head({fast_exp, false, false});
   os << "\n// ---- the op library of LTO-linked kernels (lto_render.hpp) ----\n";
+  os << "extern \"C\" __device__ void " << fn_pdl_wait() << "() { lf_pdl_wait(); }\n";
   for (int i = 0; i < static_cast<int>(OpId::kCount); ++i) {
     const OpId op = static_cast<OpId>(i);
     for (Cls c : kCls) {

@@ -343,6 +343,8 @@ void render_entry_ir(IrWriter& w, const KernelSpec& spec, const RenderedKernel& 
     return t;
   };
   w.os << "define void @" << rk.entry(v) << "(%LfArgs* byval align 8 %A) {\nentry:\n";
+  w.decls.emplace(fn_pdl_wait(), "declare void @" + fn_pdl_wait() + "()");
+  w.os << "  call void @" << fn_pdl_wait() << "()\n";  // first, as the NVRTC kernel's entry
   w.os << "  %ctaid = call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()\n  %b = zext i32 %ctaid to i64\n";
   w.os << "  %tid32 = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n";
   w.os << (wide ? "  %tid = zext i32 %tid32 to i64\n" : "  %tid = add i32 %tid32, 0\n") << "  br label %p0.test\n";

@@ -261,6 +261,19 @@ std::string preamble(bool packs, bool rows) {
   s += kLfMathSource;
   s += "\n";
   s += kLfFusedSource;
+  // Every generated kernel's first call (render_pointwise's and render_row's entries; the LTO
+  // kernels through the op library's lf_w_pdl_wait): launched with PDL (cuda_driver.cpp's
+  // launch_function, kernels/cuda/pdl.cuh's note) it may be resident while the kernel before it
+  // still runs, so it touches no memory before this wait; then it lets the next PDL kernel on
+  // the stream launch. A no-op before sm_90 and for a kernel launched without PDL.
+  s += R"LF(
+__device__ __forceinline__ void lf_pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+)LF";
   if (packs) s += R"LF(
 // Loads/stores of N consecutive elements as one (or a few) 16-byte accesses.
 template <int N, typename S> struct alignas(sizeof(S) * N >= 16 ? 16 : sizeof(S) * N) LfPack { S v[N]; };

@@ -88,7 +88,7 @@ void render_part(std::ostringstream& os, const KernelPart& part, const ArgLayout
 void render_entry(std::ostringstream& os, const KernelSpec& spec, const RenderedKernel& rk, Variant v) {
   const bool vec = is_vec_pointwise(v), exact = v == Variant::VecExactI32 || v == Variant::VecExactI64;
   os << "extern \"C\" __global__ void __launch_bounds__(" << kPointwiseBlock << ") " << rk.entry(v)
-     << "(const LfArgs A) {\n  typedef " << (is_i64(v) ? "long long" : "int") << " I;\n  const long long lf_b = blockIdx.x;\n";
+     << "(const LfArgs A) {\n  lf_pdl_wait();\n  typedef " << (is_i64(v) ? "long long" : "int") << " I;\n  const long long lf_b = blockIdx.x;\n";
   const size_t np = spec.parts.size();
   for (size_t p = 0; p < np; ++p) {
     const ArgLayout::Part& lp = rk.layout.parts[p];

@@ -499,7 +499,7 @@ void render_row(const KernelSpec& spec, RenderedKernel& rk) {
       }
       rk.variants.push_back(v);
       os << "extern \"C\" __global__ void __launch_bounds__(" << kRowMaxThreads << ") " << rk.entry(v) << "(const LfArgs A) {\n"
-         << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[64];\n"
+         << "  extern __shared__ float lf_smem[];\n  __shared__ float lf_red[64];\n  lf_pdl_wait();\n"
          << "  " << b.name() << "<" << (i64 ? "long long" : "int") << ">(A, lf_smem, lf_red);\n}\n\n";
     }
   }

@@ -28,10 +28,11 @@ run_suites() {
   done
 }
 # attention_bench [ARGS]: livefuse-bench-attention-decode --iters 100 ARGS (log and JSON in $D,
-# named $BENCH_NAME: attention_decode), then the decoder shapes' lines and their graph columns.
+# named $BENCH_NAME: attention_decode; BENCH_ENV: a VAR=value setting for the process, e.g.
+# $BASE_LD), then the decoder shapes' lines and their graph columns.
 attention_bench() {
   local n=${BENCH_NAME:-attention_decode}
-  timeout -s KILL 240 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/$n.json" "$@" \
+  env ${BENCH_ENV:-} timeout -s KILL 240 "$B/bench/livefuse-bench-attention-decode" --iters 100 --json "$D/$n.json" "$@" \
     > "$D/$n.log" 2>&1
   echo "attention bench $* rc=$?"
   grep -E "^(gpt2|llama-gqa|gqa d 128) |in a graph|all PASS|FAIL" "$D/$n.log" | grep -v "batch\|view\|strided" \
