@@ -411,18 +411,25 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 // Llama-1B at 1024 keys: 10.5 against 10.8 us; at 4096: 14.5 against 12.9). Past 4096 keys a head's
 // 17 eight-warp splits make 136 blocks for 132 SMs, yet four-warp blocks (264, two an SM) lost
 // there too (H200, session 48, in a graph: 4160 keys 11.69 against 10.55). Sixteen-warp blocks
-// (512-key splits, one block an SM) exist for d = 64 and up to 4 rows (kWideRows: more rows
-// would spill under 512 threads' 128 registers), chosen only by set_attention_decode_stream_warps.
+// (512-key splits, one an SM; d = 64 and up to kWideRows rows: more would spill under 512
+// threads' 128 registers) once eight-warp blocks would fill more than 1.5 waves of the SMs, or
+// need more than kMaxSplits splits (past 16384 keys): H100, session 49, Llama-1B in a graph, 8192
+// keys 13.58 against 15.39 us (256 eight-warp blocks, two waves), 4160 even (11.17 / 11.14), 4096
+// 11.41 against 9.33 (64 blocks leave half the SMs idle).
 constexpr int kWideRows = 4;
 
 template <class S, int R, int D>
 bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   const int forced = g_warps.load(std::memory_order_relaxed);
-  if constexpr (D == 64 && R <= kWideRows)
-    if (forced == 16) return launch_rows<S, R, D, 16>(a, stream);
+  const int64_t sms = current_device_info().sm_count;
+  if constexpr (D == 64 && R <= kWideRows) {
+    const int64_t splits8 = (a.sk + 255) / 256;
+    if (forced == 16 ||
+        (forced == 0 && (2 * a.batch * a.heads * splits8 > 3 * sms || splits8 > kMaxSplits)))
+      return launch_rows<S, R, D, 16>(a, stream);
+  }
   const int64_t small = a.batch * a.heads * ((a.sk + 127) / 128);
-  const bool four = forced == 4 || (forced != 8 && a.sk <= 2048 &&
-                                    small <= 2 * int64_t{current_device_info().sm_count});
+  const bool four = forced == 4 || (forced != 8 && a.sk <= 2048 && small <= 2 * sms);
   return four ? launch_rows<S, R, D, 4>(a, stream) : launch_rows<S, R, D, 8>(a, stream);
 }
 
