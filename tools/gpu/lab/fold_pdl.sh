@@ -18,7 +18,7 @@ parts=" ${FW_PARTS:-1 2 3} "
 if [[ $parts == *" 1 "* ]]; then
   run_suites "${FW_SUITES:-test_planner:*attention*,*decode*,*family* test_ops:*pdl* test_decoder}"
 fi
-if [[ $parts == *" 2 "* || $parts == *" 3 "* ]]; then base_library "$B/bench/livefuse-bench-attention-decode"; fi
+if [[ $parts == *" 2 "* || $parts == *" 3 "* ]]; then base_library "$B/tools/bert/livefuse-bert"; fi
 if [[ $parts == *" 2 "* ]]; then
   attention_bench
   BENCH_NAME=attention_decode_w16 attention_bench --stream-warps 16 --case "llama-gqa"
