@@ -179,7 +179,6 @@ __global__ void __launch_bounds__(kThreads, kLean ? 2 : 1)
     if (!last_to_arrive(&meet.count[tile], static_cast<unsigned>(splits))) return;
     write_out<S, kRows, kMeetBatch>(a, b, h, row0, 0, 1, splits, [&](int i) { return &slots[i]; },
                                     [](const float* p) { return __ldcg(p); });
-    if (threadIdx.x == 0) meet.count[tile] = 0;  // as the next launch on the stream expects it
     return;
   }
   merge_block(sh, dv, sh.block);

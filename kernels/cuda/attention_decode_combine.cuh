@@ -9,7 +9,6 @@
 
 #include "kernels/attention_args.hpp"
 #include "kernels/cuda/attention_fold.cuh"
-#include "kernels/cuda/attention_decode_splits.hpp"
 #include "kernels/cuda/dtype_io.cuh"
 
 namespace livefuse::cuda::decode {
@@ -17,7 +16,8 @@ namespace livefuse::cuda::decode {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
-// Splits the workspace's fold asks for at once (up to kMaxMeetSplits: four round trips at most).
+// Splits the workspace's fold asks for at once (up to attention_decode_splits.hpp's
+// kMaxMeetSplits: four round trips at most).
 constexpr int kMeetBatch = 16;
 constexpr float kNegInf = -__builtin_huge_valf();
 

@@ -356,7 +356,6 @@ __global__ void __launch_bounds__(32 * W)
   if (!last_to_arrive(&count[bh], static_cast<unsigned>(splits))) return;
   fold_splits<S, R, D, true>(a, b, h, rows, splits, t, kThreads,
                              [&](int sp) { return slots + sp * kSlotFloats<R, D>; });
-  if (t == 0) count[bh] = 0;  // as the next launch on the stream expects it
 }
 
 std::atomic<int> g_warps{0};     // set_attention_decode_stream_warps

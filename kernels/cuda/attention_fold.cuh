@@ -23,10 +23,13 @@
 namespace livefuse::cuda {
 
 // exp(m - ref): the weight of a softmax state with max m in one with max ref. A state that has
-// seen only -inf keys weighs 0 (its l and acc are 0; exp(-inf - -inf) would be NaN).
+// seen only -inf keys weighs 0 (its l and acc are 0; exp(-inf - -inf) would be NaN). The one
+// MUFU instruction, flushing subnormals (lf_exp2): m <= ref, so a flushed weight is below 2^-126
+// of the max's own weight of 1 -- nothing a sum of them can show. exp2f's range checks cost the
+// streaming kernel's fold 0.1-0.6 us a launch (H100, session 49; its fold had been ftz).
 __device__ __forceinline__ float softmax_weight(float m, float ref) {
   constexpr float kLog2e = 1.4426950408889634f;
-  return m == -__builtin_huge_valf() ? 0.0f : exp2f((m - ref) * kLog2e);
+  return m == -__builtin_huge_valf() ? 0.0f : lf_exp2((m - ref) * kLog2e);
 }
 
 // One output element folded over n states: state(i, m, l, x) loads state i's row max, sum and
@@ -67,8 +70,10 @@ __device__ __forceinline__ float folded_value(float m, float l, float v) {
 }
 
 // Counts the block's arrival at `count` (the last-to-arrive note); true in every thread of the
-// last of `n` blocks to arrive, which then sets the count back to zero for the next launch on
-// the stream once it has folded. Call from every thread, after the block's partial is stored.
+// last of `n` blocks to arrive. The last one's thread 0 sets the count back to zero for the next
+// launch on the stream at once: no block of this launch arrives after it, and the next launch
+// reads the count only after its wait for this one. Call from every thread, after the block's
+// partial is stored.
 __device__ __forceinline__ bool last_to_arrive(unsigned* count, unsigned n) {
   __shared__ bool last;
   __syncthreads();
@@ -76,6 +81,7 @@ __device__ __forceinline__ bool last_to_arrive(unsigned* count, unsigned n) {
     unsigned before;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(count) : "memory");
     last = before == n - 1;
+    if (last) *count = 0;
   }
   __syncthreads();
   return last;
