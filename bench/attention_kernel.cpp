@@ -1,6 +1,7 @@
 // livefuse-bench-attention: the CUDA fused-attention kernels alone, checked and timed.
 // Each case fills random q, k, v (and a mask) on the host, copies them to the device, runs
-//   fused    launch_attention (the tensor-core kernel where attention_mma_fits, else general)
+//   fused    launch_attention (the tensor-core kernel where attention_mma_fits, the f32 FMA kernel
+//            where attention_f32_fits, else general)
 //   1group / 2groups  the tensor-core kernel with its keys forced into one group / split in two
 //            (attention_mma.cu), where it applies: "kernel" names the blocks' row warps x groups
 //   general  launch_attention_general (the f32 FMA kernel every case can run)
@@ -199,6 +200,9 @@ std::vector<Case> all_cases() {
   cs.push_back(standard("bert_b2_s200", DType::bf16, 2, 12, 200, 200, 64, true));
   cs.push_back(standard("d80_general", DType::f16, 1, 4, 96, 96, 80, true));  // not for mma
   cs.push_back(standard("bert_b1_s128", DType::f32, 1, 12, 128, 128, 64, true));
+  cs.push_back(standard("bert_b8_s128", DType::f32, 8, 12, 128, 128, 64, true));
+  cs.push_back(row_masked("masked_rows_s100_sk130", DType::f32, 1, 3, 100, 130, 64, masked_rows));
+  cs.push_back(standard("d128_b1_h16_s256", DType::f32, 1, 16, 256, 256, 128, true));
   return cs;
 }
 
@@ -400,7 +404,9 @@ int main(int argc, char** argv) {
       livefuse::cuda::force_attention_key_groups(0);
       const bool pass = k.bad == 0;
       all_pass = all_pass && pass;
-      std::string kernel = fused && mma ? "mma" : "general";
+      std::string kernel = fused && mma                                           ? "mma"
+                           : fused && livefuse::cuda::attention_f32_fits(dev_args) ? "f32"
+                                                                                   : "general";
       if (fused && mma) {
         livefuse::cuda::force_attention_key_groups(var.key_groups);
         const livefuse::cuda::AttentionMmaConfig mc = livefuse::cuda::attention_mma_config(dev_args);

@@ -88,15 +88,16 @@ inline constexpr int64_t kAttentionDecodeMaxRows = 16;
 
 // Whether a fast CUDA kernel takes attention of this dtype, head dims and rows per K/V head,
 // whatever the operands' strides turn out to be: the split-KV decode kernel (kernels/cuda/
-// attention_decode.cu, few rows) or the tensor-core one (attention_mma.cu: f16/bf16, d = dv in
-// {64, 128}; it checks unit strides and alignment at launch, the general kernel runs otherwise).
+// attention_decode.cu, few rows), the tensor-core one (attention_mma.cu: f16/bf16, d = dv in
+// {64, 128}) or the f32 FMA one (attention_f32.cu: f32, d = dv in {64, 128}); those two check
+// unit strides and alignment at launch, the general kernel runs otherwise.
 // On the H200 (bench/attention_kernel.cpp) the tensor-core kernel took 12.5 us where the general
 // FMA kernel took 70.5 (BERT-base f16, batch 1, seq 128); the general kernel alone loses to the
 // unfused GEMMs + softmax.
 inline bool attention_fast_on_cuda(DType t, int64_t d, int64_t dv, int64_t rows) {
   if (rows <= kAttentionDecodeMaxRows && d <= kAttentionMaxHeadDim && dv <= kAttentionMaxHeadDim)
     return true;
-  return (t == DType::f16 || t == DType::bf16) && d == dv && (d == 64 || d == 128);
+  return (t == DType::f16 || t == DType::bf16 || t == DType::f32) && d == dv && (d == 64 || d == 128);
 }
 
 namespace cpu {

@@ -149,7 +149,7 @@ std::string match_at(const FusionGraph& g, int sm, Match* m) {
   if (g.opts.attention_fast_only &&
       !attention_fast_on_cuda(g.seg.dtype(mm1.inputs[0]), d, dv, qs.v[qs.rank - 2]))
     return detail::concat("LIVEFUSE_ATTENTION=auto on CUDA plans it only where a fast kernel "
-                          "applies (f16/bf16 with head dims 64 or 128, or up to ",
+                          "applies (f16/bf16/f32 with head dims 64 or 128, or up to ",
                           kAttentionDecodeMaxRows, " rows a K/V head); here ",
                           dtype_name(g.seg.dtype(mm1.inputs[0])), " d=", d, " with ",
                           qs.v[qs.rank - 2], " rows (LIVEFUSE_ATTENTION=1 forces it)");

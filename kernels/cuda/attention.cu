@@ -1,7 +1,8 @@
 // Fused attention on CUDA: out = softmax(q kᵀ * scale + mask) v with the scores never written.
 // launch_attention picks the kernel: f16/bf16 operands with d = dv in {64, 128} and unit-stride,
-// aligned rows go to the tensor-core kernel (attention_mma.cu); everything else (f32, odd head
-// dims, element-strided views) to the general kernel below.
+// aligned rows go to the tensor-core kernel (attention_mma.cu), f32 ones to the f32 FMA kernel
+// (attention_f32.cu); everything else (odd head dims, element-strided views) to the general
+// kernel below.
 //
 // The general kernel, flash-attention style: a block of 4 warps takes one (batch, head, tile of 16
 // query rows) -- many blocks even at batch 1 -- and walks the keys in tiles of 32 through shared
@@ -140,8 +141,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Launches through launch_attention by the kernel that took them (attention_launch_counts).
-// decode_tc, decode_fma, mma, general, decode_stream; then of decode_fma and decode_stream, early_kv's
-std::atomic<uint64_t> g_launches[6];
+// decode_tc, decode_fma, mma, general, decode_stream; then of decode_fma and decode_stream,
+// early_kv's; then prefill_f32.
+std::atomic<uint64_t> g_launches[7];
 void counted(int kernel) { g_launches[kernel].fetch_add(1, std::memory_order_relaxed); }
 void counted_decode(int kernel, const AttentionArgs& a) {
   if (a.early_kv) counted(5);
@@ -152,7 +154,7 @@ void counted_decode(int kernel, const AttentionArgs& a) {
 
 AttentionLaunchCounts attention_launch_counts() {
   const auto n = [](int k) { return g_launches[k].load(std::memory_order_relaxed); };
-  return {n(0), n(1), n(2), n(3), n(4), n(5)};
+  return {n(0), n(1), n(2), n(3), n(4), n(5), n(6)};
 }
 
 void launch_attention(const AttentionArgs& args, void* stream) {
@@ -190,6 +192,10 @@ void launch_attention(const AttentionArgs& args, void* stream) {
   if (attention_mma_fits(a)) {
     launch_attention_mma(a, stream);
     return counted(2);
+  }
+  if (attention_f32_fits(a)) {
+    launch_attention_f32(a, stream);
+    return counted(6);
   }
   launch_attention_general(a, stream);
   counted(3);

@@ -18,6 +18,7 @@ const bool g_registered = [] {
     sink.add("general", c.general);
     sink.add("decode_stream", c.decode_stream);
     sink.add("early_kv", c.early_kv);
+    sink.add("prefill_f32", c.prefill_f32);
   });
   return true;
 }();

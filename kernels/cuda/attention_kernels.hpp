@@ -27,6 +27,12 @@ void force_attention_key_groups(int groups);
 // of the grid's choice (0, default).
 void force_attention_row_warps(int row_warps);
 
+// attention_f32.cu: prefill in f32 on FMA units, all of a warp's rows against two keys a lane
+// at once -- d = dv in {64, 128}, K and V rows 16-byte vectors, sk > 0, no append. The launch
+// takes a non-empty case that fits; launch_attention tries it before the general kernel.
+bool attention_f32_fits(const AttentionArgs& a);
+void launch_attention_f32(const AttentionArgs& a, void* stream);
+
 // attention_mma_decode.cu: decode shapes on tensor cores -- at most 16 rows (a K/V head's stacked
 // query rows), the keys split over blocks meeting in the stream's workspace; what
 // attention_mma_fits takes. Enqueues and returns true, or declines (false, nothing enqueued):
@@ -60,9 +66,10 @@ void set_attention_decode_stream_cluster(int most);
 // recorded into a graph -- since the process began; the report's "cuda.attention" counters
 // (attention_counts.cpp): which kernel a decode step's attention ran on, and of the FMA and
 // streaming decode kernels' launches those that loaded their first keys before their PDL wait
-// (early_kv).
+// (early_kv); prefill_f32: attention_f32.cu's.
 struct AttentionLaunchCounts {
   uint64_t decode_tc = 0, decode_fma = 0, mma = 0, general = 0, decode_stream = 0, early_kv = 0;
+  uint64_t prefill_f32 = 0;
 };
 AttentionLaunchCounts attention_launch_counts();
 

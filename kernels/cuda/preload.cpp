@@ -13,6 +13,7 @@ void preload_plan_kernels(DType dt) {
   preload_attention_mma_kernels(dt);
   preload_attention_decode_tc_kernels(dt);
   preload_attention_decode_stream_kernels(dt);
+  preload_attention_f32_kernels(dt);
   preload_rotary_kernels(dt);
 }
 

@@ -25,6 +25,7 @@ void preload_attention_decode_kernels(DType dt);
 void preload_attention_mma_kernels(DType dt);
 void preload_attention_decode_tc_kernels(DType dt);
 void preload_attention_decode_stream_kernels(DType dt);
+void preload_attention_f32_kernels(DType dt);
 void preload_rotary_kernels(DType dt);
 
 }  // namespace livefuse::cuda

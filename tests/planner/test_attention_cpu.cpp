@@ -91,8 +91,9 @@ TEST_CASE("attention: no attention step when the scores or the probabilities esc
 
 TEST_CASE("attention: LIVEFUSE_ATTENTION=auto on CUDA plans only what a fast kernel takes") {
   // The planner's rule, exercised with CPU options (the kernels are the GPU suite's): the
-  // tensor-core kernel (f16/bf16, head dims 64 or 128) and the decode kernel (<= 16 rows a K/V
-  // head) are fast; f32 prefill at d = 32 would take the general FMA kernel, which loses.
+  // tensor-core kernel (f16/bf16, head dims 64 or 128), the f32 FMA kernel (f32, the same head
+  // dims) and the decode kernel (<= 16 rows a K/V head) are fast; f32 prefill at d = 32 would
+  // take the general FMA kernel, which loses.
   PlannerOptions o = default_planner_options(Device::cpu());
   o.attention_fast_only = true;
   struct Case {
@@ -101,7 +102,8 @@ TEST_CASE("attention: LIVEFUSE_ATTENTION=auto on CUDA plans only what a fast ker
     bool fused;
   };
   for (const Case& c : {Case{64, 64, DType::f16, true}, Case{64, 128, DType::bf16, true},
-                        Case{64, 32, DType::f16, false}, Case{64, 64, DType::f32, false},
+                        Case{64, 32, DType::f16, false}, Case{64, 64, DType::f32, true},
+                        Case{64, 128, DType::f32, true}, Case{64, 32, DType::f32, false},
                         Case{1, 64, DType::f32, true}, Case{16, 32, DType::f32, true},
                         Case{17, 32, DType::f32, false}}) {
     AttentionShape s;

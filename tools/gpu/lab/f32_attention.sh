@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Run THERE. Session 50: f32 prefill attention on a kernel of its own (kernels/cuda/attention_f32.cu;
+# f32 BERT left its attention unfused: the general kernel lost to the GEMMs and the softmax), and
+# the decode kernels' fold weight back on the one MUFU instruction (attention_fold.cuh).
+# The base library carried as .gpu/base.so.xz is the tree before both.
+# Parts (FA_PARTS, default "1 2 3"):
+#  1. the suites that run the kernels (FA_SUITES);
+#  2. livefuse-bench-attention (the prefill kernels: f32 cases on the new kernel against the
+#     general one), then livefuse-bench-attention-decode with this build and with the base library;
+#  3. BERT-base forwards, base library | this build alternating (lab/bert_ab.sh; FA_BERT configs,
+#     FA_ROUNDS rounds), then one f32 b1 forward's report: the layer plan's sampled time;
+#  4. bench/bert/compare.py for FA_COMPARE (PyTorch peers in the same run);
+#  5. decode: Llama-1B bf16 concat processes base | new at prompts 128 and 4096 (the sweep's ends,
+#     64 tokens x 3 runs), FA_ROUNDS rounds.
+. "$(dirname "$0")/../prelude.sh" f32_attention
+parts=" ${FA_PARTS:-1 2 3} "
+START=$(date +%s)
+at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+if [[ $parts == *" 1 "* ]]; then
+  at suites
+  run_suites "${FA_SUITES:-test_planner:*attention* test_ops:*pdl*,*attention* test_bert}"
+fi
+if [[ $parts == *" 2 "* || $parts == *" 3 "* || $parts == *" 5 "* ]]; then base_library "$B/tools/bert/livefuse-bert"; fi
+if [[ $parts == *" 2 "* ]]; then
+  at "prefill attention kernels"
+  timeout -k 5 120 "$B/bench/livefuse-bench-attention" --json "$D/attention_kernel.json" > "$D/attention_kernel.log" 2>&1
+  echo "bench rc=$?"; grep -E "kernel|f32|PASS|FAIL" "$D/attention_kernel.log" | head -40
+  at "decode attention kernels, new then base"
+  attention_bench
+  BENCH_NAME=attention_decode_base BENCH_ENV="$BASE_LD" attention_bench
+fi
+if [[ $parts == *" 3 "* ]]; then
+  at "BERT base | new"
+  BAB_ROUNDS=${FA_ROUNDS:-2} BAB_CONFIGS=${FA_BERT:-"f32:1:128 f32:8:128 f16:1:128"} timeout -s KILL 240 \
+    bash tools/gpu/lab/bert_ab.sh 2>&1 | grep round
+  LIVEFUSE_REPORT="$D/bert_f32.report.json" timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base \
+    --dtype f32 --device cuda --batch 1 --seq 128 --iters 100 --warmup-ms 3000 --quiet > "$D/bert_f32.log" 2>&1
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))
+print('cuda.attention', r['counters'].get('cuda.attention'))
+for p in r['plans']:
+    s = p.get('sampling') or {}
+    if len(p['ops']) >= 10: print(f\"plan {p['id']} {p['state']} {len(p['ops'])} ops: fused {s.get('fused_median_us')} us vs eager {s.get('eager_median_us')}\")" \
+    "$D/bert_f32.report.json" 2>&1 | tail -6
+fi
+if [[ $parts == *" 4 "* ]]; then
+  for cfg in ${FA_COMPARE:-f32:1:128}; do
+    IFS=: read -r dt batch seq <<< "$cfg"
+    at "BERT vs PyTorch: $dt batch $batch seq $seq"
+    name="${dt}_b${batch//,/_}_s$seq"
+    timeout -k 5 "${COMPARE_S:-200}" python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
+      --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
+      --json "$D/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
+    echo "compare.py rc=$?"
+    tail -10 "$D/bert_$name.log"
+  done
+fi
+if [[ $parts == *" 5 "* ]]; then
+  at "Llama-1B decode base | new"
+  for len in 128 4096; do
+    for round in $(seq 1 "${FA_ROUNDS:-2}"); do
+      line="llama prompt $len round $round:"
+      for lib in base new; do
+        ld=""; [ $lib = base ] && ld="$BASE_LD"
+        env $ld timeout -s KILL 150 "$B/tools/generate/livefuse-generate" --random 1 --preset llama-1b --dtype bf16 \
+          --device cuda --cache concat --prompt-len "$len" --steps 64 --runs 3 --quiet \
+          --json "$D/llama_${len}_${lib}_$round.json" > "$D/llama_${len}_${lib}_$round.log" 2>&1
+        line="$line $lib $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['step_median_ms'], 4))" \
+          "$D/llama_${len}_${lib}_$round.json" 2>/dev/null || echo failed)"
+      done
+      echo "$line"
+    done
+  done
+fi
+at done
+cp "$D"/*.log "$D"/*.json "$REAL_OUT"/ 2>/dev/null || true
