@@ -7,9 +7,9 @@
 // 4 query heads each, d 64), plus views, masks and the odd shapes that take the slower paths.
 //
 // Usage: livefuse-bench-attention-decode [--json PATH] [--iters N] [--max-splits N] [--max-rows N] [--wide]
-//        [--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8|16]
+//        [--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8|12|16]
 //        [--stream-cluster N]
-// (--stream-warps: the streaming kernel's blocks of 4, 8 or 16 warps for every case, not its choice;
+// (--stream-warps: the streaming kernel's blocks of 4, 8, 12 or 16 warps for every case, not its choice;
 // --stream-cluster N: its splits meet in a cluster of at most N (<= 8; 0: the workspace only);
 // --append: also the FMA decode kernel appending the step's rows to the cache itself, against
 // the concat's copy launch followed by the kernel -- LIVEFUSE_ATTENTION_APPEND's two ways;)
@@ -424,7 +424,7 @@ std::vector<Case> cases() {
   for (DType dt : {DType::f16, DType::f32})
     for (int64_t sk : {32, 128, 160, 256, 512, 1024, 4096})
       cs.push_back({"gpt2", dt, 1, 12, 1, 1, sk, 64, sk});
-  for (int64_t sk : {32, 128, 300, 1024, 2048, 4096, 4160, 8192})
+  for (int64_t sk : {32, 128, 300, 1024, 2048, 4096, 4160, 5120, 6100, 8192})
     cs.push_back({"llama-gqa", DType::bf16, 1, 8, 4, 1, sk, 64, sk});
   for (int64_t sk : {300, 4096}) cs.push_back({"gqa d 128 (8B-shaped)", DType::bf16, 1, 8, 4, 1, sk, 128, sk});
   cs.push_back({"gpt2 kv view (capacity 4096)", DType::f16, 1, 12, 1, 1, 1000, 64, 4096});
@@ -471,7 +471,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--json PATH] [--iters N] [--max-splits N] [--max-rows 0|1|2|4] [--wide] "
-                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8|16] "
+                   "[--no-workspace] [--split-keys N] [--case TEXT] [--append] [--stream-warps 4|8|12|16] "
                    "[--stream-cluster N]\n",
                    argv[0]);
       return 2;

@@ -60,7 +60,7 @@
 namespace livefuse::cuda {
 namespace {
 
-// A block is W warps, one key a lane: a split is 32 W keys (W = 4, 8 or 16, launch_warps says which).
+// A block is W warps, one key a lane: a split is 32 W keys (W = 4, 8, 12 or 16, launch_warps says which).
 // At most 64 splits a head: the fold takes them twenty at a time (four round trips at most).
 constexpr int kMaxSplits = 64;
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -414,20 +414,27 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 // threads' 128 registers) once eight-warp blocks would fill more than 1.5 waves of the SMs, or
 // need more than kMaxSplits splits (past 16384 keys): H100, session 49, Llama-1B in a graph, 8192
 // keys 13.58 against 15.39 us (256 eight-warp blocks, two waves), 4160 even (11.17 / 11.14), 4096
-// 11.41 against 9.33 (64 blocks leave half the SMs idle).
+// 11.41 against 9.33 (64 blocks leave half the SMs idle). Between one wave of eight-warp blocks
+// and 1.5, twelve-warp blocks (384-key splits) where they fit one wave: at 4097-6144 keys a
+// Llama-1B head's 17-24 eight-warp splits put two blocks on some SMs (4160 keys: 11.14 us against
+// 4096's 9.33), where 11-16 twelve-warp ones put 384 keys on each SM at most, not 512.
 constexpr int kWideRows = 4;
 
 template <class S, int R, int D>
 bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   const int forced = g_warps.load(std::memory_order_relaxed);
-  const int64_t sms = current_device_info().sm_count;
+  const int64_t sms = current_device_info().sm_count, bh = a.batch * a.heads;
+  const int64_t splits8 = (a.sk + 255) / 256;
   if constexpr (D == 64 && R <= kWideRows) {
-    const int64_t splits8 = (a.sk + 255) / 256;
-    if (forced == 16 ||
-        (forced == 0 && (2 * a.batch * a.heads * splits8 > 3 * sms || splits8 > kMaxSplits)))
+    if (forced == 16 || (forced == 0 && (2 * bh * splits8 > 3 * sms || splits8 > kMaxSplits)))
       return launch_rows<S, R, D, 16>(a, stream);
   }
-  const int64_t small = a.batch * a.heads * ((a.sk + 127) / 128);
+  if constexpr (D == 64) {  // (d = 128's 384-key tiles would not fit shared memory at 8 rows)
+    if (forced == 12 ||
+        (forced == 0 && bh * splits8 > sms && bh * ((a.sk + 383) / 384) <= sms && splits8 <= kMaxSplits))
+      return launch_rows<S, R, D, 12>(a, stream);
+  }
+  const int64_t small = bh * ((a.sk + 127) / 128);
   const bool four = forced == 4 || (forced != 8 && a.sk <= 2048 && small <= 2 * sms);
   return four ? launch_rows<S, R, D, 4>(a, stream) : launch_rows<S, R, D, 8>(a, stream);
 }
@@ -451,6 +458,7 @@ void preload_all() {
   rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 8>{});
   rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 4>{});
   rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 8>{});
+  rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 12>{});
   load_kernel(decode_stream_kernel<S, 1, 64, 16>), load_kernel(decode_stream_kernel<S, 2, 64, 16>);
   load_kernel(decode_stream_kernel<S, 4, 64, 16>);
 }

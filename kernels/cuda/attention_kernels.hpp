@@ -54,9 +54,9 @@ bool launch_attention_decode_stream(const AttentionArgs& a, void* stream);
 // Tests and the benchmark: 1 takes every shape that fits at any length, 0 none, -1 (default) as
 // LIVEFUSE_DECODE_STREAM_KEYS says.
 void force_attention_decode_stream(int on);
-// Tests and the benchmark: blocks of 4 or 8 warps (128- or 256-key splits) for every launch, or
-// 16 (512-key splits) where the head is d = 64 with up to 4 rows (else as by default); 0
-// (default) chooses by the grid and the keys (launch_warps).
+// Tests and the benchmark: blocks of 4 or 8 warps (128- or 256-key splits) for every launch, 12
+// (384-key splits) where the head is d = 64, or 16 (512-key splits) where it is d = 64 with up
+// to 4 rows (else as by default); 0 (default) chooses by the grid and the keys (launch_warps).
 void set_attention_decode_stream_warps(int warps);
 // Tests and the benchmark: the most splits of a head that meet in a cluster (up to 8; 0 or 1:
 // never a cluster, always the workspace); -1 (default): 8 where the kernel's rule takes one.

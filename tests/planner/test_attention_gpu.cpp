@@ -359,6 +359,7 @@ static void check_decode_kernel(const char* name, bool (*launch)(const Attention
   };
   const Case cases[] = {{8, 4, 300, 64, DType::bf16, true, true},
                         {8, 4, 4096, 64, DType::bf16, true, true},
+                        {8, 4, 4160, 64, DType::bf16, true, true},  // the rule's 12-warp blocks
                         {8, 4, 777, 128, DType::bf16, true, true},
                         {12, 1, 4099, 64, DType::f16, true, true},
                         {2, 3, 200, 64, DType::f16, true, true},
@@ -427,7 +428,7 @@ LF_CUDA_TEST_CASE("attention gpu: decode shapes run on the streaming kernel and 
   // Splits meeting in a cluster where the kernel's rule takes one, then in the workspace only.
   for (int cluster : {-1, 0}) {
     livefuse::cuda::set_attention_decode_stream_cluster(cluster);
-    for (int warps : {4, 8, 16, 0}) {  // 128-, 256- and 512-key splits, then the grid's choice
+    for (int warps : {4, 8, 12, 16, 0}) {  // 128- to 512-key splits, then the grid's choice
       livefuse::cuda::set_attention_decode_stream_warps(warps);
       INFO("largest cluster " << cluster);
       const std::string name = warps ? "streaming, " + std::to_string(warps) + " warps" : "streaming";

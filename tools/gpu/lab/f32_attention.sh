@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Run THERE. Session 50: f32 prefill attention on a kernel of its own (kernels/cuda/attention_f32.cu;
-# f32 BERT left its attention unfused: the general kernel lost to the GEMMs and the softmax), and
-# the decode kernels' fold weight back on the one MUFU instruction (attention_fold.cuh).
+# f32 BERT left its attention unfused: the general kernel lost to the GEMMs and the softmax), the
+# decode kernels' fold weight back on the one MUFU instruction (attention_fold.cuh), and 12-warp
+# streaming blocks where 8-warp ones overfill one wave of the SMs (attention_decode_stream.cu).
 # The base library carried as .gpu/base.so.xz is the tree before both.
 # Parts (FA_PARTS, default "1 2 3"):
 #  1. the suites that run the kernels (FA_SUITES);
 #  2. livefuse-bench-attention (the prefill kernels: f32 cases on the new kernel against the
-#     general one), then livefuse-bench-attention-decode with this build and with the base library;
+#     general one), then livefuse-bench-attention-decode with this build, its streaming kernel's
+#     blocks forced to 8, 12 and 16 warps (Llama's cases), and the base library;
 #  3. BERT-base forwards, base library | this build alternating (lab/bert_ab.sh; FA_BERT configs,
 #     FA_ROUNDS rounds), then one f32 b1 forward's report: the layer plan's sampled time;
 #  4. bench/bert/compare.py for FA_COMPARE (PyTorch peers in the same run);
@@ -27,6 +29,7 @@ if [[ $parts == *" 2 "* ]]; then
   echo "bench rc=$?"; grep -E "kernel|f32|PASS|FAIL" "$D/attention_kernel.log" | head -40
   at "decode attention kernels, new then base"
   attention_bench
+  for w in 8 12 16; do BENCH_NAME=attention_decode_w$w attention_bench --stream-warps $w --case "llama-gqa"; done
   BENCH_NAME=attention_decode_base BENCH_ENV="$BASE_LD" attention_bench
 fi
 if [[ $parts == *" 3 "* ]]; then
