@@ -10,7 +10,8 @@
 // CUDA events around single launches, median of --reps (>= 200) after a warm-up; `pipelined`
 // is the mean per launch of --reps back-to-back launches; `graph_us` the time a launch takes inside
 // a CUDA graph of 20 (graph_us), as in a plan. Variants "2g 1rw" / "2g 2rw": the keys split in two
-// with blocks of 1 / 2 row warps (force_attention_row_warps).
+// with blocks of 1 / 2 row warps (force_attention_row_warps). Variants "1 row" / "2 rows" / "4 rows":
+// the f32 kernel with that many rows a warp (set_attention_f32_rows).
 // Usage: livefuse-bench-attention [--json PATH] [--reps N]   exit status 1 on any FAIL
 #include <cuda_runtime_api.h>
 
@@ -371,14 +372,18 @@ int main(int argc, char** argv) {
       const char* name;
       int key_groups;     // -1: the general kernel
       int row_warps = 0;  // with the keys split in two: 1 or 2 row warps a block, 0 the grid's
+      int f32_rows = 0;   // the f32 kernel: rows a warp forced (set_attention_f32_rows), 0 its rule's
     };
     std::vector<Variant> variants{{"fused", 0}};
     if (mma) variants.insert(variants.end(), {{"1group", 1}, {"2g 1rw", 2, 1}, {"2g 2rw", 2, 2}});
+    if (livefuse::cuda::attention_f32_fits(dev_args))
+      variants.insert(variants.end(), {{"1 row", 0, 0, 1}, {"2 rows", 0, 0, 2}, {"4 rows", 0, 0, 4}});
     variants.push_back({"general", -1});
     for (const Variant& var : variants) {
       const bool fused = var.key_groups >= 0;
       livefuse::cuda::force_attention_key_groups(fused ? var.key_groups : 0);
       livefuse::cuda::force_attention_row_warps(var.row_warps);
+      livefuse::cuda::set_attention_f32_rows(var.f32_rows);
       Buffer& out = bufs[c.out.buf];
       BENCH_CUDA(cudaMemset(out.dev, 0xff, out.host.size()));  // NaN where nothing is written
       auto launch = [&] {
@@ -402,6 +407,7 @@ int main(int argc, char** argv) {
           },
           std::max(20, reps / 10), stream);
       livefuse::cuda::force_attention_key_groups(0);
+      livefuse::cuda::set_attention_f32_rows(0);
       const bool pass = k.bad == 0;
       all_pass = all_pass && pass;
       std::string kernel = fused && mma                                           ? "mma"

@@ -18,6 +18,7 @@
 // or +inf score, is NaN (kernels/cpu/attention.cpp is the reference).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/attention_args.hpp"
@@ -35,33 +36,32 @@
 namespace livefuse::cuda {
 namespace {
 
-constexpr int kWarps = 4;
 constexpr int kKeys = 64;  // a tile: keys lane and lane + 32 of every lane
 constexpr float kNegInf = -__builtin_huge_valf();
 
 // Dynamic shared memory, in floats: two stages of K (rows padded by 4: lane j's float4 at column
 // c falls in banks 4j + c .. of its quarter warp) and of V, the block's query rows, each warp's
-// probabilities [R][kKeys].
-template <int D, int R>
+// probabilities [R][kKeys]. W warps of R rows each.
+template <int D, int R, int W>
 struct F32Layout {
-  static constexpr int kRows = kWarps * R;
+  static constexpr int kRows = W * R;
   static constexpr int kKPitch = D + 4;
   static constexpr int kK = 0;
   static constexpr int kV = kK + 2 * kKeys * kKPitch;
   static constexpr int kQ = kV + 2 * kKeys * D;
   static constexpr int kP = kQ + kRows * D;
-  static constexpr int kBytes = (kP + kWarps * R * kKeys) * 4;
+  static constexpr int kBytes = (kP + W * R * kKeys) * 4;
 };
 
 // Tile `t`'s K and V rows into stage `st`, keys past sk zero-filled (their probabilities are 0).
-template <int D, int R>
+template <int D, int R, int W>
 __device__ __forceinline__ void load_tile(const AttentionArgs& a, int64_t b, int64_t h, int64_t t,
                                           int st, float* sm) {
-  using L = F32Layout<D, R>;
+  using L = F32Layout<D, R, W>;
   constexpr int kChunks = kKeys * D / 4;  // 16-byte chunks of K (and of V)
   const float* k = static_cast<const float*>(a.k) + b * a.k_st[0] + h * a.k_st[1];
   const float* v = static_cast<const float*>(a.v) + b * a.v_st[0] + h * a.v_st[1];
-  for (int i = threadIdx.x; i < kChunks; i += kWarps * 32) {
+  for (int i = threadIdx.x; i < kChunks; i += W * 32) {
     const int j = i / (D / 4), c = (i % (D / 4)) * 4;
     const int64_t key = t * kKeys + j;
     const bool valid = key < a.sk;
@@ -71,11 +71,11 @@ __device__ __forceinline__ void load_tile(const AttentionArgs& a, int64_t b, int
   }
 }
 
-template <int D, int R>
-__global__ void __launch_bounds__(kWarps * 32)
+template <int D, int R, int W>
+__global__ void __launch_bounds__(W * 32)
     attention_f32_kernel(AttentionArgs a, int64_t row_tiles) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = F32Layout<D, R>;
+  using L = F32Layout<D, R, W>;
   constexpr int kC = D / 32;  // output columns a lane: lane * kC ..
   extern __shared__ float4 smem4[];
   float* const sm = reinterpret_cast<float*>(smem4);
@@ -86,10 +86,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t tiles = (a.sk + kKeys - 1) / kKeys;
   pdl_wait();  // q, k, v and the mask come from the kernels before
 
-  load_tile<D, R>(a, b, h, 0, 0, sm);
+  load_tile<D, R, W>(a, b, h, 0, 0, sm);
   tc::cp_async_commit();
   const float* q = static_cast<const float*>(a.q) + b * a.q_st[0] + h * a.q_st[1];
-  for (int i = threadIdx.x; i < L::kRows * D; i += kWarps * 32) {
+  for (int i = threadIdx.x; i < L::kRows * D; i += W * 32) {
     const int r = i / D, c = i % D;
     const int64_t row = row0 + r;
     sm[L::kQ + i] = row < a.sq ? q[row * a.q_st[2] + c * a.q_st[3]] : 0.0f;
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int64_t t = 0; t < tiles; ++t) {
     const int st = static_cast<int>(t & 1);
-    if (t + 1 < tiles) load_tile<D, R>(a, b, h, t + 1, st ^ 1, sm);
+    if (t + 1 < tiles) load_tile<D, R, W>(a, b, h, t + 1, st ^ 1, sm);
     tc::cp_async_commit();  // (possibly empty: one group a tile either way)
     tc::cp_async_wait<1>();
     __syncthreads();  // tile t (and the query rows) visible to every warp
@@ -212,10 +212,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #endif
 }
 
-template <int D, int R>
+template <int D, int R, int W>
 void launch_dr(const AttentionArgs& a, cudaStream_t stream) {
-  using L = F32Layout<D, R>;
-  constexpr auto kernel = attention_f32_kernel<D, R>;
+  using L = F32Layout<D, R, W>;
+  constexpr auto kernel = attention_f32_kernel<D, R, W>;
   static const bool configured = [] {
     LF_CUDA_CALL(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes));
     return true;
@@ -224,17 +224,24 @@ void launch_dr(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t row_tiles = (a.sq + L::kRows - 1) / L::kRows;
   const int64_t blocks = a.batch * a.heads * row_tiles;
   LF_CHECK(blocks < (int64_t{1} << 31), "attention", "too many blocks: ", blocks);
-  launch_pdl("attention_f32_kernel", kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32),
+  launch_pdl("attention_f32_kernel", kernel, dim3(static_cast<unsigned>(blocks)), dim3(W * 32),
              static_cast<size_t>(L::kBytes), stream, a, row_tiles);
 }
 
-// Four rows a warp where 16-row blocks fill the SMs once; else two (twice the blocks: BERT-base
-// at batch 1, 12 heads x 8 tiles of 16 rows, would leave 36 of an H100's 132 SMs idle).
+std::atomic<int> g_rows{0};  // set_attention_f32_rows
+
+// Four rows a warp in 4-warp blocks where those 16-row blocks fill the SMs twice; else one row a
+// warp in 8-warp blocks: at batch 1 BERT-base has 96 16-row blocks for 132 SMs, each warp's
+// chain of shared loads and FMAs the kernel's time. (Two rows in 4-warp blocks: the first form,
+// H100, session 50: 8.37 us in a graph.)
 template <int D>
 void launch_d(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t sms = current_device_info().sm_count;
-  if (a.batch * a.heads * ((a.sq + 15) / 16) >= sms) return launch_dr<D, 4>(a, stream);
-  launch_dr<D, 2>(a, stream);
+  int rows = g_rows.load(std::memory_order_relaxed);
+  if (rows == 0) rows = a.batch * a.heads * ((a.sq + 15) / 16) >= 2 * sms ? 4 : 1;
+  if (rows == 4) return launch_dr<D, 4, 4>(a, stream);
+  if (rows == 2) return launch_dr<D, 2, 4>(a, stream);
+  launch_dr<D, 1, 8>(a, stream);
 }
 
 }  // namespace
@@ -247,6 +254,8 @@ bool attention_f32_fits(const AttentionArgs& a) {
          vector_rows(a.v, a.v_st, a.batch, a.heads, a.sk, a.dv, 4);
 }
 
+void set_attention_f32_rows(int rows) { g_rows.store(rows, std::memory_order_relaxed); }
+
 void launch_attention_f32(const AttentionArgs& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (a.d == 64) return launch_d<64>(a, s);
@@ -255,8 +264,8 @@ void launch_attention_f32(const AttentionArgs& a, void* stream) {
 
 void preload_attention_f32_kernels(DType dt) {
   if (dt != DType::f32) return;
-  load_kernel(attention_f32_kernel<64, 2>), load_kernel(attention_f32_kernel<64, 4>);
-  load_kernel(attention_f32_kernel<128, 2>), load_kernel(attention_f32_kernel<128, 4>);
+  load_kernel(attention_f32_kernel<64, 1, 8>), load_kernel(attention_f32_kernel<64, 4, 4>);
+  load_kernel(attention_f32_kernel<128, 1, 8>), load_kernel(attention_f32_kernel<128, 4, 4>);
 }
 
 }  // namespace livefuse::cuda

@@ -200,14 +200,11 @@ LF_CUDA_TEST_CASE("attention gpu: rows of all -inf and NaN scores give eager's N
   });
 }
 
-// f32 prefill (attention_f32.cu): two rows a warp where its blocks are few (BERT-base at batch 1),
-// four where they fill the SMs, head dim 128, tiles cut short, K/V as slices of a longer cache,
-// a mask shared by the batch; then rows of all -inf, NaN and finite scores found only in a later
-// tile, with rows past sq in the last block.
+// f32 prefill (attention_f32.cu) with 1, 2 and 4 rows a warp, then the grid's choice: BERT-base at
+// batch 1 and 2, head dim 128, tiles cut short, K/V as slices of a longer cache, a mask shared by
+// the batch; then rows of all -inf, NaN and finite scores found only in a later tile, with rows
+// past sq in the last block.
 LF_CUDA_TEST_CASE("attention gpu: f32 prefill runs on its FMA kernel and equals eager") {
-#if LIVEFUSE_HAS_CUDA
-  const auto before = livefuse::cuda::attention_launch_counts();
-#endif
   const std::vector<AttentionShape> cases = {
       {1, 12, 128, 128, 64, DType::f32, MaskForm::per_key, true, false, false},
       {2, 12, 128, 128, 64, DType::f32, MaskForm::per_key, true, false, false},
@@ -215,22 +212,32 @@ LF_CUDA_TEST_CASE("attention gpu: f32 prefill runs on its FMA kernel and equals 
       {1, 2, 40, 200, 64, DType::f32, MaskForm::plain2d, false, true, false},
       {2, 2, 29, 13, 64, DType::f32, MaskForm::shared, false, false, false},
   };
-  for (const AttentionShape& s : cases) {
-    INFO(s.str());
-    const AttentionSegment a = attention_segment(s);
-    check_cuda(a.seg, random_externals(a.seg, 31), attention_tol(s.dtype));
-  }
-  const AttentionShape s{1, 2, 20, 150, 64, DType::f32, MaskForm::per_batch, true, false, false};
-  const int64_t sk = s.sk;
-  check_masked(s, 37, [sk](std::vector<float>& m) {
-    for (int64_t j = 0; j < sk; ++j) m[j] = -kInf;                  // row 0: NaN
-    for (int64_t j = 0; j + 1 < sk; ++j) m[sk + j] = -kInf;         // row 1: its last key only
-    for (int64_t j = 0; j < 128; ++j) m[2 * sk + j] = -kInf;        // row 2: the third tile only
-    m[3 * sk + 100] = kNaN;                                         // row 3: NaN in tile 1
-    m[17 * sk + 70] = 30.0f;                                        // row 17: one key dominates
-  });
+  const AttentionShape masked{1, 2, 20, 150, 64, DType::f32, MaskForm::per_batch, true, false, false};
+  const int64_t sk = masked.sk;
 #if LIVEFUSE_HAS_CUDA
-  CHECK(livefuse::cuda::attention_launch_counts().prefill_f32 - before.prefill_f32 == cases.size() + 1);
+  struct Reset {
+    ~Reset() { livefuse::cuda::set_attention_f32_rows(0); }
+  } reset;
+  for (int rows : {1, 2, 4, 0}) {
+    livefuse::cuda::set_attention_f32_rows(rows);
+    INFO("rows a warp forced to " << rows << " (0: chosen by the grid)");
+    const auto before = livefuse::cuda::attention_launch_counts();
+#endif
+    for (const AttentionShape& s : cases) {
+      INFO(s.str());
+      const AttentionSegment a = attention_segment(s);
+      check_cuda(a.seg, random_externals(a.seg, 31), attention_tol(s.dtype));
+    }
+    check_masked(masked, 37, [sk](std::vector<float>& m) {
+      for (int64_t j = 0; j < sk; ++j) m[j] = -kInf;            // row 0: NaN
+      for (int64_t j = 0; j + 1 < sk; ++j) m[sk + j] = -kInf;   // row 1: its last key only
+      for (int64_t j = 0; j < 128; ++j) m[2 * sk + j] = -kInf;  // row 2: the third tile only
+      m[3 * sk + 100] = kNaN;                                   // row 3: NaN in tile 1
+      m[17 * sk + 70] = 30.0f;                                  // row 17: one key dominates
+    });
+#if LIVEFUSE_HAS_CUDA
+    CHECK(livefuse::cuda::attention_launch_counts().prefill_f32 - before.prefill_f32 == cases.size() + 1);
+  }
 #endif
 }
 

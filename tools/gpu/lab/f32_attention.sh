@@ -6,9 +6,10 @@
 # The base library carried as .gpu/base.so.xz is the tree before both.
 # Parts (FA_PARTS, default "1 2 3"):
 #  1. the suites that run the kernels (FA_SUITES);
-#  2. livefuse-bench-attention (the prefill kernels: f32 cases on the new kernel against the
-#     general one), then livefuse-bench-attention-decode with this build, its streaming kernel's
-#     blocks forced to 8, 12 and 16 warps (Llama's cases), and the base library;
+#  2. livefuse-bench-attention (the prefill kernels: f32 cases on the new kernel, 1 / 2 / 4 rows a
+#     warp forced, against the general one);
+#  6. livefuse-bench-attention-decode with this build, its streaming kernel's blocks forced to 8,
+#     12 and 16 warps (Llama's cases), and the base library;
 #  3. BERT-base forwards, base library | this build alternating (lab/bert_ab.sh; FA_BERT configs,
 #     FA_ROUNDS rounds), then one f32 b1 forward's report: the layer plan's sampled time;
 #  4. bench/bert/compare.py for FA_COMPARE (PyTorch peers in the same run);
@@ -22,11 +23,13 @@ if [[ $parts == *" 1 "* ]]; then
   at suites
   run_suites "${FA_SUITES:-test_planner:*attention* test_ops:*pdl*,*attention* test_bert}"
 fi
-if [[ $parts == *" 2 "* || $parts == *" 3 "* || $parts == *" 5 "* ]]; then base_library "$B/tools/bert/livefuse-bert"; fi
+if [[ $parts == *" 3 "* || $parts == *" 5 "* || $parts == *" 6 "* ]]; then base_library "$B/tools/bert/livefuse-bert"; fi
 if [[ $parts == *" 2 "* ]]; then
   at "prefill attention kernels"
   timeout -k 5 120 "$B/bench/livefuse-bench-attention" --json "$D/attention_kernel.json" > "$D/attention_kernel.log" 2>&1
   echo "bench rc=$?"; grep -E "kernel|f32|PASS|FAIL" "$D/attention_kernel.log" | head -40
+fi
+if [[ $parts == *" 6 "* ]]; then
   at "decode attention kernels, new then base"
   attention_bench
   for w in 8 12 16; do BENCH_NAME=attention_decode_w$w attention_bench --stream-warps $w --case "llama-gqa"; done
@@ -75,4 +78,4 @@ if [[ $parts == *" 5 "* ]]; then
   done
 fi
 at done
-cp "$D"/*.log "$D"/*.json "$REAL_OUT"/ 2>/dev/null || true
+tar -czf "$REAL_OUT/f32_attention.tgz" -C "$D" . 2>/dev/null
