@@ -14,7 +14,8 @@
 #     FA_ROUNDS rounds), then one f32 b1 forward's report: the layer plan's sampled time;
 #  4. bench/bert/compare.py for FA_COMPARE (PyTorch peers in the same run);
 #  5. decode: Llama-1B bf16 concat processes base | new at prompts 128 and 4096 (the sweep's ends,
-#     64 tokens x 3 runs), FA_ROUNDS rounds.
+#     64 tokens x 3 runs), FA_ROUNDS rounds;
+#  7. the f32 BERT layer plan step by step (LIVEFUSE_PROFILE=1, tools/gpu/profile_table.py).
 . "$(dirname "$0")/../prelude.sh" f32_attention
 parts=" ${FA_PARTS:-1 2 3} "
 START=$(date +%s)
@@ -76,6 +77,12 @@ if [[ $parts == *" 5 "* ]]; then
       echo "$line"
     done
   done
+fi
+if [[ $parts == *" 7 "* ]]; then
+  at "the f32 layer plan step by step (LIVEFUSE_PROFILE=1, f32 b1 s128)"
+  LIVEFUSE_PROFILE=1 LIVEFUSE_REPORT="$D/bert_f32_profile.json" timeout -k 5 90 "$B/tools/bert/livefuse-bert" \
+    --random 1 --preset base --dtype f32 --device cuda --iters 100 --warmup-ms 3000 --quiet > "$D/bert_f32_profile.log" 2>&1
+  python3 tools/gpu/profile_table.py "$D/bert_f32_profile.json" | tee "$D/bert_f32_profile.table" | head -30
 fi
 at done
 tar -czf "$REAL_OUT/f32_attention.tgz" -C "$D" . 2>/dev/null
