@@ -63,7 +63,7 @@ if [[ $parts == *" 4 "* ]]; then
 fi
 if [[ $parts == *" 5 "* ]]; then
   at "Llama-1B decode base | new"
-  for len in 128 4096; do
+  for len in ${FA_LENS:-128 4096}; do
     for round in $(seq 1 "${FA_ROUNDS:-2}"); do
       line="llama prompt $len round $round:"
       for lib in base new; do
