@@ -10,7 +10,7 @@
 // CUDA events around single launches, median of --reps (>= 200) after a warm-up; `pipelined`
 // is the mean per launch of --reps back-to-back launches; `graph_us` the time a launch takes inside
 // a CUDA graph of 20 (graph_us), as in a plan. Variants "2g 1rw" / "2g 2rw": the keys split in two
-// with blocks of 1 / 2 row warps (force_attention_row_warps). Variants "1 row" / "2 rows" / "4 rows":
+// with blocks of 1 / 2 row warps (force_attention_row_warps). Variants "2 rows" / "4 rows":
 // the f32 kernel with that many rows a warp (set_attention_f32_rows).
 // Usage: livefuse-bench-attention [--json PATH] [--reps N]   exit status 1 on any FAIL
 #include <cuda_runtime_api.h>
@@ -377,7 +377,7 @@ int main(int argc, char** argv) {
     std::vector<Variant> variants{{"fused", 0}};
     if (mma) variants.insert(variants.end(), {{"1group", 1}, {"2g 1rw", 2, 1}, {"2g 2rw", 2, 2}});
     if (livefuse::cuda::attention_f32_fits(dev_args))
-      variants.insert(variants.end(), {{"1 row", 0, 0, 1}, {"2 rows", 0, 0, 2}, {"4 rows", 0, 0, 4}});
+      variants.insert(variants.end(), {{"2 rows", 0, 0, 2}, {"4 rows", 0, 0, 4}});
     variants.push_back({"general", -1});
     for (const Variant& var : variants) {
       const bool fused = var.key_groups >= 0;

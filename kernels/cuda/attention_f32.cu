@@ -230,18 +230,18 @@ void launch_dr(const AttentionArgs& a, cudaStream_t stream) {
 
 std::atomic<int> g_rows{0};  // set_attention_f32_rows
 
-// Four rows a warp in 4-warp blocks where those 16-row blocks fill the SMs twice; else one row a
-// warp in 8-warp blocks: at batch 1 BERT-base has 96 16-row blocks for 132 SMs, each warp's
-// chain of shared loads and FMAs the kernel's time. (Two rows in 4-warp blocks: the first form,
-// H100, session 50: 8.37 us in a graph.)
+// Four rows a warp where 16-row blocks fill the SMs once; else two (twice the blocks: BERT-base
+// at batch 1 has 96 16-row blocks for 132 SMs). H100, session 50, us in a graph of 20, rows a
+// warp 1 (in 8-warp blocks) / 2 / 4: BERT-base f32 b1 s128 9.55 / 8.36 / 9.29, b8 42.5 /
+// 36.7 / 27.6, 16 heads of d 128 at s 256 64.4 / 68.3 / 40.7; one row a warp lost
+// wherever it was tried, so the blocks are 4 warps.
 template <int D>
 void launch_d(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t sms = current_device_info().sm_count;
   int rows = g_rows.load(std::memory_order_relaxed);
-  if (rows == 0) rows = a.batch * a.heads * ((a.sq + 15) / 16) >= 2 * sms ? 4 : 1;
+  if (rows != 2 && rows != 4) rows = a.batch * a.heads * ((a.sq + 15) / 16) >= sms ? 4 : 2;
   if (rows == 4) return launch_dr<D, 4, 4>(a, stream);
-  if (rows == 2) return launch_dr<D, 2, 4>(a, stream);
-  launch_dr<D, 1, 8>(a, stream);
+  launch_dr<D, 2, 4>(a, stream);
 }
 
 }  // namespace
@@ -264,8 +264,8 @@ void launch_attention_f32(const AttentionArgs& a, void* stream) {
 
 void preload_attention_f32_kernels(DType dt) {
   if (dt != DType::f32) return;
-  load_kernel(attention_f32_kernel<64, 1, 8>), load_kernel(attention_f32_kernel<64, 4, 4>);
-  load_kernel(attention_f32_kernel<128, 1, 8>), load_kernel(attention_f32_kernel<128, 4, 4>);
+  load_kernel(attention_f32_kernel<64, 2, 4>), load_kernel(attention_f32_kernel<64, 4, 4>);
+  load_kernel(attention_f32_kernel<128, 2, 4>), load_kernel(attention_f32_kernel<128, 4, 4>);
 }
 
 }  // namespace livefuse::cuda

@@ -32,8 +32,8 @@ void force_attention_row_warps(int row_warps);
 // takes a non-empty case that fits; launch_attention tries it before the general kernel.
 bool attention_f32_fits(const AttentionArgs& a);
 void launch_attention_f32(const AttentionArgs& a, void* stream);
-// Tests and the benchmark: 1, 2 or 4 rows a warp (blocks of 8, 4, 4 warps) for every launch; 0
-// (default) chooses by the grid (launch_d).
+// Tests and the benchmark: 2 or 4 rows a warp for every launch; anything else (0, the default)
+// chooses by the grid (launch_d).
 void set_attention_f32_rows(int rows);
 
 // attention_mma_decode.cu: decode shapes on tensor cores -- at most 16 rows (a K/V head's stacked
