@@ -414,10 +414,13 @@ bool launch_rows(const AttentionArgs& a, cudaStream_t stream) {
 // threads' 128 registers) once eight-warp blocks would fill more than 1.5 waves of the SMs, or
 // need more than kMaxSplits splits (past 16384 keys): H100, session 49, Llama-1B in a graph, 8192
 // keys 13.58 against 15.39 us (256 eight-warp blocks, two waves), 4160 even (11.17 / 11.14), 4096
-// 11.41 against 9.33 (64 blocks leave half the SMs idle). Between one wave of eight-warp blocks
-// and 1.5, twelve-warp blocks (384-key splits) where they fit one wave: at 4097-6144 keys a
-// Llama-1B head's 17-24 eight-warp splits put two blocks on some SMs (4160 keys: 11.14 us against
-// 4096's 9.33), where 11-16 twelve-warp ones put 384 keys on each SM at most, not 512.
+// 11.41 against 9.33 (64 blocks leave half the SMs idle). Twelve-warp blocks (384-key splits,
+// d = 64) only when asked for: between one wave of eight-warp blocks and 1.5 they took a Llama-1B
+// head alone faster (H100, session 50, in a graph: 4160 / 5120 / 6100 keys 9.89 / 10.17 / 10.82
+// us against 10.81 / 11.68 / 13.51 on eight warps), but Llama-1B decode processes at prompt 4096
+// (4097-4160 keys: 11 twelve-warp splits a head) ran 1.345 / 1.376 ms a token against 1.323 /
+// 1.322 with them off -- not understood (the twelve-warp block's 116 KiB of shared memory
+// beside the kernels that overlap it under PDL is a suspect), so not taken by default.
 constexpr int kWideRows = 4;
 
 template <class S, int R, int D>
@@ -430,9 +433,7 @@ bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
       return launch_rows<S, R, D, 16>(a, stream);
   }
   if constexpr (D == 64) {  // (d = 128's 384-key tiles would not fit shared memory at 8 rows)
-    if (forced == 12 ||
-        (forced == 0 && bh * splits8 > sms && bh * ((a.sk + 383) / 384) <= sms && splits8 <= kMaxSplits))
-      return launch_rows<S, R, D, 12>(a, stream);
+    if (forced == 12) return launch_rows<S, R, D, 12>(a, stream);
   }
   const int64_t small = bh * ((a.sk + 127) / 128);
   const bool four = forced == 4 || (forced != 8 && a.sk <= 2048 && small <= 2 * sms);
@@ -458,7 +459,6 @@ void preload_all() {
   rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 8>{});
   rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 4>{});
   rows(std::integral_constant<int, 128>{}, std::integral_constant<int, 8>{});
-  rows(std::integral_constant<int, 64>{}, std::integral_constant<int, 12>{});
   load_kernel(decode_stream_kernel<S, 1, 64, 16>), load_kernel(decode_stream_kernel<S, 2, 64, 16>);
   load_kernel(decode_stream_kernel<S, 4, 64, 16>);
 }
