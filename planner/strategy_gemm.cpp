@@ -90,14 +90,10 @@ class GemmStrategy final : public Strategy {
 
   // CUDA: the merged product is split by a kernel of its own -- but for few rows, where the GEMV
   // writes every sibling's output itself (kernels/cuda/gemv.hpp), and for siblings of one
-  // width, which one strided-batched GEMM writes in place (plan_siblings.cpp). Not in f32:
-  // cuBLASLt's strided-batched f32 GEMM ran BERT-base's Q/K/V at batch 1 in 39 us where one
-  // [128, 3072] f32 product (FFN1) took ~25 (H100, session 50, LIVEFUSE_PROFILE): one wide
-  // GEMM and the split instead.
+  // width, which one strided-batched GEMM writes in place (plan_siblings.cpp).
   static bool splits(const FusionGraph& g, const Group& gr) {
-    const ValueRef out = ValueRef::of(gr.nodes[0]);
-    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(out))) &&
-           (!siblings_one_width(g.seg, gr.nodes) || g.seg.dtype(out) == DType::f32);
+    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(ValueRef::of(gr.nodes[0])))) &&
+           !siblings_one_width(g.seg, gr.nodes);
   }
 
   static Step emit_merged(const FusionGraph& g, const Group& gr) {
