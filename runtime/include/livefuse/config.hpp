@@ -45,9 +45,9 @@ struct Config {
   // Switches for measuring one fusion against its absence (each defaults on):
   // LIVEFUSE_ATTENTION: the fused attention step (pass_attention). -1 (auto, the default): on
   // the CPU, and on CUDA where a fast kernel takes the shapes (attention_fast_on_cuda in
-  // kernels/attention_args.hpp: tensor cores for f16/bf16 with head dims 64/128, the split-KV
-  // decode kernel for few rows) -- the general FMA kernel took BERT-base f16 from 0.61 to 1.33
-  // ms a forward; 1: everywhere; 0: nowhere.
+  // kernels/attention_args.hpp: tensor cores for f16/bf16 with head dims 64/128, the f32 FMA
+  // kernel for f32 at those head dims, the split-KV decode kernel for few rows) -- the general
+  // FMA kernel took BERT-base f16 from 0.61 to 1.33 ms a forward; 1: everywhere; 0: nowhere.
   int attention = -1;
   bool gemm_siblings = true;  // LIVEFUSE_GEMM_SIBLINGS: linears over one input as one GEMM
   bool rotary = true;  // LIVEFUSE_ROTARY: x * cos + rotate_half(x) * sin as one step (pass_rotary)
