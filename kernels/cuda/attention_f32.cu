@@ -250,8 +250,9 @@ bool attention_f32_fits(const AttentionArgs& a) {
   if (a.dtype != DType::f32 || a.d != a.dv || (a.d != 64 && a.d != 128) || a.sk < 1 || a.sq < 1 ||
       a.first_new >= 0 || a.batch < 1 || a.heads < 1)
     return false;
+  // (cp.async needs sm_80: for older targets the kernel is a trap no launch may reach.)
   return vector_rows(a.k, a.k_st, a.batch, a.heads, a.sk, a.d, 4) &&
-         vector_rows(a.v, a.v_st, a.batch, a.heads, a.sk, a.dv, 4);
+         vector_rows(a.v, a.v_st, a.batch, a.heads, a.sk, a.dv, 4) && current_device_info().cc_major >= 8;
 }
 
 void set_attention_f32_rows(int rows) { g_rows.store(rows, std::memory_order_relaxed); }

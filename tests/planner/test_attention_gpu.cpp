@@ -2,6 +2,7 @@
 // suite (test_attention_cpu.cpp), against the CPU eager backend. Skipped without a GPU.
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -63,19 +64,27 @@ std::vector<double> cuda_output(const Segment& seg, const std::vector<Tensor>& x
   return got[seg.value_id(seg.outputs[0])].to_doubles();
 }
 
+// Runs `body` once for each of `values` set through `set` (a kernel's test switch, `what` it
+// forces), the last value the default; back to 0 (the default) after.
+template <class F>
+void for_each_setting(void (*set)(int), std::initializer_list<int> values, const char* what, F&& body) {
+  struct Reset {
+    void (*set)(int);
+    ~Reset() { set(0); }
+  } reset{set};
+  for (int v : values) {
+    set(v);
+    INFO(what << " forced to " << v << " (0: chosen by the grid)");
+    body();
+  }
+}
+
 // Runs `body` with the tensor-core kernel's keys in one group, split in two wherever it can
 // (kernels/cuda/attention_mma.cu), and chosen by the grid; back to the default after.
 template <class F>
 void for_each_key_split(F&& body) {
 #if LIVEFUSE_HAS_CUDA
-  struct Reset {
-    ~Reset() { livefuse::cuda::force_attention_key_groups(0); }
-  } reset;
-  for (int groups : {1, 2, 0}) {
-    livefuse::cuda::force_attention_key_groups(groups);
-    INFO("key groups forced to " << groups << " (0: chosen by the grid)");
-    body();
-  }
+  for_each_setting(livefuse::cuda::force_attention_key_groups, {1, 2, 0}, "key groups", body);
 #else
   body();
 #endif
@@ -214,13 +223,8 @@ LF_CUDA_TEST_CASE("attention gpu: f32 prefill runs on its FMA kernel and equals 
   };
   const AttentionShape masked{1, 2, 20, 150, 64, DType::f32, MaskForm::per_batch, true, false, false};
   const int64_t sk = masked.sk;
+  const auto body = [&] {
 #if LIVEFUSE_HAS_CUDA
-  struct Reset {
-    ~Reset() { livefuse::cuda::set_attention_f32_rows(0); }
-  } reset;
-  for (int rows : {2, 4, 0}) {
-    livefuse::cuda::set_attention_f32_rows(rows);
-    INFO("rows a warp forced to " << rows << " (0: chosen by the grid)");
     const auto before = livefuse::cuda::attention_launch_counts();
 #endif
     for (const AttentionShape& s : cases) {
@@ -237,7 +241,12 @@ LF_CUDA_TEST_CASE("attention gpu: f32 prefill runs on its FMA kernel and equals 
     });
 #if LIVEFUSE_HAS_CUDA
     CHECK(livefuse::cuda::attention_launch_counts().prefill_f32 - before.prefill_f32 == cases.size() + 1);
-  }
+#endif
+  };
+#if LIVEFUSE_HAS_CUDA
+  for_each_setting(livefuse::cuda::set_attention_f32_rows, {2, 4, 0}, "rows a warp", body);
+#else
+  body();
 #endif
 }
 
