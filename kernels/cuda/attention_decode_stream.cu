@@ -427,8 +427,8 @@ template <class S, int R, int D>
 bool launch_warps(const AttentionArgs& a, cudaStream_t stream) {
   const int forced = g_warps.load(std::memory_order_relaxed);
   const int64_t sms = current_device_info().sm_count, bh = a.batch * a.heads;
-  const int64_t splits8 = (a.sk + 255) / 256;
   if constexpr (D == 64 && R <= kWideRows) {
+    const int64_t splits8 = (a.sk + 255) / 256;
     if (forced == 16 || (forced == 0 && (2 * bh * splits8 > 3 * sms || splits8 > kMaxSplits)))
       return launch_rows<S, R, D, 16>(a, stream);
   }
