@@ -90,10 +90,14 @@ class GemmStrategy final : public Strategy {
 
   // CUDA: the merged product is split by a kernel of its own -- but for few rows, where the GEMV
   // writes every sibling's output itself (kernels/cuda/gemv.hpp), and for siblings of one
-  // width, which one strided-batched GEMM writes in place (plan_siblings.cpp).
+  // width, which one strided-batched GEMM writes in place (plan_siblings.cpp). Not in f32:
+  // cuBLASLt's strided-batched f32 GEMM runs BERT-base's Q/K/V in 30.4 us at 128 rows (108.5 at
+  // 1024) where one [128, 2304] product takes 19.2 (100.3; H100, livefuse-bench-gemm-tune
+  // --dtype f32, bench/RESULTS.md session 51): one wide GEMM and the split instead.
   static bool splits(const FusionGraph& g, const Group& gr) {
-    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(ValueRef::of(gr.nodes[0])))) &&
-           !siblings_one_width(g.seg, gr.nodes);
+    const ValueRef out = ValueRef::of(gr.nodes[0]);
+    return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(out))) &&
+           (!siblings_one_width(g.seg, gr.nodes) || g.seg.dtype(out) == DType::f32);
   }
 
   static Step emit_merged(const FusionGraph& g, const Group& gr) {

@@ -112,7 +112,8 @@ LF_CUDA_TEST_CASE(
 }
 
 LF_CUDA_TEST_CASE(
-    "gemm siblings cuda: Q/K/V of one width as one strided-batched GEMM equal eager for "
+    "gemm siblings cuda: Q/K/V of one width as one strided-batched GEMM (f32: one product and its "
+    "split) equal eager for "
     "f32/f16/bf16, with and without bias") {
   for (const DType dt : {DType::f32, DType::f16, DType::bf16})
     for (const bool bias : {true, false})
@@ -147,6 +148,18 @@ TEST_CASE(
     REQUIRE(merged_step(p));
     CHECK_FALSE(merged_step(p)->split_kernel);
   }
+}
+
+TEST_CASE("gemm siblings: planned for CUDA, f32 siblings of one width are one GEMM and a split") {
+  // cuBLASLt's strided-batched f32 GEMM is the slow one (strategy_gemm.cpp, splits).
+  const Segment seg = siblings(DType::f32, true, false, 128, true);
+  const PlannedSegment p = plan_segment(seg, default_planner_options(Device::cuda(0)));
+  INFO(p.describe());
+  CHECK(merged_siblings(p) == 3);
+  CHECK(p.num_kernels() == 2);
+  REQUIRE(merged_step(p));
+  CHECK(merged_step(p)->split_kernel);
+  CHECK(planner::detail::sibling_output_runs(p).empty());
 }
 
 TEST_CASE(
