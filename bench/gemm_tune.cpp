@@ -1,7 +1,7 @@
 // livefuse-bench-gemm-tune: cuBLASLt's heuristic top-1 algorithm against the timed choice
-// (kernels/cuda/gemm_lt.cpp, [ Note -- tuned algorithms ]) on the GEMMs of BERT-base f16
-// (128 and 1024 rows) and GPT-2 decode (1 row), each through the path a plan's GEMM step takes
-// (cuda::run_gemm_epilogue: bias, GELU-tanh).
+// (kernels/cuda/gemm_lt.cpp, [ Note -- tuned algorithms ]) on the GEMMs of BERT-base (128 and
+// 1024 rows) and GPT-2 decode (1 row), f16 or f32 (--dtype), each through the path a plan's GEMM
+// step takes (cuda::run_gemm_epilogue: bias, GELU-tanh).
 // Per case and variant: one run outside any capture builds the thread's plan (top-1: the
 // tuned table emptied first; tuned: under cuda::GemmTuning, which times the candidates), then a
 // CUDA graph of --launches back-to-back GEMMs is captured and replayed; the time is per GEMM,
@@ -14,7 +14,7 @@
 // them (cold: 170 MB through a 50 MB L2), with and without a graph branch at each layer's start
 // that asks L2 for the layer's weights (bench/l2_prefetch.hpp), and over one layer's weights
 // every time (hot): us a layer.
-// Usage: livefuse-bench-gemm-tune [--json PATH] [--reps N] [--launches N]
+// Usage: livefuse-bench-gemm-tune [--json PATH] [--reps N] [--launches N] [--dtype f16|f32]
 //   exit status 1 on a FAIL, 2 on a CUDA or livefuse error.
 #include <cuda_runtime_api.h>
 
@@ -77,22 +77,35 @@ std::vector<Case> cases() {
   return v;
 }
 
-// A dense f16 tensor on `d` with values uniform in [-scale, scale].
-Tensor random_f16(const Shape& s, float scale, Device d, std::mt19937& rng, cudaStream_t st) {
-  Tensor t = livefuse::empty(s, DType::f16, d);
+DType g_dtype = DType::f16;  // --dtype
+
+// A dense tensor of --dtype on `d` with values uniform in [-scale, scale].
+Tensor random_tensor(const Shape& s, float scale, Device d, std::mt19937& rng, cudaStream_t st) {
+  Tensor t = livefuse::empty(s, g_dtype, d);
   std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<uint16_t> h(static_cast<size_t>(s.numel()));
-  for (uint16_t& x : h) x = lf_f2h(u(rng));
-  BENCH_CUDA(cudaMemcpyAsync(t.impl()->data(), h.data(), h.size() * 2, cudaMemcpyHostToDevice, st));
+  std::vector<float> f(static_cast<size_t>(s.numel()));
+  for (float& x : f) x = u(rng);
+  std::vector<uint16_t> h;
+  const void* src = f.data();
+  if (g_dtype == DType::f16) {
+    for (float x : f) h.push_back(lf_f2h(x));
+    src = h.data();
+  }
+  BENCH_CUDA(cudaMemcpyAsync(t.impl()->data(), src, t.nbytes(), cudaMemcpyHostToDevice, st));
   BENCH_CUDA(cudaStreamSynchronize(st));
   return t;
 }
 
 std::vector<float> to_host(const Tensor& t, cudaStream_t st) {
-  std::vector<uint16_t> h(static_cast<size_t>(t.numel()));
+  std::vector<float> f(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::f32) {
+    BENCH_CUDA(cudaMemcpyAsync(f.data(), t.impl()->data(), t.nbytes(), cudaMemcpyDeviceToHost, st));
+    BENCH_CUDA(cudaStreamSynchronize(st));
+    return f;
+  }
+  std::vector<uint16_t> h(f.size());
   BENCH_CUDA(cudaMemcpyAsync(h.data(), t.impl()->data(), h.size() * 2, cudaMemcpyDeviceToHost, st));
   BENCH_CUDA(cudaStreamSynchronize(st));
-  std::vector<float> f(h.size());
   for (size_t i = 0; i < h.size(); ++i) f[i] = lf_h2f(h[i]);
   return f;
 }
@@ -153,7 +166,7 @@ double time_layers(std::vector<LayerGemms>& ls, bool hot, int64_t prefetch, bool
         std::vector<lfbench::L2Range> r;
         for (int i = skip_first ? 1 : 0; i < 4; ++i) {
           const Tensor& w = L.o[i].call.inputs[1];
-          r.push_back({w.impl()->data(), w.numel() * 2});
+          r.push_back({w.impl()->data(), static_cast<int64_t>(w.nbytes())});
         }
         BENCH_CUDA(cudaEventRecord(fork, st));
         BENCH_CUDA(cudaStreamWaitEvent(side, fork));
@@ -181,8 +194,12 @@ int main(int argc, char** argv) {
       reps = std::max(5, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--launches") && i + 1 < argc) {
       launches = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc && !std::strcmp(argv[i + 1], "f32")) {
+      g_dtype = DType::f32, ++i;
+    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc && !std::strcmp(argv[i + 1], "f16")) {
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--reps N] [--launches N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--reps N] [--launches N] [--dtype f16|f32]\n", argv[0]);
       return 2;
     }
   }
@@ -201,11 +218,12 @@ int main(int argc, char** argv) {
     const auto st = static_cast<cudaStream_t>(stream.handle());
     cudaDeviceProp prop{};
     BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-    std::printf("livefuse-bench-gemm-tune on %s: f16, per GEMM in a graph of %d, median of %d\n",
-                prop.name, launches, reps);
-    std::printf("%-5s %-14s %-18s %9s %9s %7s %6s %5s %9s %9s %8s %8s %8s\n", "model", "gemm",
-                "shape (MxK->N)", "top1_us", "tuned_us", "ratio", "chosen", "timed", "t_top1",
-                "t_chosen", "max_err", "tc_us", "tc_err");
+    const char* dt = g_dtype == DType::f32 ? "f32" : "f16";
+    std::printf("livefuse-bench-gemm-tune on %s: %s, per GEMM in a graph of %d, median of %d\n",
+                prop.name, dt, launches, reps);
+    std::printf("%-5s %-14s %-18s %9s %9s %7s %6s %5s %6s %8s %8s %8s\n", "model", "gemm",
+                "shape (MxK->N)", "top1_us", "tuned_us", "ratio", "chosen", "timed", "splitk",
+                "max_err", "tc_us", "tc_err");
     std::mt19937 rng(1234);
     std::vector<lfbench::Record> recs;
     bool fail = false;
@@ -214,15 +232,15 @@ int main(int argc, char** argv) {
       Operands o;
       o.call.op = livefuse::OpId::linear;
       o.call.attrs.push_int(c.bias ? 1 : 0);
-      o.call.attrs.push_int(0);  // no tf32 (f16 anyway)
+      o.call.attrs.push_int(0);  // no tf32
       const float ws = 1.0f / std::sqrt(static_cast<float>(c.k));
-      o.call.inputs.push_back(random_f16(Shape{c.m, c.k}, 1.0f, d, rng, st));
-      o.call.inputs.push_back(random_f16(Shape{c.n, c.k}, ws, d, rng, st));
+      o.call.inputs.push_back(random_tensor(Shape{c.m, c.k}, 1.0f, d, rng, st));
+      o.call.inputs.push_back(random_tensor(Shape{c.n, c.k}, ws, d, rng, st));
       if (c.bias) {
-        o.bias = random_f16(Shape{c.n}, 0.1f, d, rng, st);
+        o.bias = random_tensor(Shape{c.n}, 0.1f, d, rng, st);
         o.call.inputs.push_back(o.bias);
       }
-      o.out = livefuse::empty(Shape{c.m, c.n}, DType::f16, d);
+      o.out = livefuse::empty(Shape{c.m, c.n}, g_dtype, d);
       if (c.parts > 1) {
         // Back to back as the plan lays them out: [parts * m, n / parts], part i its rows i m ...
         const Tensor run = o.out.reshape(Shape{c.parts * c.m, c.n / c.parts});
@@ -271,27 +289,28 @@ int main(int argc, char** argv) {
       char shape[64];
       std::snprintf(shape, sizeof shape, "%lldx%lld->%lld", static_cast<long long>(c.m),
                     static_cast<long long>(c.k), static_cast<long long>(c.n));
-      std::printf("%-5s %-14s %-18s %9.2f %9.2f %7.2f %6d %5d %9.2f %9.2f %8.1e %8.2f %8.1e%s\n", c.model,
-                  c.name, shape, top1, tuned, top1 / tuned, r.chosen, r.timed, r.top1_us,
-                  r.chosen_us, rel, tc, tc_rel, ok ? "" : "  FAIL");
+      std::printf("%-5s %-14s %-18s %9.2f %9.2f %7.2f %6d %5d %6u %8.1e %8.2f %8.1e%s\n", c.model,
+                  c.name, shape, top1, tuned, top1 / tuned, r.chosen, r.timed, r.split_k, rel, tc,
+                  tc_rel, ok ? "" : "  FAIL");
       const std::string name = std::string("gemm_tune/") + c.model + "/" + c.name;
       std::vector<std::pair<std::string, double>> dims = {
           {"m", static_cast<double>(c.m)}, {"k", static_cast<double>(c.k)},
           {"n", static_cast<double>(c.n)}};
-      recs.push_back({name, "top1", shape, top1, dims, {{"dtype", "f16"}}});
+      recs.push_back({name, "top1", shape, top1, dims, {{"dtype", dt}}});
       auto derived = dims;
       derived.push_back({"ratio_vs_top1", top1 / tuned});
+      derived.push_back({"split_k", static_cast<double>(r.split_k)});
       derived.push_back({"chosen_index", static_cast<double>(r.chosen)});
       derived.push_back({"candidates_timed", static_cast<double>(r.timed)});
       derived.push_back({"tuning_top1_us", r.top1_us});
       derived.push_back({"tuning_chosen_us", r.chosen_us});
       derived.push_back({"max_rel_err", rel});
-      recs.push_back({name, "tuned", shape, tuned, derived, {{"dtype", "f16"}, {"ok", ok ? "1" : "0"}}});
+      recs.push_back({name, "tuned", shape, tuned, derived, {{"dtype", dt}, {"ok", ok ? "1" : "0"}}});
       if (std::isfinite(tc)) {
         auto tcd = dims;
         tcd.push_back({"ratio_vs_top1", top1 / tc});
         tcd.push_back({"max_rel_err", tc_rel});
-        recs.push_back({name, "tensor_core", shape, tc, tcd, {{"dtype", "f16"}}});
+        recs.push_back({name, "tensor_core", shape, tc, tcd, {{"dtype", dt}}});
       }
     }
     std::printf("sum of per-GEMM medians: top-1 %.2f us, tuned %.2f us (%.2fx)\n", sum_top1,
@@ -312,8 +331,8 @@ int main(int argc, char** argv) {
       if (lc.size() != 4) continue;
       Operands shared[4];
       for (int i = 0; i < 4; ++i) {
-        shared[i].call.inputs.push_back(random_f16(Shape{m, lc[i].k}, 1.0f, d, rng, st));
-        shared[i].out = livefuse::empty(Shape{m, lc[i].n}, DType::f16, d);
+        shared[i].call.inputs.push_back(random_tensor(Shape{m, lc[i].k}, 1.0f, d, rng, st));
+        shared[i].out = livefuse::empty(Shape{m, lc[i].n}, g_dtype, d);
       }
       std::vector<LayerGemms> ls(12);
       for (LayerGemms& L : ls)
@@ -325,8 +344,8 @@ int main(int argc, char** argv) {
           o.call.attrs.push_int(0);
           o.call.inputs.push_back(shared[i].call.inputs[0]);
           const float ws = 1.0f / std::sqrt(static_cast<float>(lc[i].k));
-          o.call.inputs.push_back(random_f16(Shape{lc[i].n, lc[i].k}, ws, d, rng, st));
-          o.bias = random_f16(Shape{lc[i].n}, 0.1f, d, rng, st);
+          o.call.inputs.push_back(random_tensor(Shape{lc[i].n, lc[i].k}, ws, d, rng, st));
+          o.bias = random_tensor(Shape{lc[i].n}, 0.1f, d, rng, st);
           o.call.inputs.push_back(o.bias);
           o.out = shared[i].out;
           run_once(L.c[i], o, st);  // the plan's algorithm, outside any capture
@@ -346,7 +365,7 @@ int main(int argc, char** argv) {
                                                          {"cold_prefetch_1m_not_first", later},
                                                          {"hot", hot}};
       for (const auto& [variant, us] : variants)
-        recs.push_back({"gemm_tune/bert_layer", variant, shape, us, {}, {{"dtype", "f16"}}});
+        recs.push_back({"gemm_tune/bert_layer", variant, shape, us, {}, {{"dtype", dt}}});
     }
     BENCH_CUDA(cudaStreamDestroy(side));
     if (!json.empty()) lfbench::write_json(json, recs);
