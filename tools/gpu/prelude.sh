@@ -68,3 +68,23 @@ base_library() {
   env "$BASE_LD" ldd "$1" | grep livefuse
   env "$BASE_LD" "$1" --help >/dev/null 2>&1 || { echo "base library does not load"; exit 1; }
 }
+# report_plans REPORT [GROUP]: a LIVEFUSE_REPORT's counters of GROUP (none if empty) and its plans
+# of 10 ops or more: state, ops, the sampled plan and eager medians (us).
+report_plans() {
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=sys.argv[2]
+if g: print({k: v for k, v in r['counters'].items() if k.startswith(g)})
+for p in r['plans']:
+    s = p.get('sampling') or {}
+    if len(p['ops']) >= 10: print(f\"plan {p['id']} {p['state']} {len(p['ops'])} ops: fused {s.get('fused_median_us')} us vs eager {s.get('eager_median_us')}\")" \
+    "$1" "${2:-}" 2>&1 | tail -8
+}
+# bert_compare DTYPE BATCH SEQ: bench/bert/compare.py (PyTorch peers in the same run) under a
+# COMPARE_S (200 s) limit, JSON and log in $D; prints its status and its table.
+bert_compare() {
+  local name="$1_b${2//,/_}_s$3"
+  timeout -k 5 "${COMPARE_S:-200}" python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$1" \
+    --batch "$2" --seq "$3" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
+    --json "$D/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
+  echo "compare.py rc=$?"
+  tail -10 "$D/bert_$name.log"
+}

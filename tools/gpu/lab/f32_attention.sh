@@ -42,23 +42,13 @@ if [[ $parts == *" 3 "* ]]; then
     bash tools/gpu/lab/bert_ab.sh 2>&1 | grep round
   LIVEFUSE_REPORT="$D/bert_f32.report.json" timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base \
     --dtype f32 --device cuda --batch 1 --seq 128 --iters 100 --warmup-ms 3000 --quiet > "$D/bert_f32.log" 2>&1
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))
-print('cuda.attention', r['counters'].get('cuda.attention'))
-for p in r['plans']:
-    s = p.get('sampling') or {}
-    if len(p['ops']) >= 10: print(f\"plan {p['id']} {p['state']} {len(p['ops'])} ops: fused {s.get('fused_median_us')} us vs eager {s.get('eager_median_us')}\")" \
-    "$D/bert_f32.report.json" 2>&1 | tail -6
+  report_plans "$D/bert_f32.report.json" cuda.attention
 fi
 if [[ $parts == *" 4 "* ]]; then
   for cfg in ${FA_COMPARE:-f32:1:128}; do
     IFS=: read -r dt batch seq <<< "$cfg"
     at "BERT vs PyTorch: $dt batch $batch seq $seq"
-    name="${dt}_b${batch//,/_}_s$seq"
-    timeout -k 5 "${COMPARE_S:-200}" python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
-      --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
-      --json "$D/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
-    echo "compare.py rc=$?"
-    tail -10 "$D/bert_$name.log"
+    bert_compare "$dt" "$batch" "$seq"
   done
 fi
 if [[ $parts == *" 5 "* ]]; then

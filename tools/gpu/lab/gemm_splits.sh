@@ -52,23 +52,13 @@ if [[ $parts == *" 6 "* ]]; then
     done
   done
   LIVEFUSE_GEMM_TUNE=1 LIVEFUSE_REPORT="$D/bert_f32.report.json" bert report_f32 f32 1 >/dev/null
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); c=r['counters']
-print({k: v for k, v in c.items() if k.startswith('gemm_tuning')})
-for p in r['plans']:
-    s = p.get('sampling') or {}
-    if len(p['ops']) >= 10: print(f\"plan {p['id']} {p['state']} {len(p['ops'])} ops: fused {s.get('fused_median_us')} us vs eager {s.get('eager_median_us')}\")" \
-    "$D/bert_f32.report.json" 2>&1 | tail -6
+  report_plans "$D/bert_f32.report.json" gemm_tuning
 fi
 if [[ $parts == *" 4 "* ]]; then
   for cfg in ${GS_COMPARE:-f32:1:128}; do
     IFS=: read -r dt batch seq <<< "$cfg"
     at "BERT vs PyTorch: $dt batch $batch seq $seq, LIVEFUSE_GEMM_TUNE=${GS_TUNE:-0}"
-    name="${dt}_b${batch//,/_}_s$seq"
-    LIVEFUSE_GEMM_TUNE=${GS_TUNE:-0} timeout -k 5 "${COMPARE_S:-200}" python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" \
-      --dtype "$dt" --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
-      --json "$D/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
-    echo "compare.py rc=$?"
-    tail -10 "$D/bert_$name.log"
+    LIVEFUSE_GEMM_TUNE=${GS_TUNE:-0} bert_compare "$dt" "$batch" "$seq"
   done
 fi
 if [[ $parts == *" 5 "* ]]; then
