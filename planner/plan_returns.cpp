@@ -15,12 +15,17 @@ std::vector<std::shared_ptr<Plan>> prefixes_of(const Plan& longer, uint64_t occu
   return prefixes;
 }
 
-std::shared_ptr<Plan> serving_longer_plan(const Plan& shorter) {
-  for (const auto& q : PlanTable::get().plans())
-    if (q->state.load() == PlanState::active && takes_windows_of(shorter, *q) &&
-        !runs_elsewhere(shorter.occurrences, q->hits.load() + q->occurrences))
-      return q;
-  return nullptr;
+std::shared_ptr<Plan> longer_plan_for(const Plan& shorter) {
+  std::shared_ptr<Plan> sampling;
+  for (const auto& q : PlanTable::get().plans()) {
+    const PlanState st = q->state.load();
+    if ((st != PlanState::active && st != PlanState::sampling) || !takes_windows_of(shorter, *q) ||
+        runs_elsewhere(shorter.occurrences, q->hits.load() + q->occurrences))
+      continue;
+    if (st == PlanState::active) return q;
+    if (!sampling) sampling = q;
+  }
+  return sampling;
 }
 
 void PlanReturns::went_cold(const Key& k, const Plan& p) {
@@ -51,10 +56,10 @@ PlanReturns::Back PlanReturns::returns(const monitor::Candidate& c, uint64_t* pl
              : Back::none;
 }
 
-void PlanReturns::superseded(uint64_t longer, std::shared_ptr<Plan> prefix) {
+void PlanReturns::superseded(uint64_t longer, std::shared_ptr<Plan> prefix, PlanState was) {
   std::lock_guard<std::mutex> g(mu_);
   if (superseded_.size() >= kMax) superseded_.erase(superseded_.begin());
-  superseded_.push_back({longer, std::move(prefix)});
+  superseded_.push_back({longer, std::move(prefix), was});
 }
 
 bool PlanReturns::watching() const {
@@ -63,25 +68,34 @@ bool PlanReturns::watching() const {
 }
 
 std::vector<std::shared_ptr<Plan>> PlanReturns::restore() {
-  std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> todo, keep;
+  std::vector<Superseded> todo, keep;
   {
     std::lock_guard<std::mutex> g(mu_);
     todo.swap(superseded_);
   }
   std::vector<std::shared_ptr<Plan>> back;
-  for (auto& [longer, prefix] : todo) {
-    const std::shared_ptr<Plan> l = PlanTable::get().find(longer);
+  for (Superseded& e : todo) {
+    const std::shared_ptr<Plan> l = PlanTable::get().find(e.longer);
     const PlanState st = l ? l->state.load() : PlanState::retired;
     if (st == PlanState::sampling) {
-      keep.push_back({longer, prefix});
+      keep.push_back(std::move(e));
       continue;
     }
-    // Active: it won. Retired: replaced by a newer plan of its structure (which starts with
-    // the same ops), or cold. Either way the prefix stays retired.
-    if (st != PlanState::rejected && st != PlanState::failed) continue;
-    if (PlanTable::get().revive(prefix->id, "active again: plan " + std::to_string(longer) +
-                                                ", which superseded it, does not serve"))
-      back.push_back(prefix);
+    // Active: it won. Retired after matching windows: replaced by a newer plan of its structure
+    // (which starts with the same ops), or cold; either way the prefix stays retired. Retired
+    // without ever matching a window (planned from windows that did not come back: a prefill's),
+    // it never took the prefix's windows: the prefix comes back -- unless another plan that
+    // starts with its ops (a replacement of the longer one) is there to take them.
+    const bool never_matched = st == PlanState::retired && l && l->hits.load() == 0 &&
+                               !longer_plan_for(*e.prefix);
+    if (st != PlanState::rejected && st != PlanState::failed && !never_matched) continue;
+    const bool active = e.was == PlanState::active;
+    if (PlanTable::get().revive(e.prefix->id,
+                                std::string(active ? "active" : "sampling") + " again: plan " +
+                                    std::to_string(e.longer) + ", which it stepped aside for, does not serve" +
+                                    (never_matched ? " (it went cold without a window)" : ""),
+                                active ? PlanState::active : PlanState::sampling))
+      back.push_back(e.prefix);
   }
   std::lock_guard<std::mutex> g(mu_);
   superseded_.insert(superseded_.end(), keep.begin(), keep.end());

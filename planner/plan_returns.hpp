@@ -37,11 +37,15 @@ inline bool runs_elsewhere(uint64_t shorter_count, uint64_t longer_count) {
 // detector still cut the layer, kept every window from the whole layer's plan, which then
 // sampled nothing for the rest of the run.
 std::vector<std::shared_ptr<Plan>> prefixes_of(const Plan& longer, uint64_t occurrences);
-// The active plan a newly published `shorter` would take windows from, unless `shorter` occurs
-// over 4x as often as that plan served and was counted; null: none. On the H200 (Llama-1B concat
-// decode, prompt 4096) a 34-op prefix of the active layer plan, cut at the softmax, was planned
-// from a prefill's windows and served the layer as two plans without its fused attention.
-std::shared_ptr<Plan> serving_longer_plan(const Plan& shorter);
+// The active or sampling plan a newly published `shorter` would take windows from, unless
+// `shorter` occurs over 4x as often as that plan served and was counted; null: none (an active
+// one first). On the H200 (Llama-1B concat decode, prompt 4096) a 34-op prefix of the active
+// layer plan, cut at the softmax, was planned from a prefill's windows and served the layer as
+// two plans without its fused attention. A sampling one: on the H100 (f32 BERT-base with
+// LIVEFUSE_GEMM_TUNE=1) the layer's plan took ~1 s to tune and compile; the detector meanwhile
+// cut the layer in two, and the first piece, published after it, took every window the layer's
+// plan needed for its samples: it never sampled and went cold (1.30-1.34 ms a forward, not 1.23).
+std::shared_ptr<Plan> longer_plan_for(const Plan& shorter);
 
 class PlanReturns {
  public:
@@ -57,12 +61,14 @@ class PlanReturns {
   // the caller must not hold a lock that inspection takes.
   Back returns(const monitor::Candidate& c, uint64_t* plan_id);
 
-  // `prefix`, serving until now, was retired for `longer`.
-  void superseded(uint64_t longer, std::shared_ptr<Plan> prefix);
+  // `prefix`, `was` active or sampling until now, was retired for `longer` (superseded by it, or
+  // set aside while it samples).
+  void superseded(uint64_t longer, std::shared_ptr<Plan> prefix, PlanState was);
   // Whether superseded prefixes wait for their longer plan's verdict (look again soon).
   bool watching() const;
-  // The prefixes given back now -- their longer plan was rejected or failed -- active again.
-  // Entries whose longer plan won, or was replaced or retired, are dropped.
+  // The prefixes given back now -- their longer plan was rejected or failed, or retired without
+  // ever matching a window -- in the state they left (active, or sampling: no verdict yet).
+  // Entries whose longer plan won, or was replaced or retired after matching, are dropped.
   std::vector<std::shared_ptr<Plan>> restore();
 
   void clear();
@@ -77,7 +83,12 @@ class PlanReturns {
   static constexpr size_t kMax = 64;
   mutable std::mutex mu_;
   std::map<Key, Dormant> dormant_;
-  std::vector<std::pair<uint64_t, std::shared_ptr<Plan>>> superseded_;  // (longer id, prefix)
+  struct Superseded {
+    uint64_t longer = 0;
+    std::shared_ptr<Plan> prefix;
+    PlanState was = PlanState::active;
+  };
+  std::vector<Superseded> superseded_;
 };
 
 }  // namespace livefuse::planner

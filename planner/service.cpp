@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -271,26 +270,34 @@ class Service final : public monitor::CandidateConsumer {
   }
 
   // Plans that `longer` starts with step aside for it (prefixes_of, plan_returns.hpp). Retired;
-  // an active one comes back if the longer plan is rejected or fails (restore_superseded).
+  // each comes back, in the state it left, if the longer plan is rejected or fails
+  // (restore_superseded).
   void supersede_prefixes(const Plan& longer, uint64_t occurrences) {
     for (const auto& q : prefixes_of(longer, occurrences)) {
-      const bool was_active = q->state.load() == PlanState::active;
+      const PlanState was = q->state.load();
       PlanTable::get().retire(q->id, "superseded by plan " + std::to_string(longer.id) +
                                          ", which starts with its ops");
       {
         std::lock_guard<std::mutex> g(mu_);
         planned_.erase({q->signature, q->stream});
       }
-      if (was_active) returns_.superseded(longer.id, q);
+      returns_.superseded(longer.id, q, was);
     }
   }
 
-  // The mirror, for a new plan that an active plan starts with (serving_longer_plan): it stands
-  // aside at once, and its structure stays planned until it goes cold or its shapes change.
+  // The mirror, for a new plan that an active or sampling plan starts with (longer_plan_for): it
+  // stands aside at once, and its structure stays planned until it goes cold or its shapes
+  // change. Aside for a sampling plan, it comes back sampling if that plan loses.
   void set_aside_if_prefix(const Plan& shorter) {
-    if (const std::shared_ptr<Plan> q = serving_longer_plan(shorter))
-      PlanTable::get().retire(shorter.id, "set aside: plan " + std::to_string(q->id) +
-                                              ", which starts with its ops, serves its windows");
+    const std::shared_ptr<Plan> q = longer_plan_for(shorter);
+    if (!q) return;
+    const bool sampling = q->state.load() == PlanState::sampling;
+    PlanTable::get().retire(shorter.id, "set aside: plan " + std::to_string(q->id) +
+                                            ", which starts with its ops, " +
+                                            (sampling ? "samples on its windows" : "serves its windows"));
+    if (sampling)
+      if (std::shared_ptr<Plan> s = PlanTable::get().find(shorter.id))
+        returns_.superseded(q->id, std::move(s), PlanState::sampling);
   }
 
   // Superseded prefixes whose longer plan was rejected or failed serve again (plan_returns.hpp):

@@ -234,8 +234,9 @@ class PlanTable {
   void retire(uint64_t plan_id, const std::string& reason);
   // A plan retired because its sequence went cold, active again when the sequence is hot again
   // with the same shapes (a prefill between generations): no re-plan, no compile, no new id.
-  // False when the table has evicted it meanwhile, or it is not retired.
-  bool revive(uint64_t plan_id, const std::string& reason);
+  // `to`: sampling for a plan set aside before its verdict (planner/plan_returns.hpp). False
+  // when the table has evicted it meanwhile, or it is not retired.
+  bool revive(uint64_t plan_id, const std::string& reason, PlanState to = PlanState::active);
   // The plan of that id, or null when the table holds none (never had it, or evicted it).
   std::shared_ptr<Plan> find(uint64_t plan_id) const;
   std::shared_ptr<const Snapshot> snapshot() const;

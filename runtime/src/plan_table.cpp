@@ -80,11 +80,11 @@ bool starts_with_ops(const std::vector<PlanOp>& longer, const std::vector<PlanOp
   return true;
 }
 
-bool PlanTable::revive(uint64_t plan_id, const std::string& reason) {
+bool PlanTable::revive(uint64_t plan_id, const std::string& reason, PlanState to) {
   std::lock_guard<std::mutex> g(mu_);
   for (const auto& p : snap_->plans)
     if (p->id == plan_id && p->state.load() == PlanState::retired) {
-      record_transition(*p, PlanState::active, reason);
+      record_transition(*p, to, reason);
       // A new snapshot: the matchers' cached ones skip plans that were not usable.
       snap_ = std::make_shared<Snapshot>(*snap_);
       version_.fetch_add(1, std::memory_order_release);

@@ -1,8 +1,12 @@
 // Plans that share their first ops (planner/plan_returns.hpp): the matcher completes the
 // shortest plan a window matches, so the planning service keeps one of the two serving -- the
 // rules alone, then the service applying them to plans it made from a program's loops.
+#include <chrono>
+#include <thread>
+
 #include "planner/plan_returns.hpp"
 #include "planner/service.hpp"
+#include "runtime/inspect_registry.hpp"
 #include "runtime/plan.hpp"
 #include "served_loop.hpp"
 #include "test_plan_util.hpp"
@@ -129,4 +133,68 @@ TEST_CASE("prefix plans: a plan revived when its sequence comes back takes its w
   CHECK(longer->state == lf::PlanState::active);
   CHECK(prefix->state == lf::PlanState::retired);
   CHECK(prefix->last_reason.find("superseded by plan " + std::to_string(longer->id)) != std::string::npos);
+}
+
+namespace {
+// The service looks at the plans prefixes stepped aside for every 50 ms (service.cpp, loop):
+// longer than the loops below take on the CPU.
+void wait_for_restore() { std::this_thread::sleep_for(std::chrono::milliseconds(150)); }
+
+// The whole chain's plan made by hand and published sampling, as hot as the head will be, then
+// the head run alone until its own plan is published (returned): the chain's plan sees no window
+// (only the head runs), so it stays sampling, and the head's plan steps aside for it.
+std::shared_ptr<lf::Plan> head_aside_for_sampling(const lf::Tensor& x, std::shared_ptr<lf::Plan>* longer_out) {
+  auto longer = lftest::record_plan([&] { (void)chain(x); });
+  REQUIRE(longer->ops.size() == kChainOps);
+  longer->state = lf::PlanState::sampling;
+  longer->occurrences = 1000;
+  lf::PlanTable::get().publish(longer);
+  *longer_out = longer;
+  const std::shared_ptr<lf::Plan> prefix = plan_the_head(x);
+  REQUIRE(prefix);
+  INFO(prefix->last_reason);
+  CHECK(prefix->state == lf::PlanState::retired);
+  CHECK(prefix->last_reason.find("set aside: plan " + std::to_string(longer->id) +
+                                 ", which starts with its ops, samples on its windows") != std::string::npos);
+  CHECK(longer->state == lf::PlanState::sampling);
+  return prefix;
+}
+}  // namespace
+
+TEST_CASE("prefix plans: a new plan steps aside while a plan it starts with samples, and comes back if that plan loses") {
+  // A layer's plan that took long to make (GEMM tuning) was still waiting for its samples when
+  // a plan of its first ops was published; the matcher ends a window at the shorter plan, so
+  // the layer's plan never sampled (plan_returns.hpp, longer_plan_for).
+  lftest::ServedLoop s;
+  const lf::Tensor x = lf::rand_uniform({256}, 27, -1, 1, lf::DType::f32, cpu);
+  std::shared_ptr<lf::Plan> longer;
+  const std::shared_ptr<lf::Plan> prefix = head_aside_for_sampling(x, &longer);
+  // The chain's plan loses: the head's plan comes back sampling (and, unsampled here, serves).
+  lf::record_transition(*longer, lf::PlanState::rejected, "rejected (test)");
+  wait_for_restore();
+  REQUIRE(lftest::ServedLoop::run_until([&] { return chain_head(x); },
+                                        [&] { return prefix->state.load() != lf::PlanState::retired; }));
+  CHECK(s.until_served([&] { return chain_head(x); }, kPrefixOps) == prefix);
+}
+
+TEST_CASE("prefix plans: a plan set aside for one that goes cold without a window comes back") {
+  // The longer plan was made from windows that never came back (a prefill's): it took none of
+  // the prefix's windows, so its going cold gives them back.
+  lftest::ServedLoop s;
+  const lf::Tensor x = lf::rand_uniform({256}, 28, -1, 1, lf::DType::f32, cpu);
+  std::shared_ptr<lf::Plan> longer;
+  const std::shared_ptr<lf::Plan> prefix = head_aside_for_sampling(x, &longer);
+  REQUIRE(longer->hits.load() == 0);
+  lf::PlanTable::get().retire(longer->id, "retired: the sequence is no longer hot (test)");
+  wait_for_restore();
+  REQUIRE(lftest::ServedLoop::run_until([&] { return chain_head(x); },
+                                        [&] { return prefix->state.load() != lf::PlanState::retired; }));
+  // (Its reason now may be a later transition's: the decisions say why it came back.)
+  std::vector<lf::Decision> ds;
+  uint64_t dropped = 0;
+  lf::inspect_detail::copy_decisions(ds, &dropped);
+  bool why = false;
+  for (const lf::Decision& d : ds) why |= d.reason.find("went cold without a window") != std::string::npos;
+  CHECK(why);
+  CHECK(s.until_served([&] { return chain_head(x); }, kPrefixOps) == prefix);
 }
