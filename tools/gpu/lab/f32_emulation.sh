@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run THERE: builds and runs tools/gpu/lab/f32_emulation.cu (BERT's f32 GEMMs: SIMT against
+# BF16x9 emulation and TF32 on cuBLASLt). Session 51.
+set -u
+cd "$(dirname "$0")/../../.."
+mkdir -p /tmp/f32_emulation
+nvcc -O2 -std=c++17 -arch=sm_90 tools/gpu/lab/f32_emulation.cu -lcublasLt -o /tmp/f32_emulation/f32_emulation && \
+  timeout -k 5 120 /tmp/f32_emulation/f32_emulation
