@@ -194,10 +194,9 @@ int main(int argc, char** argv) {
       reps = std::max(5, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--launches") && i + 1 < argc) {
       launches = std::max(1, std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc && !std::strcmp(argv[i + 1], "f32")) {
-      g_dtype = DType::f32, ++i;
-    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc && !std::strcmp(argv[i + 1], "f16")) {
-      ++i;
+    } else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc &&
+               (!std::strcmp(argv[i + 1], "f16") || !std::strcmp(argv[i + 1], "f32"))) {
+      g_dtype = !std::strcmp(argv[++i], "f32") ? DType::f32 : DType::f16;
     } else {
       std::fprintf(stderr, "usage: %s [--json PATH] [--reps N] [--launches N] [--dtype f16|f32]\n", argv[0]);
       return 2;

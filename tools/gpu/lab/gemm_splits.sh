@@ -6,7 +6,7 @@
 # .gpu/base.so.xz is the tree before.
 # Parts (GS_PARTS, default "1 2 3"):
 #  1. the suites that tune and run GEMMs (GS_SUITES);
-#  2. livefuse-bench-gemm-tune --dtype f32, then f16: top-1 | heuristic candidates | + split-K;
+#  2. livefuse-bench-gemm-tune --dtype f32, then f16: top-1 | tuned, cuBLASLt's K splits;
 #  3. BERT-base forwards with LIVEFUSE_GEMM_TUNE=GS_TUNE (0), base | new alternating
 #     (lab/bert_ab.sh; GS_BERT configs, GS_ROUNDS rounds);
 #  6. this build with LIVEFUSE_GEMM_TUNE=0 | 1 alternating (GS_TUNE_BERT: f32 b1, b8), then one
@@ -28,7 +28,6 @@ bert() {  # bert NAME DTYPE BATCH [ENV...]: one livefuse-bert process, prints it
 if [[ $parts == *" 1 "* ]]; then
   at suites
   run_suites "${GS_SUITES:-test_planner:*gemm* test_bert test_replacement:*gemm*,*linear*}"
-  grep -E "split_k|variants" "$D/test_planner.log" | head -8
 fi
 if [[ $parts == *" 2 "* ]]; then
   for dt in f32 f16; do
