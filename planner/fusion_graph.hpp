@@ -115,6 +115,9 @@ struct PlannerOptions {
   // CUDA, LIVEFUSE_GEMM_TC: an erf-GELU or SiLU after a linear's bias rides on livefuse's
   // tensor-core GEMM (GemmEpilogue::BiasAct) where cuBLASLt would need the activation's kernel.
   bool gemm_tc = false;
+  // CUDA, LIVEFUSE_GEMM_F32X3: f32 linears run on the tensor-core GEMM as three TF32 products --
+  // BiasAct for f32 too, and merged f32 siblings write their outputs in one launch (no split).
+  bool gemm_f32x3 = false;
   bool cuda = false;          // planning for a CUDA device (what a step launches differs)
   // CUDA, LIVEFUSE_GEMV: a few-row linear takes the norm before it into its GEMV
   // (planner.cpp, fold_norm_prologues).

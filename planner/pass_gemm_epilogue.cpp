@@ -33,12 +33,13 @@ int residual_of(const FusionGraph& g, const Group& tail, const SegmentNode& a, c
 }
 
 // Whether livefuse's tensor-core GEMM takes `act` right after linear `mn` (its bias inside the
-// call): CUDA, f16 / bf16, more rows than the GEMV's (whose epilogue has cuBLASLt's activations
-// only, outside a gate). Its shape rules are checked at run time (the fallback: GEMM + tail).
+// call): CUDA, f16 / bf16 (LIVEFUSE_GEMM_TC) or f32 (LIVEFUSE_GEMM_F32X3), more rows than the
+// GEMV's (whose epilogue has cuBLASLt's activations only, outside a gate). Its shape rules are
+// checked at run time (the fallback: GEMM + tail).
 bool tc_takes(const FusionGraph& g, const SegmentNode& mn, OpId act, const Shape& ys) {
   const DType dt = mn.outputs.empty() ? DType::f32 : mn.outputs[0].dtype;
-  return g.opts.gemm_tc && mn.op == OpId::linear && (act == OpId::gelu || act == OpId::silu) &&
-         (dt == DType::f16 || dt == DType::bf16) && !gemv_rows(ys);
+  const bool on = dt == DType::f32 ? g.opts.gemm_f32x3 : (dt == DType::f16 || dt == DType::bf16) && g.opts.gemm_tc;
+  return on && mn.op == OpId::linear && (act == OpId::gelu || act == OpId::silu) && !gemv_rows(ys);
 }
 
 // Which epilogue covers the tail, or None with the reason in *why; *act_op is BiasAct's activation.

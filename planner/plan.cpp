@@ -10,6 +10,7 @@
 #include "kernels/jit/kernel_compiler.hpp"
 #include "kernels/jit/render.hpp"
 #include "kernels/jit/tensor_arg.hpp"
+#include "livefuse/config.hpp"
 #include "livefuse/error.hpp"
 #include "livefuse/stream.hpp"
 #include "planner/attention_step.hpp"
@@ -171,6 +172,24 @@ EpilogueValues epilogue_values(const GemmStep& gs, std::span<const Tensor> value
   if (e.residual && e.residual->impl()->storage == e.out->impl()->storage) e.residual = nullptr;
   return e;
 }
+
+#if LIVEFUSE_HAS_CUDA
+// An f32 linear on the tensor-core GEMM at f32's accuracy (LIVEFUSE_GEMM_F32X3: three TF32
+// products, kernels/cuda/gemm_tc_f32.cuh) where eager runs cuBLASLt's SIMT f32. False: nothing
+// launched (switched off, not an f32 linear, or shapes the kernel refuses); cuBLASLt runs it.
+bool run_linear_f32x3(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {
+  if (!config().gemm_f32x3 || p.segment.nodes[gs.node].op != OpId::linear ||
+      p.segment.dtype(ValueRef::of(gs.node)) != DType::f32)
+    return false;
+  TensorList outs;
+  const OpCall c = node_call(p, gs.node, values, &outs);
+  if (gemv_rows(outs[0].shape())) return false;  // a few rows: the GEMV's (cuda::run_gemv)
+  ensure_storage(outs[0]);
+  if (!cuda::run_linear_tc(c, cuda::TcAct::none, std::span<const Tensor>(&outs[0], 1), stream)) return false;
+  settle_tags(outs);
+  return true;
+}
+#endif
 
 // The prologue of a GEMM step as the norm call the GEMV takes: the lone norm node's, or for a
 // chain (GemmStep::prologue_chain) an rms_norm of its x with its weight.
@@ -392,6 +411,10 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
       run_prologue(p, *gs, values, stream);
     }
 #if LIVEFUSE_HAS_CUDA
+    if (gs->epilogue == GemmEpilogue::None && run_linear_f32x3(p, *gs, values, stream)) {
+      if (gs->tail) launch(*gs->tail);
+      return;
+    }
     if (gs->epilogue == GemmEpilogue::BiasAct && gs->final_value >= 0) {
       TensorList outs;
       const OpCall c = node_call(p, gs->node, values, &outs);

@@ -24,6 +24,7 @@ PlannerOptions default_planner_options(Device device) {
   o.gemv_norm_fold = o.gemv_prologue ? config().gemv_norm : 0;
   o.gemm_siblings = config().gemm_siblings;
   o.gemm_tc = device.is_cuda() && config().gemm_tc;
+  o.gemm_f32x3 = device.is_cuda() && config().gemm_f32x3;
   // auto: on CUDA only where a fast kernel takes the shapes (the tensor-core one, the decode
   // one); the general FMA kernel loses to the GEMMs and the softmax it would replace
   // (runtime/include/livefuse/config.hpp has the figures).

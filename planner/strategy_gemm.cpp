@@ -93,11 +93,21 @@ class GemmStrategy final : public Strategy {
   // width, which one strided-batched GEMM writes in place (plan_siblings.cpp). Not in f32:
   // cuBLASLt's strided-batched f32 GEMM runs BERT-base's Q/K/V in 30.4 us at 128 rows (108.5 at
   // 1024) where one [128, 2304] product takes 19.2 (100.3; H100, livefuse-bench-gemm-tune
-  // --dtype f32, bench/RESULTS.md session 51): one wide GEMM and the split instead.
+  // --dtype f32, bench/RESULTS.md session 51): one wide GEMM and the split instead -- unless
+  // f32 runs on the tensor-core GEMM (LIVEFUSE_GEMM_F32X3), which writes every output itself.
   static bool splits(const FusionGraph& g, const Group& gr) {
     const ValueRef out = ValueRef::of(gr.nodes[0]);
     return g.opts.cuda && !(g.opts.gemv_prologue && gemv_rows(g.seg.shape(out))) &&
-           (!siblings_one_width(g.seg, gr.nodes) || g.seg.dtype(out) == DType::f32);
+           (!siblings_one_width(g.seg, gr.nodes) || (g.seg.dtype(out) == DType::f32 && !f32x3_takes(g, gr)));
+  }
+
+  // The tensor-core GEMM's shape rules for f32 siblings (cuda::gemm_tc_supported: K in steps of
+  // 32, the product's columns in tiles of 64); alignment is checked when it runs (the fallback
+  // then: cuBLASLt's strided-batched GEMM).
+  static bool f32x3_takes(const FusionGraph& g, const Group& gr) {
+    const Shape& w = g.seg.shape(g.seg.nodes[gr.nodes[0]].inputs[1]);
+    const int64_t cols = w.v[0] * static_cast<int64_t>(gr.nodes.size());
+    return g.opts.gemm_f32x3 && w.rank == 2 && w.v[1] % 32 == 0 && cols % 64 == 0 && w.v[0] % 2 == 0;
   }
 
   static Step emit_merged(const FusionGraph& g, const Group& gr) {

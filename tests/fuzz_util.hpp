@@ -114,6 +114,8 @@ class Switches {
        {"LIVEFUSE_DECODE_STREAM_KEYS=1", [](C& c) { c.decode_stream_keys = 1; }}},
       {{"LIVEFUSE_PACK_CACHE=0", [](C& c) { c.pack_cache = false; }}},
       {{"LIVEFUSE_GRAPHS=0", [](C& c) { c.graphs = false; }}},
+      // Appended, so that the groups before it draw for every seed what they drew before.
+      {{"LIVEFUSE_GEMM_F32X3=1", [](C& c) { c.gemm_f32x3 = true; }}},
   };
   std::vector<std::pair<size_t, size_t>> chosen_;  // (group, setting)
 };

@@ -52,8 +52,8 @@ bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void*
 // the tensor-core GEMM (gemm_tc.hpp), `act` applied after the bias: one dense output, or
 // siblings of one width -- outs[i] takes the product's columns [i W, (i + 1) W), W = N /
 // outs.size(), dense wherever it lives (the merged Q/K/V's outputs in one launch). False:
-// nothing was launched (LIVEFUSE_GEMM_TC=0, or the kernel does not take the call); the caller
-// runs cuBLASLt (and the activation's kernel).
+// nothing was launched (LIVEFUSE_GEMM_TC=0 for f16 / bf16, LIVEFUSE_GEMM_F32X3=0 for f32, or the
+// kernel does not take the call); the caller runs cuBLASLt (and the activation's kernel).
 bool run_linear_tc(const OpCall& call, TcAct act, std::span<const Tensor> outs, void* stream);
 // The tensor-core GEMM's activation computing op `op` (relu, gelu, gelu_tanh, silu); none else.
 TcAct tc_act_of(OpId op);

@@ -1,8 +1,11 @@
-// The tensor-core GEMM's launches (gemm_tc.hpp; the kernel: gemm_tc.cuh). BM is 32 when 64-row
-// tiles would leave SMs idle (BERT at batch 1: 128 rows), else 64.
+// The tensor-core GEMM's launches (gemm_tc.hpp; the kernels: gemm_tc.cuh, f32 gemm_tc_f32.cuh).
+// BM is 32 when 64-row tiles would leave SMs idle (BERT at batch 1: 128 rows), else 64.
+#include <algorithm>
+
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/gemm_tc.cuh"
+#include "kernels/cuda/gemm_tc_f32.cuh"
+#include "kernels/cuda/split_space.hpp"
 #include "kernels/cuda/vector_rows.hpp"
 
 namespace livefuse::cuda {
@@ -29,15 +32,58 @@ void launch_typed(const GemmTcArgs& a, cudaStream_t s) {
   else launch_tiles<S, 32, 4>(a, s);
 }
 
+// f32 (3xTF32). Tiles and K splits as tools/gpu/lab/f32_emulation.sh measured them over BERT's
+// f32 linears (H100, bench/RESULTS.md session 52): 64 x 64 tiles where they fill the SMs (1024
+// rows), else 32 x 32; K split so that each split sums about kF32SplitSteps steps (FFN2 at 128
+// rows: 4 splits, 29.9 us against 57.4 unsplit), its partials within the stream's split space
+// (split_space.hpp) and its tiles within the space's counters.
+inline constexpr int64_t kF32SplitSteps = 24;
+// Each stage's tiles split into TF32 parts once by the block, not by every warp that reads them.
+inline constexpr bool kF32SplitOnce = false;
+
+template <int BM, int BN, int kStages>
+void launch_f32_tiles(GemmTcArgs a, cudaStream_t s) {
+  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages, kF32SplitOnce>;
+  static const bool configured = [] {
+    LF_CUDA_CALL(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages, kF32SplitOnce>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
+  const int64_t tiles = (a.m + BM - 1) / BM * (a.n / BN);
+  const int64_t steps = a.k / tc::kF32BK;
+  const int64_t by_space = static_cast<int64_t>(kSplitSpaceBytes / (static_cast<size_t>(a.m * a.n) * sizeof(float)));
+  a.splits = tiles > kSplitSpaceCounters
+                 ? 1
+                 : static_cast<int>(std::clamp<int64_t>(std::min((steps + kF32SplitSteps - 1) / kF32SplitSteps, by_space), 1, 8));
+  if (a.splits > 1) {
+    const SplitSpace space = split_space(s);
+    if (!space.part) a.splits = 1;  // a capture before the stream's first split: unsplit
+    a.partial = static_cast<float*>(space.part);
+    a.counters = space.count;
+  }
+  const dim3 grid(static_cast<unsigned>(a.n / BN), static_cast<unsigned>((a.m + BM - 1) / BM),
+                  static_cast<unsigned>(a.splits));
+  tc::gemm_tc_f32_kernel<BM, BN, kStages, kF32SplitOnce><<<grid, tc::kGemmThreads, kSmem, s>>>(a);
+  LF_CUDA_LAUNCH_CHECK("gemm_tc_f32");
+}
+
+void launch_f32(const GemmTcArgs& a, cudaStream_t s) {
+  const int64_t tiles64 = (a.m + 63) / 64 * (a.n / 64);
+  if (tiles64 >= current_device_info().sm_count) launch_f32_tiles<64, 64, 3>(a, s);
+  else launch_f32_tiles<32, 32, 4>(a, s);
+}
 
 }  // namespace
 
 bool gemm_tc_supported(const GemmTcArgs& a) {
-  if (a.dtype != DType::f16 && a.dtype != DType::bf16) return false;
-  if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.n % kGemmTcTileN != 0 || a.k % kGemmTcStepK != 0) return false;
+  if (a.dtype != DType::f16 && a.dtype != DType::bf16 && a.dtype != DType::f32) return false;
+  const int64_t step_k = a.dtype == DType::f32 ? kGemmTcStepKF32 : kGemmTcStepK;
+  if (a.m <= 0 || a.n <= 0 || a.k <= 0 || a.n % kGemmTcTileN != 0 || a.k % step_k != 0) return false;
   if (a.parts < 1 || a.parts > kGemmTcMaxParts || a.width <= 0 || a.width % 2 != 0 || a.parts * a.width != a.n)
     return false;
-  if (!aligned16(a.x) || !aligned16(a.w) || a.ldx < a.k || a.ldx % 8 != 0) return false;
+  // 16-byte rows: 8 f16 / bf16 or 4 f32 elements.
+  if (!aligned16(a.x) || !aligned16(a.w) || a.ldx < a.k || a.ldx % (a.dtype == DType::f32 ? 4 : 8) != 0) return false;
   if (a.bias && reinterpret_cast<uintptr_t>(a.bias) % 4 != 0) return false;
   for (int p = 0; p < a.parts; ++p)
     if (!a.out[p] || !aligned16(a.out[p])) return false;
@@ -47,7 +93,8 @@ bool gemm_tc_supported(const GemmTcArgs& a) {
 }
 
 void launch_gemm_tc(const GemmTcArgs& a, cudaStream_t s) {
-  if (a.dtype == DType::f16) launch_typed<F16>(a, s);
+  if (a.dtype == DType::f32) launch_f32(a, s);
+  else if (a.dtype == DType::f16) launch_typed<F16>(a, s);
   else launch_typed<BF16>(a, s);
 }
 

@@ -10,6 +10,9 @@
 // eager's in the last bits of the dtype (eager's tolerance: the planner's tests say so).
 // f16 and bf16; the shape rules are gemm_tc_supported's. Plans use it with LIVEFUSE_GEMM_TC=1
 // only: on an H100 it took twice cuBLASLt's time on BERT's linears (bench/RESULTS.md, session 43).
+// f32 (LIVEFUSE_GEMM_F32X3=1 only) runs as three TF32 products a step (gemm_tc_f32.cuh: near
+// f32's accuracy, unrounded), with K split over blocks where tiles are few: 1.2-2.5x cuBLASLt's
+// SIMT time on BERT's f32 linears at 128 rows (bench/RESULTS.md, session 52).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -21,11 +24,12 @@ namespace livefuse::cuda {
 // Applied after the bias (the op table's numerics: kernels/device/lf_math.cuh).
 enum class TcAct : uint8_t { none, relu, gelu, gelu_tanh, silu };
 inline constexpr int kGemmTcMaxParts = 8;
-// K is consumed in steps of this many elements; N in tiles of kGemmTcTileN columns.
-inline constexpr int64_t kGemmTcStepK = 64, kGemmTcTileN = 64;
+// K is consumed in steps of this many elements (f32: kGemmTcStepKF32); N in tiles of
+// kGemmTcTileN columns.
+inline constexpr int64_t kGemmTcStepK = 64, kGemmTcStepKF32 = 32, kGemmTcTileN = 64;
 
 struct GemmTcArgs {
-  DType dtype = DType::f16;  // of x, w, bias and the outputs (f16, bf16)
+  DType dtype = DType::f16;  // of x, w, bias and the outputs (f16, bf16, f32)
   int64_t m = 0, n = 0, k = 0;
   const void* x = nullptr;  // [m, k], row stride ldx, unit stride along k
   int64_t ldx = 0;
@@ -37,6 +41,12 @@ struct GemmTcArgs {
   int parts = 1;
   int64_t width = 0;
   void* out[kGemmTcMaxParts] = {};
+  // f32 only (gemm_tc_f32.cuh): K split `splits` ways; the splits' partial products go to
+  // `partial` (splits * m * n floats) and a tile's last split sums them (`counters`: one zeroed
+  // unsigned a tile, (m / BM) x (n / BN), left zeroed again).
+  int splits = 1;
+  float* partial = nullptr;
+  unsigned* counters = nullptr;
 };
 
 // Whether the kernel takes `a` (false: the caller runs cuBLASLt): a device of compute

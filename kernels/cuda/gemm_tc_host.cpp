@@ -1,6 +1,7 @@
 // The tensor-core GEMM's host side (gemm_tc.hpp): a linear call and its outputs as GemmTcArgs.
-// The planner's steps call run_linear_tc (gemm.hpp) for merged siblings and for an activation
-// cuBLASLt has no epilogue for; whatever it refuses runs as before (cuBLASLt, then the tail).
+// The planner's steps call run_linear_tc (gemm.hpp) for merged siblings, for an activation
+// cuBLASLt has no epilogue for, and (LIVEFUSE_GEMM_F32X3) for f32 linears; whatever it refuses
+// runs as before (cuBLASLt, then the tail).
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/gemm_tc.hpp"
 #include "kernels/cuda/gemm_views.hpp"
@@ -19,10 +20,9 @@ TcAct tc_act_of(OpId op) {
 }
 
 bool run_linear_tc(const OpCall& call, TcAct act, std::span<const Tensor> outs, void* stream) {
-  if (!config().gemm_tc || call.op != OpId::linear || outs.empty() ||
-      outs.size() > static_cast<size_t>(kGemmTcMaxParts))
-    return false;
+  if (call.op != OpId::linear || outs.empty() || outs.size() > static_cast<size_t>(kGemmTcMaxParts)) return false;
   const Tensor &x = call.inputs[0], &w = call.inputs[1];
+  if (!(x.dtype() == DType::f32 ? config().gemm_f32x3 : config().gemm_tc)) return false;
   const Tensor& first = outs[0];
   if (w.rank() != 2 || !w.is_contiguous() || x.dtype() != w.dtype() || first.dtype() != x.dtype()) return false;
   GemmTcArgs a;

@@ -136,6 +136,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_APPEND", &Config::append),
       bool_row("LIVEFUSE_GEMV", &Config::gemv),
       bool_row("LIVEFUSE_GEMM_TC", &Config::gemm_tc),
+      bool_row("LIVEFUSE_GEMM_F32X3", &Config::gemm_f32x3),
       int_row("LIVEFUSE_GEMV_NORM", "0, 1 or 2", 0, 2, &Config::gemv_norm),
       int_row("LIVEFUSE_GEMV_PAIR", "0, 1 or 2", 0, 2, &Config::gemv_pair),
       bool_row("LIVEFUSE_GEMM_TUNE", &Config::gemm_tune),

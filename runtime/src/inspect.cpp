@@ -53,6 +53,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_APPEND") return yes_no(c.append);
   if (name == "LIVEFUSE_GEMV") return yes_no(c.gemv);
   if (name == "LIVEFUSE_GEMM_TC") return yes_no(c.gemm_tc);
+  if (name == "LIVEFUSE_GEMM_F32X3") return yes_no(c.gemm_f32x3);
   if (name == "LIVEFUSE_GEMV_NORM") return std::to_string(c.gemv_norm);
   if (name == "LIVEFUSE_GEMV_PAIR") return std::to_string(c.gemv_pair);
   if (name == "LIVEFUSE_PACK_CACHE") return yes_no(c.pack_cache);

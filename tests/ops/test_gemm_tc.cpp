@@ -1,7 +1,8 @@
-// livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp, cuda::run_linear_tc; LIVEFUSE_GEMM_TC=1,
-// set here): a linear with its bias and an activation, or sibling linears written as their own
-// dense outputs, against eager's linear (cuBLASLt) then activation kernel -- to the dtype's
-// tolerance, since the two sum in different orders -- and the same bits on every run. Which
+// livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp, cuda::run_linear_tc; LIVEFUSE_GEMM_TC=1
+// and, for f32's three TF32 products, LIVEFUSE_GEMM_F32X3=1, set here): a linear with its bias
+// and an activation, or sibling linears written as their own dense outputs, against eager's
+// linear (cuBLASLt) then activation kernel -- to the dtype's tolerance, since the two sum in
+// different orders -- and the same bits on every run (f32's K splits included). Which
 // calls it refuses (the caller then runs cuBLASLt) is host logic and runs on any machine the
 // CUDA backend builds on.
 #if LIVEFUSE_HAS_CUDA
@@ -56,6 +57,7 @@ void check_near(const Tensor& got, const Tensor& want, DType dt, const std::stri
 
 LF_CUDA_TEST_CASE("gemm_tc: a linear with its bias and activation gives eager's values, the same bits every run") {
   const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
+  const lftest::ScopedConfig f32_on(&livefuse::Config::gemm_f32x3, true);
   const Device d = Device::cuda(0);
   // Eager's stream: the inputs are written there, and the outputs read back after it.
   void* const st = livefuse::Stream::current(d).handle();
@@ -65,11 +67,13 @@ LF_CUDA_TEST_CASE("gemm_tc: a linear with its bias and activation gives eager's 
     bool bias;
   };
   // BERT's FFN1 at batch 1 (128 rows: 32-row tiles) and 8 (1024: 64-row tiles), rows that are no
-  // multiple of a tile, one row, K over many ring slots, no bias.
+  // multiple of a tile, one row, K over many ring slots, no bias; f32: BERT's output projection
+  // and FFN2 at 128 rows (48 tiles: K split 2 ways and more, partials summed by the last split).
   const Case cases[] = {{128, 768, 3072, cu::TcAct::gelu, true}, {1024, 768, 3072, cu::TcAct::gelu, true},
                         {77, 128, 192, cu::TcAct::silu, true},   {1, 64, 64, cu::TcAct::none, true},
-                        {300, 1024, 128, cu::TcAct::relu, false}, {65, 192, 256, cu::TcAct::gelu_tanh, true}};
-  for (DType dt : {DType::f16, DType::bf16})
+                        {300, 1024, 128, cu::TcAct::relu, false}, {65, 192, 256, cu::TcAct::gelu_tanh, true},
+                        {128, 768, 768, cu::TcAct::none, true},   {128, 3072, 768, cu::TcAct::none, true}};
+  for (DType dt : {DType::f16, DType::bf16, DType::f32})
     for (const Case& c : cases) {
       const std::string what = std::string(lf::dtype_name(dt)) + " " + std::to_string(c.m) + "x" +
                                std::to_string(c.k) + "->" + std::to_string(c.n) + " act " +
@@ -89,9 +93,10 @@ LF_CUDA_TEST_CASE("gemm_tc: a linear with its bias and activation gives eager's 
 
 LF_CUDA_TEST_CASE("gemm_tc: merged siblings each get their dense output, wherever it lives") {
   const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
+  const lftest::ScopedConfig f32_on(&livefuse::Config::gemm_f32x3, true);
   const Device d = Device::cuda(0);
   void* const st = livefuse::Stream::current(d).handle();
-  for (DType dt : {DType::f16, DType::bf16}) {
+  for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
     // Q / K / V of a 128-token BERT-shaped layer, narrowed: 3 siblings of 192 columns over K 256.
     const int64_t m = 128, k = 256, width = 192;
     const Tensor x = rand_tensor({2, m / 2, k}, dt, d, 4, -1, 1);  // leading dims fold into rows
@@ -119,7 +124,7 @@ TEST_CASE("gemm_tc: calls it does not take are left to cuBLASLt, nothing launche
     return !cu::run_linear_tc(linear_call(x, w, b), act, std::span<const Tensor>(&out, 1), nullptr);
   };
   const Tensor x = rand_tensor({32, 128}, DType::f16, cpu, 7), w = rand_tensor({64, 128}, DType::f16, cpu, 8);
-  // f32 (no f32 tensor-core path here).
+  // f32 with LIVEFUSE_GEMM_F32X3=0 (f16's switch says nothing for f32).
   CHECK(refuses(rand_tensor({32, 128}, DType::f32, cpu, 9), rand_tensor({64, 128}, DType::f32, cpu, 10), {}, {32, 64},
                 cu::TcAct::gelu));
   // N not a whole number of 64-column tiles; K not of 64-element steps.
@@ -136,6 +141,12 @@ TEST_CASE("gemm_tc: calls it does not take are left to cuBLASLt, nothing launche
   {
     std::vector<Tensor> outs = {lf::empty({32, 16}, DType::f16, cpu), lf::empty({32, 16}, DType::f16, cpu)};
     CHECK_FALSE(cu::run_linear_tc(linear_call(x, w, {}), cu::TcAct::none, outs, nullptr));
+  }
+  // f32 with LIVEFUSE_GEMM_F32X3=1: K not of 32-element steps.
+  {
+    const lftest::ScopedConfig f32_on(&livefuse::Config::gemm_f32x3, true);
+    CHECK(refuses(rand_tensor({32, 48}, DType::f32, cpu, 18), rand_tensor({64, 48}, DType::f32, cpu, 19), {}, {32, 64},
+                  cu::TcAct::none));
   }
   // LIVEFUSE_GEMM_TC=0 (the default).
   tc_on.reset();

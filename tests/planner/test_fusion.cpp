@@ -488,12 +488,24 @@ TEST_CASE("fusion: on CUDA a linear's erf gelu or silu rides on the tensor-core 
         // The plan still computes eager's values where its steps run on the CPU (the tail).
         check_against_eager(ffn1(dt, 128, act, bias), 6, -1, -1, &o);
       }
-  // Not taken: f32 (no f32 tensor-core path), few rows (the GEMV's), LIVEFUSE_GEMM_TC=0, the
+  // Not taken: f32 without LIVEFUSE_GEMM_F32X3, few rows (the GEMV's), LIVEFUSE_GEMM_TC=0, the
   // activations cuBLASLt has (gelu_tanh: GELU_BIAS stays), an op the GEMM does not apply.
   const auto epilogue_of = [](const Segment& seg, const PlannerOptions& opts) {
     return std::get<GemmStep>(plan_segment(seg, opts).steps[0].body).epilogue;
   };
   CHECK(epilogue_of(ffn1(DType::f32, 128, OpId::gelu, true), o) == GemmEpilogue::None);
+  // f32 takes it with its own switch (three TF32 products: kernels/cuda/gemm_tc_f32.cuh), and
+  // f16's switch alone says nothing for f16 then.
+  {
+    PlannerOptions f32 = o;
+    f32.gemm_f32x3 = true;
+    CHECK(epilogue_of(ffn1(DType::f32, 128, OpId::gelu, true), f32) == GemmEpilogue::BiasAct);
+    CHECK(epilogue_of(ffn1(DType::f32, kExactEpilogueRows, OpId::gelu, true), f32) == GemmEpilogue::None);
+    f32.gemm_tc = false;
+    CHECK(epilogue_of(ffn1(DType::f32, 128, OpId::silu, false), f32) == GemmEpilogue::BiasAct);
+    CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::gelu, true), f32) == GemmEpilogue::None);
+    check_against_eager(ffn1(DType::f32, 128, OpId::gelu, true), 6, -1, -1, &f32);
+  }
   CHECK(epilogue_of(ffn1(DType::f16, kExactEpilogueRows, OpId::gelu, true), o) == GemmEpilogue::None);
   CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::gelu_tanh, true), o) == GemmEpilogue::GeluBias);
   CHECK(epilogue_of(ffn1(DType::f16, 128, OpId::sigmoid, true), o) == GemmEpilogue::None);
@@ -506,4 +518,8 @@ TEST_CASE("fusion: on CUDA a linear's erf gelu or silu rides on the tensor-core 
   const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
   CHECK(default_planner_options(Device::cuda(0)).gemm_tc);
   CHECK_FALSE(default_planner_options(Device::cpu()).gemm_tc);
+  CHECK_FALSE(default_planner_options(Device::cuda(0)).gemm_f32x3);
+  const lftest::ScopedConfig f32_on(&livefuse::Config::gemm_f32x3, true);
+  CHECK(default_planner_options(Device::cuda(0)).gemm_f32x3);
+  CHECK_FALSE(default_planner_options(Device::cpu()).gemm_f32x3);
 }

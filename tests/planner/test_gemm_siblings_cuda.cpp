@@ -111,6 +111,16 @@ LF_CUDA_TEST_CASE(
         }
 }
 
+LF_CUDA_TEST_CASE("gemm siblings cuda: f32 Q/K/V on the tensor-core GEMM (LIVEFUSE_GEMM_F32X3) equal eager") {
+  const lftest::ScopedConfig f32_on(&livefuse::Config::gemm_f32x3, true);
+  for (const bool bias : {true, false})
+    for (const bool heads : {false, true})
+      for (const int64_t m : {7, 300}) {  // the GEMV, the tensor-core GEMM
+        INFO("bias " << bias << " heads " << heads << " m " << m);
+        check_cuda(siblings(DType::f32, bias, heads, m, true), 2e-3);
+      }
+}
+
 LF_CUDA_TEST_CASE(
     "gemm siblings cuda: Q/K/V of one width as one strided-batched GEMM (f32: one product and its "
     "split) equal eager for "
@@ -160,6 +170,27 @@ TEST_CASE("gemm siblings: planned for CUDA, f32 siblings of one width are one GE
   REQUIRE(merged_step(p));
   CHECK(merged_step(p)->split_kernel);
   CHECK(planner::detail::sibling_output_runs(p).empty());
+}
+
+TEST_CASE("gemm siblings: planned for CUDA with LIVEFUSE_GEMM_F32X3, f32 siblings of one width are one launch") {
+  // livefuse's tensor-core GEMM (three TF32 products) writes each sibling's dense output: no
+  // split -- where its shape rules hold (K in steps of 32, columns in tiles of 64).
+  PlannerOptions o = default_planner_options(Device::cuda(0));
+  o.gemm_f32x3 = true;
+  const PlannedSegment p = plan_segment(siblings(DType::f32, true, false, 128, true), o);
+  INFO(p.describe());
+  CHECK(merged_siblings(p) == 3);
+  CHECK(p.num_kernels() == 1);
+  REQUIRE(merged_step(p));
+  CHECK_FALSE(merged_step(p)->split_kernel);
+  CHECK(planner::detail::sibling_output_runs(p).size() == 1);
+  // K of 48: not the kernel's; the wide GEMM and the split, as without the switch.
+  SegmentBuilder sb;
+  const ValueRef x = sb.input({1, 128, 48}, DType::f32);
+  for (int i = 0; i < 3; ++i) sb.output(sb.add(OpId::linear, {x, sb.input({64, 48}, DType::f32)}, linear_attrs(false)));
+  const PlannedSegment odd = plan_segment(sb.build(), o);
+  REQUIRE(merged_step(odd));
+  CHECK(merged_step(odd)->split_kernel);
 }
 
 TEST_CASE(

@@ -16,6 +16,22 @@ if [ -n "${1:-}" ]; then
   D=/tmp/$1
   rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
 fi
+# bert_median NAME DTYPE BATCH [ENV...]: one livefuse-bert process (BERT-base, random weights,
+# seq 128, 200 iterations after 3 s of warm-up; ENV its settings), its log and JSON in $D as NAME;
+# prints its median ms a forward, or "failed" and the log's last lines.
+bert_median() {
+  local name=$1 dt=$2 batch=$3; shift 3
+  env "$@" timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype "$dt" --device cuda \
+    --batch "$batch" --seq 128 --iters 200 --warmup-ms 3000 --quiet --json "$D/$name.json" > "$D/$name.log" 2>&1
+  python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['timing']['median_ms'], 4))" \
+    "$D/$name.json" 2>/dev/null || echo "failed: $(tail -2 "$D/$name.log" | tr '\n' ' ')"
+}
+# run_users: the user programs in the three modes (tools/gpu/users.sh, RUNS=1, EXIT_RUNS=2), their
+# log in $D/users.
+run_users() {
+  RUNS=1 EXIT_RUNS=2 timeout -s KILL "${USERS_S:-200}" bash tools/gpu/users.sh "$B" "$D/users" > /dev/null 2>&1
+  cat "$D/users/users.log"
+}
 # run_suites "test_x[:filter] ...": each test binary (with a doctest -tc filter) under a
 # SUITE_S (150 s) limit, its log in $D/<binary>.log, its case counts and first errors printed.
 run_suites() {

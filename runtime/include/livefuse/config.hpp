@@ -84,6 +84,14 @@ struct Config {
   // 8.1 against 4.0 us; FFN1 + gelu 9.5 against 6.6 for cuBLASLt's GEMM and the gelu kernel),
   // and BERT-base f16 batch 1 0.540 against 0.474 ms a forward (bench/RESULTS.md, session 43).
   bool gemm_tc = false;
+  // LIVEFUSE_GEMM_F32X3=1: CUDA plans run f32 linears on livefuse's tensor-core GEMM near f32's
+  // accuracy, each product as three TF32 products (kernels/cuda/gemm_tc_f32.cuh) where eager
+  // (cuBLASLt) runs SIMT f32; merged Q/K/V then write their dense outputs in one launch (no
+  // split kernel) and an erf-GELU / SiLU rides in the epilogue. Off by default: its mma.sync
+  // kernel took 1.2-2.5x cuBLASLt's SIMT time on BERT's f32 linears at 128 rows (H100: Q/K/V
+  // 25.3 against 19.1 us, FFN2 28.7 against 23.4), and f32 BERT-base b1 1.82-1.95 against
+  // 1.22-1.24 ms a forward (bench/RESULTS.md, session 52).
+  bool gemm_f32x3 = false;
   // LIVEFUSE_GEMV_NORM: which decode-step norms whose only reader is a few-row linear run inside
   // that linear's GEMV (its prologue: planner.cpp, fold_norm_prologues). 1 (default): a lone
   // layer_norm / rms_norm (GPT-2's); 2: also Llama's cast -> rms_norm -> cast -> mul chain, the

@@ -1,19 +1,51 @@
 // Lab (run THERE, built by f32_emulation.sh): BERT-base's f32 GEMMs on cuBLASLt with the SIMT
 // compute type (CUBLAS_COMPUTE_32F, what eager and plans run) against BF16x9 emulation on tensor
 // cores (CUBLAS_COMPUTE_32F_EMULATED_16BFX9) and TF32 (for scale only: not f32's accuracy).
-// Per shape and compute type: whether the heuristic has an algorithm, us a GEMM (median of 7
-// timings of 50 back-to-back runs), and the largest error against an f64 reference relative to
-// the largest |value|.
+// Then livefuse's own 3xTF32 kernel (kernels/cuda/gemm_tc_f32.cuh: f32 split into two TF32
+// parts, three tensor-core products) over its tile shapes and K splits, and once with FFN1's
+// bias + erf-GELU epilogue. Per shape and kind: whether the heuristic has an algorithm, us a
+// GEMM (the median of 50 replays of a graph of 20 launches, over the heuristic's algorithms: the
+// best), and the largest error against an f64 reference relative to the largest |value|; ours
+// also whether two launches gave the same bits.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/gemm_tc_f32.cuh"
+#include "lab_timing.cuh"
+
 #define CK(x) do { auto e_ = (x); if (e_ != 0) { std::printf("error %d at %s:%d\n", (int)e_, __FILE__, __LINE__); return 1; } } while (0)
+
+namespace tc = livefuse::cuda::tc;
+using livefuse::cuda::GemmTcArgs;
+using livefuse::cuda::TcAct;
+
+// Largest |y - ref| of a device result laid out as row-major [m, n].
+double max_err(const float* dy, const std::vector<double>& ref) {
+  std::vector<float> y(ref.size());
+  if (cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess) return 1e30;
+  double e = 0;
+  for (size_t i = 0; i < y.size(); ++i) e = std::max(e, std::fabs(y[i] - ref[i]));
+  return e;
+}
+
+template <int BM, int BN, int kStages, bool kOnce>
+void launch_ours(const GemmTcArgs& a, cudaStream_t st) {
+  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages, kOnce>;
+  static const bool configured = [] {
+    LAB_CK(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages, kOnce>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned(a.n / BN), unsigned((a.m + BM - 1) / BM), unsigned(a.splits));
+  tc::gemm_tc_f32_kernel<BM, BN, kStages, kOnce><<<grid, tc::kGemmThreads, kSmem, st>>>(a);
+}
 
 int main() {
   struct Shape { int m, k, n; const char* name; };
@@ -84,24 +116,10 @@ int main() {
         };
         if (run() != CUBLAS_STATUS_SUCCESS) continue;
         CK(cudaStreamSynchronize(s));
-        std::vector<float> times;
-        for (int rep = 0; rep < 7; ++rep) {
-          CK(cudaEventRecord(e0, s));
-          for (int i = 0; i < 50; ++i) run();
-          CK(cudaEventRecord(e1, s));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          times.push_back(ms * 1000 / 50);
-        }
-        std::sort(times.begin(), times.end());
-        if (times[3] < best) {
-          best = times[3];
-          std::vector<float> y(ref.size());
-          CK(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
-          // out^T column-major n x m == row-major [m, n]
-          err = 0;
-          for (size_t i = 0; i < y.size(); ++i) err = std::max(err, std::fabs(y[i] - ref[i]));
+        const double us = lab_time_graph_us(s, 50, [&] { for (int i = 0; i < 20; ++i) run(); }) / 20;
+        if (us < best) {
+          best = us;
+          err = max_err(dy, ref);
         }
       }
       std::printf("%-8s %-7s %5d %9.2f %10.2e\n", sh.name, cname, found, best, err / peak);
@@ -110,6 +128,70 @@ int main() {
       cublasLtMatrixLayoutDestroy(lb);
       cublasLtMatrixLayoutDestroy(lc);
       cublasLtMatmulDescDestroy(d);
+    }
+    // livefuse's 3xTF32 kernel: tiles x K splits.
+    {
+      float *part;
+      unsigned* counters;
+      CK(cudaMalloc(&part, size_t(8) * sh.m * sh.n * 4));
+      CK(cudaMalloc(&counters, size_t(sh.m / 16 + 1) * (sh.n / 32) * 4));
+      CK(cudaMemset(counters, 0, size_t(sh.m / 16 + 1) * (sh.n / 32) * 4));
+      // "once": the block splits each stage's tiles (kSplitOnce) instead of every warp.
+      struct Cfg { int bm, bn; bool once; void (*fn)(const GemmTcArgs&, cudaStream_t); };
+      const Cfg cfgs[] = {{32, 64, false, launch_ours<32, 64, 4, false>}, {64, 64, false, launch_ours<64, 64, 3, false>},
+                          {32, 32, false, launch_ours<32, 32, 4, false>}, {64, 32, false, launch_ours<64, 32, 4, false>},
+                          {32, 64, true, launch_ours<32, 64, 4, true>},   {64, 64, true, launch_ours<64, 64, 3, true>},
+                          {32, 32, true, launch_ours<32, 32, 4, true>},   {64, 32, true, launch_ours<64, 32, 4, true>}};
+      for (const Cfg& c : cfgs)
+        for (int splits : {1, 2, 4, 8}) {
+          const int steps = sh.k / int(tc::kF32BK);
+          if (splits > steps / 4) continue;
+          GemmTcArgs a;
+          a.dtype = livefuse::DType::f32;
+          a.m = sh.m, a.n = sh.n, a.k = sh.k, a.ldx = sh.k;
+          a.x = dx, a.w = dw, a.width = sh.n, a.out[0] = dy;
+          a.splits = splits, a.partial = part, a.counters = counters;
+          CK(cudaMemset(dy, 0, ref.size() * 4));
+          c.fn(a, s);
+          CK(cudaStreamSynchronize(s));
+          CK(cudaGetLastError());
+          const double e = max_err(dy, ref);
+          std::vector<float> y1(ref.size()), y2(ref.size());
+          CK(cudaMemcpy(y1.data(), dy, y1.size() * 4, cudaMemcpyDeviceToHost));
+          c.fn(a, s);
+          CK(cudaStreamSynchronize(s));
+          CK(cudaMemcpy(y2.data(), dy, y2.size() * 4, cudaMemcpyDeviceToHost));
+          const bool same = std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0;
+          const double us = lab_time_graph_us(s, 50, [&] { for (int i = 0; i < 20; ++i) c.fn(a, s); }) / 20;
+          char name[32];
+          std::snprintf(name, sizeof name, "x3%s %dx%d/%d", c.once ? "o" : "", c.bm, c.bn, splits);
+          std::printf("%-8s %-12s %9.2f %10.2e %s\n", sh.name, name, us, e / peak, same ? "same bits" : "BITS DIFFER");
+        }
+      // FFN1's epilogue: bias + erf-GELU, against gelu(ref + bias) in f64.
+      if (sh.n == 3072 && sh.m == 128) {
+        std::vector<float> b(sh.n);
+        std::uniform_real_distribution<float> ub(-0.5f, 0.5f);
+        for (float& v : b) v = ub(rng);
+        float* db;
+        CK(cudaMalloc(&db, b.size() * 4));
+        CK(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
+        std::vector<double> gref(ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          const double v = ref[i] + b[i % sh.n];
+          gref[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+        }
+        GemmTcArgs a;
+        a.dtype = livefuse::DType::f32;
+        a.m = sh.m, a.n = sh.n, a.k = sh.k, a.ldx = sh.k;
+        a.x = dx, a.w = dw, a.width = sh.n, a.out[0] = dy, a.bias = db, a.act = TcAct::gelu;
+        a.splits = 2, a.partial = part, a.counters = counters;
+        launch_ours<32, 32, 4, true>(a, s);
+        CK(cudaStreamSynchronize(s));
+        std::printf("%-8s %-12s %9s %10.2e (bias + erf-GELU, once 32x32/2)\n", sh.name, "x3 gelu", "-", max_err(dy, gref) / peak);
+        cudaFree(db);
+      }
+      cudaFree(part);
+      cudaFree(counters);
     }
     cudaFree(dx);
     cudaFree(dw);

@@ -4,5 +4,5 @@
 set -u
 cd "$(dirname "$0")/../../.."
 mkdir -p /tmp/f32_emulation
-nvcc -O2 -std=c++17 -arch=sm_90 tools/gpu/lab/f32_emulation.cu -lcublasLt -o /tmp/f32_emulation/f32_emulation && \
+nvcc -O3 -std=c++20 -arch=sm_90 -lineinfo -I. -Iruntime/include -Ikernels -Itools/gpu/lab tools/gpu/lab/f32_emulation.cu -lcublasLt -o /tmp/f32_emulation/f32_emulation && \
   timeout -k 5 120 /tmp/f32_emulation/f32_emulation

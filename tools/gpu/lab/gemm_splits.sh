@@ -18,13 +18,6 @@
 parts=" ${GS_PARTS:-1 2 3} "
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
-bert() {  # bert NAME DTYPE BATCH [ENV...]: one livefuse-bert process, prints its median ms
-  local name=$1 dt=$2 batch=$3; shift 3
-  env "$@" timeout -k 5 90 "$B/tools/bert/livefuse-bert" --random 1 --preset base --dtype "$dt" --device cuda \
-    --batch "$batch" --seq 128 --iters 200 --warmup-ms 3000 --quiet --json "$D/$name.json" > "$D/$name.log" 2>&1
-  python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['timing']['median_ms'], 4))" \
-    "$D/$name.json" 2>/dev/null || echo failed
-}
 if [[ $parts == *" 1 "* ]]; then
   at suites
   run_suites "${GS_SUITES:-test_planner:*gemm* test_bert test_replacement:*gemm*,*linear*}"
@@ -47,10 +40,10 @@ if [[ $parts == *" 6 "* ]]; then
   for cfg in ${GS_TUNE_BERT:-f32:1 f32:8}; do
     IFS=: read -r dt batch <<< "$cfg"
     for r in 1 2; do
-      echo "$dt b$batch round $r: tune0 $(bert t0_${dt}_${batch}_$r $dt $batch LIVEFUSE_GEMM_TUNE=0) tune1 $(bert t1_${dt}_${batch}_$r $dt $batch LIVEFUSE_GEMM_TUNE=1)"
+      echo "$dt b$batch round $r: tune0 $(bert_median t0_${dt}_${batch}_$r $dt $batch LIVEFUSE_GEMM_TUNE=0) tune1 $(bert_median t1_${dt}_${batch}_$r $dt $batch LIVEFUSE_GEMM_TUNE=1)"
     done
   done
-  LIVEFUSE_GEMM_TUNE=1 LIVEFUSE_REPORT="$D/bert_f32.report.json" bert report_f32 f32 1 >/dev/null
+  LIVEFUSE_GEMM_TUNE=1 LIVEFUSE_REPORT="$D/bert_f32.report.json" bert_median report_f32 f32 1 >/dev/null
   report_plans "$D/bert_f32.report.json" gemm_tuning
 fi
 if [[ $parts == *" 4 "* ]]; then
@@ -68,8 +61,7 @@ if [[ $parts == *" 5 "* ]]; then
 fi
 if [[ $parts == *" 7 "* ]]; then
   at "user programs"
-  RUNS=1 EXIT_RUNS=2 timeout -s KILL 200 bash tools/gpu/users.sh "$B" "$D/users" > /dev/null 2>&1
-  cat "$D/users/users.log"
+  run_users
 fi
 at done
 tar -czf "$REAL_OUT/gemm_splits.tgz" -C "$D" . 2>/dev/null

@@ -1,0 +1,233 @@
+#pragma once
+// f32 linears on tensor cores at f32's accuracy ("3xTF32"): every operand value v is split into
+// big = tf32(v) and small = tf32(v - big) (10 + 1 mantissa bits each, so big + small carries
+// ~22 of f32's 24), and each m16n8k8 product is summed as a_small b_big + a_big b_small +
+// a_big b_big into f32 accumulators -- the a_small b_small term (~2^-22 relative) is the only
+// one dropped. cuBLASLt's f32 GEMM (what eager runs) is SIMT: BERT-base's f32 linears run at
+// 14-25 TFLOPS there (bench/RESULTS.md, session 51), where three TF32 products a step still
+// have several times that on an H100's tensor cores.
+//
+// A block of 4 warps (2 x 2) computes a BM x BN tile of out = act(x w^T + bias); K runs in
+// steps of kF32BK through a kStages-deep cp.async ring of padded shared tiles (row stride
+// kF32BK + 4 floats: the fragment loads below hit 32 distinct banks). With `splits` > 1 the
+// grid's z index takes a contiguous range of K steps; each writes its partial tile to
+// `partial`, and the last of a tile's blocks to arrive (a counter a tile, reset by that block
+// for the next launch or graph replay) sums the partials in split order, so one call gives the
+// same bits every time. Device code for gemm_tc.cu and the lab (tools/gpu/lab/f32_emulation.cu).
+#include "kernels/cuda/gemm_tc.cuh"
+
+namespace livefuse::cuda::tc {
+
+inline constexpr int kF32BK = static_cast<int>(kGemmTcStepKF32), kF32Pad = 4, kF32RowStride = kF32BK + kF32Pad;
+
+// kSplitOnce: each stage's tiles are split once by the block into big and small tiles (twice the
+// space) instead of by every warp that reads a value (two warps read each).
+template <int BM, int BN, int kStages, bool kSplitOnce = false>
+inline constexpr int kGemmF32Smem = (kSplitOnce ? 2 : 1) * kStages * (BM + BN) * kF32RowStride * 4;
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(v));
+  const float rest = v - __uint_as_float(big);
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(rest));
+}
+
+// c += a b for one m16n8k8 TF32 tile.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Rows [0, Rows) of a [.., kF32BK] slice (row stride `ld` floats) into a padded tile; rows at
+// or past `valid` are zero-filled (they add 0 to rows that are never stored).
+template <int Rows>
+__device__ __forceinline__ void load_f32_tile(float* tile, const float* src, int64_t ld, int64_t valid, int t) {
+  constexpr int kChunks = kF32BK / 4, kStep = kGemmThreads / kChunks;
+  static_assert(Rows % kStep == 0);
+  const int c = t % kChunks, r0 = t / kChunks;
+  const uint32_t base = smem_address(tile);
+#pragma unroll
+  for (int it = 0; it < Rows / kStep; ++it) {
+    const int r = r0 + it * kStep;
+    const bool ok = r < valid;
+    cp_async16(base + 4 * (r * kF32RowStride + c * 4), ok ? src + r * ld + c * 4 : src, ok);
+  }
+}
+
+// A stage's [rows][kF32BK] tile split in place: `tile` keeps the big parts (as tf32 bits), `small`
+// gets the rest; 16 bytes a thread at a time.
+template <int Rows>
+__device__ __forceinline__ void split_tile(float* tile, uint32_t* small, int tid) {
+  constexpr int kChunks = Rows * (kF32BK / 4);
+#pragma unroll
+  for (int c = tid; c < kChunks; c += kGemmThreads) {
+    const int at = (c / (kF32BK / 4)) * kF32RowStride + (c % (kF32BK / 4)) * 4;
+    const float4 v = *reinterpret_cast<const float4*>(tile + at);
+    uint4 b, sm;
+    split_tf32(v.x, b.x, sm.x);
+    split_tf32(v.y, b.y, sm.y);
+    split_tf32(v.z, b.z, sm.z);
+    split_tf32(v.w, b.w, sm.w);
+    *reinterpret_cast<uint4*>(tile + at) = b;
+    *reinterpret_cast<uint4*>(small + at) = sm;
+  }
+}
+
+template <int BM, int BN, int kStages, bool kSplitOnce = false>
+__global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a) {
+  constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8;
+  static_assert(MT >= 1 && NT >= 1 && WM % 16 == 0 && WN % 8 == 0);
+  extern __shared__ __align__(128) float fsmem[];
+  float* const sa = fsmem;                                  // [kStages][BM][kF32RowStride]
+  float* const sb = fsmem + kStages * BM * kF32RowStride;   // [kStages][BN][kF32RowStride]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = warp / 2, wn = warp % 2, g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const int64_t rows_left = a.m - row0;
+  const int all_steps = static_cast<int>(a.k / kF32BK), z = static_cast<int>(blockIdx.z);
+  const int s_begin = all_steps * z / a.splits, s_end = all_steps * (z + 1) / a.splits, steps = s_end - s_begin;
+  const float* const x = static_cast<const float*>(a.x) + row0 * a.ldx + static_cast<int64_t>(s_begin) * kF32BK;
+  const float* const w = static_cast<const float*>(a.w) + col0 * a.k + static_cast<int64_t>(s_begin) * kF32BK;
+  auto load = [&](int s, int slot) {
+    const int64_t k0 = static_cast<int64_t>(s) * kF32BK;
+    load_f32_tile<BM>(sa + slot * BM * kF32RowStride, x + k0, a.ldx, rows_left, tid);
+    load_f32_tile<BN>(sb + slot * BN * kF32RowStride, w + k0, a.k, BN, tid);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load(s, s);
+    cp_async_commit();
+  }
+  // The big x big products and the two correction products sum into accumulators of their own:
+  // three products into one accumulator made each step wait on the one before it (an mma's
+  // latency), where two chains a tile keep twice as many in flight.
+  float acc[MT][NT][4] = {}, fix[MT][NT][4] = {};
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
+    cp_async_commit();
+    float* const ta = sa + (s % kStages) * BM * kF32RowStride;
+    float* const tb = sb + (s % kStages) * BN * kF32RowStride;
+    // kSplitOnce: the small parts' tiles, after the big parts' (same strides).
+    uint32_t* const tas = reinterpret_cast<uint32_t*>(fsmem + kStages * (BM + BN) * kF32RowStride) +
+                          (s % kStages) * BM * kF32RowStride;
+    uint32_t* const tbs = reinterpret_cast<uint32_t*>(fsmem + kStages * (2 * BM + BN) * kF32RowStride) +
+                          (s % kStages) * BN * kF32RowStride;
+    if constexpr (kSplitOnce) {
+      split_tile<BM>(ta, tas, tid);
+      split_tile<BN>(tb, tbs, tid);
+      __syncthreads();
+    }
+#pragma unroll
+    for (int kk = 0; kk < kF32BK / 8; ++kk) {
+      uint32_t ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int at = (wm * WM + i * 16 + g) * kF32RowStride + kk * 8 + t;
+        const int offs[4] = {0, 8 * kF32RowStride, 4, 8 * kF32RowStride + 4};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kSplitOnce) {
+            ab[i][e] = reinterpret_cast<const uint32_t*>(ta)[at + offs[e]];
+            as[i][e] = tas[at + offs[e]];
+          } else {
+            split_tf32(ta[at + offs[e]], ab[i][e], as[i][e]);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int at = (wn * WN + j * 8 + g) * kF32RowStride + kk * 8 + t;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if constexpr (kSplitOnce) {
+            bb[j][e] = reinterpret_cast<const uint32_t*>(tb)[at + 4 * e];
+            bs[j][e] = tbs[at + 4 * e];
+          } else {
+            split_tf32(tb[at + 4 * e], bb[j][e], bs[j][e]);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          mma_tf32(fix[i][j], as[i], bb[j][0], bb[j][1]);
+          mma_tf32(acc[i][j], ab[i], bb[j][0], bb[j][1]);
+          mma_tf32(fix[i][j], ab[i], bs[j][0], bs[j][1]);
+        }
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] += fix[i][j][e];
+  // Element e of tile (i, j): row g + 8 (e / 2), column 2t + e % 2. f(row, col, pair) for each
+  // row pair of this lane's tiles inside the product.
+  auto each_pair = [&](auto&& f) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = row0 + wm * WM + i * 16 + g + 8 * h, col = col0 + wn * WN + j * 8 + 2 * t;
+          if (row < a.m) f(row, col, &acc[i][j][2 * h]);
+        }
+  };
+  if (a.splits > 1) {
+    float* const part = a.partial + static_cast<int64_t>(z) * a.m * a.n;
+    each_pair([&](int64_t row, int64_t col, float* v) {
+      *reinterpret_cast<float2*>(part + row * a.n + col) = make_float2(v[0], v[1]);
+    });
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned arrived;
+    unsigned* const counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
+    if (tid == 0) arrived = atomicAdd(counter, 1u);
+    __syncthreads();
+    if (arrived != static_cast<unsigned>(a.splits - 1)) return;
+    __threadfence();
+    if (tid == 0) *counter = 0;  // every block of this tile has arrived: ready for the next launch
+    each_pair([&](int64_t row, int64_t col, float* v) {
+      v[0] = v[1] = 0.0f;
+      for (int p = 0; p < a.splits; ++p) {
+        const float2 q = __ldcg(reinterpret_cast<const float2*>(a.partial + (static_cast<int64_t>(p) * a.m + row) * a.n + col));
+        v[0] += q.x, v[1] += q.y;
+      }
+    });
+  }
+  const float* const bias = static_cast<const float*>(a.bias);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int64_t col = col0 + wn * WN + j * 8 + 2 * t;
+    const float b0 = bias ? bias[col] : 0.0f, b1 = bias ? bias[col + 1] : 0.0f;
+    const int64_t part = col / a.width;
+    float* const out = static_cast<float*>(a.out[part]) + (col - part * a.width);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + wm * WM + i * 16 + g + 8 * h;
+        if (row >= a.m) continue;
+        float v0 = acc[i][j][2 * h] + b0, v1 = acc[i][j][2 * h + 1] + b1;
+        if (a.act != TcAct::none) v0 = activate(a.act, v0), v1 = activate(a.act, v1);
+        *reinterpret_cast<float2*>(out + row * a.width) = make_float2(v0, v1);
+      }
+  }
+}
+#else
+template <int BM, int BN, int kStages, bool kSplitOnce = false>
+__global__ void gemm_tc_f32_kernel(GemmTcArgs) {
+  __trap();  // gemm_tc_supported keeps devices before sm_80 away
+}
+#endif
+
+}  // namespace livefuse::cuda::tc
