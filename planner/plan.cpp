@@ -174,7 +174,7 @@ EpilogueValues epilogue_values(const GemmStep& gs, std::span<const Tensor> value
 }
 
 #if LIVEFUSE_HAS_CUDA
-// An f32 linear on the tensor-core GEMM at f32's accuracy (LIVEFUSE_GEMM_F32X3: three TF32
+// An f32 linear on the tensor-core GEMM near f32's accuracy (LIVEFUSE_GEMM_F32X3: three TF32
 // products, kernels/cuda/gemm_tc_f32.cuh) where eager runs cuBLASLt's SIMT f32. False: nothing
 // launched (switched off, not an f32 linear, or shapes the kernel refuses); cuBLASLt runs it.
 bool run_linear_f32x3(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {

@@ -35,17 +35,15 @@ void launch_typed(const GemmTcArgs& a, cudaStream_t s) {
 // f32 (3xTF32). Tiles and K splits as tools/gpu/lab/f32_emulation.sh measured them over BERT's
 // f32 linears (H100, bench/RESULTS.md session 52): 64 x 64 tiles where they fill the SMs (1024
 // rows), else 32 x 32; K split so that each split sums about kF32SplitSteps steps (FFN2 at 128
-// rows: 4 splits, 29.9 us against 57.4 unsplit), its partials within the stream's split space
+// rows: 4 splits, 27.3 us against 41.2 unsplit), its partials within the stream's split space
 // (split_space.hpp) and its tiles within the space's counters.
 inline constexpr int64_t kF32SplitSteps = 24;
-// Each stage's tiles split into TF32 parts once by the block, not by every warp that reads them.
-inline constexpr bool kF32SplitOnce = false;
 
 template <int BM, int BN, int kStages>
 void launch_f32_tiles(GemmTcArgs a, cudaStream_t s) {
-  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages, kF32SplitOnce>;
+  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages>;
   static const bool configured = [] {
-    LF_CUDA_CALL(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages, kF32SplitOnce>,
+    LF_CUDA_CALL(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
@@ -64,7 +62,7 @@ void launch_f32_tiles(GemmTcArgs a, cudaStream_t s) {
   }
   const dim3 grid(static_cast<unsigned>(a.n / BN), static_cast<unsigned>((a.m + BM - 1) / BM),
                   static_cast<unsigned>(a.splits));
-  tc::gemm_tc_f32_kernel<BM, BN, kStages, kF32SplitOnce><<<grid, tc::kGemmThreads, kSmem, s>>>(a);
+  tc::gemm_tc_f32_kernel<BM, BN, kStages><<<grid, tc::kGemmThreads, kSmem, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("gemm_tc_f32");
 }
 

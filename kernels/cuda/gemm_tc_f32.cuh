@@ -1,11 +1,12 @@
 #pragma once
-// f32 linears on tensor cores at f32's accuracy ("3xTF32"): every operand value v is split into
-// big = tf32(v) and small = tf32(v - big) (10 + 1 mantissa bits each, so big + small carries
-// ~22 of f32's 24), and each m16n8k8 product is summed as a_small b_big + a_big b_small +
-// a_big b_big into f32 accumulators -- the a_small b_small term (~2^-22 relative) is the only
-// one dropped. cuBLASLt's f32 GEMM (what eager runs) is SIMT: BERT-base's f32 linears run at
-// 14-25 TFLOPS there (bench/RESULTS.md, session 51), where three TF32 products a step still
-// have several times that on an H100's tensor cores.
+// f32 linears on tensor cores near f32's accuracy ("3xTF32"): every operand value v is split
+// into big = tf32(v) and small = tf32(v - big) (10 + 1 mantissa bits each, so big + small
+// carries ~22 of f32's 24), and each m16n8k8 product is summed as a_big b_big plus the
+// corrections a_small b_big + a_big b_small (f32 accumulators, the corrections in their own) --
+// the a_small b_small term (~2^-22 relative) is the only one dropped. On BERT's linears its
+// error is 0.6-2.3e-6 of the largest value against 3-4e-7 for cuBLASLt's SIMT f32 (the tensor
+// cores' f32 sums are less exact than FMA's), and it is slower than that SIMT kernel at 128
+// rows (bench/RESULTS.md, session 52): LIVEFUSE_GEMM_F32X3=1 only.
 //
 // A block of 4 warps (2 x 2) computes a BM x BN tile of out = act(x w^T + bias); K runs in
 // steps of kF32BK through a kStages-deep cp.async ring of padded shared tiles (row stride
@@ -20,10 +21,8 @@ namespace livefuse::cuda::tc {
 
 inline constexpr int kF32BK = static_cast<int>(kGemmTcStepKF32), kF32Pad = 4, kF32RowStride = kF32BK + kF32Pad;
 
-// kSplitOnce: each stage's tiles are split once by the block into big and small tiles (twice the
-// space) instead of by every warp that reads a value (two warps read each).
-template <int BM, int BN, int kStages, bool kSplitOnce = false>
-inline constexpr int kGemmF32Smem = (kSplitOnce ? 2 : 1) * kStages * (BM + BN) * kF32RowStride * 4;
+template <int BM, int BN, int kStages>
+inline constexpr int kGemmF32Smem = kStages * (BM + BN) * kF32RowStride * 4;
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small) {
@@ -57,26 +56,7 @@ __device__ __forceinline__ void load_f32_tile(float* tile, const float* src, int
   }
 }
 
-// A stage's [rows][kF32BK] tile split in place: `tile` keeps the big parts (as tf32 bits), `small`
-// gets the rest; 16 bytes a thread at a time.
-template <int Rows>
-__device__ __forceinline__ void split_tile(float* tile, uint32_t* small, int tid) {
-  constexpr int kChunks = Rows * (kF32BK / 4);
-#pragma unroll
-  for (int c = tid; c < kChunks; c += kGemmThreads) {
-    const int at = (c / (kF32BK / 4)) * kF32RowStride + (c % (kF32BK / 4)) * 4;
-    const float4 v = *reinterpret_cast<const float4*>(tile + at);
-    uint4 b, sm;
-    split_tf32(v.x, b.x, sm.x);
-    split_tf32(v.y, b.y, sm.y);
-    split_tf32(v.z, b.z, sm.z);
-    split_tf32(v.w, b.w, sm.w);
-    *reinterpret_cast<uint4*>(tile + at) = b;
-    *reinterpret_cast<uint4*>(small + at) = sm;
-  }
-}
-
-template <int BM, int BN, int kStages, bool kSplitOnce = false>
+template <int BM, int BN, int kStages>
 __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a) {
   constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8;
   static_assert(MT >= 1 && NT >= 1 && WM % 16 == 0 && WN % 8 == 0);
@@ -110,47 +90,26 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
     __syncthreads();
     if (s + kStages - 1 < steps) load(s + kStages - 1, (s + kStages - 1) % kStages);
     cp_async_commit();
-    float* const ta = sa + (s % kStages) * BM * kF32RowStride;
-    float* const tb = sb + (s % kStages) * BN * kF32RowStride;
-    // kSplitOnce: the small parts' tiles, after the big parts' (same strides).
-    uint32_t* const tas = reinterpret_cast<uint32_t*>(fsmem + kStages * (BM + BN) * kF32RowStride) +
-                          (s % kStages) * BM * kF32RowStride;
-    uint32_t* const tbs = reinterpret_cast<uint32_t*>(fsmem + kStages * (2 * BM + BN) * kF32RowStride) +
-                          (s % kStages) * BN * kF32RowStride;
-    if constexpr (kSplitOnce) {
-      split_tile<BM>(ta, tas, tid);
-      split_tile<BN>(tb, tbs, tid);
-      __syncthreads();
-    }
+    // Each warp splits the values it reads (a block splitting each stage's tiles once into big
+    // and small tiles, behind one more barrier a step, measured slower: session 52).
+    const float* ta = sa + (s % kStages) * BM * kF32RowStride;
+    const float* tb = sb + (s % kStages) * BN * kF32RowStride;
 #pragma unroll
     for (int kk = 0; kk < kF32BK / 8; ++kk) {
       uint32_t ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
 #pragma unroll
       for (int i = 0; i < MT; ++i) {
-        const int at = (wm * WM + i * 16 + g) * kF32RowStride + kk * 8 + t;
-        const int offs[4] = {0, 8 * kF32RowStride, 4, 8 * kF32RowStride + 4};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (kSplitOnce) {
-            ab[i][e] = reinterpret_cast<const uint32_t*>(ta)[at + offs[e]];
-            as[i][e] = tas[at + offs[e]];
-          } else {
-            split_tf32(ta[at + offs[e]], ab[i][e], as[i][e]);
-          }
-        }
+        const float* p = ta + (wm * WM + i * 16 + g) * kF32RowStride + kk * 8 + t;
+        split_tf32(p[0], ab[i][0], as[i][0]);
+        split_tf32(p[8 * kF32RowStride], ab[i][1], as[i][1]);
+        split_tf32(p[4], ab[i][2], as[i][2]);
+        split_tf32(p[8 * kF32RowStride + 4], ab[i][3], as[i][3]);
       }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const int at = (wn * WN + j * 8 + g) * kF32RowStride + kk * 8 + t;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if constexpr (kSplitOnce) {
-            bb[j][e] = reinterpret_cast<const uint32_t*>(tb)[at + 4 * e];
-            bs[j][e] = tbs[at + 4 * e];
-          } else {
-            split_tf32(tb[at + 4 * e], bb[j][e], bs[j][e]);
-          }
-        }
+        const float* p = tb + (wn * WN + j * 8 + g) * kF32RowStride + kk * 8 + t;
+        split_tf32(p[0], bb[j][0], bs[j][0]);
+        split_tf32(p[4], bb[j][1], bs[j][1]);
       }
 #pragma unroll
       for (int i = 0; i < MT; ++i)
@@ -224,7 +183,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
   }
 }
 #else
-template <int BM, int BN, int kStages, bool kSplitOnce = false>
+template <int BM, int BN, int kStages>
 __global__ void gemm_tc_f32_kernel(GemmTcArgs) {
   __trap();  // gemm_tc_supported keeps devices before sm_80 away
 }

@@ -88,9 +88,9 @@ struct Config {
   // accuracy, each product as three TF32 products (kernels/cuda/gemm_tc_f32.cuh) where eager
   // (cuBLASLt) runs SIMT f32; merged Q/K/V then write their dense outputs in one launch (no
   // split kernel) and an erf-GELU / SiLU rides in the epilogue. Off by default: its mma.sync
-  // kernel took 1.2-2.5x cuBLASLt's SIMT time on BERT's f32 linears at 128 rows (H100: Q/K/V
-  // 25.3 against 19.1 us, FFN2 28.7 against 23.4), and f32 BERT-base b1 1.82-1.95 against
-  // 1.22-1.24 ms a forward (bench/RESULTS.md, session 52).
+  // kernel took 1.1-1.3x cuBLASLt's SIMT time on BERT's f32 linears at 128 rows (H100: Q/K/V
+  // 24.5 against 19.1 us, FFN2 27.3 against 23.4; 2% faster only at 1024 rows), with 2-6x its
+  // error, and f32 BERT-base b1 1.367 against 1.221 ms a forward (bench/RESULTS.md, session 52).
   bool gemm_f32x3 = false;
   // LIVEFUSE_GEMV_NORM: which decode-step norms whose only reader is a few-row linear run inside
   // that linear's GEMV (its prologue: planner.cpp, fold_norm_prologues). 1 (default): a lone
