@@ -19,10 +19,18 @@
 
 namespace livefuse::cuda::tc {
 
-inline constexpr int kF32BK = static_cast<int>(kGemmTcStepKF32), kF32Pad = 4, kF32RowStride = kF32BK + kF32Pad;
+inline constexpr int kF32BK = static_cast<int>(kGemmTcStepKF32);
+// kVecK: a lane reads its fragments 16 bytes at a time -- within each 16 columns of K, lane t's
+// values for both k8 steps sit at columns 4t .. 4t + 3 (the same order for x and w, so every
+// product is still summed once) -- from rows padded to 48 floats (two rows a quarter-warp, 32
+// distinct banks). Else a lane reads single floats of rows padded to 36 (conflict-free too).
+// kVecK is the lab's (tools/gpu/lab/f32_emulation.sh) until measured: written in session 52
+// after its last GPU call; gemm_tc.cu launches kVecK = false.
+template <bool kVecK>
+inline constexpr int kF32RowStride = kF32BK + (kVecK ? 16 : 4);
 
-template <int BM, int BN, int kStages>
-inline constexpr int kGemmF32Smem = kStages * (BM + BN) * kF32RowStride * 4;
+template <int BM, int BN, int kStages, bool kVecK = false>
+inline constexpr int kGemmF32Smem = kStages * (BM + BN) * kF32RowStride<kVecK> * 4;
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 __device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small) {
@@ -42,7 +50,7 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
 
 // Rows [0, Rows) of a [.., kF32BK] slice (row stride `ld` floats) into a padded tile; rows at
 // or past `valid` are zero-filled (they add 0 to rows that are never stored).
-template <int Rows>
+template <int Rows, int RS>
 __device__ __forceinline__ void load_f32_tile(float* tile, const float* src, int64_t ld, int64_t valid, int t) {
   constexpr int kChunks = kF32BK / 4, kStep = kGemmThreads / kChunks;
   static_assert(Rows % kStep == 0);
@@ -52,13 +60,13 @@ __device__ __forceinline__ void load_f32_tile(float* tile, const float* src, int
   for (int it = 0; it < Rows / kStep; ++it) {
     const int r = r0 + it * kStep;
     const bool ok = r < valid;
-    cp_async16(base + 4 * (r * kF32RowStride + c * 4), ok ? src + r * ld + c * 4 : src, ok);
+    cp_async16(base + 4 * (r * RS + c * 4), ok ? src + r * ld + c * 4 : src, ok);
   }
 }
 
-template <int BM, int BN, int kStages>
+template <int BM, int BN, int kStages, bool kVecK = false>
 __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a) {
-  constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8;
+  constexpr int WM = BM / 2, WN = BN / 2, MT = WM / 16, NT = WN / 8, kF32RowStride = tc::kF32RowStride<kVecK>;
   static_assert(MT >= 1 && NT >= 1 && WM % 16 == 0 && WN % 8 == 0);
   extern __shared__ __align__(128) float fsmem[];
   float* const sa = fsmem;                                  // [kStages][BM][kF32RowStride]
@@ -73,8 +81,8 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
   const float* const w = static_cast<const float*>(a.w) + col0 * a.k + static_cast<int64_t>(s_begin) * kF32BK;
   auto load = [&](int s, int slot) {
     const int64_t k0 = static_cast<int64_t>(s) * kF32BK;
-    load_f32_tile<BM>(sa + slot * BM * kF32RowStride, x + k0, a.ldx, rows_left, tid);
-    load_f32_tile<BN>(sb + slot * BN * kF32RowStride, w + k0, a.k, BN, tid);
+    load_f32_tile<BM, kF32RowStride>(sa + slot * BM * kF32RowStride, x + k0, a.ldx, rows_left, tid);
+    load_f32_tile<BN, kF32RowStride>(sb + slot * BN * kF32RowStride, w + k0, a.k, BN, tid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -94,6 +102,44 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
     // and small tiles, behind one more barrier a step, measured slower: session 52).
     const float* ta = sa + (s % kStages) * BM * kF32RowStride;
     const float* tb = sb + (s % kStages) * BN * kF32RowStride;
+    if constexpr (kVecK) {
+#pragma unroll
+      for (int c16 = 0; c16 < kF32BK / 16; ++c16) {
+        uint32_t ab[2][MT][4], as[2][MT][4], bb[2][NT][2], bs[2][NT][2];  // [k8 step of the 16]
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          const float* p = ta + (wm * WM + i * 16 + g) * kF32RowStride + c16 * 16 + 4 * t;
+          const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 8 * kF32RowStride);
+          split_tf32(lo.x, ab[0][i][0], as[0][i][0]);
+          split_tf32(hi.x, ab[0][i][1], as[0][i][1]);
+          split_tf32(lo.y, ab[0][i][2], as[0][i][2]);
+          split_tf32(hi.y, ab[0][i][3], as[0][i][3]);
+          split_tf32(lo.z, ab[1][i][0], as[1][i][0]);
+          split_tf32(hi.z, ab[1][i][1], as[1][i][1]);
+          split_tf32(lo.w, ab[1][i][2], as[1][i][2]);
+          split_tf32(hi.w, ab[1][i][3], as[1][i][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(tb + (wn * WN + j * 8 + g) * kF32RowStride + c16 * 16 + 4 * t);
+          split_tf32(v.x, bb[0][j][0], bs[0][j][0]);
+          split_tf32(v.y, bb[0][j][1], bs[0][j][1]);
+          split_tf32(v.z, bb[1][j][0], bs[1][j][0]);
+          split_tf32(v.w, bb[1][j][1], bs[1][j][1]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              mma_tf32(fix[i][j], as[h][i], bb[h][j][0], bb[h][j][1]);
+              mma_tf32(acc[i][j], ab[h][i], bb[h][j][0], bb[h][j][1]);
+              mma_tf32(fix[i][j], ab[h][i], bs[h][j][0], bs[h][j][1]);
+            }
+      }
+      continue;
+    }
 #pragma unroll
     for (int kk = 0; kk < kF32BK / 8; ++kk) {
       uint32_t ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
@@ -183,7 +229,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
   }
 }
 #else
-template <int BM, int BN, int kStages>
+template <int BM, int BN, int kStages, bool kVecK = false>
 __global__ void gemm_tc_f32_kernel(GemmTcArgs) {
   __trap();  // gemm_tc_supported keeps devices before sm_80 away
 }

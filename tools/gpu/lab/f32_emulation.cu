@@ -35,16 +35,16 @@ double max_err(const float* dy, const std::vector<double>& ref) {
   return e;
 }
 
-template <int BM, int BN, int kStages>
+template <int BM, int BN, int kStages, bool kVec = false>
 void launch_ours(const GemmTcArgs& a, cudaStream_t st) {
-  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages>;
+  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages, kVec>;
   static const bool configured = [] {
-    LAB_CK(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    LAB_CK(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
   (void)configured;
   const dim3 grid(unsigned(a.n / BN), unsigned((a.m + BM - 1) / BM), unsigned(a.splits));
-  tc::gemm_tc_f32_kernel<BM, BN, kStages><<<grid, tc::kGemmThreads, kSmem, st>>>(a);
+  tc::gemm_tc_f32_kernel<BM, BN, kStages, kVec><<<grid, tc::kGemmThreads, kSmem, st>>>(a);
 }
 
 int main() {
@@ -136,9 +136,11 @@ int main() {
       CK(cudaMalloc(&part, size_t(8) * sh.m * sh.n * 4));
       CK(cudaMalloc(&counters, size_t(sh.m / 16 + 1) * (sh.n / 32) * 4));
       CK(cudaMemset(counters, 0, size_t(sh.m / 16 + 1) * (sh.n / 32) * 4));
-      struct Cfg { int bm, bn; void (*fn)(const GemmTcArgs&, cudaStream_t); };
-      const Cfg cfgs[] = {{32, 64, launch_ours<32, 64, 4>}, {64, 64, launch_ours<64, 64, 3>},
-                          {32, 32, launch_ours<32, 32, 4>}, {64, 32, launch_ours<64, 32, 4>}};
+      // "v": fragments read 16 bytes a lane (kVecK).
+      struct Cfg { int bm, bn; bool vec; void (*fn)(const GemmTcArgs&, cudaStream_t); };
+      const Cfg cfgs[] = {{32, 32, false, launch_ours<32, 32, 4>},      {64, 64, false, launch_ours<64, 64, 3>},
+                          {32, 32, true, launch_ours<32, 32, 4, true>}, {64, 64, true, launch_ours<64, 64, 3, true>},
+                          {32, 64, true, launch_ours<32, 64, 4, true>}, {64, 32, true, launch_ours<64, 32, 4, true>}};
       for (const Cfg& c : cfgs)
         for (int splits : {1, 2, 4, 8}) {
           const int steps = sh.k / int(tc::kF32BK);
@@ -161,7 +163,7 @@ int main() {
           const bool same = std::memcmp(y1.data(), y2.data(), y1.size() * 4) == 0;
           const double us = lab_time_graph_us(s, 50, [&] { for (int i = 0; i < 20; ++i) c.fn(a, s); }) / 20;
           char name[32];
-          std::snprintf(name, sizeof name, "x3 %dx%d/%d", c.bm, c.bn, splits);
+          std::snprintf(name, sizeof name, "x3%s %dx%d/%d", c.vec ? "v" : "", c.bm, c.bn, splits);
           std::printf("%-8s %-12s %9.2f %10.2e %s\n", sh.name, name, us, e / peak, same ? "same bits" : "BITS DIFFER");
         }
       // FFN1's epilogue: bias + erf-GELU, against gelu(ref + bias) in f64.
@@ -182,9 +184,9 @@ int main() {
         a.m = sh.m, a.n = sh.n, a.k = sh.k, a.ldx = sh.k;
         a.x = dx, a.w = dw, a.width = sh.n, a.out[0] = dy, a.bias = db, a.act = TcAct::gelu;
         a.splits = 2, a.partial = part, a.counters = counters;
-        launch_ours<32, 32, 4>(a, s);
+        launch_ours<32, 32, 4, true>(a, s);
         CK(cudaStreamSynchronize(s));
-        std::printf("%-8s %-12s %9s %10.2e (bias + erf-GELU, 32x32/2)\n", sh.name, "x3 gelu", "-", max_err(dy, gref) / peak);
+        std::printf("%-8s %-12s %9s %10.2e (bias + erf-GELU, vec 32x32/2)\n", sh.name, "x3 gelu", "-", max_err(dy, gref) / peak);
         cudaFree(db);
       }
       cudaFree(part);
