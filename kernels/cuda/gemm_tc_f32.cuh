@@ -138,33 +138,33 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
               mma_tf32(fix[i][j], ab[h][i], bs[h][j][0], bs[h][j][1]);
             }
       }
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < kF32BK / 8; ++kk) {
-      uint32_t ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
+      for (int kk = 0; kk < kF32BK / 8; ++kk) {
+        uint32_t ab[MT][4], as[MT][4], bb[NT][2], bs[NT][2];
 #pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const float* p = ta + (wm * WM + i * 16 + g) * kF32RowStride + kk * 8 + t;
-        split_tf32(p[0], ab[i][0], as[i][0]);
-        split_tf32(p[8 * kF32RowStride], ab[i][1], as[i][1]);
-        split_tf32(p[4], ab[i][2], as[i][2]);
-        split_tf32(p[8 * kF32RowStride + 4], ab[i][3], as[i][3]);
-      }
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const float* p = tb + (wn * WN + j * 8 + g) * kF32RowStride + kk * 8 + t;
-        split_tf32(p[0], bb[j][0], bs[j][0]);
-        split_tf32(p[4], bb[j][1], bs[j][1]);
-      }
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
+        for (int i = 0; i < MT; ++i) {
+          const float* p = ta + (wm * WM + i * 16 + g) * kF32RowStride + kk * 8 + t;
+          split_tf32(p[0], ab[i][0], as[i][0]);
+          split_tf32(p[8 * kF32RowStride], ab[i][1], as[i][1]);
+          split_tf32(p[4], ab[i][2], as[i][2]);
+          split_tf32(p[8 * kF32RowStride + 4], ab[i][3], as[i][3]);
+        }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-          mma_tf32(fix[i][j], as[i], bb[j][0], bb[j][1]);
-          mma_tf32(acc[i][j], ab[i], bb[j][0], bb[j][1]);
-          mma_tf32(fix[i][j], ab[i], bs[j][0], bs[j][1]);
+          const float* p = tb + (wn * WN + j * 8 + g) * kF32RowStride + kk * 8 + t;
+          split_tf32(p[0], bb[j][0], bs[j][0]);
+          split_tf32(p[4], bb[j][1], bs[j][1]);
         }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            mma_tf32(fix[i][j], as[i], bb[j][0], bb[j][1]);
+            mma_tf32(acc[i][j], ab[i], bb[j][0], bb[j][1]);
+            mma_tf32(fix[i][j], ab[i], bs[j][0], bs[j][1]);
+          }
+      }
     }
   }
   cp_async_wait<0>();

@@ -60,9 +60,6 @@ int main() {
   void* ws;
   const size_t ws_bytes = 32u << 20;
   CK(cudaMalloc(&ws, ws_bytes));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   std::mt19937 rng(7);
   std::printf("%-8s %-7s %5s %9s %10s\n", "gemm", "compute", "algos", "us", "max_err");
   for (const Shape& sh : shapes) {
