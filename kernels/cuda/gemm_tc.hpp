@@ -41,13 +41,28 @@ struct GemmTcArgs {
   int parts = 1;
   int64_t width = 0;
   void* out[kGemmTcMaxParts] = {};
-  // f32 only (gemm_tc_f32.cuh): K split `splits` ways; the splits' partial products go to
-  // `partial` (splits * m * n floats) and a tile's last split sums them (`counters`: one zeroed
-  // unsigned a tile, (m / BM) x (n / BN), left zeroed again).
+  // Set by launch_gemm_tc (gemm_tc_splits): K split `splits` ways; the splits' partial products
+  // go to `partial` (splits * m * n floats) and a tile's last split sums them (`counters`: one
+  // zeroed unsigned a tile, (m / BM) x (n / BN), left zeroed again; gemm_tc_split.cuh).
   int splits = 1;
   float* partial = nullptr;
   unsigned* counters = nullptr;
+  // The partial products are the result (run_linear_tc_partials: a row kernel sums them, the
+  // bias and activation with it): nothing is summed, `out`, `bias`, `act` and `counters` unused.
+  bool partials_only = false;
+  // f16 / bf16: the first weight tiles are loaded before the kernel's PDL wait (gemm_tc.cuh): w
+  // must be memory no kernel that may still be running writes. launch_gemm_tc sets it inside an
+  // EarlyWeightsScope (gemv.hpp) when PDL is on.
+  bool early_weights = false;
 };
+
+// How many ways a launch of `tiles` output tiles of `steps` K steps each splits K (1: not at
+// all), on a GPU of `sms` SMs, with room for `space_splits` partial products of the whole output
+// and `counters` tiles. f16 / bf16 (steps of kGemmTcStepK): from kGemmTcSplitFrom steps, about
+// kGemmTcSplitSteps steps a split; f32 (3xTF32, steps of kGemmTcStepKF32): about
+// kGemmTcF32SplitSteps steps a split.
+inline constexpr int64_t kGemmTcSplitFrom = 32, kGemmTcSplitSteps = 12, kGemmTcF32SplitSteps = 24;
+int gemm_tc_splits(DType dt, int64_t tiles, int64_t steps, int sms, int64_t space_splits, int64_t counters);
 
 // Whether the kernel takes `a` (false: the caller runs cuBLASLt): a device of compute
 // capability 8.0 or later; f16 / bf16; n a multiple of kGemmTcTileN and k of kGemmTcStepK;

@@ -11,11 +11,11 @@
 // A block of 4 warps (2 x 2) computes a BM x BN tile of out = act(x w^T + bias); K runs in
 // steps of kF32BK through a kStages-deep cp.async ring of padded shared tiles (row stride
 // kF32BK + 4 floats: the fragment loads below hit 32 distinct banks). With `splits` > 1 the
-// grid's z index takes a contiguous range of K steps; each writes its partial tile to
-// `partial`, and the last of a tile's blocks to arrive (a counter a tile, reset by that block
-// for the next launch or graph replay) sums the partials in split order, so one call gives the
-// same bits every time. Device code for gemm_tc.cu and the lab (tools/gpu/lab/f32_emulation.cu).
+// grid's z index takes a contiguous range of K steps, summed in split order by the tile's last
+// block (gemm_tc_split.cuh), so one call gives the same bits every time. Device code for
+// gemm_tc.cu and the lab (tools/gpu/lab/f32_emulation.cu).
 #include "kernels/cuda/gemm_tc.cuh"
+#include "kernels/cuda/gemm_tc_split.cuh"
 
 namespace livefuse::cuda::tc {
 
@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
   const int wm = warp / 2, wn = warp % 2, g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x) * BN;
   const int64_t rows_left = a.m - row0;
-  const int all_steps = static_cast<int>(a.k / kF32BK), z = static_cast<int>(blockIdx.z);
-  const int s_begin = all_steps * z / a.splits, s_end = all_steps * (z + 1) / a.splits, steps = s_end - s_begin;
+  const StepRange range = split_steps(static_cast<int>(a.k / kF32BK), static_cast<int>(blockIdx.z), a.splits);
+  const int s_begin = range.begin, steps = range.end - range.begin;
   const float* const x = static_cast<const float*>(a.x) + row0 * a.ldx + static_cast<int64_t>(s_begin) * kF32BK;
   const float* const w = static_cast<const float*>(a.w) + col0 * a.k + static_cast<int64_t>(s_begin) * kF32BK;
   auto load = [&](int s, int slot) {
@@ -187,28 +187,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
           if (row < a.m) f(row, col, &acc[i][j][2 * h]);
         }
   };
-  if (a.splits > 1) {
-    float* const part = a.partial + static_cast<int64_t>(z) * a.m * a.n;
-    each_pair([&](int64_t row, int64_t col, float* v) {
-      *reinterpret_cast<float2*>(part + row * a.n + col) = make_float2(v[0], v[1]);
-    });
-    __threadfence();
-    __syncthreads();
-    __shared__ unsigned arrived;
-    unsigned* const counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
-    if (tid == 0) arrived = atomicAdd(counter, 1u);
-    __syncthreads();
-    if (arrived != static_cast<unsigned>(a.splits - 1)) return;
-    __threadfence();
-    if (tid == 0) *counter = 0;  // every block of this tile has arrived: ready for the next launch
-    each_pair([&](int64_t row, int64_t col, float* v) {
-      v[0] = v[1] = 0.0f;
-      for (int p = 0; p < a.splits; ++p) {
-        const float2 q = __ldcg(reinterpret_cast<const float2*>(a.partial + (static_cast<int64_t>(p) * a.m + row) * a.n + col));
-        v[0] += q.x, v[1] += q.y;
-      }
-    });
-  }
+  if (a.splits > 1 && !sum_splits(a, each_pair)) return;
   const float* const bias = static_cast<const float*>(a.bias);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {

@@ -458,6 +458,7 @@ GemvLaunchCounts gemv_launch_counts() {
 
 EarlyWeightsScope::EarlyWeightsScope(bool on) : before_(t_early_weights) { t_early_weights = on; }
 EarlyWeightsScope::~EarlyWeightsScope() { t_early_weights = before_; }
+bool early_weights_scope() { return t_early_weights; }
 
 void set_gemv_prefetch(bool on) { g_prefetch.store(on, std::memory_order_relaxed); }
 void set_gemv_norm_early(bool on) { g_norm_early.store(on, std::memory_order_relaxed); }

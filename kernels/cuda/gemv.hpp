@@ -124,9 +124,10 @@ struct GemvLaunchCounts {
 };
 GemvLaunchCounts gemv_launch_counts();
 
-// While alive (and `on`), GEMVs this thread launches with PDL load their first weights before
-// their wait (GemvArgs::early_weights): a plan's step whose weights no kernel that may still be
-// running writes (planner/early_reads.hpp, weights_early).
+// While alive (and `on`), GEMVs and tensor-core GEMMs (gemm_tc.hpp) this thread launches with
+// PDL load their first weights before their wait (GemvArgs::early_weights,
+// GemmTcArgs::early_weights): a plan's step whose weights no kernel that may still be running
+// writes (planner/early_reads.hpp, weights_early).
 class EarlyWeightsScope {
  public:
   explicit EarlyWeightsScope(bool on);
@@ -137,5 +138,7 @@ class EarlyWeightsScope {
  private:
   bool before_;
 };
+// Whether this thread is inside an EarlyWeightsScope that is on.
+bool early_weights_scope();
 
 }  // namespace livefuse::cuda

@@ -1,0 +1,52 @@
+#pragma once
+// K split over a tensor-core GEMM launch's blocks (grid z), shared by the f16 / bf16 kernel
+// (gemm_tc.cuh) and the f32 one (gemm_tc_f32.cuh). Where a product has fewer tiles than the GPU
+// has SMs, or a long K (BERT's FFN2: 3072), each block walks a contiguous range of the K steps;
+// the blocks of a tile write their f32 partial tiles to the stream's split space
+// (split_space.hpp) and the last of them to arrive sums the partials in split order -- the same
+// bits every launch, whichever block comes last -- then applies the kernel's epilogue. The
+// tile's counter is back at zero when the launch ends, for the next launch or graph replay.
+#include "kernels/cuda/gemm_tc.hpp"
+
+namespace livefuse::cuda::tc {
+
+// Split z's K steps [begin, end) of `steps`: contiguous, sizes differ by at most one.
+struct StepRange {
+  int begin, end;
+};
+__device__ __forceinline__ StepRange split_steps(int steps, int z, int splits) {
+  return {steps * z / splits, steps * (z + 1) / splits};
+}
+
+// For a.splits > 1. `each_pair(f)` calls f(row, col, float* v) for each pair of this thread's
+// accumulators v[0..1] at (row, col) and (row, col + 1) inside the product. Writes them as this
+// split's partial; returns true in the tile's last block to arrive, its pairs then holding the
+// sum over all splits; false in the others, which are done (and in every block where the
+// partials are the result: GemmTcArgs::partials_only).
+template <class EachPair>
+__device__ __forceinline__ bool sum_splits(const GemmTcArgs& a, EachPair&& each_pair) {
+  float* const part = a.partial + static_cast<int64_t>(blockIdx.z) * a.m * a.n;
+  each_pair([&](int64_t row, int64_t col, float* v) {
+    *reinterpret_cast<float2*>(part + row * a.n + col) = make_float2(v[0], v[1]);
+  });
+  if (a.partials_only) return false;
+  __threadfence();
+  __syncthreads();
+  __shared__ unsigned arrived;
+  unsigned* const counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) arrived = atomicAdd(counter, 1u);
+  __syncthreads();
+  if (arrived != static_cast<unsigned>(a.splits - 1)) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;  // every block of this tile has arrived: ready for the next launch
+  each_pair([&](int64_t row, int64_t col, float* v) {
+    v[0] = v[1] = 0.0f;
+    for (int p = 0; p < a.splits; ++p) {
+      const float2 q = __ldcg(reinterpret_cast<const float2*>(a.partial + (static_cast<int64_t>(p) * a.m + row) * a.n + col));
+      v[0] += q.x, v[1] += q.y;
+    }
+  });
+  return true;
+}
+
+}  // namespace livefuse::cuda::tc
