@@ -13,18 +13,27 @@
 // that f16 value rounded again -- what cuBLASLt's BIAS epilogue then an eager GELU give. Checked
 // against cuBLASLt's result (the two sum in different orders: within a few f16 ulps).
 //
-// The kernel is livefuse's (kernels/cuda/gemm_tc.cuh) at each of its tile shapes.
+// The kernel is livefuse's (kernels/cuda/gemm_tc.cuh) at each of its tile shapes and K splits
+// (`sN`: grid z, partials summed by each tile's last block), each timed twice: launched plainly,
+// and with PDL and its first weight tiles loaded before its wait ("pdl"). A third timing puts
+// the GEMM where a plan has it, after a short kernel that rewrites its input (a row kernel's
+// stand-in): 20 pairs in a graph, cuBLASLt's pair against the kernel's with PDL -- what
+// overlapping the weights' first round trip with the kernel before is worth. cuBLASLt's chosen
+// algorithm (tile, stages, K splits, reduction) is printed for each case.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/gemm_tc.cuh"
+#include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "lab_timing.cuh"
 #define CK LAB_CK
 
@@ -36,21 +45,72 @@ namespace tc = livefuse::cuda::tc;
 
 enum Act : int { kNone = 0, kGeluErf = 1 };
 
+// a.splits, a.partial, a.counters and a.early_weights as the caller set them; PDL when `pdl`.
 template <int BM, int kStages>
-void launch(const GemmTcArgs& a, cudaStream_t st) {
+void launch(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
   constexpr int smem = tc::kGemmSmem<BM, kStages>;
   static bool once = [] {
     CK(cudaFuncSetAttribute(tc::gemm_tc_kernel<F16, BM, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
-  const dim3 grid(static_cast<unsigned>(a.n / tc::kGemmBN), static_cast<unsigned>((a.m + BM - 1) / BM));
-  tc::gemm_tc_kernel<F16, BM, kStages><<<grid, tc::kGemmThreads, smem, st>>>(a);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(a.n / tc::kGemmBN), static_cast<unsigned>((a.m + BM - 1) / BM),
+                     static_cast<unsigned>(a.splits));
+  cfg.blockDim = dim3(tc::kGemmThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  if (pdl) cfg.attrs = &at, cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, tc::gemm_tc_kernel<F16, BM, kStages>, a));
+}
+
+// The wgmma kernel (gemm_wgmma.cuh): 64 x BN tiles.
+template <int BN, int kStages>
+void launch_wg(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
+  constexpr int smem = tc::kWgmmaSmem<BN, kStages>;
+  static bool once = [] {
+    CK(cudaFuncSetAttribute(tc::gemm_wgmma_kernel<F16, BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    return true;
+  }();
+  (void)once;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(a.n / BN), static_cast<unsigned>((a.m + 63) / 64), static_cast<unsigned>(a.splits));
+  cfg.blockDim = dim3(tc::kGemmThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  if (pdl) cfg.attrs = &at, cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, tc::gemm_wgmma_kernel<F16, BN, kStages>, a));
 }
 
 __global__ void gelu_kernel(lf_u16* y, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = lf_f2h(lf_gelu(lf_h2f(y[i])));
+}
+
+// The stand-in for the row kernel before a plan's GEMM: rewrites x (the same values) after its
+// PDL wait, so the GEMM after it must wait for it and the one before it must be done reading x.
+__global__ void rewrite_kernel(lf_u16* x, int64_t n) {
+  livefuse::cuda::pdl_wait();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = lf_f2h(lf_h2f(x[i]) * 1.0f);
+}
+
+void rewrite(lf_u16* x, int64_t n, bool pdl, cudaStream_t st) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>((n + 255) / 256));
+  cfg.blockDim = dim3(256);
+  cfg.stream = st;
+  cudaLaunchAttribute at{};
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  if (pdl) cfg.attrs = &at, cfg.numAttrs = 1;
+  CK(cudaLaunchKernelEx(&cfg, rewrite_kernel, x, n));
 }
 
 // cuBLASLt: out[M, N] row-major = x w^T + bias, as D (N x M, column-major) = W^T-view... the
@@ -59,6 +119,7 @@ struct Lt {
   cublasLtHandle_t h = nullptr;
   void* ws = nullptr;
   size_t ws_bytes = 32 << 20;
+  bool describe = false;  // print the next call's algorithm
   Lt() {
     cublasLtCreate(&h);
     CK(cudaMalloc(&ws, ws_bytes));
@@ -98,6 +159,24 @@ struct Lt {
       std::fprintf(stderr, "cuBLASLt: no algorithm\n");
       std::exit(2);
     }
+    if (describe) {
+      auto cfg = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
+        uint32_t v = 0;
+        size_t got = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&r.algo, attr, &v, sizeof v, &got);
+        return v;
+      };
+      int32_t id = 0;
+      size_t got = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
+      std::printf("      cuBLASLt algo %d: tile id %u, stages id %u, split-K %u, reduction %u, swizzle %u, "
+                  "cluster id %u, workspace %zu\n",
+                  id, cfg(CUBLASLT_ALGO_CONFIG_TILE_ID), cfg(CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                  cfg(CUBLASLT_ALGO_CONFIG_SPLITK_NUM), cfg(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                  cfg(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), cfg(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                  r.workspaceSize);
+      describe = false;
+    }
     const float one = 1.0f, zero = 0.0f;
     if (cublasLtMatmul(h, op, &one, w, la, x, lb, &zero, out, ld, out, ld, &r.algo, ws, ws_bytes, st) !=
         CUBLAS_STATUS_SUCCESS) {
@@ -133,16 +212,22 @@ struct Case {
   int m, k, n, parts, act;
 };
 
-// The kernel's tile shapes (rows x 64 columns, ring stages): livefuse takes 32 x 64 x 4 where
-// 64-row tiles are fewer than the SMs, else 64 x 64 x 3 (kernels/cuda/gemm_tc.cu).
-using Launch = void (*)(const GemmTcArgs&, cudaStream_t);
+// The kernel's tile shapes (rows x 64 columns, ring stages) and K splits: livefuse takes
+// 32 x 64 x 4 where 64-row tiles are fewer than the SMs, else 64 x 64 x 3, and the splits of
+// gemm_tc_splits (kernels/cuda/gemm_tc.cu, gemm_tc_host.cpp).
+using Launch = void (*)(const GemmTcArgs&, bool, cudaStream_t);
 struct Variant {
   const char* name;
   Launch run;
+  int splits;
 };
 const Variant kVariants[] = {
-    {"32x64x4", launch<32, 4>}, {"32x64x3", launch<32, 3>}, {"64x64x3", launch<64, 3>},
-    {"64x64x4", launch<64, 4>}, {"128x64x3", launch<128, 3>},
+    {"32x64x4 s1", launch<32, 4>, 1}, {"32x64x4 s2", launch<32, 4>, 2}, {"32x64x4 s3", launch<32, 4>, 3},
+    {"32x64x4 s4", launch<32, 4>, 4}, {"32x64x6 s1", launch<32, 6>, 1}, {"32x64x6 s2", launch<32, 6>, 2},
+    {"64x64x3 s1", launch<64, 3>, 1}, {"64x64x3 s2", launch<64, 3>, 2},
+    {"wg64x64x4 s1", launch_wg<64, 4>, 1}, {"wg64x64x6 s1", launch_wg<64, 6>, 1}, {"wg64x64x4 s2", launch_wg<64, 4>, 2},
+    {"wg64x64x4 s4", launch_wg<64, 4>, 4}, {"wg64x32x4 s1", launch_wg<32, 4>, 1}, {"wg64x32x6 s1", launch_wg<32, 6>, 1},
+    {"wg64x32x4 s2", launch_wg<32, 4>, 2}, {"wg64x32x4 s4", launch_wg<32, 4>, 4},
 };
 
 }  // namespace
@@ -167,6 +252,13 @@ int main(int argc, char** argv) {
   if (jf) std::fprintf(jf, "[\n");
   bool first = true, bad = false;
   constexpr int kLaunches = 20;
+  // The K splits' partial products and per-tile counters (zero between launches).
+  constexpr size_t kPartialBytes = size_t{32} << 20;
+  float* partial;
+  unsigned* counters;
+  CK(cudaMalloc(&partial, kPartialBytes));
+  CK(cudaMalloc(&counters, 4096 * sizeof(unsigned)));
+  CK(cudaMemset(counters, 0, 4096 * sizeof(unsigned)));
   for (const Case& c : cases) {
     lf_u16* x = device_random(static_cast<size_t>(c.m) * c.k, 1.0f, rng);
     lf_u16* w = device_random(static_cast<size_t>(c.n) * c.k, 1.0f / std::sqrt(float(c.k)), rng);
@@ -180,35 +272,65 @@ int main(int argc, char** argv) {
       lt.run(x, w, b, ref, c.m, c.n / c.parts, c.k, c.parts, st);
       if (c.act == kGeluErf) gelu_kernel<<<(outs + 255) / 256, 256, 0, st>>>(ref, outs);
     };
+    lt.describe = true;
     lt_run();
     CK(cudaStreamSynchronize(st));
     const std::vector<float> r = host(ref, outs);
+    const int64_t xn = static_cast<int64_t>(c.m) * c.k;
     const double t_lt = lab_time_graph_us(st, reps, [&] { for (int i = 0; i < kLaunches; ++i) lt_run(); }) / kLaunches;
-    std::printf("%-5s %5dx%-5d->%-5d parts %d  cuBLASLt%s %7.2f us\n", c.name, c.m, c.k, c.n, c.parts,
-                c.act == kGeluErf ? "+gelu" : "     ", t_lt);
+    const double t_lt_pair = lab_time_graph_us(st, reps, [&] {
+      for (int i = 0; i < kLaunches; ++i) rewrite(x, xn, false, st), lt_run();
+    }) / kLaunches;
+    std::printf("%-5s %5dx%-5d->%-5d parts %d  cuBLASLt%s %7.2f us; after a rewrite of x %7.2f us\n", c.name, c.m,
+                c.k, c.n, c.parts, c.act == kGeluErf ? "+gelu" : "     ", t_lt, t_lt_pair);
     GemmTcArgs a;
     a.m = c.m, a.n = c.n, a.k = c.k, a.x = x, a.ldx = c.k, a.w = w, a.bias = b;
     a.act = c.act == kGeluErf ? TcAct::gelu : TcAct::none;
     a.parts = c.parts, a.width = c.n / c.parts;
+    a.partial = partial;
+    a.counters = counters;
     for (int p = 0; p < c.parts; ++p) a.out[p] = got + static_cast<size_t>(p) * c.m * a.width;
     for (const Variant& v : kVariants) {
-      CK(cudaMemset(got, 0xff, outs * 2));
-      v.run(a, st);
-      CK(cudaGetLastError());
-      CK(cudaStreamSynchronize(st));
-      const std::vector<float> o = host(got, outs);
+      a.splits = v.splits;
+      if (static_cast<size_t>(v.splits) * outs * 4 > kPartialBytes || c.k / tc::kGemmBK < v.splits) continue;
       double err = 0, peak = 0;
-      for (size_t i = 0; i < outs; ++i) {
-        err = std::fmax(err, std::fabs(double(o[i]) - r[i]));
-        peak = std::fmax(peak, std::fabs(double(r[i])));
+      bool same = true;
+      std::vector<float> first_run;
+      for (int pdl = 0; pdl < 2; ++pdl) {
+        a.early_weights = pdl == 1;
+        CK(cudaMemset(got, 0xff, outs * 2));
+        v.run(a, pdl == 1, st);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+        const std::vector<float> o = host(got, outs);
+        for (size_t i = 0; i < outs; ++i) {
+          err = std::fmax(err, std::fabs(double(o[i]) - r[i]));
+          peak = std::fmax(peak, std::fabs(double(r[i])));
+        }
+        if (pdl == 0) first_run = o;
+        else same = std::memcmp(o.data(), first_run.data(), outs * sizeof(float)) == 0;
       }
-      if (!(err <= 4e-3 * std::fmax(peak, 1.0))) bad = true;  // (NaN fails too)
-      const double t = lab_time_graph_us(st, reps, [&] { for (int i = 0; i < kLaunches; ++i) v.run(a, st); }) / kLaunches;
-      std::printf("      %-10s %7.2f us  (%.2fx cuBLASLt)  max |diff| %.2e of peak %.2f%s\n", v.name, t, t_lt / t, err,
-                  peak, err <= 4e-3 * std::fmax(peak, 1.0) ? "" : "  FAIL");
+      const bool ok = err <= 4e-3 * std::fmax(peak, 1.0) && same;  // (NaN fails too)
+      if (!ok) bad = true;
+      double t[2], t_pair = 0;
+      for (int pdl = 0; pdl < 2; ++pdl) {
+        a.early_weights = pdl == 1;
+        t[pdl] = lab_time_graph_us(st, reps, [&] { for (int i = 0; i < kLaunches; ++i) v.run(a, pdl == 1, st); }) / kLaunches;
+      }
+      a.early_weights = true;
+      t_pair = lab_time_graph_us(st, reps, [&] {
+        for (int i = 0; i < kLaunches; ++i) rewrite(x, xn, true, st), v.run(a, true, st);
+      }) / kLaunches;
+      std::printf("      %-13s %7.2f us, pdl %7.2f  (%.2fx cuBLASLt); after a rewrite, pdl %7.2f (%.2fx)  max |diff| "
+                  "%.2e of peak %.2f%s\n",
+                  v.name, t[0], t[1], t_lt / t[1], t_pair, t_lt_pair / t_pair, err, peak,
+                  ok ? "" : same ? "  FAIL" : "  FAIL (bits differ with PDL)");
       if (jf)
-        std::fprintf(jf, "%s{\"case\": \"%s\", \"m\": %d, \"k\": %d, \"n\": %d, \"variant\": \"%s\", \"us\": %.3f, \"cublaslt_us\": %.3f, \"max_diff\": %.3e}",
-                     first ? "" : ",\n", c.name, c.m, c.k, c.n, v.name, t, t_lt, err), first = false;
+        std::fprintf(jf, "%s{\"case\": \"%s\", \"m\": %d, \"k\": %d, \"n\": %d, \"variant\": \"%s\", \"us\": %.3f, "
+                         "\"pdl_us\": %.3f, \"pair_pdl_us\": %.3f, \"cublaslt_us\": %.3f, \"cublaslt_pair_us\": %.3f, "
+                         "\"max_diff\": %.3e}",
+                     first ? "" : ",\n", c.name, c.m, c.k, c.n, v.name, t[0], t[1], t_pair, t_lt, t_lt_pair, err),
+            first = false;
     }
     for (lf_u16* p : {x, w, b, ref, got}) CK(cudaFree(p));
   }

@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-/tmp/lab}
 mkdir -p "$OUT"
-nvcc -O3 -arch=sm_90 -std=c++20 -lineinfo -I. -Iruntime/include -Ikernels -Itools/gpu/lab \
+nvcc -O3 -arch=sm_90a -std=c++20 -lineinfo -I. -Iruntime/include -Ikernels -Itools/gpu/lab \
   tools/gpu/lab/gemm_epilogue.cu -o "$OUT/gemm_epilogue" -lcublasLt || exit 1
 timeout 200 "$OUT/gemm_epilogue" "${GE_REPS:-50}" --json "$OUT/gemm_epilogue.json"
 rc=$?

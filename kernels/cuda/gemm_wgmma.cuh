@@ -1,0 +1,146 @@
+#pragma once
+// A Hopper (sm_90) tensor-core GEMM for livefuse's linears at few rows (BERT at batch 1: 128):
+// one warpgroup a block computes a 64 x BN tile with wgmma -- the product read by the tensor
+// cores straight from shared memory, asynchronously, instead of ldmatrix + mma.sync from
+// registers (gemm_tc.cuh), whose single warp a scheduler stalls on every fragment load. K runs
+// in steps of 64 through a kStages-deep cp.async ring of 128-byte-swizzled tiles (the swizzle of
+// attention_mma.cuh is the hardware's 128-byte pattern at 64 columns of 16 bits), each tile
+// 1024-byte aligned as the descriptors' swizzle needs. Same arguments, epilogue, K splits and
+// PDL rules as gemm_tc_kernel (gemm_tc.cuh): bias, activation, parts and rounding as eager's;
+// early weights before the PDL wait.
+#include "kernels/cuda/gemm_tc.cuh"
+
+namespace livefuse::cuda::tc {
+
+// Dynamic shared memory of one block: the ring, plus room to align it to 1024 bytes.
+template <int BN, int kStages>
+inline constexpr int kWgmmaSmem = kStages * (64 + BN) * kGemmBK * 2 + 1024;
+
+// wgmma is in the arch-specific target only (sm_90a: -arch=sm_90a, or a gencode for compute_90a);
+// compiled for plain sm_90 or PTX the kernel is a trap, and gemm_wgmma_built() says so.
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The descriptor of a K-major tile at shared address `addr` (rows of 64 16-bit elements, 8-row
+// groups 1024 bytes apart, 128-byte swizzle): start >> 4, leading offset unused (1), stride
+// 1024 >> 4, swizzle mode 1 (128 bytes) in bits 62-63.
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+// d += A B^T over 16 columns of K: A 64 rows, B BN rows, both K-major in shared memory.
+template <class S, int BN>
+__device__ __forceinline__ void wgmma_k16(float (&d)[BN / 2], uint64_t da, uint64_t db) {
+  if constexpr (BN == 64) {
+    if constexpr (S::kDType == DType::f16) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+          : "l"(da), "l"(db), "r"(1));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+          : "l"(da), "l"(db), "r"(1));
+    }
+  } else {
+    static_assert(BN == 32);
+    if constexpr (S::kDType == DType::f16) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+          : "l"(da), "l"(db), "r"(1));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+          : "l"(da), "l"(db), "r"(1));
+    }
+  }
+}
+
+template <class S, int BN, int kStages>
+__global__ void __launch_bounds__(kGemmThreads) gemm_wgmma_kernel(GemmTcArgs a) {
+  constexpr int BM = 64, NT = BN / 8;
+  extern __shared__ __align__(128) lf_u16 smem[];
+  // The ring from the first 1024-byte boundary: [kStages][64][kGemmBK], then [kStages][BN][kGemmBK].
+  const uint32_t raw = smem_address(smem), base = (raw + 1023) & ~uint32_t{1023};
+  lf_u16* const sa = smem + (base - raw) / 2;
+  lf_u16* const sb = sa + kStages * BM * kGemmBK;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x) * BN;
+  const StepRange range = split_steps(static_cast<int>(a.k / kGemmBK), static_cast<int>(blockIdx.z), a.splits);
+  const int steps = range.end - range.begin;
+  const int64_t k_begin = static_cast<int64_t>(range.begin) * kGemmBK;
+  const auto* x = static_cast<const lf_u16*>(a.x) + row0 * a.ldx + k_begin;
+  const auto* w = static_cast<const lf_u16*>(a.w) + col0 * a.k + k_begin;
+  auto load_x = [&](int s, int slot) {
+    load_tile<kGemmBK, BM, kGemmThreads>(sa + slot * BM * kGemmBK, x + static_cast<int64_t>(s) * kGemmBK, a.ldx, 0,
+                                         a.m - row0, tid);
+  };
+  auto load_w = [&](int s, int slot) {
+    load_tile<kGemmBK, BN, kGemmThreads>(sb + slot * BN * kGemmBK, w + static_cast<int64_t>(s) * kGemmBK, a.k, 0,
+                                         BN, tid);
+  };
+  start_ring<kStages>(a, steps, load_w, load_x);
+  float d[BN / 2] = {};
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();
+    // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    // Into the slot of step s - 1, whose products every warp waited for below.
+    if (s + kStages - 1 < steps) {
+      load_w(s + kStages - 1, (s + kStages - 1) % kStages);
+      load_x(s + kStages - 1, (s + kStages - 1) % kStages);
+    }
+    cp_async_commit();
+    const uint32_t ta = base + 2 * (s % kStages) * BM * kGemmBK;
+    const uint32_t tb = base + 2 * (kStages * BM * kGemmBK + (s % kStages) * BN * kGemmBK);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kGemmBK / 16; ++kk)  // 16 columns of K: 32 bytes along the swizzled rows
+      wgmma_k16<S, BN>(d, wgmma_desc(ta + 32 * kk), wgmma_desc(tb + 32 * kk));
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  }
+  cp_async_wait<0>();
+  // Warp w holds rows 16 w + g and 16 w + g + 8; d[4 j + e] is column 8 j + 2 t + e % 2 of row
+  // g + 8 (e / 2) (the mma.sync accumulator layout, one 16-row slab a warp).
+  const int g = lane / 4, t = lane % 4;
+  auto each_pair = [&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + warp * 16 + g + 8 * h, col = col0 + j * 8 + 2 * t;
+        if (row < a.m) f(row, col, &d[4 * j + 2 * h]);
+      }
+  };
+  if (a.splits > 1 && !sum_splits(a, each_pair)) return;
+  float2 b[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) b[j] = bias_pair<S>(a, col0 + j * 8 + 2 * t);
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + warp * 16 + g + 8 * h, col = col0 + j * 8 + 2 * t;
+      if (row < a.m) store_pair<S>(a, row, col, &d[4 * j + 2 * h], b[j]);
+    }
+}
+#else
+template <class S, int BN, int kStages>
+__global__ void gemm_wgmma_kernel(GemmTcArgs) {
+  __trap();  // never launched from such a build (gemm_tc.cu)
+}
+#endif
+
+}  // namespace livefuse::cuda::tc
