@@ -174,14 +174,15 @@ EpilogueValues epilogue_values(const GemmStep& gs, std::span<const Tensor> value
 }
 
 #if LIVEFUSE_HAS_CUDA
-// A plain linear on livefuse's tensor-core GEMM (kernels/cuda/gemm_tc.hpp): f16 / bf16 with
-// LIVEFUSE_GEMM_TC=1 (K split over blocks where tiles are few, launched with PDL), f32 with
-// LIVEFUSE_GEMM_F32X3=1 (three TF32 products near f32's accuracy, where eager runs cuBLASLt's
-// SIMT f32). False: nothing launched (switched off, not a linear, or shapes the kernel
-// refuses); cuBLASLt runs it.
-bool run_linear_tc_step(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {
-  const DType dt = p.segment.dtype(ValueRef::of(gs.node));
-  if (!(dt == DType::f32 ? config().gemm_f32x3 : config().gemm_tc) || p.segment.nodes[gs.node].op != OpId::linear)
+// An f32 linear on the tensor-core GEMM near f32's accuracy (LIVEFUSE_GEMM_F32X3: three TF32
+// products, kernels/cuda/gemm_tc_f32.cuh) where eager runs cuBLASLt's SIMT f32. False: nothing
+// launched (switched off, not an f32 linear, or shapes the kernel refuses); cuBLASLt runs it.
+// (f16 / bf16 plain linears stay on cuBLASLt: livefuse's kernel took 1.6-2x its time on BERT's,
+// and routing them to it under LIVEFUSE_GEMM_TC=1 made BERT-base b1 0.63-0.66 ms a forward
+// against 0.45-0.46 off: bench/RESULTS.md, session 53.)
+bool run_linear_f32x3(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {
+  if (!config().gemm_f32x3 || p.segment.nodes[gs.node].op != OpId::linear ||
+      p.segment.dtype(ValueRef::of(gs.node)) != DType::f32)
     return false;
   TensorList outs;
   const OpCall c = node_call(p, gs.node, values, &outs);
@@ -413,7 +414,7 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
       run_prologue(p, *gs, values, stream);
     }
 #if LIVEFUSE_HAS_CUDA
-    if (gs->epilogue == GemmEpilogue::None && run_linear_tc_step(p, *gs, values, stream)) {
+    if (gs->epilogue == GemmEpilogue::None && run_linear_f32x3(p, *gs, values, stream)) {
       if (gs->tail) launch(*gs->tail);
       return;
     }

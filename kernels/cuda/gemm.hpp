@@ -55,9 +55,6 @@ bool run_sibling_linears(const OpCall& call, std::span<const Tensor> outs, void*
 // nothing was launched (LIVEFUSE_GEMM_TC=0 for f16 / bf16, LIVEFUSE_GEMM_F32X3=0 for f32, or the
 // kernel does not take the call); the caller runs cuBLASLt (and the activation's kernel).
 bool run_linear_tc(const OpCall& call, TcAct act, std::span<const Tensor> outs, void* stream);
-// run_linear_partials' product (below) as the tensor-core GEMM's K splits, one launch with PDL
-// (LIVEFUSE_GEMM_TC=1, f16 / bf16, K a multiple of 64 slices). False: nothing launched.
-bool run_linear_tc_partials(const OpCall& call, int slices, float* partials, void* stream);
 // The tensor-core GEMM's activation computing op `op` (relu, gelu, gelu_tanh, silu); none else.
 TcAct tc_act_of(OpId op);
 

@@ -2,8 +2,7 @@
 // strided-batched cuBLASLt call whose batch s multiplies K columns [s K/S, (s+1) K/S) of the
 // input rows by the same columns of the weight -- both read in place, batch strides of K/S
 // elements -- into a dense f32 [rows, N]. That is what cuBLASLt's own split-K hands its
-// reduction kernel; here the consumer of the product takes it instead. With LIVEFUSE_GEMM_TC=1
-// livefuse's tensor-core GEMM writes the same partials (run_linear_tc_partials).
+// reduction kernel; here the consumer of the product takes it instead.
 #include <cstdint>
 
 #include "kernels/cuda/gemm.hpp"
@@ -14,7 +13,6 @@ namespace livefuse::cuda {
 
 bool run_linear_partials(const OpCall& call, int slices, float* partials, void* stream) {
   if (call.op != OpId::linear || slices < 2 || !partials) return false;
-  if (run_linear_tc_partials(call, slices, partials, stream)) return true;
   const Tensor &x = call.inputs[0], &w = call.inputs[1];
   if (x.rank() < 1 || w.rank() != 2 || !w.is_contiguous() || x.dtype() != w.dtype()) return false;
   if (x.dtype() != DType::f16 && x.dtype() != DType::bf16) return false;

@@ -40,7 +40,7 @@ void launch_tiles(GemmTcArgs a, cudaStream_t s) {
   }();
   (void)configured;
   const int64_t tiles = (a.m + BM - 1) / BM * (a.n / tc::kGemmBN);
-  if (!a.partials_only) choose_splits(a, tiles, a.k / tc::kGemmBK, s);
+  choose_splits(a, tiles, a.k / tc::kGemmBK, s);
   const dim3 grid(static_cast<unsigned>(a.n / tc::kGemmBN), static_cast<unsigned>((a.m + BM - 1) / BM),
                   static_cast<unsigned>(a.splits));
   launch_pdl("gemm_tc", tc::gemm_tc_kernel<S, BM, kStages>, grid, tc::kGemmThreads, kSmem, s, a);

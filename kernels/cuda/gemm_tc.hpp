@@ -8,8 +8,11 @@
 // kernel write it (the activation reads the linear's rounded value). The sum runs in f32 on
 // m16n8k16 tensor-core tiles in another order than cuBLASLt's, so results may differ from
 // eager's in the last bits of the dtype (eager's tolerance: the planner's tests say so).
-// f16 and bf16; the shape rules are gemm_tc_supported's. Plans use it with LIVEFUSE_GEMM_TC=1
-// only: on an H100 it took twice cuBLASLt's time on BERT's linears (bench/RESULTS.md, session 43).
+// f16 and bf16; the shape rules are gemm_tc_supported's. Launched with PDL, its first weight
+// tiles loaded before the wait inside a plan; K split over blocks only where K is long (FFN2).
+// Plans use it with LIVEFUSE_GEMM_TC=1 only: on an H100 it took 1.6-2x cuBLASLt's time on BERT's
+// linears (bench/RESULTS.md, sessions 43 and 53; a wgmma form in the lab, gemm_wgmma.cuh,
+// reached 0.6-1.0x).
 // f32 (LIVEFUSE_GEMM_F32X3=1 only) runs as three TF32 products a step (gemm_tc_f32.cuh: near
 // f32's accuracy, unrounded), with K split over blocks where tiles are few: 1.2-2.5x cuBLASLt's
 // SIMT time on BERT's f32 linears at 128 rows (bench/RESULTS.md, session 52).
@@ -47,9 +50,6 @@ struct GemmTcArgs {
   int splits = 1;
   float* partial = nullptr;
   unsigned* counters = nullptr;
-  // The partial products are the result (run_linear_tc_partials: a row kernel sums them, the
-  // bias and activation with it): nothing is summed, `out`, `bias`, `act` and `counters` unused.
-  bool partials_only = false;
   // f16 / bf16: the first weight tiles are loaded before the kernel's PDL wait (gemm_tc.cuh): w
   // must be memory no kernel that may still be running writes. launch_gemm_tc sets it inside an
   // EarlyWeightsScope (gemv.hpp) when PDL is on.

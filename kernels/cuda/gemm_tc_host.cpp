@@ -87,23 +87,4 @@ bool run_linear_tc(const OpCall& call, TcAct act, std::span<const Tensor> outs, 
   return true;
 }
 
-bool run_linear_tc_partials(const OpCall& call, int slices, float* partials, void* stream) {
-  if (call.op != OpId::linear || slices < 2 || slices > 8 || !partials || !config().gemm_tc) return false;
-  const DType dt = call.inputs[0].dtype();
-  if (dt != DType::f16 && dt != DType::bf16) return false;
-  GemmTcArgs a;
-  // Partial s over exactly K columns [s K/S, (s+1) K/S), as run_linear_partials promises.
-  if (!linear_operands(call, &a) || a.k % (kGemmTcStepK * slices) != 0) return false;
-  a.bias = nullptr;  // the reader adds it
-  a.parts = 1;
-  a.width = a.n;
-  a.out[0] = partials;  // (never written: the partials are)
-  a.partials_only = true;
-  a.splits = slices;
-  a.partial = partials;
-  if (!gemm_tc_supported(a)) return false;
-  launch_gemm_tc(a, static_cast<cudaStream_t>(stream));
-  return true;
-}
-
 }  // namespace livefuse::cuda

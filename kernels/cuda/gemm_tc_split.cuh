@@ -21,15 +21,13 @@ __device__ __forceinline__ StepRange split_steps(int steps, int z, int splits) {
 // For a.splits > 1. `each_pair(f)` calls f(row, col, float* v) for each pair of this thread's
 // accumulators v[0..1] at (row, col) and (row, col + 1) inside the product. Writes them as this
 // split's partial; returns true in the tile's last block to arrive, its pairs then holding the
-// sum over all splits; false in the others, which are done (and in every block where the
-// partials are the result: GemmTcArgs::partials_only).
+// sum over all splits; false in the others, which are done.
 template <class EachPair>
 __device__ __forceinline__ bool sum_splits(const GemmTcArgs& a, EachPair&& each_pair) {
   float* const part = a.partial + static_cast<int64_t>(blockIdx.z) * a.m * a.n;
   each_pair([&](int64_t row, int64_t col, float* v) {
     *reinterpret_cast<float2*>(part + row * a.n + col) = make_float2(v[0], v[1]);
   });
-  if (a.partials_only) return false;
   __threadfence();
   __syncthreads();
   __shared__ unsigned arrived;

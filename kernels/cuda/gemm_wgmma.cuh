@@ -1,20 +1,29 @@
 #pragma once
-// A Hopper (sm_90) tensor-core GEMM for livefuse's linears at few rows (BERT at batch 1: 128):
-// one warpgroup a block computes a 64 x BN tile with wgmma -- the product read by the tensor
-// cores straight from shared memory, asynchronously, instead of ldmatrix + mma.sync from
-// registers (gemm_tc.cuh), whose single warp a scheduler stalls on every fragment load. K runs
-// in steps of 64 through a kStages-deep cp.async ring of 128-byte-swizzled tiles (the swizzle of
-// attention_mma.cuh is the hardware's 128-byte pattern at 64 columns of 16 bits), each tile
-// 1024-byte aligned as the descriptors' swizzle needs. Same arguments, epilogue, K splits and
-// PDL rules as gemm_tc_kernel (gemm_tc.cuh): bias, activation, parts and rounding as eager's;
-// early weights before the PDL wait.
+// A Hopper (sm_90a) tensor-core GEMM for livefuse's linears at few rows (BERT at batch 1: 128),
+// in the lab only (tools/gpu/lab/gemm_epilogue.sh): WG warpgroups a block compute a 64 WG x BN
+// tile with wgmma -- the product read by the tensor cores straight from shared memory,
+// asynchronously, where gemm_tc.cuh's single warp a scheduler stalls on ldmatrix + mma.sync.
+// K runs in steps of 64 through a kStages-deep cp.async ring of 128-byte-swizzled tiles (the
+// swizzle of attention_mma.cuh is the hardware's 128-byte pattern at 64 columns of 16 bits),
+// each tile 1024-byte aligned as the descriptors' swizzle needs. K splits are a thread-block
+// cluster whose blocks add their partial tiles through distributed shared memory (no global
+// round trip, no counters: the global-memory splits of gemm_tc_split.cuh cost 4-8 us here).
+// Arguments, epilogue and PDL rules are gemm_tc_kernel's. On an H100 (bench/RESULTS.md,
+// session 53) the same bits as cuBLASLt, at 0.63x its time (Q/K/V), 0.76x (output), 0.81x (FFN1
+// + gelu against cuBLASLt and the gelu kernel) and 1.04x (FFN2, 8 splits): not yet worth a
+// launch path of its own (which would also need an sm_90a build).
+#include <cooperative_groups.h>
+
 #include "kernels/cuda/gemm_tc.cuh"
 
 namespace livefuse::cuda::tc {
 
-// Dynamic shared memory of one block: the ring, plus room to align it to 1024 bytes.
-template <int BN, int kStages>
-inline constexpr int kWgmmaSmem = kStages * (64 + BN) * kGemmBK * 2 + 1024;
+namespace cg = cooperative_groups;
+
+// Dynamic shared memory of one block of WG warpgroups: the ring, plus room to align it to 1024
+// bytes (a split block's partial tile, 64 WG x (BN + 8) floats, fits in the ring).
+template <int WG, int BN, int kStages>
+inline constexpr int kWgmmaSmem = kStages * (64 * WG + BN) * kGemmBK * 2 + 1024;
 
 // wgmma is in the arch-specific target only (sm_90a: -arch=sm_90a, or a gencode for compute_90a);
 // compiled for plain sm_90 or PTX the kernel is a trap, and gemm_wgmma_built() says so.
@@ -66,31 +75,39 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[BN / 2], uint64_t da, uint6
   }
 }
 
-template <class S, int BN, int kStages>
-__global__ void __launch_bounds__(kGemmThreads) gemm_wgmma_kernel(GemmTcArgs a) {
-  constexpr int BM = 64, NT = BN / 8;
+// Row stride (floats) of the partial tile a split block leaves in its shared memory for the
+// cluster's sum: 8 more than BN, so a quad's float2 stores fall in distinct banks.
+template <int BN>
+inline constexpr int kWgmmaPartStride = BN + 8;
+
+template <class S, int WG, int BN, int kStages>
+__global__ void __launch_bounds__(WG * 128) gemm_wgmma_kernel(GemmTcArgs a) {
+  constexpr int BM = 64 * WG, NT = BN / 8, kThreads = WG * 128;
   extern __shared__ __align__(128) lf_u16 smem[];
-  // The ring from the first 1024-byte boundary: [kStages][64][kGemmBK], then [kStages][BN][kGemmBK].
+  // The ring from the first 1024-byte boundary: [kStages][BM][kGemmBK], then [kStages][BN][kGemmBK].
   const uint32_t raw = smem_address(smem), base = (raw + 1023) & ~uint32_t{1023};
   lf_u16* const sa = smem + (base - raw) / 2;
   lf_u16* const sb = sa + kStages * BM * kGemmBK;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x) * BN;
-  const StepRange range = split_steps(static_cast<int>(a.k / kGemmBK), static_cast<int>(blockIdx.z), a.splits);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;  // warp w: rows 16 w .. 16 w + 15
+  // With splits > 1 a tile's splits are one cluster along x: block x = tile * splits + rank.
+  const int rank = static_cast<int>(blockIdx.x) % a.splits;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * BM, col0 = static_cast<int64_t>(blockIdx.x / a.splits) * BN;
+  const StepRange range = split_steps(static_cast<int>(a.k / kGemmBK), rank, a.splits);
   const int steps = range.end - range.begin;
   const int64_t k_begin = static_cast<int64_t>(range.begin) * kGemmBK;
   const auto* x = static_cast<const lf_u16*>(a.x) + row0 * a.ldx + k_begin;
   const auto* w = static_cast<const lf_u16*>(a.w) + col0 * a.k + k_begin;
   auto load_x = [&](int s, int slot) {
-    load_tile<kGemmBK, BM, kGemmThreads>(sa + slot * BM * kGemmBK, x + static_cast<int64_t>(s) * kGemmBK, a.ldx, 0,
-                                         a.m - row0, tid);
+    load_tile<kGemmBK, BM, kThreads>(sa + slot * BM * kGemmBK, x + static_cast<int64_t>(s) * kGemmBK, a.ldx, 0,
+                                     a.m - row0, tid);
   };
   auto load_w = [&](int s, int slot) {
-    load_tile<kGemmBK, BN, kGemmThreads>(sb + slot * BN * kGemmBK, w + static_cast<int64_t>(s) * kGemmBK, a.k, 0,
-                                         BN, tid);
+    load_tile<kGemmBK, BN, kThreads>(sb + slot * BN * kGemmBK, w + static_cast<int64_t>(s) * kGemmBK, a.k, 0, BN,
+                                     tid);
   };
   start_ring<kStages>(a, steps, load_w, load_x);
   float d[BN / 2] = {};
+  const uint32_t a_rows = 2 * (warp / 4) * 64 * kGemmBK;  // this warpgroup's 64 rows of a stage's x
   for (int s = 0; s < steps; ++s) {
     cp_async_wait<kStages - 2>();
     // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async one.
@@ -102,7 +119,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_wgmma_kernel(GemmTcArgs a) 
       load_x(s + kStages - 1, (s + kStages - 1) % kStages);
     }
     cp_async_commit();
-    const uint32_t ta = base + 2 * (s % kStages) * BM * kGemmBK;
+    const uint32_t ta = base + 2 * (s % kStages) * BM * kGemmBK + a_rows;
     const uint32_t tb = base + 2 * (kStages * BM * kGemmBK + (s % kStages) * BN * kGemmBK);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -112,32 +129,52 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_wgmma_kernel(GemmTcArgs a) 
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   }
   cp_async_wait<0>();
-  // Warp w holds rows 16 w + g and 16 w + g + 8; d[4 j + e] is column 8 j + 2 t + e % 2 of row
-  // g + 8 (e / 2) (the mma.sync accumulator layout, one 16-row slab a warp).
+  // d[4 j + e] is column 8 j + 2 t + e % 2 of row 16 w + g + 8 (e / 2) (the mma.sync accumulator
+  // layout, one 16-row slab a warp).
   const int g = lane / 4, t = lane % 4;
-  auto each_pair = [&](auto&& f) {
+  if (a.splits == 1) {
+    float2 b[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) b[j] = bias_pair<S>(a, col0 + j * 8 + 2 * t);
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t row = row0 + warp * 16 + g + 8 * h, col = col0 + j * 8 + 2 * t;
-        if (row < a.m) f(row, col, &d[4 * j + 2 * h]);
+        if (row < a.m) store_pair<S>(a, row, col, &d[4 * j + 2 * h], b[j]);
       }
-  };
-  if (a.splits > 1 && !sum_splits(a, each_pair)) return;
-  float2 b[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) b[j] = bias_pair<S>(a, col0 + j * 8 + 2 * t);
+    return;
+  }
+  // The cluster's sum: each block leaves its partial tile in its shared memory (over the ring,
+  // which no copy or product reads any more), then block r sums rows [r BM / splits, (r + 1) BM /
+  // splits) of every block's partial in rank order -- the same bits whichever block ran first --
+  // and stores them. No global memory, no counters: the blocks meet at two cluster barriers.
+  constexpr int PS = kWgmmaPartStride<BN>;
+  float* const part = reinterpret_cast<float*>(sa);
+  __syncthreads();
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + warp * 16 + g + 8 * h, col = col0 + j * 8 + 2 * t;
-      if (row < a.m) store_pair<S>(a, row, col, &d[4 * j + 2 * h], b[j]);
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<float2*>(part + (warp * 16 + g + 8 * h) * PS + j * 8 + 2 * t) =
+          make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int r0 = BM * rank / a.splits, r1 = BM * (rank + 1) / a.splits;
+  for (int e = tid; e < (r1 - r0) * (BN / 2); e += kThreads) {
+    const int r = r0 + e / (BN / 2), c = 2 * (e % (BN / 2));
+    const int64_t row = row0 + r, col = col0 + c;
+    float v[2] = {0.0f, 0.0f};
+    for (int p = 0; p < a.splits; ++p) {
+      const float2 q = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, p) + r * PS + c);
+      v[0] += q.x, v[1] += q.y;
     }
+    if (row < a.m) store_pair<S>(a, row, col, v, bias_pair<S>(a, col));
+  }
+  cluster.sync();  // a block's shared memory lives only as long as the block
 }
 #else
-template <class S, int BN, int kStages>
+template <class S, int WG, int BN, int kStages>
 __global__ void gemm_wgmma_kernel(GemmTcArgs) {
   __trap();  // never launched from such a build (gemm_tc.cu)
 }

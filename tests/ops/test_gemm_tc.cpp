@@ -6,7 +6,6 @@
 // calls it refuses (the caller then runs cuBLASLt) is host logic and runs on any machine the
 // CUDA backend builds on.
 #if LIVEFUSE_HAS_CUDA
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,33 +141,6 @@ LF_CUDA_TEST_CASE("gemm_tc: weights loaded before the PDL wait give the same bit
     }
 }
 
-LF_CUDA_TEST_CASE("gemm_tc: a linear as K-split f32 partial products, one launch") {
-  // What the split_k_rows pass hands the row kernel after BERT's FFN2 (cuda::run_linear_partials):
-  // partial s is x's K columns [s K/S, (s+1) K/S) times the weight's, without the bias.
-  const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
-  const Device d = Device::cuda(0);
-  void* const st = livefuse::Stream::current(d).handle();
-  const int64_t m = 128, k = 3072, n = 768, slices = 4;
-  for (DType dt : {DType::f16, DType::bf16}) {
-    const Tensor x = rand_tensor({m, k}, dt, d, 24, -1, 1);
-    const Tensor w = rand_tensor({n, k}, dt, d, 25, -0.1, 0.1);
-    const Tensor b = rand_tensor({n}, dt, d, 26, -0.5, 0.5);
-    Tensor parts = lf::empty({slices, m, n}, DType::f32, d);
-    REQUIRE(cu::run_linear_tc_partials(linear_call(x, w, b), static_cast<int>(slices),
-                                       static_cast<float*>(parts.impl()->data()), st));
-    for (int64_t s = 0; s < slices; ++s) {
-      const Tensor xs = x.slice(1, s * k / slices, (s + 1) * k / slices).contiguous();
-      const Tensor ws = w.slice(1, s * k / slices, (s + 1) * k / slices).contiguous();
-      const Tensor want = lf::linear(lf::cast(xs, DType::f32), lf::cast(ws, DType::f32), Tensor{});
-      const Tensor got = parts.slice(0, s, s + 1).reshape({m, n});
-      INFO(lf::dtype_name(dt) << " partial " << s);
-      size_t at = 0;
-      double scale = 0;
-      CHECK(lftest::close_to_scale(got.to_doubles(), want.to_doubles(), 1e-3, &at, &scale));
-    }
-  }
-}
-
 TEST_CASE("gemm_tc: how many ways K is split") {
   // An H100's 132 SMs; BERT-base at 128 rows (32-row tiles, f16 steps of 64).
   const auto splits = [](DType dt, int64_t tiles, int64_t steps) {
@@ -226,22 +198,10 @@ TEST_CASE("gemm_tc: calls it does not take are left to cuBLASLt, nothing launche
     CHECK(refuses(rand_tensor({32, 48}, DType::f32, cpu, 18), rand_tensor({64, 48}, DType::f32, cpu, 19), {}, {32, 64},
                   cu::TcAct::none));
   }
-  // Partial products: K not 64 steps a slice; one slice; f32.
-  {
-    float* const parts = reinterpret_cast<float*>(uintptr_t{1} << 20);  // never written
-    CHECK_FALSE(cu::run_linear_tc_partials(linear_call(x, w, {}), 4, parts, nullptr));  // K 128 over 4
-    CHECK_FALSE(cu::run_linear_tc_partials(linear_call(x, w, {}), 1, parts, nullptr));
-    CHECK_FALSE(cu::run_linear_tc_partials(
-        linear_call(rand_tensor({32, 128}, DType::f32, cpu, 20), rand_tensor({64, 128}, DType::f32, cpu, 27), {}), 2,
-        parts, nullptr));
-  }
   // LIVEFUSE_GEMM_TC=0 (the default).
   tc_on.reset();
   CHECK_FALSE(livefuse::config().gemm_tc);
   CHECK(refuses(x, w, {}, {32, 64}, cu::TcAct::none));
-  CHECK_FALSE(cu::run_linear_tc_partials(linear_call(rand_tensor({32, 256}, DType::f16, cpu, 28),
-                                                     rand_tensor({64, 256}, DType::f16, cpu, 29), {}),
-                                         2, reinterpret_cast<float*>(uintptr_t{1} << 20), nullptr));
 }
 
 TEST_CASE("gemm_tc: the activation of an op") {

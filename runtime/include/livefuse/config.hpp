@@ -82,7 +82,9 @@ struct Config {
   // three dense outputs at once, a bias + erf-GELU or SiLU in its epilogue. Off by default: its
   // mma.sync kernel took twice cuBLASLt's time for BERT's linears on an H100 (Q/K/V at 128 rows
   // 8.1 against 4.0 us; FFN1 + gelu 9.5 against 6.6 for cuBLASLt's GEMM and the gelu kernel),
-  // and BERT-base f16 batch 1 0.540 against 0.474 ms a forward (bench/RESULTS.md, session 43).
+  // and BERT-base f16 batch 1 0.540 against 0.474 ms a forward (bench/RESULTS.md, session 43);
+  // launched with PDL and its weights on their way before the wait, 0.510 against 0.455
+  // (session 53).
   bool gemm_tc = false;
   // LIVEFUSE_GEMM_F32X3=1: CUDA plans run f32 linears on livefuse's tensor-core GEMM near f32's
   // accuracy, each product as three TF32 products (kernels/cuda/gemm_tc_f32.cuh) where eager

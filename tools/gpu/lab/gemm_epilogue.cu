@@ -67,25 +67,29 @@ void launch(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
   CK(cudaLaunchKernelEx(&cfg, tc::gemm_tc_kernel<F16, BM, kStages>, a));
 }
 
-// The wgmma kernel (gemm_wgmma.cuh): 64 x BN tiles.
-template <int BN, int kStages>
+// The wgmma kernel (gemm_wgmma.cuh): 64 WG x BN tiles; a tile's K splits one cluster along x.
+template <int WG, int BN, int kStages>
 void launch_wg(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
-  constexpr int smem = tc::kWgmmaSmem<BN, kStages>;
+  constexpr int smem = tc::kWgmmaSmem<WG, BN, kStages>;
   static bool once = [] {
-    CK(cudaFuncSetAttribute(tc::gemm_wgmma_kernel<F16, BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(tc::gemm_wgmma_kernel<F16, WG, BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(a.n / BN), static_cast<unsigned>((a.m + 63) / 64), static_cast<unsigned>(a.splits));
-  cfg.blockDim = dim3(tc::kGemmThreads);
+  cfg.gridDim = dim3(static_cast<unsigned>(a.n / BN * a.splits), static_cast<unsigned>((a.m + 64 * WG - 1) / (64 * WG)));
+  cfg.blockDim = dim3(WG * 128);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cudaLaunchAttribute at{};
-  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at.val.programmaticStreamSerializationAllowed = 1;
-  if (pdl) cfg.attrs = &at, cfg.numAttrs = 1;
-  CK(cudaLaunchKernelEx(&cfg, tc::gemm_wgmma_kernel<F16, BN, kStages>, a));
+  cudaLaunchAttribute at[2]{};
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = static_cast<unsigned>(a.splits);
+  at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 2 : 1;
+  CK(cudaLaunchKernelEx(&cfg, tc::gemm_wgmma_kernel<F16, WG, BN, kStages>, a));
 }
 
 __global__ void gelu_kernel(lf_u16* y, int64_t n) {
@@ -222,12 +226,14 @@ struct Variant {
   int splits;
 };
 const Variant kVariants[] = {
-    {"32x64x4 s1", launch<32, 4>, 1}, {"32x64x4 s2", launch<32, 4>, 2}, {"32x64x4 s3", launch<32, 4>, 3},
-    {"32x64x4 s4", launch<32, 4>, 4}, {"32x64x6 s1", launch<32, 6>, 1}, {"32x64x6 s2", launch<32, 6>, 2},
-    {"64x64x3 s1", launch<64, 3>, 1}, {"64x64x3 s2", launch<64, 3>, 2},
-    {"wg64x64x4 s1", launch_wg<64, 4>, 1}, {"wg64x64x6 s1", launch_wg<64, 6>, 1}, {"wg64x64x4 s2", launch_wg<64, 4>, 2},
-    {"wg64x64x4 s4", launch_wg<64, 4>, 4}, {"wg64x32x4 s1", launch_wg<32, 4>, 1}, {"wg64x32x6 s1", launch_wg<32, 6>, 1},
-    {"wg64x32x4 s2", launch_wg<32, 4>, 2}, {"wg64x32x4 s4", launch_wg<32, 4>, 4},
+    {"32x64x4 s1", launch<32, 4>, 1}, {"32x64x4 s4", launch<32, 4>, 4}, {"64x64x3 s1", launch<64, 3>, 1},
+    {"wg1x32x4 s1", launch_wg<1, 32, 4>, 1}, {"wg1x64x4 s1", launch_wg<1, 64, 4>, 1},
+    {"wg1x64x4 s2", launch_wg<1, 64, 4>, 2}, {"wg1x64x4 s4", launch_wg<1, 64, 4>, 4},
+    {"wg1x32x4 s2", launch_wg<1, 32, 4>, 2}, {"wg1x32x4 s4", launch_wg<1, 32, 4>, 4},
+    {"wg2x64x4 s1", launch_wg<2, 64, 4>, 1}, {"wg2x64x4 s2", launch_wg<2, 64, 4>, 2},
+    {"wg2x64x4 s4", launch_wg<2, 64, 4>, 4}, {"wg2x64x4 s8", launch_wg<2, 64, 4>, 8},
+    {"wg2x32x4 s2", launch_wg<2, 32, 4>, 2}, {"wg2x32x4 s4", launch_wg<2, 32, 4>, 4},
+    {"wg2x64x3 s4", launch_wg<2, 64, 3>, 4},
 };
 
 }  // namespace
