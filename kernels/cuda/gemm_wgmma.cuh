@@ -9,7 +9,7 @@
 // cluster whose blocks add their partial tiles through distributed shared memory (no global
 // round trip, no counters: the global-memory splits of gemm_tc_split.cuh cost 4-8 us here).
 // Arguments, epilogue and PDL rules are gemm_tc_kernel's. On an H100 (bench/RESULTS.md,
-// session 53) the same bits as cuBLASLt, at 0.63x its time (Q/K/V), 0.76x (output), 0.81x (FFN1
+// session 53) unsplit it gives cuBLASLt's bits, at best 0.63x its time (Q/K/V), 0.76x (output), 0.81x (FFN1
 // + gelu against cuBLASLt and the gelu kernel) and 1.04x (FFN2, 8 splits): not yet worth a
 // launch path of its own (which would also need an sm_90a build).
 #include <cooperative_groups.h>

@@ -13,8 +13,10 @@
 // that f16 value rounded again -- what cuBLASLt's BIAS epilogue then an eager GELU give. Checked
 // against cuBLASLt's result (the two sum in different orders: within a few f16 ulps).
 //
-// The kernel is livefuse's (kernels/cuda/gemm_tc.cuh) at each of its tile shapes and K splits
-// (`sN`: grid z, partials summed by each tile's last block), each timed twice: launched plainly,
+// The kernels are livefuse's mma.sync one (kernels/cuda/gemm_tc.cuh; `sN`: K split N ways over
+// grid z, the partials summed by each tile's last block through global memory) and the wgmma
+// one (gemm_wgmma.cuh, `wgWxBN`: W warpgroups, 64 W x BN tiles; `sN`: a cluster of N blocks
+// summing through distributed shared memory), each timed twice: launched plainly,
 // and with PDL and its first weight tiles loaded before its wait ("pdl"). A third timing puts
 // the GEMM where a plan has it, after a short kernel that rewrites its input (a row kernel's
 // stand-in): 20 pairs in a graph, cuBLASLt's pair against the kernel's with PDL -- what

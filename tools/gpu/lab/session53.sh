@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run THERE. Session 53's call after the GEMM lab (tools/gpu/lab/gemm_epilogue.sh): (1) the suites
 # that run livefuse's tensor-core GEMM -- now launched with PDL, its first weight tiles loaded
-# before the wait inside a plan, K split only where K is long, plain f16 linears and FFN2's f32
-# partials on it too under LIVEFUSE_GEMM_TC=1 -- and test_bert with and without the switch;
+# before the wait inside a plan, K split only where K is long -- and test_bert with and without
+# the switch;
 # (2) BERT-base f16 b1 / b8 and f32 b1 (LIVEFUSE_GEMM_F32X3) with the switches 0 | 1, processes
 # alternating; (3) the user programs in the three modes. Logs: $OUT/session53.tgz.
 . "$(dirname "$0")/../prelude.sh" session53
@@ -11,7 +11,7 @@ at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 parts=" ${S53_PARTS:-1 2 3} "
 if [[ $parts == *" 1 "* ]]; then
   at "suites"
-  SUITE_S=150 run_suites "test_ops:gemm_tc*,*split* test_planner:*gemm*,*sibling*,*BiasAct*,*split*,*partial* test_bert"
+  SUITE_S=150 run_suites "test_ops:gemm_tc*,*split* test_planner:*gemm*,*sibling*,*BiasAct*,*split* test_bert"
   LIVEFUSE_GEMM_TC=1 SUITE_S=150 run_suites "test_bert"
 fi
 if [[ $parts == *" 2 "* ]]; then
