@@ -79,8 +79,10 @@ __device__ __forceinline__ void wgmma_k16(float (&d)[BN / 2], uint64_t da, uint6
 // cluster's sum: 8 more than BN, so a quad's float2 stores fall in distinct banks.
 template <int BN>
 inline constexpr int kWgmmaPartStride = BN + 8;
+// The most K splits a tile's cluster has (the portable cluster size).
+inline constexpr int kMaxClusterSplits = 8;
 
-template <class S, int WG, int BN, int kStages>
+template <class S, int WG, int BN, int kStages, int kInFlight = 0>
 __global__ void __launch_bounds__(WG * 128) gemm_wgmma_kernel(GemmTcArgs a) {
   constexpr int BM = 64 * WG, NT = BN / 8, kThreads = WG * 128;
   extern __shared__ __align__(128) lf_u16 smem[];
@@ -105,18 +107,22 @@ __global__ void __launch_bounds__(WG * 128) gemm_wgmma_kernel(GemmTcArgs a) {
     load_tile<kGemmBK, BN, kThreads>(sb + slot * BN * kGemmBK, w + static_cast<int64_t>(s) * kGemmBK, a.k, 0, BN,
                                      tid);
   };
-  start_ring<kStages>(a, steps, load_w, load_x);
+  // kInFlight steps' products may still run while the next step's copies are waited for: the
+  // ring then loads kAhead steps ahead, into the slot whose products were waited for.
+  constexpr int kAhead = kStages - 1 - kInFlight;
+  static_assert(kAhead >= 1);
+  start_ring<kAhead + 1>(a, steps, load_w, load_x);
   float d[BN / 2] = {};
   const uint32_t a_rows = 2 * (warp / 4) * 64 * kGemmBK;  // this warpgroup's 64 rows of a stage's x
   for (int s = 0; s < steps; ++s) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<kAhead - 1>();
     // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async one.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
-    // Into the slot of step s - 1, whose products every warp waited for below.
-    if (s + kStages - 1 < steps) {
-      load_w(s + kStages - 1, (s + kStages - 1) % kStages);
-      load_x(s + kStages - 1, (s + kStages - 1) % kStages);
+    // Into the slot of step s - 1 - kInFlight, whose products every warp waited for below.
+    if (s + kAhead < steps) {
+      load_w(s + kAhead, (s + kAhead) % kStages);
+      load_x(s + kAhead, (s + kAhead) % kStages);
     }
     cp_async_commit();
     const uint32_t ta = base + 2 * (s % kStages) * BM * kGemmBK + a_rows;
@@ -126,8 +132,9 @@ __global__ void __launch_bounds__(WG * 128) gemm_wgmma_kernel(GemmTcArgs a) {
     for (int kk = 0; kk < kGemmBK / 16; ++kk)  // 16 columns of K: 32 bytes along the swizzled rows
       wgmma_k16<S, BN>(d, wgmma_desc(ta + 32 * kk), wgmma_desc(tb + 32 * kk));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kInFlight) : "memory");
   }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   cp_async_wait<0>();
   // d[4 j + e] is column 8 j + 2 t + e % 2 of row 16 w + g + 8 (e / 2) (the mma.sync accumulator
   // layout, one 16-row slab a warp).
@@ -160,21 +167,30 @@ __global__ void __launch_bounds__(WG * 128) gemm_wgmma_kernel(GemmTcArgs a) {
           make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
+  // Every peer's pair is loaded before any is added (at most kMaxClusterSplits: independent
+  // loads in flight together, where a loop over the peers waited for each in turn).
   const int r0 = BM * rank / a.splits, r1 = BM * (rank + 1) / a.splits;
+  const float* peers[kMaxClusterSplits];
+#pragma unroll
+  for (int p = 0; p < kMaxClusterSplits; ++p) peers[p] = p < a.splits ? cluster.map_shared_rank(part, p) : part;
   for (int e = tid; e < (r1 - r0) * (BN / 2); e += kThreads) {
     const int r = r0 + e / (BN / 2), c = 2 * (e % (BN / 2));
     const int64_t row = row0 + r, col = col0 + c;
+    const float2 b = bias_pair<S>(a, col);
+    float2 q[kMaxClusterSplits];
+#pragma unroll
+    for (int p = 0; p < kMaxClusterSplits; ++p)
+      if (p < a.splits) q[p] = *reinterpret_cast<const float2*>(peers[p] + r * PS + c);
     float v[2] = {0.0f, 0.0f};
-    for (int p = 0; p < a.splits; ++p) {
-      const float2 q = *reinterpret_cast<const float2*>(cluster.map_shared_rank(part, p) + r * PS + c);
-      v[0] += q.x, v[1] += q.y;
-    }
-    if (row < a.m) store_pair<S>(a, row, col, v, bias_pair<S>(a, col));
+#pragma unroll
+    for (int p = 0; p < kMaxClusterSplits; ++p)
+      if (p < a.splits) v[0] += q[p].x, v[1] += q[p].y;
+    if (row < a.m) store_pair<S>(a, row, col, v, b);
   }
   cluster.sync();  // a block's shared memory lives only as long as the block
 }
 #else
-template <class S, int WG, int BN, int kStages>
+template <class S, int WG, int BN, int kStages, int kInFlight = 0>
 __global__ void gemm_wgmma_kernel(GemmTcArgs) {
   __trap();  // never launched from such a build (gemm_tc.cu)
 }

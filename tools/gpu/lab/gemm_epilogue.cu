@@ -15,7 +15,8 @@
 //
 // The kernels are livefuse's mma.sync one (kernels/cuda/gemm_tc.cuh; `sN`: K split N ways over
 // grid z, the partials summed by each tile's last block through global memory) and the wgmma
-// one (gemm_wgmma.cuh, `wgWxBN`: W warpgroups, 64 W x BN tiles; `sN`: a cluster of N blocks
+// one (gemm_wgmma.cuh, `wgWxBNxR`: W warpgroups, 64 W x BN tiles, a ring of R stages, `o`: one step's products in
+// flight while the next step's copies are waited for; `sN`: a cluster of N blocks
 // summing through distributed shared memory), each timed twice: launched plainly,
 // and with PDL and its first weight tiles loaded before its wait ("pdl"). A third timing puts
 // the GEMM where a plan has it, after a short kernel that rewrites its input (a row kernel's
@@ -70,11 +71,11 @@ void launch(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
 }
 
 // The wgmma kernel (gemm_wgmma.cuh): 64 WG x BN tiles; a tile's K splits one cluster along x.
-template <int WG, int BN, int kStages>
+template <int WG, int BN, int kStages, int kInFlight = 0>
 void launch_wg(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
   constexpr int smem = tc::kWgmmaSmem<WG, BN, kStages>;
   static bool once = [] {
-    CK(cudaFuncSetAttribute(tc::gemm_wgmma_kernel<F16, WG, BN, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(tc::gemm_wgmma_kernel<F16, WG, BN, kStages, kInFlight>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     return true;
   }();
   (void)once;
@@ -91,7 +92,7 @@ void launch_wg(const GemmTcArgs& a, bool pdl, cudaStream_t st) {
   at[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
   cfg.numAttrs = pdl ? 2 : 1;
-  CK(cudaLaunchKernelEx(&cfg, tc::gemm_wgmma_kernel<F16, WG, BN, kStages>, a));
+  CK(cudaLaunchKernelEx(&cfg, tc::gemm_wgmma_kernel<F16, WG, BN, kStages, kInFlight>, a));
 }
 
 __global__ void gelu_kernel(lf_u16* y, int64_t n) {
@@ -229,13 +230,14 @@ struct Variant {
 };
 const Variant kVariants[] = {
     {"32x64x4 s1", launch<32, 4>, 1}, {"32x64x4 s4", launch<32, 4>, 4}, {"64x64x3 s1", launch<64, 3>, 1},
-    {"wg1x32x4 s1", launch_wg<1, 32, 4>, 1}, {"wg1x64x4 s1", launch_wg<1, 64, 4>, 1},
-    {"wg1x64x4 s2", launch_wg<1, 64, 4>, 2}, {"wg1x64x4 s4", launch_wg<1, 64, 4>, 4},
-    {"wg1x32x4 s2", launch_wg<1, 32, 4>, 2}, {"wg1x32x4 s4", launch_wg<1, 32, 4>, 4},
-    {"wg2x64x4 s1", launch_wg<2, 64, 4>, 1}, {"wg2x64x4 s2", launch_wg<2, 64, 4>, 2},
-    {"wg2x64x4 s4", launch_wg<2, 64, 4>, 4}, {"wg2x64x4 s8", launch_wg<2, 64, 4>, 8},
-    {"wg2x32x4 s2", launch_wg<2, 32, 4>, 2}, {"wg2x32x4 s4", launch_wg<2, 32, 4>, 4},
-    {"wg2x64x3 s4", launch_wg<2, 64, 3>, 4},
+    {"wg1x32x4 s1", launch_wg<1, 32, 4>, 1},      {"wg1x32x5o s1", launch_wg<1, 32, 5, 1>, 1},
+    {"wg1x64x4 s1", launch_wg<1, 64, 4>, 1},      {"wg1x64x5o s1", launch_wg<1, 64, 5, 1>, 1},
+    {"wg1x64x4 s2", launch_wg<1, 64, 4>, 2},      {"wg1x64x4 s4", launch_wg<1, 64, 4>, 4},
+    {"wg1x64x5o s4", launch_wg<1, 64, 5, 1>, 4},  {"wg1x32x4 s2", launch_wg<1, 32, 4>, 2},
+    {"wg1x32x4 s4", launch_wg<1, 32, 4>, 4},      {"wg1x32x5o s4", launch_wg<1, 32, 5, 1>, 4},
+    {"wg2x64x4 s1", launch_wg<2, 64, 4>, 1},      {"wg2x64x5o s1", launch_wg<2, 64, 5, 1>, 1},
+    {"wg2x64x4 s4", launch_wg<2, 64, 4>, 4},      {"wg2x64x4 s8", launch_wg<2, 64, 4>, 8},
+    {"wg2x64x5o s8", launch_wg<2, 64, 5, 1>, 8},  {"wg2x32x4 s4", launch_wg<2, 32, 4>, 4},
 };
 
 }  // namespace
