@@ -60,9 +60,9 @@ void launch_typed(const GemmTcArgs& a, cudaStream_t s) {
 // 128 rows: 4 splits, 27.3 us against 41.2 unsplit).
 template <int BM, int BN, int kStages>
 void launch_f32_tiles(GemmTcArgs a, cudaStream_t s) {
-  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages>;
+  constexpr int kSmem = tc::kGemmF32Smem<BM, BN, kStages, true>;
   static const bool configured = [] {
-    LF_CUDA_CALL(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages>,
+    LF_CUDA_CALL(cudaFuncSetAttribute(tc::gemm_tc_f32_kernel<BM, BN, kStages, true>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
@@ -72,7 +72,7 @@ void launch_f32_tiles(GemmTcArgs a, cudaStream_t s) {
                   static_cast<unsigned>(a.splits));
   // Without PDL: f32 BERT-base b1 with LIVEFUSE_GEMM_F32X3=1 took 1.84-1.85 ms a forward with
   // it against 1.36-1.39 without (H100, bench/RESULTS.md session 53), where f16's kernel gains.
-  tc::gemm_tc_f32_kernel<BM, BN, kStages><<<grid, tc::kGemmThreads, kSmem, s>>>(a);
+  tc::gemm_tc_f32_kernel<BM, BN, kStages, true><<<grid, tc::kGemmThreads, kSmem, s>>>(a);
   LF_CUDA_LAUNCH_CHECK("gemm_tc_f32");
 }
 

@@ -24,8 +24,9 @@ inline constexpr int kF32BK = static_cast<int>(kGemmTcStepKF32);
 // values for both k8 steps sit at columns 4t .. 4t + 3 (the same order for x and w, so every
 // product is still summed once) -- from rows padded to 48 floats (two rows a quarter-warp, 32
 // distinct banks). Else a lane reads single floats of rows padded to 36 (conflict-free too).
-// kVecK is the lab's (tools/gpu/lab/f32_emulation.sh) until measured: written in session 52
-// after its last GPU call; gemm_tc.cu launches kVecK = false.
+// gemm_tc.cu launches kVecK: 5-15% faster than the scalar form on BERT's f32 linears at the
+// same error (H100, tools/gpu/lab/f32_emulation.sh: FFN2 at 128 rows in 4 splits 25.9 against
+// 27.6 us, Q/K/V 22.8 against 24.9; bench/RESULTS.md, session 53).
 template <bool kVecK>
 inline constexpr int kF32RowStride = kF32BK + (kVecK ? 16 : 4);
 
@@ -176,17 +177,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
       for (int e = 0; e < 4; ++e) acc[i][j][e] += fix[i][j][e];
   // Element e of tile (i, j): row g + 8 (e / 2), column 2t + e % 2. f(row, col, pair) for each
   // row pair of this lane's tiles inside the product.
-  auto each_pair = [&](auto&& f) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t row = row0 + wm * WM + i * 16 + g + 8 * h, col = col0 + wn * WN + j * 8 + 2 * t;
-          if (row < a.m) f(row, col, &acc[i][j][2 * h]);
-        }
-  };
+  auto each_pair = [&](auto&& f) { for_each_pair(acc, row0 + wm * WM, col0 + wn * WN, g, t, a.m, f); };
   if (a.splits > 1 && !sum_splits(a, each_pair)) return;
   const float* const bias = static_cast<const float*>(a.bias);
 #pragma unroll

@@ -18,6 +18,23 @@ __device__ __forceinline__ StepRange split_steps(int steps, int z, int splits) {
   return {steps * z / splits, steps * (z + 1) / splits};
 }
 
+// f(row, col, v) for each pair v[0..1] of a warp's m16n8 accumulator tiles acc[MT][NT][4] whose
+// row is inside the product (< m): element e of tile (i, j) is row r0 + 16 i + g + 8 (e / 2),
+// column c0 + 8 j + 2 t + e % 2 (g = lane / 4, t = lane % 4).
+template <int MT, int NT, class F>
+__device__ __forceinline__ void for_each_pair(float (&acc)[MT][NT][4], int64_t r0, int64_t c0, int g, int t, int64_t m,
+                                              F&& f) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = r0 + i * 16 + g + 8 * h, col = c0 + j * 8 + 2 * t;
+        if (row < m) f(row, col, &acc[i][j][2 * h]);
+      }
+}
+
 // For a.splits > 1. `each_pair(f)` calls f(row, col, float* v) for each pair of this thread's
 // accumulators v[0..1] at (row, col) and (row, col + 1) inside the product. Writes them as this
 // split's partial; returns true in the tile's last block to arrive, its pairs then holding the
