@@ -18,7 +18,7 @@ namespace {
 // of s; 1 where a capture finds the stream without one yet (no allocation is allowed then).
 void choose_splits(GemmTcArgs& a, int64_t tiles, int64_t steps, cudaStream_t s) {
   const int64_t space_splits = static_cast<int64_t>(kSplitSpaceBytes / (static_cast<size_t>(a.m * a.n) * sizeof(float)));
-  a.splits = gemm_tc_splits(a.dtype, tiles, steps, current_device_info().sm_count, space_splits, kSplitSpaceCounters);
+  a.splits = gemm_tc_splits(a.dtype, tiles, steps, space_splits, kSplitSpaceCounters);
   a.partial = nullptr;
   a.counters = nullptr;
   if (a.splits == 1) return;

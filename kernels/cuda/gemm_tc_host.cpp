@@ -21,7 +21,7 @@ TcAct tc_act_of(OpId op) {
   }
 }
 
-int gemm_tc_splits(DType dt, int64_t tiles, int64_t steps, int sms, int64_t space_splits, int64_t counters) {
+int gemm_tc_splits(DType dt, int64_t tiles, int64_t steps, int64_t space_splits, int64_t counters) {
   if (tiles <= 0 || steps <= 1 || tiles > counters || space_splits < 2) return 1;
   int64_t s = 1;
   if (dt == DType::f32) {
@@ -33,7 +33,6 @@ int gemm_tc_splits(DType dt, int64_t tiles, int64_t steps, int sms, int64_t spac
     // projection, 12 steps, slower at every split even on 48 tiles).
     s = (steps + kGemmTcSplitSteps - 1) / kGemmTcSplitSteps;
   }
-  (void)sms;
   return static_cast<int>(std::clamp<int64_t>(std::min(s, space_splits), 1, 8));
 }
 
