@@ -138,22 +138,13 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(GemmTcArgs a) {
     }
   }
   cp_async_wait<0>();
-  // Element e of tile (i, j) is row g + 8 (e / 2), column 2t + e % 2.
   const int g = lane / 4, t = lane % 4;
   auto each_pair = [&](auto&& f) { for_each_pair(acc, row0 + wm * WM, col0 + wn * WN, g, t, a.m, f); };
   if (a.splits > 1 && !sum_splits(a, each_pair)) return;
   float2 b[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) b[j] = bias_pair<S>(a, col0 + wn * WN + j * 8 + 2 * t);
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + wm * WM + i * 16 + g + 8 * h, col = col0 + wn * WN + j * 8 + 2 * t;
-        if (row < a.m) store_pair<S>(a, row, col, &acc[i][j][2 * h], b[j]);
-      }
+  each_pair([&](int64_t row, int64_t col, const float* v, int j) { store_pair<S>(a, row, col, v, b[j]); });
 }
 #else
 template <class S, int BM, int kStages>

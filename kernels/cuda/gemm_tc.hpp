@@ -14,7 +14,7 @@
 // linears (bench/RESULTS.md, sessions 43 and 53; a wgmma form in the lab, gemm_wgmma.cuh,
 // reached 0.6-1.0x).
 // f32 (LIVEFUSE_GEMM_F32X3=1 only) runs as three TF32 products a step (gemm_tc_f32.cuh: near
-// f32's accuracy, unrounded), with K split over blocks where tiles are few: 1.2-2.5x cuBLASLt's
+// f32's accuracy, unrounded), with K split over blocks where K is long: 1.2-2.5x cuBLASLt's
 // SIMT time on BERT's f32 linears at 128 rows (bench/RESULTS.md, session 52).
 #include <cuda_runtime_api.h>
 

@@ -175,8 +175,6 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_f32_kernel(GemmTcArgs a)
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] += fix[i][j][e];
-  // Element e of tile (i, j): row g + 8 (e / 2), column 2t + e % 2. f(row, col, pair) for each
-  // row pair of this lane's tiles inside the product.
   auto each_pair = [&](auto&& f) { for_each_pair(acc, row0 + wm * WM, col0 + wn * WN, g, t, a.m, f); };
   if (a.splits > 1 && !sum_splits(a, each_pair)) return;
   const float* const bias = static_cast<const float*>(a.bias);

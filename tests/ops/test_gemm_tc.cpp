@@ -118,7 +118,7 @@ LF_CUDA_TEST_CASE("gemm_tc: merged siblings each get their dense output, whereve
 LF_CUDA_TEST_CASE("gemm_tc: weights loaded before the PDL wait give the same bits as after it") {
   // What a plan's GEMM step does inside an EarlyWeightsScope (planner/early_reads.cpp): the first
   // weight tiles are on their way before griddepcontrol.wait, while the kernel before it (here
-  // the eager linear writing x's neighbour) may still run.
+  // the eager add that writes x) may still run.
   const lftest::ScopedConfig tc_on(&livefuse::Config::gemm_tc, true);
   const Device d = Device::cuda(0);
   void* const st = livefuse::Stream::current(d).handle();
