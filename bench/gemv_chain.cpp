@@ -303,6 +303,7 @@ void l2_experiment(const Model& m, int rows, int reps, double bw, cudaStream_t s
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a failed launch's abort keeps the lines before it
   std::string json;
   int reps = 50, rows = 1;
   bool norm_chain = false, l2_only = false;

@@ -27,9 +27,11 @@ constexpr int kUnroll = 4;
 // (pdl.cuh): a third of the H200's L2, so a vocabulary head's or a Llama MLP's prefetch does not
 // evict the running kernel's data; the rest streams as before.
 constexpr int64_t kPrefetchBytes = int64_t{16} << 20;
-// A norm's normalized rows live in shared memory (gemv_kernel): at most the default 48 KB a
-// block, 8 rows of 3072 16-bit elements. Larger rows run the norm's own kernel first.
-constexpr int64_t kNormedBytes = int64_t{48} << 10;
+// A norm's normalized rows live in shared memory (gemv_kernel): the default limit of 48 KB a
+// block less what the kernel's static arrays take (a few hundred bytes: a launch asking for 48 KB
+// of dynamic memory beside them failed with "invalid argument", as 8 rows of 3072 did until
+// session 54). 8 rows of 2048 16-bit elements fit; larger rows run the norm's own kernel first.
+constexpr int64_t kNormedBytes = (int64_t{48} << 10) - 1024;
 
 // 16 bytes of the weight: read once per call, so kept out of L1 (x, re-read by every warp,
 // stays there).

@@ -104,7 +104,7 @@ void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s);
 
 // Whether launch_gemv takes `a`: dtype, rows, k a whole number of 16-byte loads, x and w
 // 16-byte aligned (pointers and row strides), no activation together with a residual; a norm's
-// vectors 16-byte aligned, its rows at most 48 KB (kNormedBytes), and no shift for rms_norm;
+// vectors 16-byte aligned, its rows at most 47 KB (kNormedBytes), and no shift for rms_norm;
 // silu / gelu only as a gate's; a gated product's n even.
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.

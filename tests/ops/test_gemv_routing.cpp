@@ -101,4 +101,22 @@ TEST_CASE("gemv routing: what the kernel's arguments may not combine") {
   t.residual = g.w;  // split outputs take no residual
   CHECK_FALSE(cu::gemv_supported(t));
 }
+
+TEST_CASE("gemv routing: a norm's rows fit the block's shared memory beside its static arrays") {
+  // The normalized rows live in dynamic shared memory, at most 48 KB a block by default together
+  // with the kernel's own arrays: 8 rows of 3072 f16 (exactly 48 KB) once passed this check and
+  // then failed to launch ("invalid argument"). Now they are refused (the norm runs as its own
+  // kernel); 8 rows of 2048 and 2 rows of 3072 still fit.
+  const Device cpu = Device::cpu();
+  const auto with_norm = [&](int rows, int64_t k) {
+    const Tensor w = rand_tensor({64, k}, DType::f16, cpu, 31);
+    cu::GemvArgs g;
+    REQUIRE(takes(rand_tensor({rows, k}, DType::f16, cpu, 32), w, &g));
+    g.norm = cu::GemvNorm::layer;
+    return cu::gemv_supported(g);
+  };
+  CHECK_FALSE(with_norm(8, 3072));
+  CHECK(with_norm(8, 2048));
+  CHECK(with_norm(2, 3072));
+}
 #endif
