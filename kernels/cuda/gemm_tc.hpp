@@ -58,8 +58,9 @@ struct GemmTcArgs {
 
 // How many ways a launch of `tiles` output tiles of `steps` K steps each splits K (1: not at
 // all), with room for `space_splits` partial products of the whole output and `counters` tiles
-// (however many SMs the tiles leave idle: the partials' round trip costs more than it saves). f16 / bf16 (steps of kGemmTcStepK): from kGemmTcSplitFrom steps, about
-// kGemmTcSplitSteps steps a split; f32 (3xTF32, steps of kGemmTcStepKF32): about
+// -- by K's length alone, however many SMs the tiles leave idle (the partials' round trip costs
+// more than a short K saves). f16 / bf16 (steps of kGemmTcStepK): from kGemmTcSplitFrom steps,
+// about kGemmTcSplitSteps steps a split; f32 (3xTF32, steps of kGemmTcStepKF32): about
 // kGemmTcF32SplitSteps steps a split.
 inline constexpr int64_t kGemmTcSplitFrom = 32, kGemmTcSplitSteps = 12, kGemmTcF32SplitSteps = 24;
 int gemm_tc_splits(DType dt, int64_t tiles, int64_t steps, int64_t space_splits, int64_t counters);
