@@ -191,6 +191,10 @@ void FusedPlan::details(PlanDetails& d) const {
         gi.ops.insert(gi.ops.end(), m->tail->nodes.begin(), m->tail->nodes.end());
         gi.kernel = kernel_info(*m->tail);
       }
+      if (!m->rotary.parts.empty()) {  // applied as the GEMV writes q and k
+        gi.kind = "gemm_siblings_rotary";
+        gi.ops.insert(gi.ops.end(), m->rotary.nodes.begin(), m->rotary.nodes.end());
+      }
     } else if (const auto* e = std::get_if<EagerStep>(&s.body)) {
       gi.kind = "unfused";
       gi.ops.push_back(e->node);

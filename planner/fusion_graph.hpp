@@ -125,6 +125,9 @@ struct PlannerOptions {
   // CUDA, LIVEFUSE_GEMV_NORM (with gemv_prologue): which norms fold -- 0 none, 1 a lone
   // layer_norm / rms_norm, 2 also Llama's cast -> rms_norm -> cast -> mul chain.
   int gemv_norm_fold = 0;
+  // CUDA, LIVEFUSE_GEMV_ROTARY (with gemv_prologue): a one-row Q/K/V GEMV applies the rotary of
+  // q and k as it writes them (planner/rotary_epilogue.hpp).
+  bool gemv_rotary = true;
   // CUDA, LIVEFUSE_SPLIT_K_ROWS: how many K slices a linear of rows x N x K should be split into
   // when a row kernel is its only reader (planner/split_k_rows.hpp); returns < 2 for none. Set
   // to cuBLASLt's own choice on CUDA (cuda::linear_split_k); tests set it directly.

@@ -135,6 +135,17 @@ void run_node(const PlannedSegment& p, int j, std::span<const Tensor> values, vo
   settle_tags(outs);
 }
 
+// The reshapes of the siblings' outputs that a folded rotary reads (GemmStep::rotary), bound
+// before the rotary's operands are: their own view steps come after the GEMM step's (and bind
+// the same views again there).
+void bind_rotary_views(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values, void* stream) {
+  for (const RotaryOperands& o : gs.rotary.parts) {
+    const int view = p.segment.value_ref(o.x).node;
+    ensure_storage(value(values, p.segment.value_id(p.segment.nodes[view].inputs[0])));
+    run_node(p, view, values, stream);
+  }
+}
+
 // The GEMM with its tail inside the tile loop (kernels/cpu/gemm_tail.hpp), when the tail has a
 // form the loop takes; false: run them one after the other.
 bool run_gemm_tail_cpu(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values) {
@@ -290,20 +301,6 @@ AttentionArgs bind_attention(const PlannedSegment& p, const AttentionStep& a, st
   return args;
 }
 
-// Every part of a rotary step, bound (at most kRotaryMaxParts).
-int bind_rotary(const RotaryStep& r, std::span<const Tensor> values, RotaryArgs* out) {
-  int n = 0;
-  for (const RotaryOperands& o : r.parts) {
-    const Tensor& res = value(values, o.out);
-    ensure_storage(res);
-    for (int v : {o.x, o.cos, o.sin})
-      LF_CHECK(value(values, v).impl()->storage != nullptr || value(values, v).numel() == 0, "plan",
-               "a rotary input has no storage");
-    out[n++] = rotary_args(value(values, o.x), value(values, o.cos), value(values, o.sin), res);
-  }
-  return n;
-}
-
 }  // namespace
 
 void set_gemm_epilogue_runner(GemmEpilogueRunner r) { g_epilogue_runner.store(r); }
@@ -318,6 +315,11 @@ void run_step_cpu(const PlannedSegment& p, const Step& s, std::span<const Tensor
       if (!detail::run_merged_gemm_cpu(p, *gs, values))
         for (int j : gs->siblings) run_node(p, j, values, nullptr);
       if (gs->tail) jit::run_spec_cpu(*gs->tail->spec, bindings(*gs->tail, values));  // (CUDA plans only)
+      if (!gs->rotary.parts.empty()) {  // (CUDA plans only)
+        bind_rotary_views(p, *gs, values, nullptr);
+        RotaryArgs args[kRotaryMaxParts];
+        cpu::run_rotary(args, bind_rotary(gs->rotary, values, args));
+      }
       return;
     }
     run_prologue(p, *gs, values, nullptr);  // (CUDA plans only)
@@ -391,16 +393,28 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     const cuda::EarlyWeightsScope early(weights_early(p, *gs));
 #endif
     if (!gs->siblings.empty()) {
-      if (gs->prologue >= 0) {
-        const OpCall nc = prologue_call(p, *gs, values);
-        if (detail::launch_merged_gemv_cuda(p, *gs, values, &nc, !gs->prologue_chain.empty(), stream)) return;
+      // The rotary of q and k (GemmStep::rotary) as its own kernel, after a product without it.
+      const auto rotary = [&] {
+#if LIVEFUSE_HAS_CUDA
+        RotaryArgs args[kRotaryMaxParts];
+        if (!gs->rotary.parts.empty()) cuda::launch_rotary(args, bind_rotary(gs->rotary, values, args), stream);
+#endif
+      };
+      const bool rotates = !gs->rotary.parts.empty();
+      if (rotates) bind_rotary_views(p, *gs, values, stream);
+      const OpCall nc = gs->prologue >= 0 ? prologue_call(p, *gs, values) : OpCall{};
+      const OpCall* norm = gs->prologue >= 0 ? &nc : nullptr;
+      const bool round_first = !gs->prologue_chain.empty();
+      if (rotates && detail::launch_merged_gemv_rotary_cuda(p, *gs, values, norm, round_first, stream)) return;
+      if (norm) {
+        if (detail::launch_merged_gemv_cuda(p, *gs, values, norm, round_first, stream)) return rotary();
         run_prologue(p, *gs, values, stream);
       }
       if (gs->tail && detail::launch_merged_gemv_cuda(p, *gs, values, nullptr, false, stream)) return;
       if (!detail::launch_merged_gemm_cuda(p, *gs, values, stream))
         for (int j : gs->siblings) run_node(p, j, values, stream);
       if (gs->tail) launch(*gs->tail);  // a Gated step's act(gate) * up, as its own kernel
-      return;
+      return rotary();
     }
     if (gs->partials > 1) {
       launch_partials(p, *gs, values, stream);

@@ -76,6 +76,11 @@ struct KernelNotReady : Error {
 
 class MergedWeights;  // planner/merged_weights.hpp
 
+struct RotaryStep {
+  std::vector<RotaryOperands> parts;  // at most kRotaryMaxParts (kernels/rotary_args.hpp)
+  std::vector<int> nodes;             // segment nodes it computes
+};
+
 struct GemmStep {
   int node = -1;
   GemmEpilogue epilogue = GemmEpilogue::None;
@@ -113,16 +118,15 @@ struct GemmStep {
   // value's storage (cuda::run_linear_partials) and the row kernel that alone reads it adds them
   // up with the bias (planner/split_k_rows.hpp): cuBLASLt's split-K reduction kernel is not run.
   int partials = 0;
+  // CUDA, one row: the rotary step of some of the merged siblings' outputs (a decode layer's q
+  // and k), applied by the GEMV as it writes them (planner/rotary_epilogue.cpp). A call the GEMV
+  // cannot take runs the GEMM, then this step's kernel. Empty: none.
+  RotaryStep rotary;
 };
 
 struct AttentionStep {
   AttentionOperands operands;
   std::vector<int> nodes;  // segment nodes it computes
-};
-
-struct RotaryStep {
-  std::vector<RotaryOperands> parts;  // at most kRotaryMaxParts (kernels/rotary_args.hpp)
-  std::vector<int> nodes;             // segment nodes it computes
 };
 
 struct EagerStep { int node = -1; };

@@ -22,6 +22,8 @@
 #include "livefuse/stream.hpp"
 #include "planner/merged_weights.hpp"
 #include "planner/passes.hpp"
+#include "planner/rotary_epilogue.hpp"
+#include "planner/rotary_step.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/executor.hpp"
 #if LIVEFUSE_HAS_CUDA
@@ -202,6 +204,28 @@ bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::s
   }
   for (const Tensor& t : o.outs) ensure_storage(t);
   return cuda::run_gemv_split(norm, merged_call(p, gs, values, c), o.outs, st.handle(), round_first);
+#else
+  (void)p, (void)gs, (void)values, (void)norm, (void)round_first, (void)stream;
+  return false;
+#endif
+}
+
+bool launch_merged_gemv_rotary_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
+                                    const OpCall* norm, bool round_first, void* stream) {
+#if LIVEFUSE_HAS_CUDA
+  if (gs.rotary.parts.empty() || gs.tail) return false;
+  Operands o = operands(p, gs, values);
+  const Stream st = stream_on(o.outs[0].device(), stream);
+  const MergedWeights::Copy c = gs.merged->get(o.weights, o.biases, st);
+  if (!c.defined()) return false;
+  for (const Tensor& t : o.outs) ensure_storage(t);
+  RotaryArgs parts[kRotaryMaxParts];
+  Tensor results[kRotaryMaxParts];
+  const int n = bind_rotary(gs.rotary, values, parts, results);
+  cuda::GemvRope rope;
+  if (!gemv_rope_of(std::span<const RotaryArgs>(parts, n), std::span<const Tensor>(results, n), o.outs, &rope))
+    return false;
+  return cuda::run_gemv_split(norm, merged_call(p, gs, values, c), o.outs, st.handle(), round_first, &rope);
 #else
   (void)p, (void)gs, (void)values, (void)norm, (void)round_first, (void)stream;
   return false;

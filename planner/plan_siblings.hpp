@@ -20,6 +20,12 @@ bool launch_merged_gemm_cuda(const PlannedSegment& p, const GemmStep& gs,
 // launched; the caller runs the norm, the merged GEMM, then the tail.
 bool launch_merged_gemv_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
                              const OpCall* norm, bool round_first, void* stream);
+// The merged GEMM as one one-row GEMV that also applies the step's rotary (GemmStep::rotary) to
+// the siblings it rotates, writing the rotary's results in their place (rotary_epilogue.hpp);
+// `norm` and round_first as above. False: nothing launched; the caller runs the step without
+// the rotary, then the rotary's kernel.
+bool launch_merged_gemv_rotary_cuda(const PlannedSegment& p, const GemmStep& gs, std::span<const Tensor> values,
+                                    const OpCall* norm, bool round_first, void* stream);
 // plan.cpp: a pending Materialized value gets dense storage (`s`, or a fresh allocation).
 void ensure_storage(const Tensor& t, std::shared_ptr<Storage> s = nullptr);
 // A merged step whose siblings have one width and need no split: one strided-batched GEMM (over

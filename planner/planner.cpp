@@ -7,6 +7,7 @@
 
 #include "livefuse/config.hpp"
 #include "planner/passes.hpp"
+#include "planner/rotary_epilogue.hpp"
 #include "planner/split_k_rows.hpp"
 #include "planner/strategy.hpp"
 #if LIVEFUSE_HAS_CUDA
@@ -22,6 +23,7 @@ PlannerOptions default_planner_options(Device device) {
   o.cuda = device.is_cuda();
   o.gemv_prologue = device.is_cuda() && config().gemv;
   o.gemv_norm_fold = o.gemv_prologue ? config().gemv_norm : 0;
+  o.gemv_rotary = config().gemv_rotary;
   o.gemm_siblings = config().gemm_siblings;
   o.gemm_tc = device.is_cuda() && config().gemm_tc;
   o.gemm_f32x3 = device.is_cuda() && config().gemm_f32x3;
@@ -218,6 +220,7 @@ PlannedSegment plan_segment(const Segment& seg, const PlannerOptions& opts) {
   }
   p.decisions = std::move(g.decisions);
   if (opts.gemv_prologue && opts.gemv_norm_fold > 0) fold_norm_prologues(p, opts.gemv_norm_fold);
+  if (opts.gemv_prologue && opts.gemv_rotary) fold_rotary_epilogues(p);
   fold_split_k_into_rows(p, opts);
   count_launches(p);
   if (opts.dump) opts.dump("plan", p.describe());

@@ -1,6 +1,7 @@
 #include "planner/rotary_step.hpp"
 
 #include "livefuse/error.hpp"
+#include "planner/plan_siblings.hpp"
 
 namespace livefuse::planner {
 namespace {
@@ -43,6 +44,23 @@ RotaryArgs rotary_args(const Tensor& x, const Tensor& cos, const Tensor& sin, co
   a.sin = empty ? nullptr : sin.impl()->data();
   a.out = empty ? nullptr : out.impl()->data();
   return a;
+}
+
+int bind_rotary(const RotaryStep& r, std::span<const Tensor> values, RotaryArgs* out, Tensor* results) {
+  int n = 0;
+  const auto value = [&](int v) -> const Tensor& {
+    LF_ASSERT(v >= 0 && static_cast<size_t>(v) < values.size() && values[v].defined(), "value ", v, " not bound");
+    return values[v];
+  };
+  for (const RotaryOperands& o : r.parts) {
+    const Tensor& res = value(o.out);
+    detail::ensure_storage(res);
+    for (int v : {o.x, o.cos, o.sin})
+      LF_CHECK(value(v).impl()->storage != nullptr || value(v).numel() == 0, "plan", "a rotary input has no storage");
+    if (results) results[n] = res;
+    out[n++] = rotary_args(value(o.x), value(o.cos), value(o.sin), res);
+  }
+  return n;
 }
 
 }  // namespace livefuse::planner

@@ -123,6 +123,7 @@ std::vector<int> Step::nodes() const {
     const std::vector<int> pro = g->prologue_nodes();
     n.insert(n.begin(), pro.begin(), pro.end());
     if (g->tail) n.insert(n.end(), g->tail->nodes.begin(), g->tail->nodes.end());
+    n.insert(n.end(), g->rotary.nodes.begin(), g->rotary.nodes.end());
     return n;
   }
   if (const auto* e = std::get_if<EagerStep>(&body)) return {e->node};

@@ -116,6 +116,7 @@ class Switches {
       {{"LIVEFUSE_GRAPHS=0", [](C& c) { c.graphs = false; }}},
       // Appended, so that the groups before it draw for every seed what they drew before.
       {{"LIVEFUSE_GEMM_F32X3=1", [](C& c) { c.gemm_f32x3 = true; }}},
+      {{"LIVEFUSE_GEMV_ROTARY=0", [](C& c) { c.gemv_rotary = false; }}},
   };
   std::vector<std::pair<size_t, size_t>> chosen_;  // (group, setting)
 };

@@ -7,6 +7,8 @@
 
 namespace livefuse::cuda {
 
+struct GemvRope;  // gemv.hpp
+
 void run_matmul(const OpCall& call, const Tensor& out, void* stream);
 void run_linear(const OpCall& call, const Tensor& out, void* stream);
 
@@ -29,9 +31,11 @@ bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Te
 // A merged sibling linear `call` (its weight the siblings' concatenated, its bias too) as one
 // few-row GEMV writing each sibling's dense output: the product's columns in the order of
 // `outs`, their widths `outs`' last dims; with `norm` (or null) in its prologue as above. False:
-// nothing was launched (the caller's product + split path runs).
+// nothing was launched (the caller's product + split path runs). `rope` (or null): a rotary on
+// the product's first rope->cols columns as it is written (gemv.hpp, GemvRope; the caller gives
+// those parts' outputs as the rotary's results).
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream, bool round_first = false);
+                    void* stream, bool round_first = false, const GemvRope* rope = nullptr);
 
 // A merged gate/up pair `call` (weights [2 N, K] concatenated, bias [2 N] too) as one few-row
 // GEMV writing act(gate) * up to the dense `out` [.., N] (gemv.hpp, GemvArgs::gated): `act` a

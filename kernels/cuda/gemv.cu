@@ -140,7 +140,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       }
   };
   // Weight row h of output column n's warp, and whether it exists (a pair's second past the end).
-  const auto row_of = [&](int64_t n, int h) { return kGate ? n + h * cols : n + h; };
+  // A pair inside a rotary's columns (GemvRope; n even there) is a head's columns j and j + d/2.
+  const auto row_of = [&](int64_t n, int h) {
+    if constexpr (kPair)
+      if (n < a.rope.cols) return n / a.rope.d * a.rope.d + n % a.rope.d / 2 + h * (a.rope.d / 2);
+    return kGate ? n + h * cols : n + h;
+  };
   const auto has_row = [&](int64_t n, int h) { return !kPair || h == 0 || n + h < cols; };
   const auto rows_of = [&](int64_t n, const char* (&wrow)[kW], bool (&has)[kW]) {
 #pragma unroll
@@ -184,6 +189,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     // The epilogue's operands first (the lane that writes row m reads them): loaded after the
     // reductions they were one more dependent round trip at the end of every product.
     float bias[kW] = {}, resid[kW] = {};
+    float rope_cos[kW] = {}, rope_sin[kW] = {};  // at the pair's columns j and j + d/2 (kPair)
+    const bool rotated = kPair && n < a.rope.cols;
     if (n < cols && lane < a.rows && part == 0) {
 #pragma unroll
       for (int h = 0; h < kW; ++h) {
@@ -191,6 +198,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
         if (a.bias) bias[h] = S::to(static_cast<const Bits*>(a.bias)[row_of(n, h)]);
         if ((h == 0 || kPair) && a.residual && a.parts == 0)
           resid[h] = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n + h]);
+        if (rotated) {
+          const GemvRope& r = a.rope;
+          const int64_t j = n % r.d / 2 + h * (r.d / 2), b = lane / r.seq, t = lane % r.seq;
+          rope_cos[h] = S::to(static_cast<const Bits*>(r.cos)[b * r.cos_st[0] + t * r.cos_st[1] + j * r.cos_st[2]]);
+          rope_sin[h] = S::to(static_cast<const Bits*>(r.sin)[b * r.sin_st[0] + t * r.sin_st[1] + j * r.sin_st[2]]);
+        }
       }
     }
     int64_t c0 = int64_t{part} * 32 + lane;
@@ -320,15 +333,27 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
         else if (a.act == GemvAct::relu) g = lf_relu(g);
         out[m * a.ldo + n] = S::from(rounded<S>(g) * up);
       } else {
+        float ys[kW];
 #pragma unroll
         for (int h = 0; h < kW; ++h) {
-          if (!has[h]) continue;
-          const int64_t col = n + h;
           float y = acc[h][m];
           if (a.bias) y += bias[h];
           y = rounded<S>(y);
           if (a.act == GemvAct::relu) y = lf_relu(y);
           else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
+          ys[h] = y;
+        }
+        if (rotated) {  // rotary.cu's arithmetic: each product rounded, then the sum
+          const float lo = ys[0], hi = ys[kW - 1];
+          ys[0] = __fadd_rn(rounded<S>(__fmul_rn(lo, rope_cos[0])), rounded<S>(__fmul_rn(-hi, rope_sin[0])));
+          ys[kW - 1] =
+              __fadd_rn(rounded<S>(__fmul_rn(hi, rope_cos[kW - 1])), rounded<S>(__fmul_rn(lo, rope_sin[kW - 1])));
+        }
+#pragma unroll
+        for (int h = 0; h < kW; ++h) {
+          if (!has[h]) continue;
+          const int64_t col = row_of(n, h);
+          float y = ys[h];
           if (a.parts > 0) {
             int p = 0;
             while (p + 1 < a.parts && col >= a.begin[p + 1]) ++p;
@@ -375,16 +400,16 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
              kWarps * 32, smem, s, a);
 }
 
-// `pair`: two weight rows a warp, taken by one-row products without a norm or a gate only (the
+// `pair`: two weight rows a warp, taken by one-row products without a gate only (the
 // instantiations stay few).
 template <class S, int kRows, bool kNorm, bool kGate>
 void launch_rows(const GemvArgs& a, int split, bool pair, cudaStream_t s) {
-  if constexpr (kRows == 1 && !kNorm && !kGate) {
-    if (pair) {
+  if constexpr (kRows == 1 && !kGate) {
+    if (pair) {  // with a norm only for a rotary (GemvRope), whose pairs need it
       switch (split) {
-        case 1: return launch_split<S, 1, 1, false, false, true>(a, s);
-        case 2: return launch_split<S, 1, 2, false, false, true>(a, s);
-        default: return launch_split<S, 1, 4, false, false, true>(a, s);
+        case 1: return launch_split<S, 1, 1, kNorm, false, true>(a, s);
+        case 2: return launch_split<S, 1, 2, kNorm, false, true>(a, s);
+        default: return launch_split<S, 1, 4, kNorm, false, true>(a, s);
       }
     }
   }
@@ -408,9 +433,10 @@ void load_rows() {
   split(std::integral_constant<int, 2>{});
   split(std::integral_constant<int, 4>{});
   if constexpr (kRows == 1) {
-    load_kernel(gemv_kernel<S, 1, 1, false, false, true>);
-    load_kernel(gemv_kernel<S, 1, 2, false, false, true>);
-    load_kernel(gemv_kernel<S, 1, 4, false, false, true>);
+    for (const auto k : {gemv_kernel<S, 1, 1, false, false, true>, gemv_kernel<S, 1, 2, false, false, true>,
+                         gemv_kernel<S, 1, 4, false, false, true>, gemv_kernel<S, 1, 1, true, false, true>,
+                         gemv_kernel<S, 1, 2, true, false, true>, gemv_kernel<S, 1, 4, true, false, true>})
+      load_kernel(k);
   }
 }
 
@@ -444,6 +470,10 @@ bool gemv_supported(const GemvArgs& a) {
   if (a.batch > 1 && (a.bias || a.residual || a.norm != GemvNorm::none || a.parts > 0 ||
                       a.x_bstride % per != 0 || a.w_bstride % per != 0))
     return false;
+  if (const GemvRope& r = a.rope; r.cols != 0 &&
+      (r.cols < 0 || r.d < 2 || r.d % 2 != 0 || r.cols % r.d != 0 || r.cols > a.n || r.seq < 1 || !r.cos ||
+       !r.sin || a.rows != 1 || a.gated || a.residual || a.act != GemvAct::none || a.batch != 1))
+    return false;
   return a.k % per == 0 && a.ldw % per == 0 && aligned(a.w) && (a.gated || a.ldo >= a.n);
 }
 
@@ -451,11 +481,12 @@ namespace {
 std::atomic<bool> g_prefetch{true};
 std::atomic<bool> g_norm_early{true};
 thread_local bool t_early_weights = false;  // EarlyWeightsScope
-std::atomic<uint64_t> g_launches{0}, g_early_launches{0};
+std::atomic<uint64_t> g_launches{0}, g_early_launches{0}, g_rotary_launches{0};
 }  // namespace
 
 GemvLaunchCounts gemv_launch_counts() {
-  return {g_launches.load(std::memory_order_relaxed), g_early_launches.load(std::memory_order_relaxed)};
+  return {g_launches.load(std::memory_order_relaxed), g_early_launches.load(std::memory_order_relaxed),
+          g_rotary_launches.load(std::memory_order_relaxed)};
 }
 
 EarlyWeightsScope::EarlyWeightsScope(bool on) : before_(t_early_weights) { t_early_weights = on; }
@@ -482,6 +513,7 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   a.early_weights = (a.early_weights || t_early_weights) && pdl_enabled();
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (a.early_weights) g_early_launches.fetch_add(1, std::memory_order_relaxed);
+  if (a.rope.cols > 0) g_rotary_launches.fetch_add(1, std::memory_order_relaxed);
   // Warps a weight row: more while the grid would leave loads per SM short and each lane would
   // otherwise wait on more than one round of kUnroll loads. (A gated product's warp reads two
   // rows: its warps are counted by the rows they read.)
@@ -491,7 +523,9 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   // Two weight rows a warp (Config::gemv_pair): by default where each lane reads at least 8
   // chunks of its share of a row (Llama's down projection gained 11%; shorter rows lost 4-5%).
   const int pair_mode = config().gemv_pair;
-  const bool pair = pair_mode == 2 || (pair_mode == 1 && runs >= int64_t{8} * split);
+  // A rotary's pairs are its heads' column pairs: always two rows a warp (with a norm only then).
+  const bool wide = pair_mode == 2 || (pair_mode == 1 && runs >= int64_t{8} * split);
+  const bool pair = a.rope.cols > 0 || (a.norm == GemvNorm::none && wide);
   with_float_storage(a.dtype, [&](auto storage) {
     using S = decltype(storage);
     const bool norm = a.norm != GemvNorm::none;

@@ -31,6 +31,24 @@ enum class GemvNorm : uint8_t { none, layer, rms };
 // Column ranges of the product written to outputs of their own (a merged sibling GEMM).
 inline constexpr int kGemvMaxParts = 8;
 
+// The rotate-half rotary embedding (kernels/rotary_args.hpp) applied as the product is written:
+// columns [0, cols) are whole heads of d, and column j of a head is written as
+//   y[j] * cos[j] - y[j + d/2] * sin[j]      (j < d/2)
+//   y[j] * cos[j] + y[j - d/2] * sin[j]      (j >= d/2),
+// y the product (+ bias) rounded as the linear writes it, each product and the sum rounded as
+// eager's muls and add round them (the rotary kernel's arithmetic, bit for bit). A warp takes a
+// head's columns j and j + d/2 as its pair of weight rows, so the rotation needs no exchange:
+// a decode layer's rotary for q and k is then no launch of its own. cos and sin are read at
+// [row / seq, row % seq, j] through the element strides below (broadcast over the heads).
+struct GemvRope {
+  int64_t cols = 0;  // 0: none
+  int64_t d = 0;     // the head size: even, cols a multiple of it
+  int64_t seq = 1;   // rows per leading index of cos / sin
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  int64_t cos_st[3] = {}, sin_st[3] = {};  // element strides along [batch, seq, d]
+};
+
 struct GemvArgs {
   DType dtype = DType::f32;  // of x, w, bias, residual and out alike (f32, f16, bf16)
   int rows = 0;              // 1..kGemvMaxRows
@@ -69,6 +87,9 @@ struct GemvArgs {
   // b-th reading x, w and writing out `*_bstride` elements past the first; no bias, residual,
   // norm or parts then.
   int64_t batch = 1, x_bstride = 0, w_bstride = 0, o_bstride = 0;
+  // A rotary embedding on the product's first rope.cols columns (Q and K of a merged Q/K/V):
+  // one row only, never with a gate, residual, activation or batch. See GemvRope.
+  GemvRope rope;
   // Set by launch_gemv: the kernel prefetches its weights into L2 before its PDL wait.
   bool prefetch = false;
   // Set by launch_gemv: with a norm, each thread loads its first chunk of x and of the norm's
@@ -105,7 +126,7 @@ void launch_gemv_cols(const GemvColsArgs& a, cudaStream_t s);
 // Whether launch_gemv takes `a`: dtype, rows, k a whole number of 16-byte loads, x and w
 // 16-byte aligned (pointers and row strides), no activation together with a residual; a norm's
 // vectors 16-byte aligned, its rows at most 47 KB (kNormedBytes), and no shift for rms_norm;
-// silu / gelu only as a gate's; a gated product's n even.
+// silu / gelu only as a gate's; a gated product's n even; a rotary on one row alone (GemvRope).
 bool gemv_supported(const GemvArgs& a);
 // Enqueues the product on `s`; `a` must be gemv_supported. Nothing is allocated.
 void launch_gemv(const GemvArgs& a, cudaStream_t s);
@@ -118,9 +139,9 @@ void set_gemv_prefetch(bool on);
 // for livefuse-bench-gemv-chain's comparison.
 void set_gemv_norm_early(bool on);
 // The report's "cuda.gemv" counters (gemv_host.cpp): GEMVs launched (or recorded), and of them
-// those that load their first weights before their PDL wait.
+// those that load their first weights before their PDL wait, and those that rotate (GemvRope).
 struct GemvLaunchCounts {
-  uint64_t launches = 0, early_weights = 0;
+  uint64_t launches = 0, early_weights = 0, rotary = 0;
 };
 GemvLaunchCounts gemv_launch_counts();
 

@@ -20,6 +20,7 @@ const bool g_registered = [] {
     const GemvLaunchCounts c = gemv_launch_counts();
     sink.add("launches", c.launches);
     sink.add("early_weights", c.early_weights);
+    sink.add("rotary", c.rotary);
   });
   return true;
 }();
@@ -172,9 +173,10 @@ bool run_gemv_norm(const OpCall& norm, const OpCall& call, uint8_t act, const Te
 }
 
 bool run_gemv_split(const OpCall* norm, const OpCall& call, std::span<const Tensor> outs,
-                    void* stream, bool round_first) {
+                    void* stream, bool round_first, const GemvRope* rope) {
   if (outs.empty() || outs.size() > static_cast<size_t>(kGemvMaxParts)) return false;
   GemvArgs g;
+  if (rope) g.rope = *rope;
   g.norm_round_first = norm && round_first;
   g.parts = static_cast<int>(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {

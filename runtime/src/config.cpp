@@ -139,6 +139,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_GEMM_F32X3", &Config::gemm_f32x3),
       int_row("LIVEFUSE_GEMV_NORM", "0, 1 or 2", 0, 2, &Config::gemv_norm),
       int_row("LIVEFUSE_GEMV_PAIR", "0, 1 or 2", 0, 2, &Config::gemv_pair),
+      bool_row("LIVEFUSE_GEMV_ROTARY", &Config::gemv_rotary),
       bool_row("LIVEFUSE_GEMM_TUNE", &Config::gemm_tune),
       bool_row("LIVEFUSE_ATTENTION_SPLIT", &Config::attention_split),
       bool_row("LIVEFUSE_DECODE_LEAN", &Config::decode_lean),

@@ -56,6 +56,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_GEMM_F32X3") return yes_no(c.gemm_f32x3);
   if (name == "LIVEFUSE_GEMV_NORM") return std::to_string(c.gemv_norm);
   if (name == "LIVEFUSE_GEMV_PAIR") return std::to_string(c.gemv_pair);
+  if (name == "LIVEFUSE_GEMV_ROTARY") return yes_no(c.gemv_rotary);
   if (name == "LIVEFUSE_PACK_CACHE") return yes_no(c.pack_cache);
   if (name == "LIVEFUSE_GEMM_TUNE") return yes_no(c.gemm_tune);
   if (name == "LIVEFUSE_ATTENTION_SPLIT") return yes_no(c.attention_split);

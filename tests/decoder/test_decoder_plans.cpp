@@ -230,3 +230,51 @@ LF_CUDA_TEST_CASE("decoder plans under PDL: later GEMVs and attentions load earl
     }
   }
 }
+
+// A Llama decode layer's rotary inside its Q/K/V GEMV (planner/rotary_epilogue.cpp): the decode
+// loop's tokens stay those of fusion off with it on and off, the plans fold it, and the GEMVs
+// that rotate run (the "cuda.gemv" counter "rotary"); with LIVEFUSE_GEMV_ROTARY=0 none does.
+// Also with the norm chain folded (LIVEFUSE_GEMV_NORM=2): norm, product and rotary in one GEMV.
+LF_CUDA_TEST_CASE("decoder plans: Llama's rotary inside the Q/K/V GEMV, the tokens of fusion off") {
+  const lf::Config saved = lf::config();
+  const lf::Device dev = lf::Device::cuda(0);
+  const auto counter = [](const char* name) { return lf::find_counter(lf::counters(), "cuda.gemv", name).value_or(0); };
+  for (const lf::DType dt : {lf::DType::f16, lf::DType::bf16, lf::DType::f32}) {
+    const std::string dtype(lf::dtype_name(dt));
+    CAPTURE(dtype);
+    const lfd::DecoderModel m = lfd::DecoderModel::random(lfd::DecoderConfig::preset("llama-tiny"), 9, dt, dev, 0.08);
+    const lf::Tensor p = lf::from_int64s({3, 17, 41, 88, 5}, {1, 5}, lf::DType::i64, dev);
+    lf::Config off = saved;
+    off.mode = lf::Mode::off;
+    lf::set_config_for_testing(off);
+    const auto eager = lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens;
+    for (const int setting : {1, 0, 2}) {  // rotary in the GEMV; its own step; in the GEMV with the norm chain
+      CAPTURE(setting);
+      lf::Config on = saved;
+      on.mode = lf::Mode::on;
+      on.sample = 0;
+      on.gemv_rotary = setting != 0;
+      on.gemv_norm = setting == 2 ? 2 : 1;
+      lftest::fuzz::reset_pipeline(dev);
+      lf::set_config_for_testing(on);
+      const uint64_t served0 = lfd::plan_use().served_calls, rotary0 = counter("rotary");
+      for (int run = 0; run < 4; ++run) {
+        CHECK(lfd::generate(m, p, 40, lfd::CacheKind::concat, {}, false).tokens == eager);
+        lf::monitor::Monitor::instance().drain();
+        lf::planner::wait_service_idle();
+      }
+      lf::synchronize(dev);
+      bool folded = false;
+      for (const lf::PlanInfo& pi : lf::inspect().plans)
+        for (const auto& [what, why] : pi.details.decisions)
+          folded |= why.find("rotates q and k") != std::string::npos;
+      const uint64_t served = lfd::plan_use().served_calls - served0, rotary = counter("rotary") - rotary0;
+      lf::set_config_for_testing(saved);
+      lftest::fuzz::reset_pipeline(dev);
+      MESSAGE("served " << served << " calls, " << rotary << " GEMVs rotating");
+      CHECK(served > 0);
+      CHECK(folded == (setting != 0));
+      CHECK((rotary > 0) == (setting != 0));
+    }
+  }
+}

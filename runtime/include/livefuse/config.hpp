@@ -106,6 +106,10 @@ struct Config {
   // graph of 16 on the H200, where smaller products lost 4-5% (bench/RESULTS.md, session 35); 2:
   // every such product (tests, livefuse-bench-gemv-chain); 0: one row a warp, for comparison.
   int gemv_pair = 1;
+  // LIVEFUSE_GEMV_ROTARY: a one-row Q/K/V GEMV applies the rotary of q and k as it writes them
+  // (kernels/cuda/gemv.hpp, GemvRope; planner/rotary_epilogue.cpp): a Llama decode layer's
+  // rotary is then no launch of its own. 0: the rotary step after the GEMV, for comparison.
+  bool gemv_rotary = true;
   // LIVEFUSE_GEMM_TUNE=1: CUDA plans time cuBLASLt's top candidate algorithms for each of their
   // GEMMs on the planner thread and run the fastest (kernels/cuda/gemm_lt.cpp). Off by default:
   // on the H200 it gained 1.6% on BERT-base f16 (0.561 against 0.570 ms). A candidate whose
