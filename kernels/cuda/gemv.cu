@@ -95,7 +95,11 @@ __device__ __forceinline__ float row_sum(const char* row, int64_t chunks, int la
 template <int kSplit, bool kPair>
 constexpr int kColumnsPerBlock = kWarps / kSplit * (kPair ? 2 : 1);
 
-template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false>
+// kRope: a rotary on the first a.rope.cols columns (GemvRope), one row. The block's group of
+// columns holds whole pairs (j, j + d/2 of a head; kSplit <= 2), each warp's column one half:
+// the two sums meet in shared memory after the reductions, so the loads and sums are the plain
+// kernel's (its bits). With kPair (kSplit 4, one column a block) a warp takes both rows itself.
+template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false, bool kRope = false>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
   constexpr int kPer = 16 / sizeof(Bits);  // elements in one 16-byte chunk
@@ -140,10 +144,14 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       }
   };
   // Weight row h of output column n's warp, and whether it exists (a pair's second past the end).
-  // A pair inside a rotary's columns (GemvRope; n even there) is a head's columns j and j + d/2.
+  // Inside a rotary's columns (GemvRope) columns 2i and 2i + 1 are a head's columns j and j + d/2:
+  // a kPair warp's two rows, or (kRope) two warps' one each.
   const auto row_of = [&](int64_t n, int h) {
-    if constexpr (kPair)
-      if (n < a.rope.cols) return n / a.rope.d * a.rope.d + n % a.rope.d / 2 + h * (a.rope.d / 2);
+    if constexpr (kPair || kRope)
+      if (n < a.rope.cols) {
+        const int64_t first = kPair ? n : n & ~int64_t{1};  // the pair's first column
+        return first / a.rope.d * a.rope.d + first % a.rope.d / 2 + (kPair ? h : n & 1) * (a.rope.d / 2);
+      }
     return kGate ? n + h * cols : n + h;
   };
   const auto has_row = [&](int64_t n, int h) { return !kPair || h == 0 || n + h < cols; };
@@ -189,8 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     // The epilogue's operands first (the lane that writes row m reads them): loaded after the
     // reductions they were one more dependent round trip at the end of every product.
     float bias[kW] = {}, resid[kW] = {};
-    float rope_cos[kW] = {}, rope_sin[kW] = {};  // at the pair's columns j and j + d/2 (kPair)
-    const bool rotated = kPair && n < a.rope.cols;
+    float rope_cos[kW] = {}, rope_sin[kW] = {};  // at the rows' columns of their head
+    const bool rotated = (kPair || kRope) && n < a.rope.cols;
     if (n < cols && lane < a.rows && part == 0) {
 #pragma unroll
       for (int h = 0; h < kW; ++h) {
@@ -200,7 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
           resid[h] = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n + h]);
         if (rotated) {
           const GemvRope& r = a.rope;
-          const int64_t j = n % r.d / 2 + h * (r.d / 2), b = lane / r.seq, t = lane % r.seq;
+          const int64_t j = row_of(n, h) % r.d, b = lane / r.seq, t = lane % r.seq;
           rope_cos[h] = S::to(static_cast<const Bits*>(r.cos)[b * r.cos_st[0] + t * r.cos_st[1] + j * r.cos_st[2]]);
           rope_sin[h] = S::to(static_cast<const Bits*>(r.sin)[b * r.sin_st[0] + t * r.sin_st[1] + j * r.sin_st[2]]);
         }
@@ -316,6 +324,38 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       }
       if constexpr (kNorm) __syncthreads();  // `partial` is written again for the next group
     }
+    if constexpr (kRope) {
+      // A rotated column's partner is the next or previous column of the group, another warp's:
+      // each writes its rounded sum (+ bias) here, then rotates with the other's (rotary.cu's
+      // arithmetic: each product rounded, then the sum). One row (gemv_supported).
+      __shared__ float rope_y[kWarps / kSplit];
+      const bool mine = part == 0 && lane == 0 && n < cols;
+      float y = 0.0f;
+      if (mine) {
+        y = acc[0][0];
+        if (a.bias) y += bias[0];
+        y = rounded<S>(y);
+        rope_y[warp / kSplit] = y;
+      }
+      __syncthreads();
+      const float other = rope_y[warp / kSplit ^ 1];
+      if constexpr (kNorm) __syncthreads();  // rope_y is written again for the next group
+      if (rotated) {
+        if (mine) {
+          y = __fadd_rn(rounded<S>(__fmul_rn(y, rope_cos[0])),
+                        rounded<S>(__fmul_rn((n & 1) ? other : -other, rope_sin[0])));
+          const int64_t col = row_of(n, 0);
+          if (a.parts > 0) {
+            int p = 0;
+            while (p + 1 < a.parts && col >= a.begin[p + 1]) ++p;
+            static_cast<Bits*>(a.part_out[p])[col - a.begin[p]] = S::from(y);
+          } else {
+            out[col] = S::from(y);
+          }
+        }
+        continue;
+      }
+    }
     if (part != 0 || n >= cols) continue;
     // Lane m writes row m: the epilogue, rounding as eager's ops do one after another.
 #pragma unroll
@@ -343,7 +383,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
           else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
           ys[h] = y;
         }
-        if (rotated) {  // rotary.cu's arithmetic: each product rounded, then the sum
+        if (kPair && rotated) {  // rotary.cu's arithmetic: each product rounded, then the sum
           const float lo = ys[0], hi = ys[kW - 1];
           ys[0] = __fadd_rn(rounded<S>(__fmul_rn(lo, rope_cos[0])), rounded<S>(__fmul_rn(-hi, rope_sin[0])));
           ys[kW - 1] =
@@ -384,9 +424,9 @@ int64_t wave_blocks(size_t smem) {
   return int64_t{n} * current_device_info().sm_count;
 }
 
-template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false>
+template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false, bool kRope = false>
 void launch_split(const GemvArgs& a, cudaStream_t s) {
-  constexpr auto kKernel = gemv_kernel<S, kRows, kSplit, kNorm, kGate, kPair>;
+  constexpr auto kKernel = gemv_kernel<S, kRows, kSplit, kNorm, kGate, kPair, kRope>;
   constexpr int64_t kGroup = kColumnsPerBlock<kSplit, kPair>;
   const int64_t cols = kGate ? a.n / 2 : a.n;
   const size_t smem = kNorm ? static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits) : 0;
@@ -405,7 +445,10 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
 template <class S, int kRows, bool kNorm, bool kGate>
 void launch_rows(const GemvArgs& a, int split, bool pair, cudaStream_t s) {
   if constexpr (kRows == 1 && !kGate) {
-    if (pair) {  // with a norm only for a rotary (GemvRope), whose pairs need it
+    if (a.rope.cols > 0 && split <= 2)  // a rotary's pairs over two warps of a block (kRope)
+      return split == 1 ? launch_split<S, 1, 1, kNorm, false, false, true>(a, s)
+                        : launch_split<S, 1, 2, kNorm, false, false, true>(a, s);
+    if (pair) {  // with a norm only for a rotary over 4 warps a row (one column a block)
       switch (split) {
         case 1: return launch_split<S, 1, 1, kNorm, false, true>(a, s);
         case 2: return launch_split<S, 1, 2, kNorm, false, true>(a, s);
@@ -434,8 +477,11 @@ void load_rows() {
   split(std::integral_constant<int, 4>{});
   if constexpr (kRows == 1) {
     for (const auto k : {gemv_kernel<S, 1, 1, false, false, true>, gemv_kernel<S, 1, 2, false, false, true>,
-                         gemv_kernel<S, 1, 4, false, false, true>, gemv_kernel<S, 1, 1, true, false, true>,
-                         gemv_kernel<S, 1, 2, true, false, true>, gemv_kernel<S, 1, 4, true, false, true>})
+                         gemv_kernel<S, 1, 4, false, false, true>, gemv_kernel<S, 1, 4, true, false, true>})
+      load_kernel(k);
+    for (const auto k :  // the rotary's (kRope)
+         {gemv_kernel<S, 1, 1, false, false, false, true>, gemv_kernel<S, 1, 2, false, false, false, true>,
+          gemv_kernel<S, 1, 1, true, false, false, true>, gemv_kernel<S, 1, 2, true, false, false, true>})
       load_kernel(k);
   }
 }
@@ -523,9 +569,10 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   // Two weight rows a warp (Config::gemv_pair): by default where each lane reads at least 8
   // chunks of its share of a row (Llama's down projection gained 11%; shorter rows lost 4-5%).
   const int pair_mode = config().gemv_pair;
-  // A rotary's pairs are its heads' column pairs: always two rows a warp (with a norm only then).
+  // A rotary's pairs are its heads' column pairs: over 4 warps a row two rows a warp (with a norm
+  // only then), else two warps of a block (launch_rows).
   const bool wide = pair_mode == 2 || (pair_mode == 1 && runs >= int64_t{8} * split);
-  const bool pair = a.rope.cols > 0 || (a.norm == GemvNorm::none && wide);
+  const bool pair = (a.rope.cols > 0 && split == 4) || (a.norm == GemvNorm::none && wide);
   with_float_storage(a.dtype, [&](auto storage) {
     using S = decltype(storage);
     const bool norm = a.norm != GemvNorm::none;

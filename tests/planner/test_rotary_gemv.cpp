@@ -3,8 +3,8 @@
 // plan's fallback order (the product, then the rotary) against eager; on CUDA the GEMV that
 // rotates as it writes, bit for bit against the same plan with the rotary as its own step, and
 // against CPU eager to the dtype's tolerance. CUDA cases skip without a GPU.
-#include "kernels/cuda/gemv.hpp"
 #include "livefuse/config.hpp"
+#include "livefuse/inspect.hpp"
 #include "tests/planner/planner_util.hpp"
 
 using namespace plantest;
@@ -21,7 +21,7 @@ struct Layer {
 
 struct LayerSegment {
   Segment seg;
-  int q_product = -1;  // value id of q's linear output
+  int q_product = -1;  // value id of q's linear output (the GEMV that rotates never writes it)
 };
 
 // Q/K/V of one decode step as examples/decoder writes it: [norm,] three linears over one input,
@@ -31,11 +31,12 @@ LayerSegment layer_segment(const Layer& l) {
   ValueRef x = b.input({l.rows, 1, l.hidden}, l.dtype);
   if (l.norm) x = b.add(OpId::rms_norm, {x, b.input({l.hidden}, l.dtype)}, norm_attrs(1e-6, true, false));
   LayerSegment r;
+  ValueRef q_product;
   const auto project = [&](int64_t heads, bool first) {
     std::vector<ValueRef> in{x, b.input({heads * l.d, l.hidden}, l.dtype)};
     if (l.bias) in.push_back(b.input({heads * l.d}, l.dtype));
     const ValueRef y = b.add(OpId::linear, in, linear_attrs(l.bias));
-    if (first) r.q_product = static_cast<int>(b.segment().value_id(y));
+    if (first) q_product = y;
     if (first && l.q_escapes) b.output(y);
     return b.add(OpId::reshape, {y}, ints({l.rows, 1, heads, l.d}));
   };
@@ -51,6 +52,7 @@ LayerSegment layer_segment(const Layer& l) {
   b.output(rotate(k));
   b.output(v);
   r.seg = b.build();
+  r.q_product = r.seg.value_id(q_product);  // (ids count every external, cos and sin too)
   return r;
 }
 
@@ -82,7 +84,8 @@ TEST_CASE("rotary gemv: a one-row Q/K/V product takes q's and k's rotary, one la
         l.dtype = dt, l.norm = norm, l.bias = bias;
         const LayerSegment s = layer_segment(l);
         const PlannedSegment p = plan_segment(s.seg, cuda_options(true));
-        INFO(dtype_name(dt) << (norm ? " norm" : "") << (bias ? " bias" : "") << "\n" << p.describe());
+        const std::string what = std::string(dtype_name(dt)) + (norm ? " norm" : "") + (bias ? " bias" : "");
+        INFO(what << "\n" << p.describe());
         const GemmStep* g = rotating_gemm(p);
         REQUIRE(g != nullptr);
         CHECK(g->rotary.parts.size() == 2);
@@ -90,7 +93,7 @@ TEST_CASE("rotary gemv: a one-row Q/K/V product takes q's and k's rotary, one la
         CHECK(rotary_steps(p) == 0);
         CHECK(p.num_kernels() == 1);  // the norm, Q/K/V and both rotaries: one GEMV
         bool decided = false;
-        for (const Decision& d : p.decisions)
+        for (const planner::Decision& d : p.decisions)
           decided = decided || (d.what.find("runs inside the GEMV") != std::string::npos &&
                                 d.reason.find("rotates q and k") != std::string::npos);
         CHECK(decided);
@@ -133,7 +136,8 @@ TEST_CASE("rotary gemv: the folded plan's fallback (the product, then the rotary
       l.dtype = dt, l.norm = norm, l.bias = true;
       const LayerSegment s = layer_segment(l);
       const PlannerOptions o = cuda_options(true);
-      INFO(dtype_name(dt) << (norm ? " norm" : ""));
+      const std::string what = std::string(dtype_name(dt)) + (norm ? " norm" : "");
+      INFO(what);
       const PlannedSegment p = check_against_eager(s.seg, 21, -1, -1, &o);
       CHECK(rotating_gemm(p) != nullptr);
     }
@@ -161,9 +165,10 @@ void check_gpu(const Layer& l, uint64_t seed) {
     run_plan(p, got.back(), Stream::current(Device::cuda(0)).handle());
     synchronize(Device::cuda(0));
   }
-  const auto q_product = got[0][s.q_product].to_doubles();
-  CHECK_MESSAGE(q_product[0] == -777.0, "the GEMV did not rotate (the fallback wrote q's product)");
-  CHECK(got[1][s.q_product].to_doubles()[0] != -777.0);
+  // poisoned_values' -777, as the dtype holds it (bf16: -776).
+  const double poison = full({1}, -777.0, l.dtype, Device::cpu()).to_doubles()[0];
+  CHECK_MESSAGE(got[0][s.q_product].to_doubles()[0] == poison, "the GEMV did not rotate (the fallback wrote q's product)");
+  CHECK(got[1][s.q_product].to_doubles()[0] != poison);
   for (const ValueRef& r : s.seg.outputs) {
     const int v = s.seg.value_id(r);
     const auto a = got[0][v].to_doubles(), b = got[1][v].to_doubles(), w = want[v].to_doubles();
@@ -183,21 +188,30 @@ void check_gpu(const Layer& l, uint64_t seed) {
 }  // namespace
 
 LF_CUDA_TEST_CASE("rotary gemv gpu: q and k rotated as the GEMV writes them, the bits of the rotary step") {
-  const auto counts = livefuse::cuda::gemv_launch_counts();
+  const auto rotating = [] { return find_counter(counters(), "cuda.gemv", "rotary").value_or(0); };
+  const uint64_t rotating0 = rotating();
   for (DType dt : {DType::f32, DType::f16, DType::bf16})
     for (bool norm : {true, false})
       for (bool bias : {false, true}) {
         Layer l;
         l.dtype = dt, l.norm = norm, l.bias = bias;
-        INFO(dtype_name(dt) << (norm ? " norm" : "") << (bias ? " bias" : ""));
+        const std::string what = std::string(dtype_name(dt)) + (norm ? " norm" : "") + (bias ? " bias" : "");
+        INFO(what);
         check_gpu(l, 31);
       }
-  // Llama-1B's heads (32 q, 8 k/v of 64 over 2048) and a head of 128 (8B-shaped, fewer heads).
+  // The small cases take one warp a weight row: a pair's halves meet in shared memory. Llama-1B's
+  // heads (32 q, 8 k/v of 64 over 2048 bf16) take two warps a row, likewise; rows of 4096 f16
+  // take four warps a row, so one warp takes both halves of a pair (two rows); a head of 128.
   Layer llama;
   llama.hidden = 2048, llama.hq = 32, llama.hk = 8, llama.d = 64, llama.dtype = DType::bf16;
   check_gpu(llama, 32);
+  for (bool norm : {false, true}) {
+    Layer quad;
+    quad.hidden = 4096, quad.hq = 4, quad.hk = 2, quad.d = 64, quad.dtype = DType::f16, quad.norm = norm;
+    check_gpu(quad, 34);
+  }
   Layer wide;
   wide.hidden = 512, wide.hq = 4, wide.hk = 1, wide.d = 128, wide.dtype = DType::f16, wide.bias = true;
   check_gpu(wide, 33);
-  CHECK(livefuse::cuda::gemv_launch_counts().launches > counts.launches);
+  CHECK(rotating() > rotating0);  // the GEMVs that rotated, counted as launched
 }

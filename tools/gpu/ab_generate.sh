@@ -34,7 +34,7 @@ import json, collections
 report = json.load(open('/tmp/ab_report.json'))
 plans = report['plans']
 print('  plans by state:', dict(collections.Counter(p['state'] for p in plans)),
-      '| attention launches:', report['counters'].get('cuda.attention'))
+      '| attention launches:', report['counters'].get('cuda.attention'), '| gemv:', report['counters'].get('cuda.gemv'))
 for p in plans:
     if p['state'] == 'active':
         for k, v in p.get('notes', {}).items():

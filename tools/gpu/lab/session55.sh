@@ -10,17 +10,25 @@
 START=$(date +%s)
 at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 parts=" ${S55_PARTS:-1 2 3} "
+if [[ $parts == *" 0 "* ]]; then  # the rotary suites alone
+  at "suites"
+  SUITE_S=150 run_suites "test_planner:*rotary*"
+fi
+if [[ $parts == *" 4 "* ]]; then  # Llama-1B bf16: the norm chain folded too (2) against the default (1), both rotating
+  at "Llama-1B bf16 concat, LIVEFUSE_GEMV_NORM=2 | 1, rotary in the GEMV"
+  AB_A="LIVEFUSE_GEMV_NORM=2" AB_B="LIVEFUSE_GEMV_NORM=1" MODEL=llama-1b DTYPE=bf16 ROUNDS=2 STEPS=256 RUNS=3 \
+    timeout -s KILL 200 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
+fi
 if [[ $parts == *" 1 "* ]]; then
   at "suites"
-  SUITE_S=150 run_suites "test_planner:*rotary* test_ops:*gemv*,*GEMV* test_planner:gpu*,*fold*,*norm*,*gemv*,*GEMV*"
+  SUITE_S=200 run_suites "test_planner:*rotary*,gpu*,*fold*,*norm*,*gemv*,*GEMV* test_ops:*gemv*,*GEMV*"
   SUITE_S=200 run_suites "test_decoder"
   LIVEFUSE_GEMV_NORM=2 SUITE_S=200 run_suites "test_decoder"
 fi
 if [[ $parts == *" 2 "* ]]; then
   at "Llama-1B bf16 concat, LIVEFUSE_GEMV_ROTARY=1 | 0"
-  AB_A="LIVEFUSE_GEMV_ROTARY=1" AB_B="LIVEFUSE_GEMV_ROTARY=0" MODEL=llama-1b DTYPE=bf16 ROUNDS=3 STEPS=256 RUNS=3 \
+  AB_A="LIVEFUSE_GEMV_ROTARY=1" AB_B="LIVEFUSE_GEMV_ROTARY=0" MODEL=llama-1b DTYPE=bf16 ROUNDS=${S55_ROUNDS:-3} STEPS=256 RUNS=3 \
     timeout -s KILL 300 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
-  python3 -c "import json; r=json.load(open('/tmp/ab_report.json')); print({k: v for k, v in r['counters'].items() if 'gemv' in k})" 2>&1
   at "Llama-1B bf16 concat, LIVEFUSE_GEMV_NORM=2 with LIVEFUSE_GEMV_ROTARY=1 | 0"
   AB_A="LIVEFUSE_GEMV_NORM=2 LIVEFUSE_GEMV_ROTARY=1" AB_B="LIVEFUSE_GEMV_NORM=2 LIVEFUSE_GEMV_ROTARY=0" MODEL=llama-1b \
     DTYPE=bf16 ROUNDS=2 STEPS=256 RUNS=3 timeout -s KILL 200 bash tools/gpu/ab_generate.sh 2>&1 | tee -a "$D/ab.log"
