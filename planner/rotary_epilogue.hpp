@@ -2,10 +2,10 @@
 // A decode layer's rotary inside its Q/K/V GEMV. After pass_gemm_siblings made Q, K and V one
 // merged GEMM and pass_rotary made the rotaries of q and k one step, a one-row product (a decode
 // step at batch 1) can apply the rotary as the GEMV writes q and k (kernels/cuda/gemv.hpp,
-// GemvRope): a warp takes a head's columns j and j + d/2 as its two weight rows, so the
-// rotation needs nothing from another warp, and the rotary is no launch of its own (Llama: one
-// of a layer's eight). The values stay eager's bit for bit: the GEMV rounds as the linear, the
-// two muls and the add round.
+// GemvRope): a head's columns j and j + d/2 are computed by one block, their sums meeting in
+// shared memory, and the rotary is no launch of its own (Llama: one of a layer's eight). The
+// values stay eager's bit for bit: the GEMV sums as it does for the linear alone, and rounds as
+// the linear, the two muls and the add round.
 //
 // Planning folds the RotaryStep into the GemmStep (GemmStep::rotary) where the shapes allow it;
 // running checks the bound tensors again, and a call the GEMV cannot take runs the GEMM, then

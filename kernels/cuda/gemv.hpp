@@ -36,10 +36,11 @@ inline constexpr int kGemvMaxParts = 8;
 //   y[j] * cos[j] - y[j + d/2] * sin[j]      (j < d/2)
 //   y[j] * cos[j] + y[j - d/2] * sin[j]      (j >= d/2),
 // y the product (+ bias) rounded as the linear writes it, each product and the sum rounded as
-// eager's muls and add round them (the rotary kernel's arithmetic, bit for bit). A warp takes a
-// head's columns j and j + d/2 as its pair of weight rows, so the rotation needs no exchange:
-// a decode layer's rotary for q and k is then no launch of its own. cos and sin are read at
-// [row / seq, row % seq, j] through the element strides below (broadcast over the heads).
+// eager's muls and add round them (the rotary kernel's arithmetic, bit for bit). A head's
+// columns j and j + d/2 are two warps' of one block, their sums meeting in shared memory (at
+// four warps a row, one column a block: one warp's two weight rows), so every sum is the plain
+// kernel's: a decode layer's rotary for q and k is then no launch of its own. cos and sin are
+// read at [row / seq, row % seq, j] through the element strides below (broadcast over the heads).
 struct GemvRope {
   int64_t cols = 0;  // 0: none
   int64_t d = 0;     // the head size: even, cols a multiple of it
