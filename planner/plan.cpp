@@ -393,14 +393,14 @@ void launch_step_cuda(const PlannedSegment& p, const Step& s, std::span<const Te
     const cuda::EarlyWeightsScope early(weights_early(p, *gs));
 #endif
     if (!gs->siblings.empty()) {
+      const bool rotates = !gs->rotary.parts.empty();
       // The rotary of q and k (GemmStep::rotary) as its own kernel, after a product without it.
       const auto rotary = [&] {
 #if LIVEFUSE_HAS_CUDA
         RotaryArgs args[kRotaryMaxParts];
-        if (!gs->rotary.parts.empty()) cuda::launch_rotary(args, bind_rotary(gs->rotary, values, args), stream);
+        if (rotates) cuda::launch_rotary(args, bind_rotary(gs->rotary, values, args), stream);
 #endif
       };
-      const bool rotates = !gs->rotary.parts.empty();
       if (rotates) bind_rotary_views(p, *gs, values, stream);
       const OpCall nc = gs->prologue >= 0 ? prologue_call(p, *gs, values) : OpCall{};
       const OpCall* norm = gs->prologue >= 0 ? &nc : nullptr;

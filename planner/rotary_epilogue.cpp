@@ -132,12 +132,10 @@ bool gemv_rope_of(std::span<const RotaryArgs> parts, std::span<const Tensor> res
     if (!rotated[i].defined()) return false;
   rope->cols = cols;
   rope->d = first.d;
-  rope->seq = 1;
   rope->cos = first.cos;
   rope->sin = first.sin;
-  rope->cos_st[0] = rope->cos_st[1] = rope->sin_st[0] = rope->sin_st[1] = 0;
-  rope->cos_st[2] = first.cos_st[3];
-  rope->sin_st[2] = first.sin_st[3];
+  rope->cos_stride = first.cos_st[3];
+  rope->sin_stride = first.sin_st[3];
   for (size_t i = 0; i < parts.size(); ++i) outs[i] = rotated[i];
   return true;
 }

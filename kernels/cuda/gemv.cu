@@ -208,9 +208,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
           resid[h] = S::to(static_cast<const Bits*>(a.residual)[lane * a.ldo + n + h]);
         if (rotated) {
           const GemvRope& r = a.rope;
-          const int64_t j = row_of(n, h) % r.d, b = lane / r.seq, t = lane % r.seq;
-          rope_cos[h] = S::to(static_cast<const Bits*>(r.cos)[b * r.cos_st[0] + t * r.cos_st[1] + j * r.cos_st[2]]);
-          rope_sin[h] = S::to(static_cast<const Bits*>(r.sin)[b * r.sin_st[0] + t * r.sin_st[1] + j * r.sin_st[2]]);
+          const int64_t j = row_of(n, h) % r.d;  // the column within its head
+          rope_cos[h] = S::to(static_cast<const Bits*>(r.cos)[j * r.cos_stride]);
+          rope_sin[h] = S::to(static_cast<const Bits*>(r.sin)[j * r.sin_stride]);
         }
       }
     }
@@ -517,8 +517,8 @@ bool gemv_supported(const GemvArgs& a) {
                       a.x_bstride % per != 0 || a.w_bstride % per != 0))
     return false;
   if (const GemvRope& r = a.rope; r.cols != 0 &&
-      (r.cols < 0 || r.d < 2 || r.d % 2 != 0 || r.cols % r.d != 0 || r.cols > a.n || r.seq < 1 || !r.cos ||
-       !r.sin || a.rows != 1 || a.gated || a.residual || a.act != GemvAct::none || a.batch != 1))
+      (r.cols < 0 || r.d < 2 || r.d % 2 != 0 || r.cols % r.d != 0 || r.cols > a.n || !r.cos || !r.sin ||
+       a.rows != 1 || a.gated || a.residual || a.act != GemvAct::none || a.batch != 1))
     return false;
   return a.k % per == 0 && a.ldw % per == 0 && aligned(a.w) && (a.gated || a.ldo >= a.n);
 }

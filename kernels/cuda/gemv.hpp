@@ -39,15 +39,14 @@ inline constexpr int kGemvMaxParts = 8;
 // eager's muls and add round them (the rotary kernel's arithmetic, bit for bit). A head's
 // columns j and j + d/2 are two warps' of one block, their sums meeting in shared memory (at
 // four warps a row, one column a block: one warp's two weight rows), so every sum is the plain
-// kernel's: a decode layer's rotary for q and k is then no launch of its own. cos and sin are
-// read at [row / seq, row % seq, j] through the element strides below (broadcast over the heads).
+// kernel's: a decode layer's rotary for q and k is then no launch of its own. One row: cos and
+// sin are the row's d values (broadcast over the heads), read through their element strides.
 struct GemvRope {
   int64_t cols = 0;  // 0: none
   int64_t d = 0;     // the head size: even, cols a multiple of it
-  int64_t seq = 1;   // rows per leading index of cos / sin
   const void* cos = nullptr;
   const void* sin = nullptr;
-  int64_t cos_st[3] = {}, sin_st[3] = {};  // element strides along [batch, seq, d]
+  int64_t cos_stride = 0, sin_stride = 0;  // along d, in elements
 };
 
 struct GemvArgs {
