@@ -159,7 +159,9 @@ struct Chain {
 // and always (2), where the others take them as by default (1); then no PDL with a norm's
 // chunks loaded after its statistics (set_gemv_norm_early(false)), where the others load them
 // before. pdl_early / pdl_pf_early: PDL with each GEMV's first weight loads made before its wait
-// (an EarlyWeightsScope around the capture), without and with the L2 prefetch.
+// (an EarlyWeightsScope around the capture), without and with the L2 prefetch; early_nopair /
+// early_pairall: pdl_early with two weight rows a warp never / always (pdl_early's default, 1,
+// pairs a norm's product only past a wave of blocks: GPT-2's FFN1).
 struct Variant {
   const char* name;
   bool pdl, prefetch;
@@ -174,7 +176,9 @@ constexpr Variant kVariants[] = {{"off", false, false, 1},
                                  {"pdl_pf_early", true, true, 1, true, true},
                                  {"no_pair", false, false, 0},
                                  {"pair_all", false, false, 2},
-                                 {"norm_late", false, false, 1, false}};
+                                 {"norm_late", false, false, 1, false},
+                                 {"early_nopair", true, false, 0, true, true},
+                                 {"early_pairall", true, false, 2, true, true}};
 
 void set_variant(const Variant& v) {
   livefuse::Config c = livefuse::config();

@@ -122,6 +122,22 @@ struct alignas(16) Vec16 {
 };
 
 #if defined(__CUDACC__)
+// v as S stores it (f16 / bf16 round; f32 is exact): an eager op's rounded result.
+template <class S>
+__device__ __forceinline__ float rounded(float v) {
+  return S::to(S::from(v));
+}
+
+// One element of a rotate-half rotary, as eager's ops compute x * cos + rotate_half(x) * sin:
+// each product rounded to S, then their sum (rounded by the caller's store). `partner` is the
+// element of the other half (d/2 away); the first half's is negated. __fmul_rn / __fadd_rn so
+// that nvcc contracts nothing into an FMA. rotary.cu and the GEMV that rotates (gemv.cu) both.
+template <class S>
+__device__ __forceinline__ float rotate_half_element(float self, float partner, float cos, float sin,
+                                                     bool first_half) {
+  return __fadd_rn(rounded<S>(__fmul_rn(self, cos)), rounded<S>(__fmul_rn(first_half ? -partner : partner, sin)));
+}
+
 // The 16 / sizeof(S::Bits) elements of a 16-byte load, in f32.
 template <class S>
 __device__ __forceinline__ void widen(const uint4& v, float* f) {

@@ -23,6 +23,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kUnroll = 4;
+std::atomic<uint64_t> g_launches{0}, g_early_launches{0}, g_rotary_launches{0}, g_norm_paired{0};
 // Of a weight, the first this many bytes are prefetched into L2 while the kernel before runs
 // (pdl.cuh): a third of the H200's L2, so a vocabulary head's or a Llama MLP's prefetch does not
 // evict the running kernel's data; the rest streams as before.
@@ -41,11 +42,6 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
-}
-
-template <class S>
-__device__ __forceinline__ float rounded(float v) {
-  return S::to(S::from(v));
 }
 
 // Sums of row m of x over its 16-byte chunks, one lane's share (chunks lane, lane + 32, ...),
@@ -98,7 +94,11 @@ constexpr int kColumnsPerBlock = kWarps / kSplit * (kPair ? 2 : 1);
 // kRope: a rotary on the first a.rope.cols columns (GemvRope), one row. The block's group of
 // columns holds whole pairs (j, j + d/2 of a head; kSplit <= 2), each warp's column one half:
 // the two sums meet in shared memory after the reductions, so the loads and sums are the plain
-// kernel's (its bits). With kPair (kSplit 4, one column a block) a warp takes both rows itself.
+// kernel's (its bits). With kPair too (kSplit 4, one column a block) a warp takes both rows
+// itself. Only kRope instantiations carry the rotary's code: with it, the plain pair kernel took
+// 69-71 registers instead of 64, 7 blocks an SM instead of 8, and Llama's down projection (1024
+// blocks of two rows) two waves instead of one -- 16.1 against 14.0 us a launch without pairs,
+// H100, session 56; before the rotary it was the pair's 11.4 against 12.9 (H200, session 35).
 template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false, bool kRope = false>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
@@ -145,9 +145,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   };
   // Weight row h of output column n's warp, and whether it exists (a pair's second past the end).
   // Inside a rotary's columns (GemvRope) columns 2i and 2i + 1 are a head's columns j and j + d/2:
-  // a kPair warp's two rows, or (kRope) two warps' one each.
+  // a kPair warp's two rows, or two warps' one each.
   const auto row_of = [&](int64_t n, int h) {
-    if constexpr (kPair || kRope)
+    if constexpr (kRope)
       if (n < a.rope.cols) {
         const int64_t first = kPair ? n : n & ~int64_t{1};  // the pair's first column
         return first / a.rope.d * a.rope.d + first % a.rope.d / 2 + (kPair ? h : n & 1) * (a.rope.d / 2);
@@ -160,6 +160,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     for (int h = 0; h < kW; ++h) {
       has[h] = has_row(n, h);
       wrow[h] = w + (has[h] ? row_of(n, h) : n) * a.ldw * int64_t{sizeof(Bits)};
+    }
+  };
+  // Output column col of row m: into its part's own dense output (GemvArgs::parts), else out.
+  const auto store = [&](int m, int64_t col, float y) {
+    if (a.parts > 0) {
+      int p = 0;
+      while (p + 1 < a.parts && col >= a.begin[p + 1]) ++p;
+      static_cast<Bits*>(a.part_out[p])[m * (a.begin[p + 1] - a.begin[p]) + col - a.begin[p]] = S::from(y);
+    } else {
+      out[m * a.ldo + col] = S::from(y);
     }
   };
   // The output column of this warp's first weight row in the group that starts at column g0.
@@ -198,7 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     // reductions they were one more dependent round trip at the end of every product.
     float bias[kW] = {}, resid[kW] = {};
     float rope_cos[kW] = {}, rope_sin[kW] = {};  // at the rows' columns of their head
-    const bool rotated = (kPair || kRope) && n < a.rope.cols;
+    const bool rotated = kRope && n < a.rope.cols;
     if (n < cols && lane < a.rows && part == 0) {
 #pragma unroll
       for (int h = 0; h < kW; ++h) {
@@ -324,7 +334,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       }
       if constexpr (kNorm) __syncthreads();  // `partial` is written again for the next group
     }
-    if constexpr (kRope) {
+    if constexpr (kRope && !kPair) {
       // A rotated column's partner is the next or previous column of the group, another warp's:
       // each writes its rounded sum (+ bias) here, then rotates with the other's (rotary.cu's
       // arithmetic: each product rounded, then the sum). One row (gemv_supported).
@@ -342,16 +352,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
       if constexpr (kNorm) __syncthreads();  // rope_y is written again for the next group
       if (rotated) {
         if (mine) {
-          y = __fadd_rn(rounded<S>(__fmul_rn(y, rope_cos[0])),
-                        rounded<S>(__fmul_rn((n & 1) ? other : -other, rope_sin[0])));
-          const int64_t col = row_of(n, 0);
-          if (a.parts > 0) {
-            int p = 0;
-            while (p + 1 < a.parts && col >= a.begin[p + 1]) ++p;
-            static_cast<Bits*>(a.part_out[p])[col - a.begin[p]] = S::from(y);
-          } else {
-            out[col] = S::from(y);
-          }
+          store(0, row_of(n, 0), rotate_half_element<S>(y, other, rope_cos[0], rope_sin[0], (n & 1) == 0));
         }
         continue;
       }
@@ -383,25 +384,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
           else if (a.act == GemvAct::gelu_tanh) y = lf_gelu_tanh(y);
           ys[h] = y;
         }
-        if (kPair && rotated) {  // rotary.cu's arithmetic: each product rounded, then the sum
+        if (kPair && rotated) {  // rotary.cu's arithmetic
           const float lo = ys[0], hi = ys[kW - 1];
-          ys[0] = __fadd_rn(rounded<S>(__fmul_rn(lo, rope_cos[0])), rounded<S>(__fmul_rn(-hi, rope_sin[0])));
-          ys[kW - 1] =
-              __fadd_rn(rounded<S>(__fmul_rn(hi, rope_cos[kW - 1])), rounded<S>(__fmul_rn(lo, rope_sin[kW - 1])));
+          ys[0] = rotate_half_element<S>(lo, hi, rope_cos[0], rope_sin[0], true);
+          ys[kW - 1] = rotate_half_element<S>(hi, lo, rope_cos[kW - 1], rope_sin[kW - 1], false);
         }
 #pragma unroll
         for (int h = 0; h < kW; ++h) {
           if (!has[h]) continue;
-          const int64_t col = row_of(n, h);
           float y = ys[h];
-          if (a.parts > 0) {
-            int p = 0;
-            while (p + 1 < a.parts && col >= a.begin[p + 1]) ++p;
-            static_cast<Bits*>(a.part_out[p])[m * (a.begin[p + 1] - a.begin[p]) + col - a.begin[p]] = S::from(y);
-            continue;
-          }
-          if (a.residual) y = y + resid[h];
-          out[m * a.ldo + col] = S::from(y);
+          if (a.residual && a.parts == 0) y = y + resid[h];
+          store(m, row_of(n, h), y);
         }
       }
     }
@@ -440,15 +433,38 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
              kWarps * 32, smem, s, a);
 }
 
+// Whether a one-row norm GEMV with one weight row a warp needs more groups of rows than one wave
+// of its blocks holds, so that blocks would take two or more groups one after another (each
+// group's weights a DRAM round trip after the last group's sums). With two rows a warp the
+// block takes twice the columns and every group's weights are in flight at once, its first
+// group's before the PDL wait: GPT-2's FFN1 (3072 x 768, layer_norm inside) is 768 groups of 4
+// columns against a wave of 660 blocks of 96 registers on 132 SMs (Config::gemv_pair).
+template <class S, int kSplit>
+bool norm_groups_past_wave(const GemvArgs& a) {
+  const int64_t groups = (a.n + kColumnsPerBlock<kSplit, false> - 1) / kColumnsPerBlock<kSplit, false>;
+  const size_t smem = static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits);
+  return groups > wave_blocks<gemv_kernel<S, 1, kSplit, true, false>>(smem);
+}
+
 // `pair`: two weight rows a warp, taken by one-row products without a gate only (the
 // instantiations stay few).
 template <class S, int kRows, bool kNorm, bool kGate>
 void launch_rows(const GemvArgs& a, int split, bool pair, cudaStream_t s) {
   if constexpr (kRows == 1 && !kGate) {
-    if (a.rope.cols > 0 && split <= 2)  // a rotary's pairs over two warps of a block (kRope)
-      return split == 1 ? launch_split<S, 1, 1, kNorm, false, false, true>(a, s)
-                        : launch_split<S, 1, 2, kNorm, false, false, true>(a, s);
-    if (pair) {  // with a norm only for a rotary over 4 warps a row (one column a block)
+    if (a.rope.cols > 0) {  // a rotary's pairs over two warps of a block, or (4 warps a row) one warp
+      switch (split) {
+        case 1: return launch_split<S, 1, 1, kNorm, false, false, true>(a, s);
+        case 2: return launch_split<S, 1, 2, kNorm, false, false, true>(a, s);
+        default: return launch_split<S, 1, 4, kNorm, false, true, true>(a, s);
+      }
+    }
+    if constexpr (kNorm)
+      if (!pair && config().gemv_pair == 1 && split <= 2 &&
+          (split == 1 ? norm_groups_past_wave<S, 1>(a) : norm_groups_past_wave<S, 2>(a))) {
+        pair = true;
+        g_norm_paired.fetch_add(1, std::memory_order_relaxed);
+      }
+    if (pair) {  // with a norm: past a wave of one row a warp (above), or under LIVEFUSE_GEMV_PAIR=2
       switch (split) {
         case 1: return launch_split<S, 1, 1, kNorm, false, true>(a, s);
         case 2: return launch_split<S, 1, 2, kNorm, false, true>(a, s);
@@ -477,11 +493,13 @@ void load_rows() {
   split(std::integral_constant<int, 4>{});
   if constexpr (kRows == 1) {
     for (const auto k : {gemv_kernel<S, 1, 1, false, false, true>, gemv_kernel<S, 1, 2, false, false, true>,
-                         gemv_kernel<S, 1, 4, false, false, true>, gemv_kernel<S, 1, 4, true, false, true>})
+                         gemv_kernel<S, 1, 4, false, false, true>, gemv_kernel<S, 1, 1, true, false, true>,
+                         gemv_kernel<S, 1, 2, true, false, true>, gemv_kernel<S, 1, 4, true, false, true>})
       load_kernel(k);
     for (const auto k :  // the rotary's (kRope)
          {gemv_kernel<S, 1, 1, false, false, false, true>, gemv_kernel<S, 1, 2, false, false, false, true>,
-          gemv_kernel<S, 1, 1, true, false, false, true>, gemv_kernel<S, 1, 2, true, false, false, true>})
+          gemv_kernel<S, 1, 4, false, false, true, true>, gemv_kernel<S, 1, 1, true, false, false, true>,
+          gemv_kernel<S, 1, 2, true, false, false, true>, gemv_kernel<S, 1, 4, true, false, true, true>})
       load_kernel(k);
   }
 }
@@ -527,12 +545,11 @@ namespace {
 std::atomic<bool> g_prefetch{true};
 std::atomic<bool> g_norm_early{true};
 thread_local bool t_early_weights = false;  // EarlyWeightsScope
-std::atomic<uint64_t> g_launches{0}, g_early_launches{0}, g_rotary_launches{0};
 }  // namespace
 
 GemvLaunchCounts gemv_launch_counts() {
   return {g_launches.load(std::memory_order_relaxed), g_early_launches.load(std::memory_order_relaxed),
-          g_rotary_launches.load(std::memory_order_relaxed)};
+          g_rotary_launches.load(std::memory_order_relaxed), g_norm_paired.load(std::memory_order_relaxed)};
 }
 
 EarlyWeightsScope::EarlyWeightsScope(bool on) : before_(t_early_weights) { t_early_weights = on; }
@@ -569,10 +586,11 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   // Two weight rows a warp (Config::gemv_pair): by default where each lane reads at least 8
   // chunks of its share of a row (Llama's down projection gained 11%; shorter rows lost 4-5%).
   const int pair_mode = config().gemv_pair;
-  // A rotary's pairs are its heads' column pairs: over 4 warps a row two rows a warp (with a norm
-  // only then), else two warps of a block (launch_rows).
   const bool wide = pair_mode == 2 || (pair_mode == 1 && runs >= int64_t{8} * split);
-  const bool pair = (a.rope.cols > 0 && split == 4) || (a.norm == GemvNorm::none && wide);
+  // A norm's product also pairs its rows where one row a warp takes more than a wave, and a
+  // rotary's pairs are its heads' column pairs (both: launch_rows).
+  const bool pair = (a.norm == GemvNorm::none && wide) ||
+                    (a.norm != GemvNorm::none && pair_mode == 2 && a.rows == 1 && !a.gated);
   with_float_storage(a.dtype, [&](auto storage) {
     using S = decltype(storage);
     const bool norm = a.norm != GemvNorm::none;

@@ -139,9 +139,11 @@ void set_gemv_prefetch(bool on);
 // for livefuse-bench-gemv-chain's comparison.
 void set_gemv_norm_early(bool on);
 // The report's "cuda.gemv" counters (gemv_host.cpp): GEMVs launched (or recorded), and of them
-// those that load their first weights before their PDL wait, and those that rotate (GemvRope).
+// those that load their first weights before their PDL wait, those that rotate (GemvRope), and
+// those with a norm inside that take two weight rows a warp because one row a warp would need
+// more than a wave of blocks (Config::gemv_pair).
 struct GemvLaunchCounts {
-  uint64_t launches = 0, early_weights = 0, rotary = 0;
+  uint64_t launches = 0, early_weights = 0, rotary = 0, norm_paired = 0;
 };
 GemvLaunchCounts gemv_launch_counts();
 

@@ -21,6 +21,7 @@ const bool g_registered = [] {
     sink.add("launches", c.launches);
     sink.add("early_weights", c.early_weights);
     sink.add("rotary", c.rotary);
+    sink.add("norm_paired", c.norm_paired);
   });
   return true;
 }();

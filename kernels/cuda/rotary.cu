@@ -24,11 +24,6 @@ struct RotaryLaunch {
 };
 
 template <class S>
-__device__ __forceinline__ float rounded(float v) {
-  return S::to(S::from(v));
-}
-
-template <class S>
 __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryLaunch l) {
   using Bits = typename S::Bits;
   pdl_wait();
@@ -47,8 +42,8 @@ __global__ void __launch_bounds__(kThreads) rotary_kernel(const RotaryLaunch l) 
     const float c_lo = S::to(cs[c * a.cos_st[3]]), c_hi = S::to(cs[(c + h) * a.cos_st[3]]);
     const float s_lo = S::to(sn[c * a.sin_st[3]]), s_hi = S::to(sn[(c + h) * a.sin_st[3]]);
     Bits* o = static_cast<Bits*>(a.out) + r * a.d;
-    o[c] = S::from(__fadd_rn(rounded<S>(__fmul_rn(lo, c_lo)), rounded<S>(__fmul_rn(-hi, s_lo))));
-    o[c + h] = S::from(__fadd_rn(rounded<S>(__fmul_rn(hi, c_hi)), rounded<S>(__fmul_rn(lo, s_hi))));
+    o[c] = S::from(rotate_half_element<S>(lo, hi, c_lo, s_lo, true));
+    o[c + h] = S::from(rotate_half_element<S>(hi, lo, c_hi, s_hi, false));
   }
 }
 

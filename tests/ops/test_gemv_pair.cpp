@@ -1,8 +1,9 @@
 // The one-row GEMV with two adjacent weight rows a warp (kernels/cuda/gemv.cu, LIVEFUSE_GEMV_PAIR)
 // computes each output column with the same loads, lanes and order of sums as the kernel with one
 // row a warp: the same bits, for every split of a row over warps, an odd column count (the last
-// pair has one row), and each epilogue (bias, activation, residual, parts). And a norm's loads
-// before its statistics give the bits of loading them after. Needs a GPU.
+// pair has one row), and each epilogue (bias, activation, residual, parts); a norm's product paired
+// where one row a warp would take more than a wave of blocks. And a norm's loads before its
+// statistics give the bits of loading them after. Needs a GPU.
 #if LIVEFUSE_HAS_CUDA
 #include <cuda_runtime.h>
 
@@ -177,6 +178,75 @@ LF_CUDA_TEST_CASE("gemv: a norm's chunks loaded before its statistics give the b
       CHECK(untouched == 0);
       for (void* p : {x, w, g, b, out}) cudaFree(p);
     }
+  }
+}
+
+LF_CUDA_TEST_CASE("gemv: a norm's product past a wave of blocks takes two rows a warp, with the bits of one") {
+  // kernels/cuda/gemv.cu, launch_rows: under LIVEFUSE_GEMV_PAIR=1 a one-row GEMV with a norm
+  // inside pairs its rows where one row a warp would need more groups of columns than a wave of
+  // blocks holds (then each block would take groups one after another). GPT-2's FFN1 (3072 x 768,
+  // layer_norm, bias, gelu_tanh; past the wave on a 132-SM card), a vocabulary head (50257
+  // columns: past the wave of any card), Llama's rms_norm with its rounding, f32; a short
+  // product (256 columns: within any wave) stays one row a warp. Modes 0, 1 and 2 give the same
+  // bits; the counter shows which launches paired.
+  struct Case {
+    DType dt;
+    int64_t n, k;
+    cu::GemvNorm norm;
+    bool round_first, gelu;
+    int paired;  // under mode 1: 1 must pair, 0 must not, -1 depends on the card
+  };
+  const Case cases[] = {{DType::f16, 3072, 768, cu::GemvNorm::layer, false, true, -1},
+                        {DType::f16, 50257, 768, cu::GemvNorm::layer, false, false, 1},
+                        {DType::bf16, 50257, 2048, cu::GemvNorm::rms, true, false, 1},
+                        {DType::f32, 50257, 768, cu::GemvNorm::layer, false, true, 1},
+                        {DType::f16, 256, 768, cu::GemvNorm::layer, false, true, 0}};
+  for (const Case& c : cases) {
+    CAPTURE(static_cast<int>(c.dt));
+    CAPTURE(c.n);
+    CAPTURE(c.k);
+    const size_t es = c.dt == DType::f32 ? 4 : 2, bytes = static_cast<size_t>(c.n) * es;
+    void* x = device_values(c.dt, static_cast<size_t>(c.k), 21);
+    void* w = device_values(c.dt, static_cast<size_t>(c.n * c.k), 22);
+    void* g = device_values(c.dt, static_cast<size_t>(c.k), 23);
+    void* b = device_values(c.dt, static_cast<size_t>(c.k), 24);
+    void* bias = device_values(c.dt, static_cast<size_t>(c.n), 25);
+    void* out = nullptr;
+    CU_OK(cudaMalloc(&out, bytes));
+    cu::GemvArgs a = dense_args(c.dt, 1, c.n, c.k, x, w, out);
+    a.norm = c.norm;
+    a.norm_w = g;
+    a.norm_b = c.norm == cu::GemvNorm::layer ? b : nullptr;
+    a.eps = 1e-5f;
+    a.norm_round_first = c.round_first;
+    if (c.gelu) {
+      a.bias = bias;
+      a.act = cu::GemvAct::gelu_tanh;
+    }
+    REQUIRE(cu::gemv_supported(a));
+    std::vector<unsigned char> got[3];
+    uint64_t paired[3] = {};
+    for (int mode = 0; mode < 3; ++mode) {
+      const lftest::ScopedConfig pairs(&livefuse::Config::gemv_pair, mode);
+      CU_OK(cudaMemset(out, 0xff, bytes));
+      const uint64_t before = cu::gemv_launch_counts().norm_paired;
+      cu::launch_gemv(a, nullptr);
+      paired[mode] = cu::gemv_launch_counts().norm_paired - before;
+      got[mode] = host_bytes(out, bytes);
+    }
+    CHECK(got[0] == got[1]);
+    CHECK(got[0] == got[2]);
+    CHECK(paired[0] == 0);
+    CHECK(paired[2] == 0);  // mode 2 pairs every product: not counted as a choice past a wave
+    if (c.paired >= 0) CHECK(paired[1] == static_cast<uint64_t>(c.paired));
+    size_t untouched = 0;  // every column written: the 0xff fill is a NaN in each dtype
+    for (int64_t i = 0; i < c.n; ++i) {
+      bool all_ff = true;
+      for (size_t e = 0; e < es; ++e) all_ff = all_ff && got[1][i * es + e] == 0xff;
+      untouched += all_ff;
+    }
+    CHECK(untouched == 0);
+    for (void* p : {x, w, g, b, bias, out}) cudaFree(p);
   }
 }
 

@@ -100,11 +100,13 @@ struct Config {
   // residual add before it moved onto the previous GEMV's epilogue (measured slower on the H200,
   // bench/RESULTS.md, session 25); 0: none, each norm a row kernel of its own.
   int gemv_norm = 1;
-  // LIVEFUSE_GEMV_PAIR: one-row GEMVs without a norm or a gate take two adjacent weight rows a
-  // warp (twice the loads in flight a lane) -- 1 (default) where each lane reads at least 8
-  // 16-byte chunks of a row: Llama's down projection (2048 x 8192) took 11.4 us against 12.9 in a
-  // graph of 16 on the H200, where smaller products lost 4-5% (bench/RESULTS.md, session 35); 2:
-  // every such product (tests, livefuse-bench-gemv-chain); 0: one row a warp, for comparison.
+  // LIVEFUSE_GEMV_PAIR: one-row GEMVs without a gate take two adjacent weight rows a warp (twice
+  // the loads in flight a lane) -- 1 (default): a product without a norm where each lane reads at
+  // least 8 16-byte chunks of a row (Llama's down projection, 2048 x 8192, took 11.4 us against
+  // 12.9 in a graph of 16 on the H200, where smaller products lost 4-5%: bench/RESULTS.md, session
+  // 35), and a product with a norm inside whose columns one row a warp would spread over more
+  // than one wave of blocks (GPT-2's FFN1: kernels/cuda/gemv.cu, launch_rows); 2: every such
+  // product (tests, livefuse-bench-gemv-chain); 0: one row a warp, for comparison.
   int gemv_pair = 1;
   // LIVEFUSE_GEMV_ROTARY: a one-row Q/K/V GEMV applies the rotary of q and k as it writes them
   // (kernels/cuda/gemv.hpp, GemvRope; planner/rotary_epilogue.cpp): a Llama decode layer's
