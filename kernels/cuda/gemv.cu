@@ -97,8 +97,8 @@ constexpr int kColumnsPerBlock = kWarps / kSplit * (kPair ? 2 : 1);
 // kernel's (its bits). With kPair too (kSplit 4, one column a block) a warp takes both rows
 // itself. Only kRope instantiations carry the rotary's code: with it, the plain pair kernel took
 // 69-71 registers instead of 64, 7 blocks an SM instead of 8, and Llama's down projection (1024
-// blocks of two rows) two waves instead of one -- 16.1 against 14.0 us a launch without pairs,
-// H100, session 56; before the rotary it was the pair's 11.4 against 12.9 (H200, session 35).
+// blocks of two rows) two waves instead of one -- 16.1 us a launch against 12.5 at 64 registers
+// and 13.9 with one row a warp (H100, session 56; tests/build/gemv_registers.py holds the 64).
 template <class S, int kRows, int kSplit, bool kNorm, bool kGate, bool kPair = false, bool kRope = false>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
   using Bits = typename S::Bits;
