@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run THERE (device tool), after preparing the earlier gemv here:
-#   mkdir -p tools/gpu/lab/old/kernels/cuda && for f in gemv.cu gemv.hpp; do
-#     git show REV:kernels/cuda/$f > tools/gpu/lab/old/kernels/cuda/$f; done
+#   mkdir -p tools/gpu/lab/old/kernels/cuda && for f in gemv.cu gemv.hpp gemv_kernel.cuh; do
+#     git show REV:kernels/cuda/$f > tools/gpu/lab/old/kernels/cuda/$f; done   (no .cuh before effb457)
 # Builds gemv_ab against the tree's kernels/cuda/gemv.cu (new, -DGATED) and the old one, runs both
 # at AB_ROWS rows (default 1), and compares their outputs byte for byte.
 set -e
