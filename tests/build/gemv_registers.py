@@ -12,10 +12,11 @@ Usage: gemv_registers.py SOURCE_ROOT NVCC
 (exit status 0: within the bound; 1: a kernel above it or nvcc failed; 77: no nvcc, skipped)"""
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
+
+from kernel_compile import find_nvcc, kernel_flags
 
 LIMIT = 64  # registers a thread: 65,536 / (8 blocks x 128 threads)
 
@@ -46,17 +47,12 @@ def kernels(log):
 
 
 def main():
-    root, nvcc = sys.argv[1], sys.argv[2]
-    candidates = [nvcc, os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc")]
-    nvcc = next((c for c in candidates if shutil.which(c) or os.path.exists(c)), None)
+    root, nvcc = sys.argv[1], find_nvcc(sys.argv[2])
     if not nvcc:
         print("no nvcc: skipped")
         return 77
-    inc = [root, os.path.join(root, "runtime", "include"), os.path.join(root, "kernels"),
-           os.path.join(root, "kernels", "cuda")]
     with tempfile.TemporaryDirectory() as tmp:
-        r = subprocess.run([nvcc, "-cubin", "-arch=sm_90", "-O3", "--expt-relaxed-constexpr", "-std=c++20",
-                            "-DLIVEFUSE_HAS_CUDA=1", "-DNDEBUG", "-Xptxas", "-v"] + ["-I" + d for d in inc] +
+        r = subprocess.run([nvcc, "-cubin", "-Xptxas", "-v"] + kernel_flags(root) +
                            [os.path.join(root, "kernels", "cuda", "gemv.cu"), "-o", os.path.join(tmp, "gemv.cubin")],
                            capture_output=True, text=True)
     if r.returncode != 0:

@@ -16,10 +16,11 @@ Usage: ptx_shuffles.py SOURCE_ROOT NVCC
 (exit status 0: none found; 1: found, each listed; 77: no nvcc, skipped)"""
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
+
+from kernel_compile import find_nvcc, kernel_flags
 
 # The kernels checked (kernels/cuda/), and those left out.
 CHECKED = ["attention_mma.cu", "attention_mma_decode.cu", "attention_decode.cu", "softmax.cu",
@@ -58,17 +59,11 @@ def suspects(ptx):
 
 
 def main():
-    root, nvcc = sys.argv[1], sys.argv[2]
-    # The compiler meson found (a bare name where it came from PATH), else the toolkit's own.
-    candidates = [nvcc, os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc")]
-    nvcc = next((c for c in candidates if shutil.which(c) or os.path.exists(c)), None)
+    root, nvcc = sys.argv[1], find_nvcc(sys.argv[2])
     if not nvcc:
         print("no nvcc: skipped")
         return 77
-    inc = [root, os.path.join(root, "runtime", "include"), os.path.join(root, "kernels"),
-           os.path.join(root, "kernels", "cuda")]
-    flags = ["-ptx", "-arch=sm_90", "-O3", "--expt-relaxed-constexpr", "-std=c++20",
-             "-DLIVEFUSE_HAS_CUDA=1", "-DNDEBUG"] + ["-I" + d for d in inc]
+    flags = ["-ptx"] + kernel_flags(root)
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in CHECKED:
