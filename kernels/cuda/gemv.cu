@@ -27,6 +27,12 @@ std::atomic<uint64_t> g_launches{0}, g_early_launches{0}, g_rotary_launches{0}, 
 // session 54). 8 rows of 2048 16-bit elements fit; larger rows run the norm's own kernel first.
 constexpr int64_t kNormedBytes = (int64_t{48} << 10) - 1024;
 
+// The bytes of x's rows normalized: a norm's kernel's dynamic shared memory.
+template <class S>
+size_t normed_bytes(const GemvArgs& a) {
+  return static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits);
+}
+
 // Blocks of `kernel` resident at once on the current device, `smem` dynamic bytes each. Cached
 // by the kernel's instantiation and smem in 128-byte steps: the query is not free, and a norm's
 // GEMV is launched once a layer a decode step.
@@ -48,7 +54,7 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
   constexpr auto kKernel = gemv_kernel<S, kRows, kSplit, kNorm, kGate, kPair, kRope>;
   constexpr int64_t kGroup = kColumnsPerBlock<kSplit, kPair>;
   const int64_t cols = kGate ? a.n / 2 : a.n;
-  const size_t smem = kNorm ? static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits) : 0;
+  const size_t smem = kNorm ? normed_bytes<S>(a) : 0;
   int64_t blocks = (cols + kGroup - 1) / kGroup;  // a group of rows each
   if constexpr (kNorm) {  // at most one wave, the groups spread evenly over it (gemv_kernel)
     const int64_t wave = wave_blocks<kKernel>(smem);
@@ -68,12 +74,12 @@ void launch_split(const GemvArgs& a, cudaStream_t s) {
 template <class S, int kSplit>
 bool norm_groups_past_wave(const GemvArgs& a) {
   const int64_t groups = (a.n + kColumnsPerBlock<kSplit, false> - 1) / kColumnsPerBlock<kSplit, false>;
-  const size_t smem = static_cast<size_t>(a.rows * a.k) * sizeof(typename S::Bits);
-  return groups > wave_blocks<gemv_kernel<S, 1, kSplit, true, false>>(smem);
+  return groups > wave_blocks<gemv_kernel<S, 1, kSplit, true, false>>(normed_bytes<S>(a));
 }
 
 // `pair`: two weight rows a warp, taken by one-row products without a gate only (the
-// instantiations stay few).
+// instantiations stay few); launch_gemv decides it for products without a norm, this for those
+// with one: every such product under LIVEFUSE_GEMV_PAIR=2, under 1 those past a wave.
 template <class S, int kRows, bool kNorm, bool kGate>
 void launch_rows(const GemvArgs& a, int split, bool pair, cudaStream_t s) {
   if constexpr (kRows == 1 && !kGate) {
@@ -84,13 +90,13 @@ void launch_rows(const GemvArgs& a, int split, bool pair, cudaStream_t s) {
         default: return launch_split<S, 1, 4, kNorm, false, true, true>(a, s);
       }
     }
-    if constexpr (kNorm)
-      if (!pair && config().gemv_pair == 1 && split <= 2 &&
-          (split == 1 ? norm_groups_past_wave<S, 1>(a) : norm_groups_past_wave<S, 2>(a))) {
-        pair = true;
-        g_norm_paired.fetch_add(1, std::memory_order_relaxed);
-      }
-    if (pair) {  // with a norm: past a wave of one row a warp (above), or under LIVEFUSE_GEMV_PAIR=2
+    if constexpr (kNorm) {
+      const int mode = config().gemv_pair;
+      pair = mode == 2 || (mode == 1 && split <= 2 &&
+                           (split == 1 ? norm_groups_past_wave<S, 1>(a) : norm_groups_past_wave<S, 2>(a)));
+      if (pair && mode == 1) g_norm_paired.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (pair) {
       switch (split) {
         case 1: return launch_split<S, 1, 1, kNorm, false, true>(a, s);
         case 2: return launch_split<S, 1, 2, kNorm, false, true>(a, s);
@@ -213,10 +219,8 @@ void launch_gemv(const GemvArgs& args, cudaStream_t s) {
   // chunks of its share of a row (Llama's down projection gained 11%; shorter rows lost 4-5%).
   const int pair_mode = config().gemv_pair;
   const bool wide = pair_mode == 2 || (pair_mode == 1 && runs >= int64_t{8} * split);
-  // A norm's product also pairs its rows where one row a warp takes more than a wave, and a
-  // rotary's pairs are its heads' column pairs (both: launch_rows).
-  const bool pair = (a.norm == GemvNorm::none && wide) ||
-                    (a.norm != GemvNorm::none && pair_mode == 2 && a.rows == 1 && !a.gated);
+  // (A norm's product pairs by launch_rows' rule, and a rotary's pairs are its heads' column pairs.)
+  const bool pair = a.norm == GemvNorm::none && wide;
   with_float_storage(a.dtype, [&](auto storage) {
     using S = decltype(storage);
     const bool norm = a.norm != GemvNorm::none;
