@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "runtime/infer_memo.hpp"
 #include "runtime/op_call.hpp"
 
 namespace livefuse {
@@ -15,9 +16,14 @@ class Stream;
 namespace matcher {
 // Returns the (pending or finished) outputs when the call was taken by a plan window; nullopt
 // when it must run eagerly now (any window it broke has been flushed first). `held`: the window
-// lock the caller holds already (hold_inputs), not taken a second time.
+// lock the caller holds already (hold_inputs), not taken a second time. `attrs_hash`: the call's
+// monitor::structural_attrs_hash when known (InferMemo::Shaping), else 0.
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream,
-                                    const std::recursive_mutex* held = nullptr);
+                                    const std::recursive_mutex* held = nullptr,
+                                    uint64_t attrs_hash = 0);
+// The memory of this thread's calls on `stream` by their position in its window
+// (runtime/infer_memo.hpp): for a call about to go to try_defer (LIVEFUSE=on).
+InferMemo& infer_memo(const Stream& stream);
 // LIVEFUSE=shadow: follows plans over calls that already ran eagerly and counts the calls a
 // plan would have served (MatcherCounters::shadow_would_serve). Never defers anything.
 void shadow_observe(const OpCall& call, const TensorList& outs, const Stream& stream);

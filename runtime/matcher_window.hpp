@@ -12,6 +12,7 @@
 
 #include "livefuse/config.hpp"
 #include "livefuse/stream.hpp"
+#include "runtime/infer_memo.hpp"
 #include "runtime/plan.hpp"
 
 namespace livefuse::matcher::detail {
@@ -54,6 +55,9 @@ struct StreamWindow {
   // calls read instead (snapshot_reachable); one copy per input per window, so a value read by
   // two calls stays one external.
   std::vector<std::pair<Tensor, Tensor>> snapshots;
+  // The owner thread's calls on this stream, shaped by position in their window (matcher::infer).
+  // Owner-only: a thread settling the window never touches it.
+  InferMemo memo;
   // CPU, while one of the window's candidates samples: the host time its calls spent being
   // deferred (matched, given pending outputs). A plan's side of a sample pays it on top of its
   // run -- the alternative to keeping the plan is eager execution at each call, which defers

@@ -272,7 +272,10 @@ struct MatcherCounters {
       writes_held{0}, write_launches{0},
       // Concats whose result took the block of the cache they grow, copying only the new rows
       // (runtime/append.hpp).
-      appends_in_place{0};
+      appends_in_place{0},
+      // Deferred calls shaped from the window's memory of their position / inferred afresh
+      // (runtime/infer_memo.hpp), added up once a window.
+      infer_memo_hits{0}, infer_memo_misses{0};
 };
 MatcherCounters& matcher_counters();
 

@@ -117,6 +117,7 @@ class Switches {
       // Appended, so that the groups before it draw for every seed what they drew before.
       {{"LIVEFUSE_GEMM_F32X3=1", [](C& c) { c.gemm_f32x3 = true; }}},
       {{"LIVEFUSE_GEMV_ROTARY=0", [](C& c) { c.gemv_rotary = false; }}},
+      {{"LIVEFUSE_INFER_MEMO=0", [](C& c) { c.infer_memo = false; }}},
   };
   std::vector<std::pair<size_t, size_t>> chosen_;  // (group, setting)
 };

@@ -134,6 +134,7 @@ std::vector<Row> rows(const char* (*getenv_fn)(const char*)) {
       bool_row("LIVEFUSE_FAMILY_RECORD", &Config::family_record),
       bool_row("LIVEFUSE_WRITE_BATCH", &Config::write_batch),
       bool_row("LIVEFUSE_APPEND", &Config::append),
+      bool_row("LIVEFUSE_INFER_MEMO", &Config::infer_memo),
       bool_row("LIVEFUSE_GEMV", &Config::gemv),
       bool_row("LIVEFUSE_GEMM_TC", &Config::gemm_tc),
       bool_row("LIVEFUSE_GEMM_F32X3", &Config::gemm_f32x3),

@@ -244,14 +244,22 @@ TensorList Executor::submit(OpCall& call) {
   }
   // Held to the end of the call (matcher::hold_inputs says why).
   const std::unique_lock<std::recursive_mutex> inputs_held = matcher::hold_inputs(call);
-  const OutputInfos infos = infer_outputs(call);
-  const Device device = call.inputs.empty() ? default_device() : call.inputs[0].device();
-  const Stream stream = Stream::current(device);
   const Config& cfg = config();
+  // A call a window may take is shaped through the window's memory of its position
+  // (runtime/infer_memo.hpp): a served step repeats its calls. Any other call -- and one with an
+  // undefined input, so that infer_outputs names the op in its error -- is inferred afresh.
+  bool memo = cfg.mode == Mode::on && cfg.infer_memo && !call.inputs.empty();
+  for (const Tensor& t : call.inputs) memo &= t.defined();
+  Stream stream;  // from input 0: before shaping when all inputs are defined, else after
+  if (memo) stream = Stream::current(call.inputs[0].device());
+  const InferMemo::Shaping shaped(memo ? &matcher::infer_memo(stream) : nullptr, call);
+  const OutputInfos& infos = shaped.infos();
+  const Device device = call.inputs.empty() ? default_device() : call.inputs[0].device();
+  if (!memo) stream = Stream::current(device);
   if (cfg.mode != Mode::off) start_background();
   if (cfg.mode == Mode::on)
     if (std::optional<TensorList> deferred =
-            matcher::try_defer(call, infos, stream, inputs_held.mutex()))
+            matcher::try_defer(call, infos, stream, inputs_held.mutex(), shaped.attrs_hash()))
       return std::move(*deferred);  // reported with its window (runtime/trace_sink.hpp)
   for (const Tensor& t : call.inputs)
     if (t.impl()->pending) materialize(*t.impl());

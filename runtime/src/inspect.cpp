@@ -51,6 +51,7 @@ std::string config_value(const Config& c, std::string_view name) {
   if (name == "LIVEFUSE_FAMILY_RECORD") return yes_no(c.family_record);
   if (name == "LIVEFUSE_WRITE_BATCH") return yes_no(c.write_batch);
   if (name == "LIVEFUSE_APPEND") return yes_no(c.append);
+  if (name == "LIVEFUSE_INFER_MEMO") return yes_no(c.infer_memo);
   if (name == "LIVEFUSE_GEMV") return yes_no(c.gemv);
   if (name == "LIVEFUSE_GEMM_TC") return yes_no(c.gemm_tc);
   if (name == "LIVEFUSE_GEMM_F32X3") return yes_no(c.gemm_f32x3);
@@ -109,7 +110,9 @@ CounterGroup matcher_group() {
            {"samples_lost", v(m.samples_lost)},
            {"writes_held", v(m.writes_held)},
            {"write_launches", v(m.write_launches)},
-           {"appends_in_place", v(m.appends_in_place)}}};
+           {"appends_in_place", v(m.appends_in_place)},
+           {"infer_memo_hits", v(m.infer_memo_hits)},
+           {"infer_memo_misses", v(m.infer_memo_misses)}}};
 }
 
 CounterGroup memory_group(Device d) {

@@ -316,8 +316,16 @@ bool start(StreamWindow& sw, const OpCall& call, uint64_t h) {
 
 }  // namespace
 
+InferMemo& infer_memo(const Stream& stream) {
+  ThreadState& ts = state();
+  // Most calls of a thread go to one stream: its window first (window_for walks them all).
+  if (!ts.windows.empty() && ts.windows.front()->stream.id() == stream.id())
+    return ts.windows.front()->memo;
+  return window_for(ts, stream).memo;
+}
+
 std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, const Stream& stream,
-                                    const std::recursive_mutex* held) {
+                                    const std::recursive_mutex* held, uint64_t attrs_hash) {
   ThreadState& ts = refresh_snapshot();
   auto& ctr = matcher_counters();
   const bool any_plan = ts.snap && !ts.snap->plans.empty();
@@ -352,7 +360,7 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
     ctr.calls.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   }
-  const uint64_t h = monitor::structural_attrs_hash(call.op, call.attrs);
+  const uint64_t h = attrs_hash ? attrs_hash : monitor::structural_attrs_hash(call.op, call.attrs);
   if (sw.active) {
     protect_reachable(sw, call);
     if (!advance_candidates(sw, call, h, false)) flush(sw, ctr.flush_divergent);
@@ -375,6 +383,12 @@ std::optional<TensorList> try_defer(OpCall& call, const OutputInfos& infos, cons
       sw.ready = std::move(c);  // the window ends at the next call, candidates with it
       break;
     }
+  }
+  sw.memo.set_position(sw.ready ? 0 : len);
+  if (sw.ready) {
+    const auto [hits, misses] = sw.memo.take_counts();
+    ctr.infer_memo_hits.fetch_add(hits, std::memory_order_relaxed);
+    ctr.infer_memo_misses.fetch_add(misses, std::memory_order_relaxed);
   }
   if (sw.active && sw.timing_defer)
     sw.defer_us += detail::us_since(t_defer);

@@ -74,6 +74,10 @@ struct Config {
   // concat takes the block of the cache the program let go, copying only the new rows
   // (runtime/append.hpp); 0: every concat copies everything into dense storage, for comparison.
   bool append = true;
+  // LIVEFUSE_INFER_MEMO: a call a window may take is shaped from the window's memory of the same
+  // call at the same position (runtime/infer_memo.hpp); 0: every call through infer_outputs, for
+  // comparison.
+  bool infer_memo = true;
   // LIVEFUSE_GEMV: CUDA products of at most 8 rows over a linear's weight (a decode step's
   // linears) run as livefuse's GEMV kernel (kernels/cuda/gemv.hpp); 0: cuBLASLt, for comparison.
   bool gemv = true;
