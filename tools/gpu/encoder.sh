@@ -58,17 +58,7 @@ if [ "${ENC_ATTENTION:-0}" = 1 ]; then
   pack_out
 fi
 
-for cfg in ${ENC_COMPARE-f16:1,8:128 f32:1:128 f16:1:384}; do
-  IFS=: read -r dt batch seq <<< "$cfg"
-  at "BERT vs PyTorch: $dt batch $batch seq $seq"
-  name="${dt}_b${batch//,/_}_s$seq"
-  timeout -k 5 ${COMPARE_S:-200} python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
-    --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
-    --json "$D/bench/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
-  echo "compare.py rc=$?"
-  tail -12 "$D/bert_$name.log"
-  pack_out
-done
+COMPARE_S=${COMPARE_S:-200} bert_compare "$D/bench" "${ENC_COMPARE-f16:1,8:128 f32:1:128 f16:1:384}"
 
 if [ "${ENC_PROFILE:-1}" = 1 ]; then
   at "the layer plan step by step (LIVEFUSE_PROFILE=1, f16 b1 s128)"

@@ -1,7 +1,7 @@
 # Sourced first by the GPU scripts (run THERE): `. "$(dirname "$0")/prelude.sh" [NAME]`.
 # Goes to the repo root, sets B (the carried build), the library path (env.sh) and the kernel
-# cache; with NAME, also a fresh results folder D=/tmp/NAME and REAL_OUT (the device tool's
-# $OUT, where the scripts put their archive).
+# cache; with NAME, also a fresh results folder D=/tmp/NAME, REAL_OUT (the device tool's $OUT,
+# where the scripts put their archive), at() and pack_out().
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 B=.gpu/build
@@ -15,7 +15,41 @@ if [ -n "${1:-}" ]; then
   REAL_OUT=${OUT:-$PWD/gpu-out}
   D=/tmp/$1
   rm -rf "$D"; mkdir -p "$D" "$REAL_OUT"
+  START=$(date +%s)
+  PACK_NAME=$1
+  # at LABEL: a part's heading with the seconds since the start; pack_out: $D archived as
+  # $REAL_OUT/NAME.tgz (after each part: a call cut short still brings back what ran).
+  at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+  pack_out() { tar -czf "$REAL_OUT/$PACK_NAME.tgz" -C "$D" . 2>/dev/null; }
 fi
+# bert_compare JSON_DIR "DTYPE:BATCHES:SEQ ...": bench/bert/compare.py for each configuration (BERT-base,
+# PyTorch's peers in the same run; COMPARE_S, default 150 s, a configuration), its JSON in JSON_DIR
+# as bert_compare_NAME.json, its log in $D/bert_NAME.log and its table printed. The calling script
+# defines at() and pack_out() (each configuration is packed as it ends).
+bert_compare() {
+  local dir=$1 cfg dt batch seq name
+  for cfg in $2; do
+    IFS=: read -r dt batch seq <<< "$cfg"
+    at "BERT vs PyTorch: $dt batch $batch seq $seq"
+    name="${dt}_b${batch//,/_}_s$seq"
+    timeout -k 5 "${COMPARE_S:-150}" python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
+      --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
+      --json "$dir/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
+    echo "compare.py rc=$?"
+    tail -12 "$D/bert_$name.log"
+    pack_out
+  done
+}
+# gpt_compare: bench/gpt/compare.py for GPT-2 f16 and Llama-1B bf16 (prompt 32, 256 tokens, 4
+# livefuse runs, PyTorch's peers in the same run; GPT_COMPARE_S, default 300 s), its JSON and log
+# in $D as gpt_compare.*, the table printed.
+gpt_compare() {
+  timeout -s KILL "${GPT_COMPARE_S:-300}" python3 bench/gpt/compare.py "$B/tools/generate/livefuse-generate" \
+    --models gpt2,llama --dtype gpt2:f16,llama:bf16 --skip hf_generate --prompt 32 --steps 256 --timeout 150 \
+    --hf-iters 1 --livefuse-runs 4 --workdir /tmp/lf-gpt --json "$D/gpt_compare.json" > "$D/gpt_compare.log" 2>&1
+  echo "compare.py rc=$?"
+  tail -24 "$D/gpt_compare.log"
+}
 # bert_median NAME DTYPE BATCH [ENV...]: one livefuse-bert process (BERT-base, random weights,
 # seq 128, 200 iterations after 3 s of warm-up; ENV its settings), its log and JSON in $D as NAME;
 # prints its median ms a forward, or "failed" and the log's last lines.

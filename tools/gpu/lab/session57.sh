@@ -9,9 +9,6 @@
 #   same run); 4 bench/bert/compare.py (issue 19's configurations, S57_BERT).
 # Logs: $OUT/session57.tgz.
 . "$(dirname "$0")/../prelude.sh" session57
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
-pack_out() { tar -czf "$REAL_OUT/session57.tgz" -C "$D" . 2>/dev/null; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 parts=" ${S57_PARTS:-1 2} "
 if [[ $parts == *" 1 "* ]]; then
@@ -43,25 +40,11 @@ if [[ $parts == *" 2 "* ]]; then
 fi
 if [[ $parts == *" 3 "* ]]; then
   at "decoders vs PyTorch"
-  timeout -s KILL "${COMPARE_S:-300}" python3 bench/gpt/compare.py "$B/tools/generate/livefuse-generate" \
-    --models gpt2,llama --dtype gpt2:f16,llama:bf16 --skip hf_generate --prompt 32 --steps 256 --timeout 150 \
-    --hf-iters 1 --livefuse-runs 4 --workdir /tmp/lf-gpt --json "$D/gpt_compare.json" > "$D/gpt_compare.log" 2>&1
-  echo "compare.py rc=$?"
-  tail -24 "$D/gpt_compare.log"
+  gpt_compare
   pack_out
 fi
 if [[ $parts == *" 4 "* ]]; then
-  for cfg in ${S57_BERT-f16:1,8:128 f32:1:128 f16:1:384}; do
-    IFS=: read -r dt batch seq <<< "$cfg"
-    at "BERT vs PyTorch: $dt batch $batch seq $seq"
-    name="${dt}_b${batch//,/_}_s$seq"
-    timeout -k 5 150 python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
-      --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
-      --json "$D/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
-    echo "compare.py rc=$?"
-    tail -8 "$D/bert_$name.log"
-    pack_out
-  done
+  bert_compare "$D" "${S57_BERT-f16:1,8:128 f32:1:128 f16:1:384}"
 fi
 at done
 pack_out
