@@ -11,7 +11,8 @@
 // pending, or empty), which is re-run on every call. So a call whose op, attrs (all fields, as
 // given, bit for bit) and inputs' dtypes, shapes and devices equal a remembered call's passed
 // the same validation and gets the same outputs and the same normalised attrs. Owned by the
-// window's thread only (StreamWindow::memo): no lock, no sharing.
+// window's thread only (StreamWindow::memo): no lock, no sharing. Bounded: one entry (~0.7 KB) a
+// position of the longest window, at most kMaxPositions, a stream a thread; freed at thread exit.
 #include <array>
 #include <cstddef>
 #include <memory>

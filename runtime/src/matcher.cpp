@@ -74,6 +74,7 @@ ThreadState::~ThreadState() {
   t_state_gone = true;
   for (auto& w : windows) {
     settle_quietly(*w);
+    w->memo = InferMemo();  // owner-only, unlike the window: a thread pool's threads leak none
     (void)w.release();
   }
 }
