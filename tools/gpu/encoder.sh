@@ -58,7 +58,7 @@ if [ "${ENC_ATTENTION:-0}" = 1 ]; then
   pack_out
 fi
 
-COMPARE_S=${COMPARE_S:-200} bert_compare "$D/bench" "${ENC_COMPARE-f16:1,8:128 f32:1:128 f16:1:384}"
+bert_compares "${ENC_COMPARE-f16:1,8:128 f32:1:128 f16:1:384}"
 
 if [ "${ENC_PROFILE:-1}" = 1 ]; then
   at "the layer plan step by step (LIVEFUSE_PROFILE=1, f16 b1 s128)"

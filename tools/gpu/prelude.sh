@@ -22,21 +22,14 @@ if [ -n "${1:-}" ]; then
   at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
   pack_out() { tar -czf "$REAL_OUT/$PACK_NAME.tgz" -C "$D" . 2>/dev/null; }
 fi
-# bert_compare JSON_DIR "DTYPE:BATCHES:SEQ ...": bench/bert/compare.py for each configuration (BERT-base,
-# PyTorch's peers in the same run; COMPARE_S, default 150 s, a configuration), its JSON in JSON_DIR
-# as bert_compare_NAME.json, its log in $D/bert_NAME.log and its table printed. The calling script
-# defines at() and pack_out() (each configuration is packed as it ends).
-bert_compare() {
-  local dir=$1 cfg dt batch seq name
-  for cfg in $2; do
+# bert_compares "DTYPE:BATCHES:SEQ ...": bert_compare (below) for each configuration, each under a
+# heading; the calling script's at() and pack_out() (each configuration packed as it ends).
+bert_compares() {
+  local cfg dt batch seq
+  for cfg in $1; do
     IFS=: read -r dt batch seq <<< "$cfg"
     at "BERT vs PyTorch: $dt batch $batch seq $seq"
-    name="${dt}_b${batch//,/_}_s$seq"
-    timeout -k 5 "${COMPARE_S:-150}" python3 bench/bert/compare.py "$B/tools/bert/livefuse-bert" --dtype "$dt" \
-      --batch "$batch" --seq "$seq" --iters 100 --livefuse-warmup-ms 3000 --timeout 100 --workdir /tmp/lf-bert \
-      --json "$dir/bert_compare_$name.json" > "$D/bert_$name.log" 2>&1
-    echo "compare.py rc=$?"
-    tail -12 "$D/bert_$name.log"
+    bert_compare "$dt" "$batch" "$seq"
     pack_out
   done
 }

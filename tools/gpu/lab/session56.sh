@@ -42,7 +42,7 @@ if [[ $parts == *" 2 "* ]]; then
   pack_out
 fi
 if [[ $parts == *" 3 "* ]]; then
-  bert_compare "$D" "${S56_BERT-f16:1,8:128 f32:1:128 f16:1:384}"
+  bert_compares "${S56_BERT-f16:1,8:128 f32:1:128 f16:1:384}"
 fi
 at done
 pack_out

@@ -44,7 +44,7 @@ if [[ $parts == *" 3 "* ]]; then
   pack_out
 fi
 if [[ $parts == *" 4 "* ]]; then
-  bert_compare "$D" "${S57_BERT-f16:1,8:128 f32:1:128 f16:1:384}"
+  bert_compares "${S57_BERT-f16:1,8:128 f32:1:128 f16:1:384}"
 fi
 at done
 pack_out
