@@ -6,11 +6,11 @@
 #include <mutex>
 #include <optional>
 
-#include "runtime/infer_memo.hpp"
 #include "runtime/op_call.hpp"
 
 namespace livefuse {
 
+class InferMemo;
 class Stream;
 
 namespace matcher {

@@ -55,7 +55,8 @@ struct StreamWindow {
   // calls read instead (snapshot_reachable); one copy per input per window, so a value read by
   // two calls stays one external.
   std::vector<std::pair<Tensor, Tensor>> snapshots;
-  // The owner thread's calls on this stream, shaped by position in their window (matcher::infer).
+  // The owner thread's calls on this stream, shaped by position in their window
+  // (matcher::infer_memo).
   // Owner-only: a thread settling the window never touches it.
   InferMemo memo;
   // CPU, while one of the window's candidates samples: the host time its calls spent being

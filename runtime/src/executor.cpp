@@ -12,6 +12,7 @@
 #include "planner/service.hpp"
 #include "runtime/append.hpp"
 #include "runtime/handle_pool.hpp"
+#include "runtime/infer_memo.hpp"
 #include "runtime/inspect_registry.hpp"
 #include "runtime/matcher.hpp"
 #include "runtime/memory_pool.hpp"
