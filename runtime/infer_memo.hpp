@@ -50,7 +50,6 @@ class InferMemo {
     uint64_t attrs_hash() const { return attrs_hash_; }
 
    private:
-    InferMemo* memo_;
     size_t slot_;
     const OutputInfos* recalled_;
     OutputInfos inferred_;

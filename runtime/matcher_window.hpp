@@ -56,8 +56,7 @@ struct StreamWindow {
   // two calls stays one external.
   std::vector<std::pair<Tensor, Tensor>> snapshots;
   // The owner thread's calls on this stream, shaped by position in their window
-  // (matcher::infer_memo).
-  // Owner-only: a thread settling the window never touches it.
+  // (matcher::infer_memo). Owner-only: a thread settling the window never touches it.
   InferMemo memo;
   // CPU, while one of the window's candidates samples: the host time its calls spent being
   // deferred (matched, given pending outputs). A plan's side of a sample pays it on top of its

@@ -72,6 +72,12 @@ using OutputInfos = boost::container::small_vector<OutputInfo, 2>;
 // Validates `call` (throwing livefuse::Error naming op, shapes, dtypes and what was expected)
 // and normalises its attrs in place; returns its outputs' shapes and dtypes.
 OutputInfos infer_outputs(OpCall& call);
+// The one input check of infer_outputs that depends on more than the input's dtype, shape and
+// device: it has storage, or is pending (a deferred value), or is empty. InferMemo re-runs it
+// on every call it answers from memory.
+inline bool has_data(const TensorImpl& t) {
+  return t.storage != nullptr || t.pending != nullptr || t.numel() == 0;
+}
 
 // "add(f32[2, 3], f32[3])" for messages.
 std::string describe_call(const OpCall& call);

@@ -304,8 +304,7 @@ OutputInfos infer_outputs(OpCall& c) {
   }
   check_common(c, op);
   for (const Tensor& t : c.inputs)
-    LF_CHECK(t.impl()->storage != nullptr || t.impl()->pending != nullptr || t.numel() == 0, op,
-             "input ", t.str(), " has no storage");
+    LF_CHECK(has_data(*t.impl()), op, "input ", t.str(), " has no storage");
   switch (c.category()) {
     case OpCategory::Elementwise:
       return elementwise(c, op);

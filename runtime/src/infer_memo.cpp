@@ -35,12 +35,6 @@ bool same_shape(const Shape& a, const Shape& b) {
   for (int k = 0; k < kMaxDims; ++k) diff |= static_cast<uint64_t>(a.v[k] ^ b.v[k]);
   return diff == 0;
 }
-
-// The per-call part of infer_outputs's input checks, which no memory can answer.
-bool has_data(const TensorImpl& t) {
-  return t.storage != nullptr || t.pending.load(std::memory_order_relaxed) != nullptr ||
-         t.shape.numel() == 0;
-}
 }  // namespace
 
 bool InferMemo::same(const Entry& e, const OpCall& call) {
@@ -67,11 +61,7 @@ size_t InferMemo::take_slot(const OpCall& call) {
 }
 
 const OutputInfos* InferMemo::recall(size_t slot, OpCall& call) {
-  if (slot >= entries_.size()) {
-    entries_.resize(slot + 1);
-    for (auto& e : entries_)
-      if (!e) e = std::make_unique<Entry>();
-  }
+  while (entries_.size() <= slot) entries_.push_back(std::make_unique<Entry>());
   Entry& e = *entries_[slot];
   if (same(e, call)) {
     ++hits_;
@@ -103,14 +93,13 @@ uint64_t InferMemo::remember(size_t slot, const OpCall& call, const OutputInfos&
 }
 
 InferMemo::Shaping::Shaping(InferMemo* memo, OpCall& call)
-    : memo_(memo),
-      slot_(memo ? memo->take_slot(call) : kNone),
+    : slot_(memo ? memo->take_slot(call) : kNone),
       recalled_(slot_ != kNone ? memo->recall(slot_, call) : nullptr),
       inferred_(recalled_ ? OutputInfos() : infer_outputs(call)) {
   if (recalled_)
-    attrs_hash_ = memo_->entries_[slot_]->attrs_hash;
+    attrs_hash_ = memo->entries_[slot_]->attrs_hash;
   else if (slot_ != kNone)
-    attrs_hash_ = memo_->remember(slot_, call, inferred_);
+    attrs_hash_ = memo->remember(slot_, call, inferred_);
 }
 
 }  // namespace livefuse

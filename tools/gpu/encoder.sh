@@ -11,9 +11,7 @@
 #   ENC_SWITCH_SEQ=128 ENC_ATTENTION=0 ENC_COMPARE="f16:1,8:128 f32:1:128 f16:1:384" ENC_PROFILE=1]
 . "$(dirname "$0")/prelude.sh" lf-encoder-out
 mkdir -p "$D/bench"
-START=$(date +%s)
-pack_out() { tar -czf "$REAL_OUT/encoder.tgz" -C "$D" . 2>/dev/null; }
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
+pack_out() { tar -czf "$REAL_OUT/encoder.tgz" -C "$D" . 2>/dev/null; }  # not lf-encoder-out.tgz
 
 at "suites"
 run_suites "${ENC_SUITES-test_planner test_bert test_replacement test_decoder}"
