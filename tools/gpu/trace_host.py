@@ -2,7 +2,8 @@
 """Where a served decode step's time goes on the program's thread, from a LIVEFUSE_TRACE file:
 per step (the program's argmax ends one) its wall time, ops called and the time inside them,
 for the last N steps; then the op kinds and other spans by total time over those steps. A step
-whose op time is most of its wall time is bound by the host, not the GPU.
+whose op time is most of its wall time is bound by the host, not the GPU. Also the replays' part
+and what is left for the deferred calls (they emit no span).
 Usage: trace_host.py TRACE.json [N=100]"""
 import collections
 import sys
@@ -30,5 +31,10 @@ wall = sorted(r[0] for r in rows)[n // 2]
 opms = sorted(r[2] for r in rows)[n // 2]
 print(f"last {n} steps: median wall {wall:.3f} ms, {rows[-1][1]} ops a step, median time inside ops {opms:.3f} ms"
       f" ({100 * opms / wall:.0f}% of the step)")
+# Deferred calls emit no span: what neither a replay nor an eager call's span covers is theirs
+# (and the program's own code between calls).
+replay_ms = sum(v for k, v in other.items() if k.startswith("plan/replay")) / n / 1000
+print(f"  plan replays {replay_ms:.4f} ms a step, eager calls {opms:.4f}, the rest (deferred calls, the program) "
+      f"{wall - replay_ms - opms:.4f}")
 for k, v in (kinds + other).most_common(14):
     print(f"  {k:<28} {v / 1000 / n:8.4f} ms a step  {kcount[k] / n:6.1f} calls  {v / max(kcount[k], 1):7.2f} us each")
