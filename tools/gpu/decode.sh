@@ -7,9 +7,7 @@
 #   DECODE_PAIRS=2 DECODE_AB="LIVEFUSE_GEMV=0" DECODE_USERS=0 DECODE_KERNELS=1 DECODE_COMPARE="gpt2"
 #   COMPARE_S=240 COMPARE_SKIP=hf_generate]
 . "$(dirname "$0")/prelude.sh" lf-decode-out
-START=$(date +%s)
 pack_out() { tar -czf "$REAL_OUT/decode.tgz" -C "$D" . 2>/dev/null; }
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 
 at "suites"
 run_suites "${DECODE_SUITES-test_ops:linear* test_planner:gpu* test_decoder}"

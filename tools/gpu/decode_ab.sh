@@ -9,8 +9,6 @@
 #   AB_MODELS="llama-1b:bf16 gpt2:f16" AB_CACHE=concat|static AB_CHAIN=0 (no GEMV chain)
 #   AB_TRACE="concat static" (AB_TRACE= : no traces)]
 . "$(dirname "$0")/prelude.sh" lf-ab-out
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/decode_ab.tgz" -C "$D" . 2>/dev/null; }
 
 if [ "${AB_CHAIN:-1}" != 0 ]; then

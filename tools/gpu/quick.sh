@@ -7,7 +7,6 @@
 #   RUNS=20 BERT_DTYPE=f16 BERT_BATCH=1 BERT_SEQ=128 COMPARE=1 SWITCHES=1 BENCH_ATTN=1 BENCH_GEMM_TUNE=1]
 . "$(dirname "$0")/prelude.sh" lf-quick-out
 mkdir -p "$D/bench"
-START=$(date +%s)
 pack_out() { tar -czf "$REAL_OUT/quick.tgz" -C "$D" . 2>/dev/null; }
 
 if [ "${BENCH_ATTN:-1}" = 1 ] && [ -x "$B/bench/livefuse-bench-attention" ]; then

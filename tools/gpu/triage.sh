@@ -5,8 +5,6 @@
 # Usage (device tool): bash tools/gpu/triage.sh   [TRIAGE_CASES="gemm?siblings?cuda:?merged*|..."
 #   TRIAGE_AB="LIVEFUSE_SEAM=0" TRIAGE_PAIRS=3 TRIAGE_KERNELS=1]
 . "$(dirname "$0")/prelude.sh" lf-triage-out
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 IFS='|' read -r -a cases <<< "${TRIAGE_CASES-gemm?siblings?cuda:?merged*|gemm?siblings?cuda:?Q/K/V?of?one?width*}"
 for c in "${cases[@]}"; do
   [ -n "$c" ] || continue

@@ -6,8 +6,6 @@
 # points with each. Logs in $OUT/attention_append.tgz. Usage: bash tools/gpu/lab/attention_append.sh
 #   [AP_PARTS="suites bench ab sweep" AP_ROUNDS=3 AP_SUITES="test_planner:*attention* ..."]
 . "$(dirname "$0")/../prelude.sh" lf-attention-append
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/attention_append.tgz" -C "$D" . 2>/dev/null; }
 parts=${AP_PARTS:-suites bench ab sweep}
 if [[ $parts == *suites* ]]; then

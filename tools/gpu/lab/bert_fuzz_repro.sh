@@ -7,8 +7,6 @@
 #   [FR_TAG=run FR_RUNS=1 FR_SEEDS="" (LIVEFUSE_FUZZ_BERT_SEEDS) FR_PROGRAMS=234 FR_ENV=""
 #    FR_SUITES=1 FR_SANITIZE="" (a compute-sanitizer tool: memcheck, initcheck, racecheck)]
 . "$(dirname "$0")/../prelude.sh" lf-fuzz-repro
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 mkdir -p "$REAL_OUT/fr"
 export LIVEFUSE_FUZZ_REPORT_DIR=$REAL_OUT/fr/${FR_TAG:-run}
 mkdir -p "$LIVEFUSE_FUZZ_REPORT_DIR"

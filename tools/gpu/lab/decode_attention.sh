@@ -9,8 +9,6 @@
 #   DA_SETTINGS="default" DA_LENS="128 4096" DA_MODES="on:static on:concat" DA_PRESET=llama-1b
 #   DA_DTYPE=bf16]
 . "$(dirname "$0")/../prelude.sh" lf-da-out
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/decode_attention.tgz" -C "$D" . 2>/dev/null; }
 parts=${DA_PARTS:-bench suites sweep}
 

@@ -8,8 +8,6 @@
 #   DS_ROUNDS=2 DS_SUITES="test_planner:*attention* test_decoder test_replacement"
 #   DS_MODELS="llama-1b:bf16:32 llama-1b:bf16:4096 gpt2:f16:32"]
 . "$(dirname "$0")/../prelude.sh" lf-ds-out
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/decode_stream.tgz" -C "$D" . 2>/dev/null; }
 parts=${DS_PARTS:-suites bench ab users}
 

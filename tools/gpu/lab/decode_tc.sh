@@ -6,8 +6,6 @@
 # $OUT/decode_tc.tgz. Usage: bash tools/gpu/lab/decode_tc.sh   [TC_PARTS="min suites bench ab sweep"
 #   TC_ROUNDS=2 TC_SUITES="test_planner:*attention* test_decoder"]
 . "$(dirname "$0")/../prelude.sh" lf-decode-tc
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/decode_tc.tgz" -C "$D" . 2>/dev/null; }
 parts=${TC_PARTS:-min suites bench ab sweep}
 if [[ $parts == *min* ]]; then

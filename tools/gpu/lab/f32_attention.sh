@@ -18,8 +18,6 @@
 #  7. the f32 BERT layer plan step by step (LIVEFUSE_PROFILE=1, tools/gpu/profile_table.py).
 . "$(dirname "$0")/../prelude.sh" f32_attention
 parts=" ${FA_PARTS:-1 2 3} "
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 if [[ $parts == *" 1 "* ]]; then
   at suites
   run_suites "${FA_SUITES:-test_planner:*attention* test_ops:*pdl*,*attention* test_bert}"

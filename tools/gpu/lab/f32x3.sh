@@ -9,8 +9,6 @@
 #  4. bench/bert/compare.py f32 b1 s128 with LIVEFUSE_GEMM_F32X3=1 (HF parity, PyTorch peers).
 . "$(dirname "$0")/../prelude.sh" f32x3
 parts=" ${F3_PARTS:-1 2 3 4} "
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 if [[ $parts == *" 1 "* ]]; then
   at "lab: cuBLASLt f32 kinds and the 3xTF32 kernel"
   OUT=$D timeout -k 5 200 bash tools/gpu/lab/f32_emulation.sh 2>&1 | tee "$D/emulation.txt"

@@ -16,8 +16,6 @@
 #  7. the user programs in the three modes (tools/gpu/users.sh, RUNS=1, EXIT_RUNS=2).
 . "$(dirname "$0")/../prelude.sh" gemm_splits
 parts=" ${GS_PARTS:-1 2 3} "
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 if [[ $parts == *" 1 "* ]]; then
   at suites
   run_suites "${GS_SUITES:-test_planner:*gemm* test_bert test_replacement:*gemm*,*linear*}"

@@ -6,8 +6,6 @@
 # then GPT-2 f16 and Llama-1B bf16 concat decodes (ms a token and the time it was issued in).
 # Logs in $OUT/host_ab.tgz. Usage: bash tools/gpu/lab/host_ab.sh   [HAB_ROUNDS=3 HAB_PARTS="bench gpt2 llama"]
 . "$(dirname "$0")/../prelude.sh" lf-host-ab
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/host_ab.tgz" -C "$D" . 2>/dev/null; }
 # The base library must be the one loaded, and load at all (its symbols against today's binaries).
 base_library "$B/tools/generate/livefuse-generate"

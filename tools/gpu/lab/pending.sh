@@ -12,7 +12,6 @@
 #  4. The persistent decode labs (tools/gpu/lab/decode_persistent.sh), JSON in $OUT: the GEMV
 #     chain's and the whole step's deep forms (tile groups in flight) and the barrier of flags.
 . "$(dirname "$0")/../prelude.sh" lf-pending
-START=$(date +%s)
 nvidia-smi -L
 mkdir -p "$REAL_OUT/fr"
 fuzz() {  # fuzz NAME BINARY CASE ENV...

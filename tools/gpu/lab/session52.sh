@@ -7,8 +7,6 @@
 # warm-up (the prefix rule's risk: a prefix aside while a longer plan samples); (5) f16 BERT b1's
 # layer step by step (seq 128 and 384); (6) the user programs in the three modes. Logs: $OUT/*.tgz.
 . "$(dirname "$0")/../prelude.sh" session52
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 parts=" ${S52_PARTS:-1 2 3 4 5 6} "
 if [[ $parts == *" 1 "* ]]; then
   F3_PARTS="2 3" F3_BERT="f32:1" F3_ROUNDS=1 timeout -k 5 150 bash tools/gpu/lab/f32x3.sh 2>&1 | grep -v "^== done"

@@ -6,8 +6,6 @@
 # (2) BERT-base f16 b1 / b8 and f32 b1 (LIVEFUSE_GEMM_F32X3) with the switches 0 | 1, processes
 # alternating; (3) the user programs in the three modes. Logs: $OUT/session53.tgz.
 . "$(dirname "$0")/../prelude.sh" session53
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 parts=" ${S53_PARTS:-1 2 3} "
 if [[ $parts == *" 1 "* ]]; then
   at "suites"

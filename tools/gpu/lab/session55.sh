@@ -7,8 +7,6 @@
 # norm, product and rotary in one GEMV); (3) GPT-2 (no rotary: unchanged) as a control.
 # Logs: $OUT/session55.tgz.
 . "$(dirname "$0")/../prelude.sh" session55
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 parts=" ${S55_PARTS:-1 2 3} "
 if [[ $parts == *" 0 "* ]]; then  # the rotary suites alone
   at "suites"

@@ -4,7 +4,8 @@
 # 2 where a served decode token's host time goes: tools/gpu/spread.sh for GPT-2 f16 and
 #   Llama-1B bf16 concat (S58_SPREAD_N processes each, one under LIVEFUSE_PROFILE, one under
 #   LIVEFUSE_TRACE read by tools/gpu/trace_host.py: the replays' spans, the calls' own time);
-# 3 bench/gpt/compare.py; 4 bench/bert/compare.py (S58_BERT).
+# 3 bench/gpt/compare.py; 4 bench/bert/compare.py (S58_BERT); 5 what the slowest warm-up tokens
+#   of Llama-1B's static-cache decode wait on (tools/gpu/warmup.sh with its trace).
 # Logs: $OUT/session58.tgz (and spread*.tgz).
 . "$(dirname "$0")/../prelude.sh" session58
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
@@ -32,6 +33,12 @@ if [[ $parts == *" 3 "* ]]; then
 fi
 if [[ $parts == *" 4 "* ]]; then
   bert_compares "${S58_BERT-f16:1,8:128}"
+fi
+if [[ $parts == *" 5 "* ]]; then
+  at "warm-up, traced"
+  WARM_MODELS=${S58_WARM:-llama-1b:bf16:static} WARM_TRACE=1 WARM_STEPS=64 timeout -s KILL 300 bash tools/gpu/warmup.sh 2>&1 |
+    tee "$D/warmup.log" | tail -40
+  pack_out
 fi
 at done
 pack_out

@@ -6,8 +6,6 @@
 # Logs in $OUT/split_meet.tgz.
 # Usage (device tool): bash tools/gpu/lab/split_meet.sh   [MEET_PARTS="bench suites lean"]
 . "$(dirname "$0")/../prelude.sh" lf-meet-out
-START=$(date +%s)
-at() { echo "== $1 ($(( $(date +%s) - START )) s)"; }
 pack_out() { tar -czf "$REAL_OUT/split_meet.tgz" -C "$D" . 2>/dev/null; }
 parts=${MEET_PARTS:-bench suites lean}
 
