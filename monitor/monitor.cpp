@@ -230,18 +230,24 @@ void Monitor::on_served(const Plan& plan, const Window& w) {
   Producer* p = producer();
   if (p == nullptr || !records(p)) return;
   // The tuple as the canonicaliser lays it out: external slots, then every op's outputs.
-  // A plan with a family also needs the tuple itself (the producer's reused buffer).
-  std::vector<int64_t>& tuple = p->tuple;
-  tuple.clear();
-  for (const Tensor& e : w.externals)
-    for (int64_t d : e.impl()->shape) tuple.push_back(d);
+  // A plan with a family also needs the tuple itself: the producer's buffer, grown to what the
+  // window's tensors can hold (never shrunk), written through a pointer with the key hashed on
+  // the way -- pushing back ~150 entries (a GPT-2 decode layer's window) and then hashing them
+  // in a second pass cost the program's thread twice as much.
   size_t n_out = 0;
-  for (const TensorList& outs : w.outputs) {
-    n_out += outs.size();
-    for (const Tensor& t : outs)
-      for (int64_t d : t.impl()->shape) tuple.push_back(d);
-  }
-  const uint64_t key = ShapeTupleKey::of(tuple);
+  for (const TensorList& outs : w.outputs) n_out += outs.size();
+  const size_t most = (w.externals.size() + n_out) * kMaxDims;
+  if (p->tuple.size() < most) p->tuple.resize(most);
+  int64_t* at = p->tuple.data();
+  ShapeTupleKey hk;
+  const auto put = [&](const Shape& s) {
+    for (int d = 0; d < s.rank; ++d) hk.add(*at++ = s.v[d]);
+  };
+  for (const Tensor& e : w.externals) put(e.impl()->shape);
+  for (const TensorList& outs : w.outputs)
+    for (const Tensor& t : outs) put(t.impl()->shape);
+  const std::span<const int64_t> tuple(p->tuple.data(), at);
+  const uint64_t key = hk.h;
   const bool replayable = w.ids_begin != 0 && n_out <= 64;
   int64_t family_n = -1;
   if (!replayable || !knows_shape(plan, key, tuple, &family_n))

@@ -92,15 +92,14 @@ DonatedInputs::DonatedInputs(const Window& w) : outer_(t_donated) {
   t_donated = this;
   if (n_ == 0) return;
   // Every reference the window holds, in one pass for all of them; one more anywhere (the
-  // program's) and x stays x's.
+  // program's) and x stays x's. Its outputs are not among them: each is a value this window
+  // made (Executor::make_outputs), while x has storage, so it was made before the window.
   auto count = [this](const Tensor& t) {
     for (int i = 0; i < n_; ++i) refs_[i] += t.impl() == impls_[i];
   };
   for (const OpCall& o : w.calls)
     for (const Tensor& t : o.inputs) count(t);
   for (const Tensor& t : w.externals) count(t);
-  for (const TensorList& outs : w.outputs)
-    for (const Tensor& t : outs) count(t);
 }
 
 void DonatedInputs::also_held(std::span<const Tensor> ts) {
