@@ -71,11 +71,6 @@ Dims::Dims(std::span<const int64_t> s) {
   LF_CHECK(s.size() <= kMaxDims, "shape", "rank ", s.size(), " exceeds the maximum of ", kMaxDims);
   for (int64_t x : s) v[rank++] = x;
 }
-int64_t Dims::numel() const {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= v[i];
-  return n;
-}
 void Dims::push_back(int64_t x) {
   LF_CHECK(rank < kMaxDims, "shape", "rank exceeds the maximum of ", kMaxDims);
   v[rank++] = x;
@@ -87,17 +82,6 @@ std::string Dims::str() const {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
-}
-
-Strides contiguous_strides(const Shape& s) {
-  Strides st;
-  st.rank = s.rank;
-  int64_t acc = 1;
-  for (int i = s.rank - 1; i >= 0; --i) {
-    st.v[i] = acc;
-    acc *= std::max<int64_t>(s.v[i], 1);
-  }
-  return st;
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

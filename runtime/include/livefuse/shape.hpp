@@ -22,7 +22,13 @@ struct Dims {
   int size() const { return rank; }
   const int64_t* begin() const { return v.data(); }
   const int64_t* end() const { return v.data() + rank; }
-  int64_t numel() const;  // product (1 for rank 0)
+  // Product (1 for rank 0). Inline, as contiguous_strides below: both run for every output of
+  // every op call, where a call into the library cost as much as the loop.
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= v[i];
+    return n;
+  }
   void push_back(int64_t x);
   bool operator==(const Dims& o) const;
   std::string str() const;  // "[2, 3]"
@@ -30,7 +36,17 @@ struct Dims {
 using Shape = Dims;
 using Strides = Dims;
 
-Strides contiguous_strides(const Shape& s);
+// Row-major strides of `s` (a dim of 0 counts as 1: an empty tensor keeps nonzero strides).
+inline Strides contiguous_strides(const Shape& s) {
+  Strides st;
+  st.rank = s.rank;
+  int64_t acc = 1;
+  for (int i = s.rank - 1; i >= 0; --i) {
+    st.v[i] = acc;
+    acc *= s.v[i] > 1 ? s.v[i] : 1;
+  }
+  return st;
+}
 // NumPy broadcast of two shapes; throws Error naming `op` when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // Normalises a possibly negative dim against rank; throws Error naming `op` if out of range.
