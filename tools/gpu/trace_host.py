@@ -21,20 +21,26 @@ kcount = collections.Counter()
 for a, b in zip(ends, ends[1:]):
     ops = [e for e in m if a <= e["ts"] < b]
     op_spans = [e for e in ops if e.get("cat") == "op"]
-    rows.append(((b - a) / 1000, len(op_spans), sum(e.get("dur", 0) for e in op_spans) / 1000))
+    op_ms = sum(e.get("dur", 0) for e in op_spans) / 1000
+    replay_ms = sum(e.get("dur", 0) for e in ops if e.get("cat") == "plan" and e["name"].startswith("replay")) / 1000
+    # Deferred calls emit no span: what neither a replay nor an eager call's span covers is theirs
+    # (and the program's own code between calls).
+    rows.append(((b - a) / 1000, len(op_spans), op_ms, replay_ms, (b - a) / 1000 - op_ms - replay_ms))
     for e in ops:
         key = e.get("cat") + "/" + e.get("name")
         (kinds if e.get("cat") == "op" else other)[key] += e.get("dur", 0)
         kcount[key] += 1
 n = len(rows)
-wall = sorted(r[0] for r in rows)[n // 2]
-opms = sorted(r[2] for r in rows)[n // 2]
+
+
+def median(i):
+    return sorted(r[i] for r in rows)[n // 2]
+
+
+wall, opms = median(0), median(2)
 print(f"last {n} steps: median wall {wall:.3f} ms, {rows[-1][1]} ops a step, median time inside ops {opms:.3f} ms"
       f" ({100 * opms / wall:.0f}% of the step)")
-# Deferred calls emit no span: what neither a replay nor an eager call's span covers is theirs
-# (and the program's own code between calls).
-replay_ms = sum(v for k, v in other.items() if k.startswith("plan/replay")) / n / 1000
-print(f"  plan replays {replay_ms:.4f} ms a step, eager calls {opms:.4f}, the rest (deferred calls, the program) "
-      f"{wall - replay_ms - opms:.4f}")
+print(f"  medians a step: plan replays {median(3):.4f} ms, eager calls {opms:.4f}, the rest (deferred calls, "
+      f"the program) {median(4):.4f}")
 for k, v in (kinds + other).most_common(14):
     print(f"  {k:<28} {v / 1000 / n:8.4f} ms a step  {kcount[k] / n:6.1f} calls  {v / max(kcount[k], 1):7.2f} us each")
